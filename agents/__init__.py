@@ -1,0 +1,1 @@
+"""Building, saving and loading SB3 agents."""

@@ -1,0 +1,1 @@
+"""Fixed (non-RL) policies with SB3's ``predict`` signature."""

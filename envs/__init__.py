@@ -1,0 +1,1 @@
+"""Gymnasium environments over the federated simulator."""

@@ -1,0 +1,95 @@
+"""Server-side aggregation: client weights, the weighted average, and server optimisers.
+
+Weight rules (renormalised over the clients aggregated into one model population):
+
+* ``datasize``: ``n_i / sum n`` (FedAvg, McMahan et al. 2017);
+* ``uniform``: ``1/m`` (HAPFL's Eq. 4/5);
+* ``entropy_acc``: ``(softmax(H) + softmax(acc)) / 2`` over label entropy in bits and post-training
+  local accuracy as a fraction (HAPFL's Eq. 38).
+
+Server rules: ``average`` (``w <- sum_i W_i w_i``, or pFedMe's ``(1-beta) w + beta sum_i W_i w_i``)
+and ``fedadam`` (Reddi et al., 2021, as in the FedEnt spec: ``m0 = 0``, ``v0 = tau^2``, no bias
+correction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fl_gym.validation import is_positive, require, require_choice
+
+WEIGHT_RULES = ("datasize", "uniform", "entropy_acc")
+
+
+def _softmax(v: np.ndarray) -> np.ndarray:
+    e = np.exp(v - v.max())
+    return e / e.sum()
+
+
+def aggregation_weights(rule: str, sizes: np.ndarray, entropy: np.ndarray | None = None,
+                        accuracy: np.ndarray | None = None) -> np.ndarray:
+    """Weights of ``m`` aggregated clients under ``rule``; they sum to 1."""
+    require_choice("aggregation", rule, WEIGHT_RULES)
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if rule == "datasize":
+        return sizes / sizes.sum()
+    if rule == "uniform":
+        return np.full(len(sizes), 1.0 / len(sizes))
+    if entropy is None or accuracy is None:
+        raise ValueError("aggregation='entropy_acc' needs label entropy and local accuracy")
+    return 0.5 * (_softmax(np.asarray(entropy, np.float64)) + _softmax(np.asarray(accuracy, np.float64)))
+
+
+def weighted_average(rows: Tensor, weights: Tensor) -> Tensor:
+    """``sum_i w_i rows_i`` for ``(m, P)`` rows."""
+    return weights.to(rows.dtype) @ rows
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the server turns the clients' average into the next global model.
+
+    Attributes:
+        name: ``"average"`` or ``"fedadam"``.
+        lr: FedAdam's server learning rate ``eta_s``.
+        betas: FedAdam's ``(beta1, beta2)``.
+        tau: FedAdam's adaptivity ``tau``.
+    """
+
+    name: str = "average"
+    lr: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.99)
+    tau: float = 1e-3
+
+    def __post_init__(self) -> None:
+        require_choice("server", self.name, ("average", "fedadam"))
+        require(is_positive(self.lr), "server_lr", self.lr, "a float > 0")
+        require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "server_betas", self.betas,
+                "two floats in [0, 1)")
+        require(is_positive(self.tau), "tau", self.tau, "a float > 0")
+
+
+class ServerOptimizer:
+    """Server update for one global model; holds FedAdam's moments across rounds."""
+
+    def __init__(self, cfg: ServerConfig, mix: float = 1.0) -> None:
+        self.cfg, self.mix = cfg, mix
+        self.m: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def apply(self, global_vec: Tensor, average: Tensor) -> Tensor:
+        """The next global model from the current one and the clients' weighted average."""
+        if self.cfg.name == "average":
+            return average if self.mix == 1.0 else torch.lerp(global_vec, average, self.mix)
+        delta = average - global_vec
+        if self.m is None:
+            self.m = torch.zeros_like(delta)
+            self.v = torch.full_like(delta, self.cfg.tau ** 2)
+        b1, b2 = self.cfg.betas
+        self.m.mul_(b1).add_(delta, alpha=1 - b1)
+        self.v.mul_(b2).addcmul_(delta, delta, value=1 - b2)
+        return global_vec + self.cfg.lr * self.m / (self.v.sqrt() + self.cfg.tau)

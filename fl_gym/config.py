@@ -1,0 +1,116 @@
+"""The one validated configuration a :class:`~fl_gym.federation.Federation` is built from."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fl_gym.aggregation import WEIGHT_RULES, ServerConfig
+from fl_gym.clock import ClockConfig
+from fl_gym.data.datasets import DATASETS
+from fl_gym.data.partition import PartitionConfig
+from fl_gym.engine.losses import MutualDistillation
+from fl_gym.engine.optim import OptimizerConfig
+from fl_gym.engine.trainer import PFedMeConfig
+from fl_gym.models.zoo import MODELS
+from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice
+
+ALGORITHMS = ("fedavg", "fedprox", "pfedme")
+
+
+@dataclass(frozen=True)
+class FederationConfig:
+    """Everything static about a federation; validated on construction.
+
+    Attributes:
+        dataset: data set name (:data:`fl_gym.data.DATASETS`); ``digits`` is embedded.
+        dataset_kwargs: generator options (``synthetic``: alpha, beta, iid, num_users, seed).
+        data_root: folder of torchvision files (default ``$FL_GYM_DATA`` or ``~/.cache/fl_gym``).
+        download: allow torchvision downloads.
+        num_clients: ``K``.
+        partition: how training data is split (``natural`` for ``synthetic``).
+        local_test: each client's local test split: ``"matched"`` (test samples split like the
+            client's training labels), ``"holdout"`` (a fraction of its training data) or ``"none"``.
+        local_test_fraction: share held out with ``local_test="holdout"``.
+        models: architectures a client can be given (``RoundPlan.model`` indexes them); one global
+            model per entry, aggregated over the clients that trained it.
+        companion: an architecture every client also trains alongside its model by mutual
+            distillation (HAPFL's LiteModel), aggregated over all; None = off.
+        distillation: the mutual-learning losses when ``companion`` is set.
+        model_costs: per-model relative cost per sample (``models`` then ``companion``); None =
+            training MFLOPs per sample from the architecture.
+        batch_size: local minibatch size.
+        optimizer: local optimiser (fresh each round).
+        algorithm: local algorithm: ``fedavg``, ``fedprox`` (proximal term ``prox_mu``) or
+            ``pfedme`` (``pfedme`` settings).
+        prox_mu: FedProx's ``mu``.
+        pfedme: pFedMe's local solver and server mixing.
+        aggregation: default weight rule (:data:`fl_gym.aggregation.WEIGHT_RULES`).
+        server: the server update (plain average or FedAdam).
+        clock: the device cost model.
+        train: run real training; False = timing only (the clock and data statistics).
+        eval_every: evaluate the global models on the test set every this many rounds.
+        eval_local: evaluate trained local models on local test splits every round (forced on
+            by ``aggregation="entropy_acc"``).
+        soft_labels: report each trained model's mean softmax output on its training data.
+        device: torch device for data and training.
+        eval_batch_size: samples per client per evaluation batch.
+    """
+
+    dataset: str = "digits"
+    dataset_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    data_root: str | None = None
+    download: bool = True
+    num_clients: int = 10
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    local_test: str = "matched"
+    local_test_fraction: float = 0.2
+    models: tuple[str, ...] = ("mlp-small",)
+    companion: str | None = None
+    distillation: MutualDistillation = field(default_factory=MutualDistillation)
+    model_costs: tuple[float, ...] | None = None
+    batch_size: int = 10
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    algorithm: str = "fedavg"
+    prox_mu: float = 0.01
+    pfedme: PFedMeConfig = field(default_factory=PFedMeConfig)
+    aggregation: str = "datasize"
+    server: ServerConfig = field(default_factory=ServerConfig)
+    clock: ClockConfig = field(default_factory=ClockConfig)
+    train: bool = True
+    eval_every: int = 1
+    eval_local: bool = False
+    soft_labels: bool = False
+    device: str = "cpu"
+    eval_batch_size: int = 512
+
+    def __post_init__(self) -> None:
+        require_choice("dataset", self.dataset, DATASETS)
+        require(is_int_at_least(self.num_clients, 1), "num_clients", self.num_clients, "an integer >= 1")
+        require_choice("local_test", self.local_test, ("matched", "holdout", "none"))
+        require(0 < self.local_test_fraction < 1, "local_test_fraction", self.local_test_fraction, "a float in (0, 1)")
+        require(len(self.models) >= 1, "models", self.models, "a non-empty tuple of model names")
+        for name in self.models + ((self.companion,) if self.companion else ()):
+            require_choice("models", name, MODELS)
+        n_costs = len(self.models) + (1 if self.companion else 0)
+        costs = self.model_costs
+        costs_ok = costs is None or (len(costs) == n_costs and all(map(is_positive, costs)))
+        require(costs_ok, "model_costs", self.model_costs, f"None or {n_costs} floats > 0 (models, then companion)")
+        require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
+        require_choice("algorithm", self.algorithm, ALGORITHMS)
+        require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
+        require(not (self.algorithm == "pfedme" and self.companion), "algorithm", self.algorithm,
+                "'fedavg' or 'fedprox' when a companion model is set")
+        require_choice("aggregation", self.aggregation, WEIGHT_RULES)
+        require(not (self.aggregation == "entropy_acc" and self.local_test == "none"), "aggregation",
+                self.aggregation, "'datasize' or 'uniform' when local_test='none' (entropy_acc needs local accuracy)")
+        require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
+        require(is_int_at_least(self.eval_batch_size, 1), "eval_batch_size", self.eval_batch_size, "an integer >= 1")
+        require(self.partition.kind != "natural" or self.dataset == "synthetic", "partition.kind",
+                self.partition.kind, "'natural' only with dataset='synthetic'")
+
+    def replace(self, **changes: Any) -> FederationConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)

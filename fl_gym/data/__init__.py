@@ -1,0 +1,21 @@
+"""Data sets, partitioners and partition reports."""
+
+from fl_gym.data.datasets import DATASETS, Dataset, DatasetNotFoundError, default_root, load_dataset
+from fl_gym.data.partition import (
+    PartitionConfig,
+    classes_split,
+    dirichlet_split,
+    holdout_split,
+    iid_split,
+    matched_test_split,
+    partition,
+    power_law_split,
+    shards_split,
+)
+from fl_gym.data.report import PartitionReport, label_entropy
+
+__all__ = [
+    "DATASETS", "Dataset", "DatasetNotFoundError", "PartitionConfig", "PartitionReport",
+    "classes_split", "default_root", "dirichlet_split", "holdout_split", "iid_split", "label_entropy",
+    "load_dataset", "matched_test_split", "partition", "power_law_split", "shards_split",
+]

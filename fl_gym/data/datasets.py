@@ -1,0 +1,163 @@
+"""Data sets as tensors held once; clients hold index arrays into them.
+
+Two sets are embedded and need no download: ``digits`` (scikit-learn's real 8x8 handwritten
+digits, the default everywhere) and ``synthetic`` (FedProx's Synthetic(alpha, beta), see
+:mod:`fl_gym.data.synthetic`). The paper data sets come through torchvision from ``root``
+(default ``$FL_GYM_DATA``, else ``~/.cache/fl_gym``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fl_gym.validation import require_choice
+
+EMBEDDED = ("digits", "synthetic")
+TORCHVISION = ("mnist", "fashionmnist", "emnist-letters", "cifar10", "cifar100")
+DATASETS = EMBEDDED + TORCHVISION
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A torchvision data set is neither on disk nor downloadable."""
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A labelled train/test pair, normalised, as CPU tensors.
+
+    Attributes:
+        name: registry name, e.g. ``"digits"``.
+        x_train: ``(N, *input_shape)`` float32, normalised per channel.
+        y_train: ``(N,)`` int64 labels in ``[0, num_classes)``.
+        x_test: ``(M, *input_shape)`` float32.
+        y_test: ``(M,)`` int64.
+        num_classes: number of classes.
+        natural_split: per-client ``(train_indices, test_indices)`` for data sets that come
+            partitioned (``synthetic``); empty otherwise.
+    """
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    natural_split: tuple[tuple[np.ndarray, np.ndarray], ...] = field(default=())
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one sample, e.g. ``(1, 8, 8)``."""
+        return tuple(self.x_train.shape[1:])
+
+    def __repr__(self) -> str:
+        return (f"Dataset({self.name!r}, train={len(self.y_train)}, test={len(self.y_test)}, "
+                f"input_shape={self.input_shape}, classes={self.num_classes})")
+
+
+def default_root() -> Path:
+    """``$FL_GYM_DATA`` if set, else ``~/.cache/fl_gym``."""
+    return Path(os.environ.get("FL_GYM_DATA") or Path.home() / ".cache" / "fl_gym")
+
+
+def load_dataset(name: str, *, root: str | os.PathLike | None = None, download: bool = True,
+                 **kwargs: object) -> Dataset:
+    """Load a data set by name.
+
+    Args:
+        name: one of ``digits``, ``synthetic``, ``mnist``, ``fashionmnist``, ``emnist-letters``,
+            ``cifar10``, ``cifar100``.
+        root: folder of the torchvision files (default :func:`default_root`).
+        download: let torchvision download missing files.
+        **kwargs: generator options for ``synthetic`` (see :func:`fl_gym.data.synthetic.synthetic`).
+
+    Raises:
+        ValueError: unknown name or options.
+        DatasetNotFoundError: torchvision files missing and not downloadable.
+    """
+    require_choice("dataset", name, DATASETS)
+    if name == "synthetic":
+        from fl_gym.data.synthetic import synthetic
+
+        return synthetic(**kwargs)  # type: ignore[arg-type]
+    if kwargs:
+        raise ValueError(f"dataset_kwargs={kwargs!r} is out of range; allowed: none for dataset {name!r}")
+    if name == "digits":
+        return _digits()
+    return _torchvision(name, str(Path(root) if root is not None else default_root()), download)
+
+
+def _normalise(x_train: torch.Tensor, x_test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Standardise per channel with the training set's mean and std."""
+    dims = [0] + list(range(2, x_train.dim()))
+    mean = x_train.mean(dim=dims, keepdim=True)
+    std = x_train.std(dim=dims, keepdim=True).clamp_min(1e-6)
+    return (x_train - mean) / std, (x_test - mean) / std
+
+
+@functools.lru_cache(maxsize=1)
+def _digits() -> Dataset:
+    """scikit-learn's 1,797 real 8x8 digits; a fixed stratified 80/20 split (seed 0)."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(bunch.target, dtype=torch.int64)
+    rng = np.random.default_rng(0)
+    test_mask = np.zeros(len(y), dtype=bool)
+    for c in range(10):
+        members = np.flatnonzero(bunch.target == c)
+        test_mask[rng.choice(members, size=round(0.2 * len(members)), replace=False)] = True
+    train, test = torch.from_numpy(~test_mask), torch.from_numpy(test_mask)
+    x_train, x_test = _normalise(x[train], x[test])
+    return Dataset("digits", x_train, y[train], x_test, y[test], 10)
+
+
+_TV_FOLDERS = {"mnist": "MNIST", "fashionmnist": "FashionMNIST", "emnist-letters": "EMNIST",
+               "cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
+
+
+def _tv_split(name: str, root: str, train: bool, download: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    import torchvision.datasets as tvd
+
+    if name == "mnist":
+        ds = tvd.MNIST(root, train=train, download=download)
+    elif name == "fashionmnist":
+        ds = tvd.FashionMNIST(root, train=train, download=download)
+    elif name == "emnist-letters":
+        ds = tvd.EMNIST(root, split="letters", train=train, download=download)
+    elif name == "cifar10":
+        ds = tvd.CIFAR10(root, train=train, download=download)
+    else:
+        ds = tvd.CIFAR100(root, train=train, download=download)
+    data = torch.as_tensor(np.asarray(ds.data))
+    targets = torch.as_tensor(np.asarray(ds.targets), dtype=torch.int64)
+    if data.dim() == 3:  # grey images (N, H, W)
+        x = data.unsqueeze(1).float() / 255.0
+        if name == "emnist-letters":  # stored transposed; labels 1..26
+            x, targets = x.transpose(2, 3).contiguous(), targets - 1
+    else:  # colour images (N, H, W, C)
+        x = data.permute(0, 3, 1, 2).float() / 255.0
+    return x, targets
+
+
+@functools.lru_cache(maxsize=4)
+def _torchvision(name: str, root: str, download: bool) -> Dataset:
+    try:
+        x_train, y_train = _tv_split(name, root, True, download)
+        x_test, y_test = _tv_split(name, root, False, download)
+    except (RuntimeError, OSError) as err:  # torchvision: "Dataset not found"; urllib: no network
+        raise DatasetNotFoundError(
+            f"dataset {name!r}: no usable files under {root}/{_TV_FOLDERS[name]} "
+            f"(download={download}: {err}). Put the files there in torchvision's layout, "
+            f"set FL_GYM_DATA or pass root=..., or on a machine without network build MNIST and "
+            f"FashionMNIST with shared/data/prepare_offline_data.sh ROOT"
+        ) from err
+    x_train, x_test = _normalise(x_train, x_test)
+    num_classes = {"emnist-letters": 26, "cifar100": 100}.get(name, 10)
+    return Dataset(name, x_train, y_train, x_test, y_test, num_classes)

@@ -1,0 +1,57 @@
+"""Batched evaluation: many clients' models on their own data, or global models on the test set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fl_gym.models.architecture import Stack
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Per-model ``(K,)`` metrics; ``soft_labels`` is ``(K, C)``, the mean softmax output."""
+
+    loss: Tensor
+    accuracy: Tensor
+    soft_labels: Tensor
+    count: Tensor
+
+
+@torch.no_grad()
+def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor], batch_size: int = 512) -> EvalResult:
+    """Evaluate row ``i`` of ``stack`` on samples ``parts[i]`` (dropout off), all rows together.
+
+    Rows whose part is empty get NaN loss and accuracy.
+    """
+    if len(parts) != stack.k:
+        raise ValueError(f"evaluate_stack: expected {stack.k} index arrays, got {len(parts)}")
+    arch, device = stack.arch, x.device
+    n = torch.tensor([len(p) for p in parts], device=device)
+    n_max = int(n.max()) if len(parts) else 0
+    table = torch.zeros(stack.k, max(n_max, 1), dtype=torch.int64, device=device)
+    for i, p in enumerate(parts):
+        table[i, : len(p)] = p
+    loss = torch.zeros(stack.k, device=device)
+    correct = torch.zeros(stack.k, device=device)
+    soft = torch.zeros(stack.k, arch.num_classes, device=device)
+    for lo in range(0, n_max, batch_size):
+        idx = table[:, lo: lo + batch_size]
+        valid = (torch.arange(lo, lo + idx.shape[1], device=device) < n.unsqueeze(1)).float()
+        logits, _ = arch.forward(stack.blocks, arch.gather(x, idx), False)
+        logp = logits.log_softmax(-1)
+        yb = y[idx]
+        loss -= (logp.gather(-1, yb.unsqueeze(-1)).squeeze(-1) * valid).sum(1)
+        correct += ((logits.argmax(-1) == yb).float() * valid).sum(1)
+        soft += (logp.exp() * valid.unsqueeze(-1)).sum(1)
+    count = n.float()
+    return EvalResult(loss / count, correct / count, soft / count.clamp_min(1).unsqueeze(1), n)
+
+
+@torch.no_grad()
+def evaluate_models(stack: Stack, x: Tensor, y: Tensor, batch_size: int = 1024) -> EvalResult:
+    """Evaluate every row of ``stack`` on the same samples (e.g. global models on the test set)."""
+    everyone = torch.arange(len(y), device=x.device)
+    return evaluate_stack(stack, x, y, [everyone] * stack.k, batch_size)

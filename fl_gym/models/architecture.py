@@ -1,0 +1,162 @@
+"""A sequential architecture of client-batched layers, and K clients' parameters as one stack.
+
+Parameter layout. One client's parameters are a flat vector ``(P,)``: every layer's weight
+then bias, in layer order (the order of ``nn.Module.parameters()`` of :meth:`Architecture.module`,
+so ``torch.nn.utils.vector_to_parameters`` loads it). K clients' parameters form a
+:class:`Stack`: a flat *parameter-major* buffer ``(K*P,)`` in which each parameter tensor is one
+contiguous ``(K, *shape)`` block. Layers read those blocks as views, gradients are written
+into a buffer of the same layout, and an optimiser step is one operation over the whole buffer.
+The first ``a`` clients of every block are contiguous too, which lets training drop clients
+that have finished their local steps without copying anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from fl_gym.models.layers import CHANNELS_LAST, Conv2d, Layer
+
+
+class Architecture:
+    """A named stack of :class:`~fl_gym.models.layers.Layer` s for a given input shape and class count.
+
+    Args:
+        name: registry name (``"mlp-small"``, ``"fedadp-cnn"``...).
+        input_shape: one sample's shape, e.g. ``(1, 28, 28)``.
+        num_classes: width of the output layer.
+        layers: the layers, first to last.
+    """
+
+    def __init__(self, name: str, input_shape: Sequence[int], num_classes: int, layers: Sequence[Layer]) -> None:
+        self.name, self.input_shape, self.num_classes = name, tuple(input_shape), num_classes
+        self.layers = list(layers)
+        shape = self.input_shape
+        self._macs = 0
+        for layer in self.layers:
+            self._macs += layer.macs(shape)
+            shape = layer.out_shape(shape)
+        if shape != (num_classes,):
+            raise ValueError(f"Architecture {name!r}: output shape {shape} does not match num_classes={num_classes}")
+        self.param_shapes = [s for layer in self.layers for s in layer.param_shapes]
+        self.fan_ins = [layer.fan_in for layer in self.layers for _ in layer.param_shapes]
+        self.sizes = [math.prod(s) for s in self.param_shapes]
+        self.num_params = sum(self.sizes)
+        first = [i for i, layer in enumerate(self.layers) if layer.param_shapes]
+        self._first_param_layer = first[0]
+        self.grouped = isinstance(self.layers[first[0]], Conv2d)
+        self._spans, lo = [], 0
+        for layer in self.layers:
+            self._spans.append((lo, lo + len(layer.param_shapes)))
+            lo += len(layer.param_shapes)
+
+    def __repr__(self) -> str:
+        return f"Architecture({self.name!r}, input_shape={self.input_shape}, params={self.num_params:,})"
+
+    @property
+    def macs_per_sample(self) -> int:
+        """Forward multiply-accumulates for one sample."""
+        return self._macs
+
+    @property
+    def train_flops_per_sample(self) -> int:
+        """FLOPs of one forward and backward pass for one sample (``6 x MACs``)."""
+        return 6 * self._macs
+
+    @property
+    def num_bytes(self) -> int:
+        """Size of one model on the wire (float32)."""
+        return 4 * self.num_params
+
+    def init(self, gen: torch.Generator, device: torch.device | str = "cpu") -> Tensor:
+        """A fresh ``(P,)`` parameter vector with PyTorch's default initialisation.
+
+        ``nn.Linear`` and ``nn.Conv2d`` draw weights and biases from ``U(-1/sqrt(fan_in),
+        1/sqrt(fan_in))`` (``kaiming_uniform_(a=sqrt(5))`` reduces to that bound).
+        """
+        pieces = []
+        for size, fan_in in zip(self.sizes, self.fan_ins, strict=True):
+            bound = 1.0 / math.sqrt(fan_in)
+            u = torch.rand(size, generator=gen, device=gen.device if gen is not None else "cpu")
+            pieces.append(u.mul_(2 * bound).sub_(bound))
+        return torch.cat(pieces).to(device)
+
+    def gather(self, x_all: Tensor, idx: Tensor) -> Tensor:
+        """Fetch a ``(K, B)`` index batch from the data tensor in the first layer's layout."""
+        if not self.grouped:
+            return x_all[idx]
+        k, b = idx.shape
+        x = x_all[idx.t().reshape(-1)]
+        return x.view(b, k * x.shape[1], *x.shape[2:]).contiguous(memory_format=CHANNELS_LAST)
+
+    def forward(self, params: list[Tensor], x: Tensor, train: bool = False,
+                gen: torch.Generator | None = None) -> tuple[Tensor, list[object]]:
+        """Logits ``(K, B, C)`` for a batch in :meth:`gather` layout, and the tape for :meth:`backward`."""
+        tape = []
+        for layer, (lo, hi) in zip(self.layers, self._spans, strict=True):
+            x, saved = layer.forward(x, params[lo:hi], train, gen)
+            tape.append(saved)
+        return x, tape
+
+    def backward(self, params: list[Tensor], tape: list[object], dlogits: Tensor, grads: list[Tensor]) -> None:
+        """Write the gradients of the loss into ``grads`` (same views as ``params``)."""
+        dy = dlogits
+        stop = self._first_param_layer
+        for i in range(len(self.layers) - 1, stop - 1, -1):
+            lo, hi = self._spans[i]
+            dy = self.layers[i].backward(dy, params[lo:hi], tape[i], grads[lo:hi], i > stop)
+
+    def module(self) -> nn.Sequential:
+        """The same network as a plain single-client ``nn.Sequential`` (the reference)."""
+        return nn.Sequential(*(layer.module() for layer in self.layers))
+
+
+class Stack:
+    """K clients' parameters of one architecture in a parameter-major flat buffer.
+
+    Attributes:
+        arch: the architecture.
+        k: number of clients.
+        flat: ``(K*P,)`` buffer.
+        blocks: views of ``flat``, one ``(K, *shape)`` block per parameter tensor.
+    """
+
+    def __init__(self, arch: Architecture, flat: Tensor) -> None:
+        if flat.numel() % arch.num_params:
+            raise ValueError(f"Stack: expected a multiple of {arch.num_params} values, got {flat.numel()}")
+        self.arch, self.flat, self.k = arch, flat, flat.numel() // arch.num_params
+        self.blocks = self.views(flat)
+
+    def views(self, buffer: Tensor) -> list[Tensor]:
+        """Split a buffer of this stack's layout into ``(K, *shape)`` blocks."""
+        out, lo = [], 0
+        for size, shape in zip(self.arch.sizes, self.arch.param_shapes, strict=True):
+            out.append(buffer[lo: lo + self.k * size].view(self.k, *shape))
+            lo += self.k * size
+        return out
+
+    @classmethod
+    def from_rows(cls, arch: Architecture, rows: Tensor) -> Stack:
+        """Stack ``(K, P)`` per-client vectors."""
+        pieces, lo = [], 0
+        for size in arch.sizes:
+            pieces.append(rows[:, lo: lo + size].reshape(-1))
+            lo += size
+        return cls(arch, torch.cat(pieces))
+
+    @classmethod
+    def broadcast(cls, arch: Architecture, vector: Tensor, k: int) -> Stack:
+        """K copies of one ``(P,)`` vector."""
+        return cls.from_rows(arch, vector.unsqueeze(0).expand(k, -1))
+
+    def rows(self) -> Tensor:
+        """The clients' parameters as ``(K, P)`` vectors."""
+        return torch.cat([b.reshape(self.k, -1) for b in self.blocks], dim=1)
+
+
+def prefix(blocks: list[Tensor], a: int) -> list[Tensor]:
+    """Views of the first ``a`` clients of each block (contiguous: no copy)."""
+    return blocks if a == blocks[0].shape[0] else [b[:a] for b in blocks]

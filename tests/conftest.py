@@ -1,0 +1,34 @@
+"""Shared fixtures: small embedded data, tiny federations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fl_gym import FederationConfig, PartitionConfig
+from fl_gym.data import load_dataset
+
+
+@pytest.fixture(scope="session")
+def digits():
+    return load_dataset("digits")
+
+
+@pytest.fixture(scope="session")
+def digits_parts(digits):
+    from fl_gym.data import partition
+
+    return partition(digits.y_train.numpy(), 10, PartitionConfig(alpha=0.5), np.random.default_rng(0))
+
+
+@pytest.fixture
+def tiny_config():
+    return FederationConfig(num_clients=4, partition=PartitionConfig(alpha=1.0), models=("mlp-small",))
+
+
+@pytest.fixture(autouse=True)
+def _seed_guard():
+    """Tests must not depend on global RNG state: scramble it before each test."""
+    torch.manual_seed(12345)
+    np.random.seed(54321)

@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fl_gym.data import (
+    PartitionConfig,
+    PartitionReport,
+    holdout_split,
+    label_entropy,
+    load_dataset,
+    matched_test_split,
+    partition,
+)
+from fl_gym.data.datasets import DatasetNotFoundError
+
+
+def test_digits_is_real_and_split(digits):
+    assert digits.input_shape == (1, 8, 8)
+    assert len(digits.y_train) + len(digits.y_test) == 1797
+    assert abs(len(digits.y_test) - 0.2 * 1797) < 10
+    assert sorted(set(digits.y_test.tolist())) == list(range(10))
+    assert abs(float(digits.x_train.mean())) < 1e-4  # standardised with training statistics
+    assert load_dataset("digits") is digits  # held once
+
+
+def test_synthetic_follows_fedprox_generator():
+    ds = load_dataset("synthetic", alpha=1.0, beta=1.0, num_users=30, seed=3)
+    assert ds.input_shape == (60,)
+    assert len(ds.natural_split) == 30
+    for train, test in ds.natural_split:
+        n = len(train) + len(test)
+        assert n >= 50  # int(lognormal(4, 2)) + 50
+        assert len(train) == int(0.9 * n)
+    covered = np.concatenate([t for t, _ in ds.natural_split])
+    assert np.array_equal(np.sort(covered), np.arange(len(ds.y_train)))
+    # labels are concentrated per device (median about two classes)
+    classes = [len(np.unique(ds.y_train.numpy()[t])) for t, _ in ds.natural_split]
+    assert np.median(classes) <= 4
+
+
+def test_synthetic_iid_shares_one_model_and_is_seeded():
+    a = load_dataset("synthetic", iid=True, seed=1)
+    b = load_dataset("synthetic", iid=True, seed=1)
+    c = load_dataset("synthetic", iid=True, seed=2)
+    assert a.name == "synthetic-iid"
+    assert np.array_equal(a.x_train.numpy(), b.x_train.numpy())
+    assert not np.array_equal(a.y_train.numpy()[:50], c.y_train.numpy()[:50]) or len(a.y_train) != len(c.y_train)
+    # one global model and mean 0: every device sees many classes
+    classes = [len(np.unique(a.y_train.numpy()[t])) for t, _ in a.natural_split]
+    assert np.median(classes) >= 5
+
+
+def test_missing_torchvision_files_give_one_clear_error(tmp_path):
+    with pytest.raises(DatasetNotFoundError, match=r"mnist.*prepare_offline_data\.sh"):
+        load_dataset("mnist", root=tmp_path, download=False)
+
+
+@pytest.mark.parametrize("name,kwargs", [("nope", {}), ("digits", {"alpha": 1})])
+def test_bad_dataset_arguments(name, kwargs):
+    with pytest.raises(ValueError, match="dataset"):
+        load_dataset(name, **kwargs)
+
+
+LABELS = np.repeat(np.arange(10), 60)  # 600 samples, 60 per class
+
+
+@pytest.mark.parametrize("cfg", [
+    PartitionConfig("iid"), PartitionConfig("dirichlet", alpha=0.3),
+    PartitionConfig("dirichlet", alpha=0.3, balance=True),
+    PartitionConfig("shards", shards_per_client=2),
+    PartitionConfig("classes", classes_per_client=2, samples_per_client=20),
+    PartitionConfig("mixed", num_iid=3, classes_per_client=1, samples_per_client=30), PartitionConfig("power_law"),
+])
+def test_partitions_are_disjoint_and_seeded(cfg):
+    parts = partition(LABELS, 10, cfg, np.random.default_rng(7))
+    again = partition(LABELS, 10, cfg, np.random.default_rng(7))
+    assert len(parts) == 10
+    assert all(np.array_equal(p, q) for p, q in zip(parts, again, strict=True))
+    flat = np.concatenate(parts)
+    assert len(flat) == len(np.unique(flat))  # no sample in two clients
+    if cfg.kind in ("iid", "dirichlet"):
+        assert len(flat) == len(LABELS)  # every sample lands somewhere
+
+
+def test_dirichlet_alpha_controls_skew_and_min_size():
+    rng = np.random.default_rng(0)
+    skewed = partition(LABELS, 10, PartitionConfig(alpha=0.4, min_size=10), rng)
+    even = partition(LABELS, 10, PartitionConfig(alpha=100.0), rng)
+    h_skewed = PartitionReport.of(skewed, LABELS, 10).entropy.mean()
+    h_even = PartitionReport.of(even, LABELS, 10).entropy.mean()
+    assert h_skewed < h_even
+    assert h_even > 3.1  # close to log2(10)
+    assert min(len(p) for p in skewed) >= 10
+
+
+def test_shards_and_classes_shapes():
+    parts = partition(LABELS, 10, PartitionConfig("shards", shards_per_client=2), np.random.default_rng(1))
+    assert all(len(p) == 60 for p in parts)  # 20 shards of 30
+    assert all(len(np.unique(LABELS[p])) <= 2 for p in parts)
+    parts = partition(LABELS, 10, PartitionConfig("mixed", num_iid=4, classes_per_client=1, samples_per_client=30),
+                      np.random.default_rng(2))
+    assert all(len(np.unique(LABELS[p])) == 1 for p in parts[4:])
+    assert all(len(np.unique(LABELS[p])) > 3 for p in parts[:4])
+
+
+@pytest.mark.parametrize("kwargs,num_clients,param", [
+    (dict(alpha=0.0), 10, "alpha"), (dict(alpha=-1.0), 10, "alpha"), (dict(alpha=float("nan")), 10, "alpha"),
+    (dict(kind="iid"), 601, "num_clients"), (dict(kind="classes", classes_per_client=11), 10, "classes_per_client"),
+    (dict(kind="dirichlet", min_size=61), 10, "min_size"), (dict(kind="shards", shards_per_client=61), 10,
+                                                           "shards_per_client"),
+    (dict(kind="mixed", num_iid=11, samples_per_client=10), 10, "num_iid"), (dict(kind="bogus"), 10, "partition.kind"),
+])
+def test_bad_partition_parameters_name_the_parameter(kwargs, num_clients, param):
+    with pytest.raises(ValueError, match=f"{param}="):
+        partition(LABELS, num_clients, PartitionConfig(**kwargs), np.random.default_rng(0))
+
+
+def test_dirichlet_gives_up_with_advice():
+    with pytest.raises(ValueError, match="raise alpha"):
+        partition(LABELS, 10, PartitionConfig(alpha=0.01, min_size=55, max_attempts=3), np.random.default_rng(0))
+
+
+def test_matched_test_split_follows_training_labels():
+    rng = np.random.default_rng(0)
+    train = partition(LABELS, 5, PartitionConfig(alpha=0.5), rng)
+    test_labels = np.repeat(np.arange(10), 20)
+    test = matched_test_split(train, LABELS, test_labels, rng)
+    flat = np.concatenate(test)
+    assert len(flat) == len(np.unique(flat)) == len(test_labels)
+    train_share = PartitionReport.of(train, LABELS, 10).histogram / 60
+    test_share = PartitionReport.of(test, test_labels, 10).histogram / 20
+    assert np.abs(train_share - test_share).max() <= 0.05 + 1e-9  # floor rounding of 20 samples
+
+
+def test_holdout_split():
+    train, test = holdout_split([np.arange(10), np.arange(10, 15)], 0.2, np.random.default_rng(0))
+    assert [len(t) for t in test] == [2, 1]
+    assert sorted(np.concatenate(train + test).tolist()) == list(range(15))
+
+
+def test_label_entropy_hand_values():
+    assert label_entropy(np.full(10, 7)) == pytest.approx(math.log2(10))
+    assert label_entropy(np.array([0, 5, 0])) == 0.0
+    assert label_entropy(np.array([1, 1])) == pytest.approx(1.0)
+
+
+def test_partition_report_table(digits, digits_parts):
+    report = PartitionReport.of(digits_parts, digits.y_train.numpy(), 10)
+    assert report.sizes.sum() == len(digits.y_train)
+    text = report.table()
+    assert text.splitlines()[0].split()[:3] == ["client", "size", "H(bits)"]
+    assert len(text.splitlines()) == 12

@@ -1,0 +1,203 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fl_gym.engine import (
+    Member,
+    MutualDistillation,
+    OptimizerConfig,
+    autograd_loss,
+    cross_entropy,
+    evaluate_stack,
+    local_steps,
+    make_schedule,
+    train_cohort,
+)
+from fl_gym.engine.reference import reference_train
+from fl_gym.models import Stack, build_model
+
+
+def _cohort(digits_parts, epochs, batch_size=10):
+    sizes = np.array([len(p) for p in digits_parts[: len(epochs)]])
+    steps = local_steps(sizes, np.asarray(epochs), batch_size)
+    order = np.argsort(-steps, kind="stable")
+    parts = [torch.as_tensor(digits_parts[i]) for i in order]
+    return make_schedule(parts, steps[order], batch_size, torch.Generator().manual_seed(3)), parts
+
+
+CASES = [
+    ("mlp-small", OptimizerConfig(), 0.0, [2, 2, 2, 2], 1e-5),
+    ("mlp-small", OptimizerConfig(momentum=0.9, weight_decay=1e-3), 0.01, [3, 1, 2, 1, 3], 1e-5),
+    ("cnn-small", OptimizerConfig(), 0.0, [1, 3, 2], 1e-5),
+    ("cnn-small", OptimizerConfig(momentum=0.5), 0.1, [2, 0.5, 1.5, 1], 1e-5),
+    ("hapfl-lite", OptimizerConfig(), 0.0, [2, 1, 1, 3, 2, 1], 1e-5),
+    ("mlr", OptimizerConfig("adam"), 0.0, [2, 1, 3], 1e-4),
+    ("cnn-small", OptimizerConfig("adam"), 0.0, [1, 2], 1e-4),
+]
+
+
+@pytest.mark.parametrize("name,opt,mu,epochs,tol", CASES)
+def test_batched_engine_matches_per_client_loop(digits, digits_parts, name, opt, mu, epochs, tol):
+    arch = build_model(name, digits.input_shape, 10)
+    schedule, _ = _cohort(digits_parts, epochs)
+    k = len(epochs)
+    start = torch.stack([arch.init(torch.Generator().manual_seed(i)) for i in range(k)])
+    lr = torch.linspace(0.01, 0.08, k) if opt.name == "sgd" else torch.full((k,), 1e-3)
+    stack = Stack.from_rows(arch, start)
+    result = train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, opt, prox_mu=mu)
+    ref_rows, ref_loss = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, opt, mu)
+    torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=tol)
+    torch.testing.assert_close(result.mean_loss["model"], ref_loss, rtol=1e-4, atol=1e-5)
+    assert not torch.equal(stack.rows(), start)
+
+
+def test_members_split_a_cohort_like_separate_runs(digits, digits_parts):
+    """Two architectures in one role (size groups) train exactly as two separate cohorts would."""
+    epochs = [2, 2, 1, 1]
+    schedule, _ = _cohort(digits_parts, epochs)
+    small, big = build_model("mlp-small", (1, 8, 8), 10), build_model("mlp-medium", (1, 8, 8), 10)
+    s0, b0 = small.init(torch.Generator().manual_seed(0)), big.init(torch.Generator().manual_seed(1))
+    lr = torch.full((4,), 0.05)
+    slots_small, slots_big = torch.tensor([0, 2]), torch.tensor([1, 3])
+    ms = Member("model", Stack.broadcast(small, s0, 2), slots_small)
+    mb = Member("model", Stack.broadcast(big, b0, 2), slots_big)
+    train_cohort([ms, mb], digits.x_train, digits.y_train, schedule, lr, OptimizerConfig())
+    for arch, start, slots, member in ((small, s0, slots_small, ms), (big, b0, slots_big, mb)):
+        sub = type(schedule)(schedule.idx[:, slots], schedule.weight[:, slots], schedule.steps[slots.numpy()],
+                             schedule.batches_per_epoch[slots.numpy()], schedule.active)
+        ref, _ = reference_train(arch, start.expand(2, -1), digits.x_train, digits.y_train, sub, lr[:2],
+                                 OptimizerConfig())
+        torch.testing.assert_close(member.stack.rows(), ref, rtol=0, atol=1e-5)
+
+
+def test_schedule_covers_each_epoch_once(digits_parts):
+    sizes = np.array([len(p) for p in digits_parts[:3]])
+    steps = local_steps(sizes, np.array([2, 2, 1]), 16)
+    order = np.argsort(-steps, kind="stable")
+    parts = [torch.as_tensor(digits_parts[i]) for i in order]
+    sched = make_schedule(parts, steps[order], 16, torch.Generator().manual_seed(0))
+    assert list(sched.steps) == sorted(sched.steps, reverse=True)
+    for i, p in enumerate(parts):
+        nb = int(sched.batches_per_epoch[i])
+        for e in range(int(sched.steps[i]) // nb):
+            block = sched.idx[e * nb:(e + 1) * nb, i][sched.weight[e * nb:(e + 1) * nb, i] > 0]
+            assert sorted(block.tolist()) == sorted(p.tolist())  # each epoch is a permutation
+        real = sched.weight[: sched.steps[i], i]
+        torch.testing.assert_close(real.sum(1), torch.ones(int(sched.steps[i])))  # per-batch mean
+        assert float(sched.weight[sched.steps[i]:, i].abs().sum()) == 0.0
+    assert sched.active[0] == 3 and sched.active[-1] == (steps == steps.max()).sum()
+
+
+def test_fractional_epochs_round_steps():
+    assert local_steps(np.array([100, 100, 5]), np.array([0.5, 0.0, 0.01]), 10).tolist() == [5, 0, 1]
+
+
+def test_schedule_rejects_unsorted_steps(digits_parts):
+    parts = [torch.as_tensor(p) for p in digits_parts[:2]]
+    with pytest.raises(ValueError, match="make_schedule"):
+        make_schedule(parts, np.array([1, 3]), 10, torch.Generator())
+
+
+def test_train_cohort_checks_lr_shape(digits, digits_parts):
+    schedule, _ = _cohort(digits_parts, [1, 1])
+    arch = build_model("mlr", (1, 8, 8), 10)
+    with pytest.raises(ValueError, match="train_cohort: expected lr"):
+        train_cohort([Member("model", Stack.broadcast(arch, arch.init(torch.Generator()), 2))], digits.x_train,
+                     digits.y_train, schedule, torch.ones(3), OptimizerConfig())
+
+
+def _logits(seed, k=2, b=5, c=4):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(k, b, c, generator=g), torch.randint(0, c, (k, b), generator=g)
+
+
+def test_cross_entropy_and_its_gradient_match_autograd():
+    z, y = _logits(0)
+    w = torch.full((2, 5), 0.2)
+    losses, grads = cross_entropy({"model": z}, y, w)
+    leaf = z.clone().requires_grad_(True)
+    ref = torch.stack([F.cross_entropy(leaf[i], y[i]) for i in range(2)])
+    ref.sum().backward()
+    torch.testing.assert_close(losses["model"], ref.detach())
+    torch.testing.assert_close(grads["model"], leaf.grad)
+
+
+def test_mutual_distillation_matches_hand_computation():
+    (z_loc, y), (z_lite, _) = _logits(1), _logits(2)
+    w = torch.full((2, 5), 0.2)
+    kd = MutualDistillation()
+    losses, grads = kd({"local": z_loc, "lite": z_lite}, y, w)
+    loc, lite = z_loc.clone().requires_grad_(True), z_lite.clone().requires_grad_(True)
+    for i in range(2):
+        l1 = 0.4 * F.cross_entropy(loc[i], y[i]) + 0.6 * F.kl_div(
+            loc[i].log_softmax(-1), lite[i].detach().softmax(-1), reduction="batchmean")
+        l2 = 0.5 * F.cross_entropy(lite[i], y[i]) + 0.5 * F.kl_div(
+            lite[i].log_softmax(-1), loc[i].detach().softmax(-1), reduction="batchmean")
+        torch.testing.assert_close(losses["local"][i], l1.detach())
+        torch.testing.assert_close(losses["lite"][i], l2.detach())
+        (l1 + l2).backward()
+    torch.testing.assert_close(grads["local"], loc.grad)
+    torch.testing.assert_close(grads["lite"], lite.grad)
+
+
+def test_local_loss_sends_no_gradient_to_the_teacher():
+    (z_loc, y), (z_lite, _) = _logits(3), _logits(4)
+    w = torch.full((2, 5), 0.2)
+    local_only = MutualDistillation(l3=0.0, l4=0.0)
+    _, grads = local_only({"local": z_loc, "lite": z_lite}, y, w)
+    assert float(grads["lite"].abs().max()) == 0.0
+
+
+def test_mutual_distillation_edge_cases():
+    z, y = _logits(5)
+    w = torch.full((2, 5), 0.2)
+    ce_only = MutualDistillation(l1=1.0, l2=0.0)
+    losses, grads = ce_only({"local": z, "lite": z}, y, w)
+    ref_l, ref_g = cross_entropy({"local": z}, y, w)
+    torch.testing.assert_close(losses["local"], ref_l["local"])
+    torch.testing.assert_close(grads["local"], ref_g["local"])
+    same = MutualDistillation(l1=0.0, l2=1.0, l3=0.0, l4=1.0)
+    losses, grads = same({"local": z, "lite": z.clone()}, y, w)
+    assert float(losses["local"].abs().max()) < 1e-6
+    assert float(grads["local"].abs().max()) < 1e-6
+
+
+@pytest.mark.parametrize("direction,temperature", [("dml", 1.0), ("literal", 1.0), ("dml", 2.0), ("literal", 3.0)])
+def test_kd_gradients_agree_with_autograd(direction, temperature):
+    (z_loc, y), (z_lite, _) = _logits(6), _logits(7)
+    w = torch.rand(2, 5, generator=torch.Generator().manual_seed(0))
+    kd = MutualDistillation(direction=direction, temperature=temperature)
+    losses, grads = kd({"local": z_loc, "lite": z_lite}, y, w)
+
+    def per_sample(logits, y):
+        t = temperature
+        out = {}
+        for role, other, (a, b) in (("local", "lite", (0.4, 0.6)), ("lite", "local", (0.5, 0.5))):
+            s, te = (logits[role] / t).log_softmax(-1), (logits[other].detach() / t).log_softmax(-1)
+            kl = (te.exp() * (te - s)).sum(-1) if direction == "dml" else (s.exp() * (s - te)).sum(-1)
+            ce = F.cross_entropy(logits[role].flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
+            out[role] = a * ce + b * kl * t * t
+        return out
+
+    ref_losses, ref_grads = autograd_loss(per_sample)({"local": z_loc, "lite": z_lite}, y, w)
+    for role in ("local", "lite"):
+        torch.testing.assert_close(losses[role], ref_losses[role])
+        torch.testing.assert_close(grads[role], ref_grads[role])
+
+
+def test_evaluate_stack_counts(digits):
+    arch = build_model("mlr", (1, 8, 8), 10)
+    stack = Stack.broadcast(arch, arch.init(torch.Generator().manual_seed(0)), 2)
+    parts = [torch.arange(0, 30), torch.arange(30, 35)]
+    res = evaluate_stack(stack, digits.x_train, digits.y_train, parts, batch_size=8)
+    module = arch.module()
+    torch.nn.utils.vector_to_parameters(stack.rows()[0], module.parameters())
+    with torch.no_grad():
+        out = module(digits.x_train[:30])
+    assert float(res.accuracy[0]) == pytest.approx(float((out.argmax(1) == digits.y_train[:30]).float().mean()))
+    assert float(res.loss[0]) == pytest.approx(float(F.cross_entropy(out, digits.y_train[:30])), rel=1e-5)
+    torch.testing.assert_close(res.soft_labels.sum(1), torch.ones(2))
+    assert res.count.tolist() == [30, 5]

@@ -1,0 +1,1 @@
+"""The ``fl-gym`` command line: training, comparison, benchmarks."""
