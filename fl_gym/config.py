@@ -57,6 +57,12 @@ class FederationConfig:
         soft_labels: report each trained model's mean softmax output on its training data.
         device: torch device for data and training.
         eval_batch_size: samples per client per evaluation batch.
+        num_threads: if set, ``torch.set_num_threads`` when the federation is built
+            (process-wide; 1 is fastest for the small default models on 2 cores, see
+            docs/performance.md).
+        keep_freed_memory: on CPU, keep freed memory in the heap for reuse
+            (:func:`fl_gym.engine.allocator.keep_freed_memory`, process-wide; up to 1.4x faster
+            rounds with large activations, at the cost of holding peak memory).
     """
 
     dataset: str = "digits"
@@ -85,6 +91,8 @@ class FederationConfig:
     soft_labels: bool = False
     device: str = "cpu"
     eval_batch_size: int = 512
+    num_threads: int | None = None
+    keep_freed_memory: bool = True
 
     def __post_init__(self) -> None:
         require_choice("dataset", self.dataset, DATASETS)
@@ -108,6 +116,8 @@ class FederationConfig:
                 self.aggregation, "'datasize' or 'uniform' when local_test='none' (entropy_acc needs local accuracy)")
         require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
         require(is_int_at_least(self.eval_batch_size, 1), "eval_batch_size", self.eval_batch_size, "an integer >= 1")
+        require(self.num_threads is None or is_int_at_least(self.num_threads, 1), "num_threads", self.num_threads,
+                "None or an integer >= 1")
         require(self.partition.kind != "natural" or self.dataset == "synthetic", "partition.kind",
                 self.partition.kind, "'natural' only with dataset='synthetic'")
 

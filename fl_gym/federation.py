@@ -28,6 +28,7 @@ from fl_gym.config import FederationConfig
 from fl_gym.data.datasets import Dataset, load_dataset
 from fl_gym.data.partition import holdout_split, matched_test_split, partition
 from fl_gym.data.report import PartitionReport
+from fl_gym.engine.allocator import keep_freed_memory
 from fl_gym.engine.evaluate import evaluate_models, evaluate_stack
 from fl_gym.engine.losses import cross_entropy
 from fl_gym.engine.schedule import local_steps, make_schedule
@@ -60,6 +61,10 @@ class Federation:
     def __init__(self, config: FederationConfig, scenario_seed: int = 0, dataset: Dataset | None = None) -> None:
         self.config = cfg = config
         self.device = torch.device(cfg.device)
+        if cfg.num_threads is not None:
+            torch.set_num_threads(cfg.num_threads)
+        if cfg.train and cfg.keep_freed_memory and self.device.type == "cpu":
+            keep_freed_memory()
         data = dataset if dataset is not None else load_dataset(
             cfg.dataset, root=cfg.data_root, download=cfg.download, **dict(cfg.dataset_kwargs))
         self.num_classes = data.num_classes

@@ -28,6 +28,20 @@ def _fedavg(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from fl_gym.training.bench import SCENARIOS, engine_benchmark, engine_table
+
+    scenarios = args.scenarios.split(",")
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"--scenarios={unknown} is out of range; allowed: {', '.join(SCENARIOS)}")
+    threads = [int(t) for t in args.threads.split(",")]
+    results = engine_benchmark(scenarios, threads, args.device, args.repeats, args.loop_repeats,
+                               progress=lambda m: print(m, file=sys.stderr))
+    print(engine_table(results))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = argparse.ArgumentParser(prog="fl-gym", description="Federated learning as Gymnasium environments.")
@@ -44,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for small models)")
     p.set_defaults(func=_fedavg)
+    p = sub.add_parser("bench", help="time the batched engine against the per-client loop")
+    p.add_argument("--scenarios", default="S3,S4,S1,S2", help="comma-separated: S1,S2,S3,S4,S1-100,S2-100")
+    p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--repeats", type=int, default=7, help="timed runs of the batched engine (median)")
+    p.add_argument("--loop-repeats", type=int, default=3, help="timed runs of the per-client loop (median)")
+    p.set_defaults(func=_bench)
     return parser
 
 

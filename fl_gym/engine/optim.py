@@ -70,11 +70,20 @@ class StackOptimizer:
         self.anchor = (stack.flat.clone() if anchor is None else anchor) if prox_mu else None
         self.t = 0
         self._state = [torch.zeros_like(stack.flat) for _ in range(2 if cfg.name == "adam" else int(cfg.momentum > 0))]
-        self._rate = expand_rates(lr, stack.arch.sizes, stack.k)
+        uniform = bool((lr == lr[0]).all())
+        self._scalar = float(lr[0]) if uniform else None  # one rate for everyone: a scalar alpha, no buffer
+        self._rate = None if uniform else expand_rates(lr, stack.arch.sizes, stack.k)
 
     def set_active(self, active: int) -> None:
         """Freeze the clients from ``active`` on (they finished their local steps)."""
         self._rate = expand_rates(self.lr, self.stack.arch.sizes, active)
+
+    def _descend(self, update: Tensor, scale: float = 1.0) -> None:
+        """``w -= scale * lr * update``, per client."""
+        if self._rate is None:
+            self.stack.flat.add_(update, alpha=-scale * self._scalar)
+        else:
+            self.stack.flat.addcmul_(update, self._rate, value=-scale)
 
     def step(self, grad: Tensor) -> None:
         """Apply one update from the flat gradient buffer ``grad`` (modified in place)."""
@@ -90,12 +99,12 @@ class StackOptimizer:
             m.mul_(b1).add_(grad, alpha=1 - b1)
             v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
             denom = v.sqrt().div_(math.sqrt(1 - b2 ** self.t)).add_(cfg.eps)
-            p.addcmul_(m.div(denom), self._rate, value=-1.0 / (1 - b1 ** self.t))
+            self._descend(m.div(denom), 1.0 / (1 - b1 ** self.t))
             return
         if cfg.momentum:
             buf = self._state[0]
             grad = buf.mul_(cfg.momentum).add_(grad)
-        p.addcmul_(grad, self._rate, value=-1.0)
+        self._descend(grad)
 
 
 def expand_rates(lr: Tensor, sizes: list[int], active: int) -> Tensor:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from fl_gym.models.layers import CHANNELS_LAST, Conv2d, Layer
+from fl_gym.models.layers import CHANNELS_LAST, Conv2d, Layer, MaxPool2d, ReLU
 
 
 class Architecture:
@@ -45,11 +45,12 @@ class Architecture:
         self.fan_ins = [layer.fan_in for layer in self.layers for _ in layer.param_shapes]
         self.sizes = [math.prod(s) for s in self.param_shapes]
         self.num_params = sum(self.sizes)
-        first = [i for i, layer in enumerate(self.layers) if layer.param_shapes]
+        self._exec = _pool_before_relu(self.layers)
+        first = [i for i, layer in enumerate(self._exec) if layer.param_shapes]
         self._first_param_layer = first[0]
-        self.grouped = isinstance(self.layers[first[0]], Conv2d)
+        self.grouped = isinstance(self._exec[first[0]], Conv2d)
         self._spans, lo = [], 0
-        for layer in self.layers:
+        for layer in self._exec:
             self._spans.append((lo, lo + len(layer.param_shapes)))
             lo += len(layer.param_shapes)
 
@@ -86,17 +87,17 @@ class Architecture:
 
     def gather(self, x_all: Tensor, idx: Tensor) -> Tensor:
         """Fetch a ``(K, B)`` index batch from the data tensor in the first layer's layout."""
-        if not self.grouped:
-            return x_all[idx]
         k, b = idx.shape
-        x = x_all[idx.t().reshape(-1)]
+        if not self.grouped:  # index_select on a flat index is 4x faster than x_all[idx]
+            return torch.index_select(x_all, 0, idx.reshape(-1)).view(k, b, *x_all.shape[1:])
+        x = torch.index_select(x_all, 0, idx.t().reshape(-1))
         return x.view(b, k * x.shape[1], *x.shape[2:]).contiguous(memory_format=CHANNELS_LAST)
 
     def forward(self, params: list[Tensor], x: Tensor, train: bool = False,
                 gen: torch.Generator | None = None) -> tuple[Tensor, list[object]]:
         """Logits ``(K, B, C)`` for a batch in :meth:`gather` layout, and the tape for :meth:`backward`."""
         tape = []
-        for layer, (lo, hi) in zip(self.layers, self._spans, strict=True):
+        for layer, (lo, hi) in zip(self._exec, self._spans, strict=True):
             x, saved = layer.forward(x, params[lo:hi], train, gen)
             tape.append(saved)
         return x, tape
@@ -105,13 +106,28 @@ class Architecture:
         """Write the gradients of the loss into ``grads`` (same views as ``params``)."""
         dy = dlogits
         stop = self._first_param_layer
-        for i in range(len(self.layers) - 1, stop - 1, -1):
+        for i in range(len(self._exec) - 1, stop - 1, -1):
             lo, hi = self._spans[i]
-            dy = self.layers[i].backward(dy, params[lo:hi], tape[i], grads[lo:hi], i > stop)
+            dy = self._exec[i].backward(dy, params[lo:hi], tape[i], grads[lo:hi], i > stop)
 
     def module(self) -> nn.Sequential:
         """The same network as a plain single-client ``nn.Sequential`` (the reference)."""
         return nn.Sequential(*(layer.module() for layer in self.layers))
+
+
+def _pool_before_relu(layers: list[Layer]) -> list[Layer]:
+    """Execution order with every ReLU -> MaxPool pair swapped.
+
+    ``maxpool(relu(x)) == relu(maxpool(x))`` (max commutes with a monotone function), and the
+    gradients agree too: a window whose maximum is <= 0 passes no gradient either way. Pooling
+    first runs the ReLU on a quarter of the values. :meth:`Architecture.module` keeps the
+    original order.
+    """
+    out = list(layers)
+    for i in range(len(out) - 1):
+        if isinstance(out[i], ReLU) and isinstance(out[i + 1], MaxPool2d):
+            out[i], out[i + 1] = out[i + 1], out[i]
+    return out
 
 
 class Stack:
@@ -150,7 +166,12 @@ class Stack:
     @classmethod
     def broadcast(cls, arch: Architecture, vector: Tensor, k: int) -> Stack:
         """K copies of one ``(P,)`` vector."""
-        return cls.from_rows(arch, vector.unsqueeze(0).expand(k, -1))
+        stack = cls(arch, vector.new_empty(k * arch.num_params))
+        lo = 0
+        for block, size in zip(stack.blocks, arch.sizes, strict=True):
+            block.view(k, size).copy_(vector[lo: lo + size].expand(k, size))
+            lo += size
+        return stack
 
     def rows(self) -> Tensor:
         """The clients' parameters as ``(K, P)`` vectors."""

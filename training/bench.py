@@ -1,0 +1,183 @@
+"""Benchmarks: the batched engine against the naive per-client loop, on the same work.
+
+Each scenario times one FL round of local training (building the batch schedule plus training
+every client) both ways, as the median of repeated runs after a warm-up (the two ways
+interleaved, so that a noisy machine slows both alike), and reports the ratio and the achieved
+GFLOP/s against the machine's measured matmul peak at the same thread count.
+
+* S3: ``digits``, 10 clients x ~144 samples, batch 10, 2 epochs (overhead-bound, the envs' default);
+* S4: the same with 100 clients x 144 samples (drawn from ``digits``, overlapping across clients);
+* S1: 10 clients x 600 samples of 1x28x28, batch 32, 1 epoch, MLP 784-200-200-10 (compute-bound);
+* S2: the same with FedAdp's CNN (1.66 M parameters);
+* on a GPU also S1/S2 with 100 clients.
+
+S1/S2 use random tensors of MNIST's shape: time does not depend on pixel values.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fl_gym.data import iid_split, load_dataset
+from fl_gym.engine import Member, OptimizerConfig, local_steps, make_schedule, train_cohort
+from fl_gym.engine.allocator import keep_freed_memory
+from fl_gym.engine.reference import reference_train
+from fl_gym.models import Stack, build_model
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One benchmark workload."""
+
+    name: str
+    model: str
+    clients: int
+    samples: int | None  # per client; None = an even split of digits
+    batch_size: int
+    epochs: int
+    image: tuple[int, ...]
+
+
+SCENARIOS = {
+    "S3": [Scenario("S3", m, 10, None, 10, 2, (1, 8, 8)) for m in ("mlp-small", "cnn-small")],
+    "S4": [Scenario("S4", m, 100, 144, 10, 2, (1, 8, 8)) for m in ("mlp-small", "cnn-small")],
+    "S1": [Scenario("S1", "mlp-large", 10, 600, 32, 1, (1, 28, 28))],
+    "S2": [Scenario("S2", "fedadp-cnn", 10, 600, 32, 1, (1, 28, 28))],
+    "S1-100": [Scenario("S1-100", "mlp-large", 100, 600, 32, 1, (1, 28, 28))],
+    "S2-100": [Scenario("S2-100", "fedadp-cnn", 100, 600, 32, 1, (1, 28, 28))],
+}
+
+
+def _data(sc: Scenario, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    rng = np.random.default_rng(0)
+    if sc.image == (1, 8, 8):
+        d = load_dataset("digits")
+        x, y = d.x_train, d.y_train
+        n = len(y)
+        if sc.samples is None:
+            parts = iid_split(n, sc.clients, rng)
+        else:
+            parts = [np.sort(rng.choice(n, sc.samples, replace=False)) for _ in range(sc.clients)]
+    else:
+        g = torch.Generator().manual_seed(0)
+        n = sc.clients * sc.samples
+        x, y = torch.randn(n, *sc.image, generator=g), torch.randint(0, 10, (n,), generator=g)
+        parts = np.array_split(np.arange(n), sc.clients)
+    return x.to(device), y.to(device), [torch.as_tensor(p, device=device) for p in parts]
+
+
+def _timed(fn: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def interleaved_medians(fns: list[Callable[[], object]], repeats: list[int], device: torch.device) -> list[float]:
+    """Median seconds of each function after one warm-up, runs interleaved so drifts hit all alike."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(max(repeats)):
+        for fn, n, out in zip(fns, repeats, times, strict=True):
+            if r < n:
+                out.append(_timed(fn, device))
+    return [statistics.median(t) for t in times]
+
+
+def matmul_peak(device: torch.device, size: int = 2048, repeats: int = 5) -> float:
+    """Measured float32 matmul GFLOP/s at the current thread count."""
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    (seconds,) = interleaved_medians([lambda: torch.mm(a, b)], [repeats], device)
+    return 2 * size ** 3 / seconds / 1e9
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """One row of the engine table."""
+
+    scenario: str
+    model: str
+    clients: int
+    threads: int
+    batched_ms: float
+    loop_ms: float
+    gflops_batched: float
+    gflops_loop: float
+    peak: float
+
+    @property
+    def speedup(self) -> float:
+        """Loop time over batched time."""
+        return self.loop_ms / self.batched_ms
+
+
+def run_engine_scenario(sc: Scenario, device: torch.device, repeats: int, loop_repeats: int, peak: float
+                        ) -> EngineResult:
+    """Time one scenario both ways."""
+    x, y, parts = _data(sc, device)
+    arch = build_model(sc.model, sc.image, 10)
+    start = arch.init(torch.Generator().manual_seed(0)).to(device)
+    sizes = np.array([len(p) for p in parts])
+    steps = local_steps(sizes, np.full(sc.clients, sc.epochs), sc.batch_size)
+    order = np.argsort(-steps, kind="stable")
+    cohort, steps = [parts[i] for i in order], steps[order]
+    lr = torch.full((sc.clients,), 0.01, device=device)
+    opt = OptimizerConfig()
+
+    def schedule():
+        return make_schedule(cohort, steps, sc.batch_size, torch.Generator(device=device).manual_seed(1))
+
+    def batched():
+        stack = Stack.broadcast(arch, start, sc.clients)
+        train_cohort([Member("model", stack)], x, y, schedule(), lr, opt)
+
+    def loop():
+        reference_train(arch, start.expand(sc.clients, -1), x, y, schedule(), lr, opt)
+
+    t_batched, t_loop = interleaved_medians([batched, loop], [repeats, loop_repeats], device)
+    flops = arch.train_flops_per_sample * float(sizes.sum() * sc.epochs)
+    return EngineResult(sc.name, sc.model, sc.clients, torch.get_num_threads(), t_batched * 1e3, t_loop * 1e3,
+                        flops / t_batched / 1e9, flops / t_loop / 1e9, peak)
+
+
+def engine_table(results: list[EngineResult]) -> str:
+    """Markdown table of engine results."""
+    head = ("| scenario | model | clients | threads | batched ms/round | loop ms/round | speed-up | "
+            "batched GFLOP/s | loop GFLOP/s | matmul peak GFLOP/s | batched % of peak |")
+    rows = [head, "|" + "---|" * 11]
+    for r in results:
+        rows.append(f"| {r.scenario} | {r.model} | {r.clients} | {r.threads} | {r.batched_ms:.1f} | {r.loop_ms:.1f} | "
+                    f"{r.speedup:.1f}x | {r.gflops_batched:.1f} | {r.gflops_loop:.1f} | {r.peak:.0f} | "
+                    f"{100 * r.gflops_batched / r.peak:.0f}% |")
+    return "\n".join(rows)
+
+
+def engine_benchmark(scenarios: list[str], threads: list[int], device: str = "cpu", repeats: int = 7,
+                     loop_repeats: int = 3, progress: Callable[[str], None] = print) -> list[EngineResult]:
+    """Run the named scenarios at each thread count; returns one result per (threads, scenario, model)."""
+    dev = torch.device(device)
+    keep_freed_memory()  # as the Federation does; applies to both paths
+    results = []
+    previous = torch.get_num_threads()
+    try:
+        for n in threads:
+            torch.set_num_threads(n)
+            peak = matmul_peak(dev)
+            for name in scenarios:
+                for sc in SCENARIOS[name]:
+                    progress(f"{sc.name} {sc.model} x{sc.clients} on {device}, {n} thread(s)...")
+                    results.append(run_engine_scenario(sc, dev, repeats, loop_repeats, peak))
+    finally:
+        torch.set_num_threads(previous)
+    return results
