@@ -8,10 +8,12 @@ from fl_gym.clock import ClockConfig, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
 from fl_gym.data import PartitionConfig, load_dataset
 from fl_gym.engine import MutualDistillation, OptimizerConfig, PFedMeConfig
+from fl_gym.envs import register_envs
 from fl_gym.federation import Federation
 from fl_gym.records import RoundPlan, RoundReport
 
 __version__ = "0.1.0"
+register_envs()
 
 __all__ = [
     "ClockConfig", "DeviceProfiles", "Federation", "FederationConfig", "MutualDistillation", "OptimizerConfig",

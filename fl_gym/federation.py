@@ -25,7 +25,7 @@ import torch
 from fl_gym.aggregation import ServerOptimizer, aggregation_weights, weighted_average
 from fl_gym.clock import Clock, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
-from fl_gym.data.datasets import Dataset, load_dataset
+from fl_gym.data.datasets import TORCHVISION, Dataset, label_only, load_dataset
 from fl_gym.data.partition import holdout_split, matched_test_split, partition
 from fl_gym.data.report import PartitionReport
 from fl_gym.engine.allocator import keep_freed_memory
@@ -47,7 +47,9 @@ class Federation:
         config: the validated configuration.
         scenario_seed: seeds the static scenario (partition, local test splits, device profiles)
             and, until :meth:`reset` is called with another seed, the episode.
-        dataset: an already loaded data set to use instead of loading ``config.dataset``.
+        dataset: an already loaded data set to use instead of loading ``config.dataset``. A
+            timing-only federation (``train=False``) on a torchvision data set uses its nominal
+            class counts (:func:`fl_gym.data.datasets.label_only`) and needs no files.
 
     Attributes:
         sizes: ``(K,)`` training samples per client.
@@ -65,8 +67,12 @@ class Federation:
             torch.set_num_threads(cfg.num_threads)
         if cfg.train and cfg.keep_freed_memory and self.device.type == "cpu":
             keep_freed_memory()
-        data = dataset if dataset is not None else load_dataset(
-            cfg.dataset, root=cfg.data_root, download=cfg.download, **dict(cfg.dataset_kwargs))
+        if dataset is not None:
+            data = dataset
+        elif not cfg.train and cfg.dataset in TORCHVISION:  # the clock needs label counts, not pixels
+            data = label_only(cfg.dataset)
+        else:
+            data = load_dataset(cfg.dataset, root=cfg.data_root, download=cfg.download, **dict(cfg.dataset_kwargs))
         self.num_classes = data.num_classes
         scenario = np.random.default_rng(scenario_seed)
         train_parts, test_parts = self._split(data, scenario)
@@ -88,6 +94,11 @@ class Federation:
         self.profiles = DeviceProfiles.draw(cfg.num_clients, cfg.clock, scenario)
         self.clock = Clock(cfg.clock, self.profiles)
         self._nb = np.ceil(self.sizes / cfg.batch_size)
+        self._free_comm = math.isinf(cfg.clock.bandwidth)
+        self._no_learning = _no_learning(cfg.num_clients, len(self.archs), self.num_classes)
+        for value in self._no_learning.values():  # shared by every timing-only report: read-only
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
         self.reset(scenario_seed)
 
     @property
@@ -114,9 +125,11 @@ class Federation:
         """Start a new episode: fresh global models, server state and clock; same scenario."""
         cfg = self.config
         self.rng = np.random.default_rng(seed)
-        gen = self._torch_generator()
-        self.global_models = [a.init(gen, self.device) for a in self.archs]
-        self.companion_model = self.companion_arch.init(gen, self.device) if self.companion_arch else None
+        self.global_models, self.companion_model = [], None
+        if cfg.train:  # a timing-only federation has no models
+            gen = self._torch_generator()
+            self.global_models = [a.init(gen, self.device) for a in self.archs]
+            self.companion_model = self.companion_arch.init(gen, self.device) if self.companion_arch else None
         mix = cfg.pfedme.beta if cfg.algorithm == "pfedme" else 1.0
         self._servers = [ServerOptimizer(cfg.server, mix) for _ in self.archs]
         self._companion_server = ServerOptimizer(cfg.server)
@@ -129,11 +142,6 @@ class Federation:
         """Draw the next round's device dynamics from the episode generator."""
         return RoundLoad.draw(self.num_clients, self.config.clock, self.rng)
 
-    def probe_times(self, load: RoundLoad) -> np.ndarray:
-        """``(K,)`` time of one epoch of the companion (else the first model): HAPFL's ``T^d``."""
-        cost = self.companion_cost if self.companion_arch else self.model_costs[0]
-        return self.clock.epoch_time(self.sizes, cost, load)
-
     def run_round(self, plan: RoundPlan, load: RoundLoad | None = None) -> RoundReport:
         """Run one FL round under ``plan``; ``load`` defaults to a fresh :meth:`draw_load`."""
         cfg, k_all = self.config, self.num_clients
@@ -143,28 +151,31 @@ class Federation:
         times = self._times(plan, steps, load)
         self.round += 1
         self.elapsed += times["round_time"]
-        learn = self._learn(plan, steps) if cfg.train else _no_learning(k_all, len(self.archs), self.num_classes)
+        learn = self._learn(plan, steps) if cfg.train else self._no_learning
         return RoundReport(round=self.round, selected=plan.selected.copy(),
                            aggregated=plan.aggregate & (steps > 0), model=plan.model.copy(),
                            clock=self.elapsed, **times, **learn)
 
     def _times(self, plan: RoundPlan, steps: np.ndarray, load: RoundLoad) -> dict:
-        sel = plan.selected
+        sel, uploads = plan.selected, plan.aggregate & (steps > 0)
         epochs = steps / self._nb
         cost = self.model_costs[plan.model] + self.companion_cost
-        probe = self.clock.epoch_time(self.sizes, self.companion_cost, load) if self.companion_arch else 0.0 * cost
+        probe = self.clock.epoch_time(self.sizes, self.companion_cost, load)
         train = self.clock.train_time(self.sizes, epochs, cost, load)
         nbytes = self.model_bytes[plan.model] + self.companion_bytes
-        download = self.clock.download_time(nbytes)
-        upload = self.clock.upload_time(nbytes) * plan.aggregate
-        client = download + probe + train + upload
-        nan = np.where(sel, 1.0, math.nan)
+        if self._free_comm:
+            download = upload = np.zeros_like(train)
+        else:
+            download, upload = self.clock.download_time(nbytes), self.clock.upload_time(nbytes) * plan.aggregate
+        compute = probe + train
+        client = download + compute + upload
+        rows = np.stack([epochs, probe, train, compute, download, upload, client])
+        rows[:, ~sel] = math.nan
         active = client[sel]
-        return dict(epochs=epochs * nan, probe_time=probe * nan, train_time=train * nan,
-                    compute_time=(probe + train) * nan, download_time=download * nan, upload_time=upload * nan,
-                    client_time=client * nan, round_time=float(active.max()) + self.config.clock.aggregation_time,
-                    straggling_latency=float(active.max() - active.min()),
-                    upload_bytes=float((nbytes * (plan.aggregate & (steps > 0))).sum()))
+        return dict(zip(("epochs", "probe_time", "train_time", "compute_time", "download_time", "upload_time",
+                         "client_time"), rows, strict=True),
+                    round_time=float(active.max()) + self.config.clock.aggregation_time,
+                    straggling_latency=float(active.max() - active.min()), upload_bytes=float(nbytes @ uploads))
 
     # ---- learning -------------------------------------------------------------------------------
 

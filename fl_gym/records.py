@@ -54,15 +54,16 @@ class RoundPlan:
         sel = self.selected
         if not sel.any():
             raise ValueError("plan.selected is all False; allowed: at least one selected client")
-        if np.any((self.model[sel] < 0) | (self.model[sel] >= num_models)):
-            raise ValueError(f"plan.model={self.model[sel].tolist()} is out of range; allowed: 0..{num_models - 1}")
-        if not np.all(np.isfinite(self.epochs[sel]) & (self.epochs[sel] >= 0)):
-            raise ValueError(f"plan.epochs={self.epochs[sel].tolist()} is out of range; allowed: floats >= 0")
-        if not np.all(np.isfinite(self.lr[sel]) & (self.lr[sel] > 0)):
-            raise ValueError(f"plan.lr={self.lr[sel].tolist()} is out of range; allowed: floats > 0")
-        if np.any(self.aggregate & ~sel):
+        model, epochs, lr = self.model[sel], self.epochs[sel], self.lr[sel]
+        if model.min() < 0 or model.max() >= num_models:
+            raise ValueError(f"plan.model={model.tolist()} is out of range; allowed: 0..{num_models - 1}")
+        if not (np.isfinite(epochs).all() and epochs.min() >= 0):
+            raise ValueError(f"plan.epochs={epochs.tolist()} is out of range; allowed: floats >= 0")
+        if not (np.isfinite(lr).all() and lr.min() > 0):
+            raise ValueError(f"plan.lr={lr.tolist()} is out of range; allowed: floats > 0")
+        if (self.aggregate & ~sel).any():
             raise ValueError("plan.aggregate marks unselected clients; allowed: a subset of plan.selected")
-        if self.weight is not None and not np.all(np.isfinite(self.weight) & (self.weight >= 0)):
+        if self.weight is not None and not (np.isfinite(self.weight).all() and self.weight.min() >= 0):
             raise ValueError(f"plan.weight={self.weight.tolist()} is out of range; allowed: floats >= 0")
 
 

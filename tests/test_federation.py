@@ -66,9 +66,8 @@ def test_reset_restarts_the_episode_but_keeps_the_scenario(tiny_config):
 
 def test_timing_only_federation_reports_times_without_learning(tiny_config):
     fed = Federation(tiny_config.replace(train=False), scenario_seed=0)
-    before = fed.global_models[0].clone()
     rep = fed.run_round(RoundPlan.make(4, lr=0.05, selected=np.array([1, 1, 0, 1], bool)))
-    assert torch.equal(before, fed.global_models[0])
+    assert fed.global_models == []
     assert math.isnan(rep.accuracy) and np.all(np.isnan(rep.loss))
     assert np.isnan(rep.client_time[2]) and np.all(rep.client_time[[0, 1, 3]] > 0)
     assert rep.round_time == pytest.approx(np.nanmax(rep.client_time))

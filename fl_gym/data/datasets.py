@@ -92,6 +92,27 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, download: 
     return _torchvision(name, str(Path(root) if root is not None else default_root()), download)
 
 
+_NOMINAL = {  # input shape, classes, train and test samples per class
+    "mnist": ((1, 28, 28), 10, 6000, 1000), "fashionmnist": ((1, 28, 28), 10, 6000, 1000),
+    "emnist-letters": ((1, 28, 28), 26, 4800, 800), "cifar10": ((3, 32, 32), 10, 5000, 1000),
+    "cifar100": ((3, 32, 32), 100, 500, 100),
+}
+
+
+def label_only(name: str) -> Dataset:
+    """A torchvision data set's nominal class counts and input shape, without pixels.
+
+    For simulations that run only the clock (timing-only federations need label counts for the
+    partition and data sizes, never images), so they work without the files.
+    """
+    require_choice("dataset", name, tuple(_NOMINAL))
+    shape, classes, n_train, n_test = _NOMINAL[name]
+    empty = torch.zeros(1, *shape)
+    return Dataset(f"{name} (labels only)", empty.expand(classes * n_train, *shape),
+                   torch.arange(classes).repeat_interleave(n_train), empty.expand(classes * n_test, *shape),
+                   torch.arange(classes).repeat_interleave(n_test), classes)
+
+
 def _normalise(x_train: torch.Tensor, x_test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Standardise per channel with the training set's mean and std."""
     dims = [0] + list(range(2, x_train.dim()))

@@ -1,0 +1,218 @@
+"""Fixed policies for the HAPFL envs (spec ``hapfl.md`` section 9.5).
+
+Every policy has SB3's ``predict(observation, state=None, episode_start=None, deterministic=True)``
+and accepts one observation or a batch, so one evaluation loop runs fixed and learned policies
+alike. A policy decides sizes from ``S^1`` (or the epoch split from ``S^2``) and writes them in
+the action format of the env's view through :class:`~fl_gym.envs.hetero_actions.HeteroSpec`.
+
+| policy | sizes | epoch split | role |
+|---|---|---|---|
+| :class:`UniformPolicy` | one size for all | equal | FedAvg/FedProx/pFedMe allocation |
+| :class:`RandomPolicy` | uniform random | Dirichlet(1) | floor |
+| :class:`GreedyBySpeedPolicy` | ``delta`` equal groups by ``S^1``, fastest largest | equal | sizes-only ablation |
+| :class:`InverseTimePolicy` | one size | ``sigma ∝ 1/S^2`` | "RL intensity only"; optimum of ``R^2`` |
+| :class:`BalancedOraclePolicy` | minimise ``max/min`` of ``M(s_i) S^1_i`` | ``sigma ∝ 1/S^2`` | analytic reference |
+| :class:`HAPFLPolicy` | PPO1 | PPO2 on ``M(sizes) S^1`` | the method |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from fl_gym.envs.hetero_actions import HeteroSpec
+from fl_gym.envs.hetero_config import SIZE_NAMES
+from gymnasium import Env
+
+
+def _spec(env_or_spec: Env | HeteroSpec) -> HeteroSpec:
+    return env_or_spec if isinstance(env_or_spec, HeteroSpec) else env_or_spec.unwrapped.hetero
+
+
+class HeteroPolicy:
+    """Base of the fixed HAPFL policies: sizes from ``S^1``, split from ``S^2``, encoded for the view.
+
+    Args:
+        env: a HAPFL env (or its :class:`~fl_gym.envs.hetero_actions.HeteroSpec`).
+    """
+
+    def __init__(self, env: Env | HeteroSpec) -> None:
+        self.hetero = _spec(env)
+
+    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """Action(s) for one observation ``(d,)`` or a batch ``(n, d)``."""
+        obs = np.asarray(observation, dtype=np.float64)
+        rows = obs if obs.ndim == 2 else obs[None]
+        actions = np.stack([self._act(row) for row in rows])
+        return (actions if obs.ndim == 2 else actions[0]), state
+
+    def _act(self, row: np.ndarray) -> np.ndarray:
+        h, base = self.hetero, row[: self.hetero.clients_per_round]
+        if h.view == "intensity":
+            return h.encode(None, self.split(base))
+        sizes = self.sizes(base)
+        sigma = self.split(h.time_ratio[sizes] * base) if h.view == "joint" else None
+        return h.encode(sizes, sigma)
+
+    def sizes(self, s1: np.ndarray) -> np.ndarray:
+        """Size index per slot from ``S^1``."""
+        raise NotImplementedError
+
+    def split(self, s2: np.ndarray) -> np.ndarray:
+        """Epoch shares from ``S^2`` (default: equal)."""
+        return np.full(len(s2), 1.0 / len(s2))
+
+
+def _size_index(spec: HeteroSpec, size: str) -> int:
+    names = SIZE_NAMES[spec.num_sizes]
+    if size not in names:
+        raise ValueError(f"size={size!r} is out of range; allowed: one of {', '.join(names)}")
+    return names.index(size)
+
+
+class UniformPolicy(HeteroPolicy):
+    """Everyone gets ``size`` and ``E_loc`` epochs: FedAvg's allocation (McMahan et al., 2017).
+
+    Combine with ``algorithm="fedavg"``, ``"fedprox"`` or ``"pfedme"`` in the torch backend for the
+    paper's three baselines.
+    """
+
+    def __init__(self, env: Env | HeteroSpec, size: str = "large") -> None:
+        super().__init__(env)
+        self.size = _size_index(self.hetero, size)
+
+    def sizes(self, s1):
+        return np.full(len(s1), self.size)
+
+
+class RandomPolicy(HeteroPolicy):
+    """Uniform random sizes and a Dirichlet(1) split: the floor."""
+
+    def __init__(self, env: Env | HeteroSpec, seed: int | None = None) -> None:
+        super().__init__(env)
+        self.rng = np.random.default_rng(seed)
+
+    def sizes(self, s1):
+        return self.rng.integers(0, self.hetero.num_sizes, len(s1))
+
+    def split(self, s2):
+        return self.rng.dirichlet(np.ones(len(s2)))
+
+
+class GreedyBySpeedPolicy(HeteroPolicy):
+    """Rank clients by ``S^1``, cut ``delta`` equal-count groups; the fastest group gets the largest model."""
+
+    def sizes(self, s1):
+        order = np.argsort(s1, kind="stable")
+        sizes = np.empty(len(s1), np.int64)
+        for g, members in enumerate(np.array_split(order, self.hetero.num_sizes)):
+            sizes[members] = self.hetero.num_sizes - 1 - g
+        return sizes
+
+
+class InverseTimePolicy(HeteroPolicy):
+    """A fixed size and ``sigma_i ∝ 1/S^2_i``: equal local-training time, the analytic optimum of ``R^2``."""
+
+    def __init__(self, env: Env | HeteroSpec, size: str = "large") -> None:
+        super().__init__(env)
+        self.size = _size_index(self.hetero, size)
+
+    def sizes(self, s1):
+        return np.full(len(s1), self.size)
+
+    def split(self, s2):
+        inv = 1.0 / np.asarray(s2, dtype=np.float64)
+        return inv / inv.sum()
+
+
+def balanced_sizes(s1: np.ndarray, time_ratio: np.ndarray) -> np.ndarray:
+    """Sizes minimising ``max_i / min_i`` of ``M(s_i) S^1_i``, exactly.
+
+    The ``k * delta`` candidates ``log(M(s) S^1_i)`` are sorted and the narrowest window holding a
+    candidate of every client is found by a sliding window (the "smallest range covering k
+    lists" problem, ``O(k delta log(k delta))``); each client then gets the largest size whose
+    candidate lies in the window.
+    """
+    k, d = len(s1), len(time_ratio)
+    cand = np.log(np.asarray(s1, np.float64))[:, None] + np.log(np.asarray(time_ratio, np.float64))[None, :]
+    flat, owner = cand.ravel(), np.repeat(np.arange(k), d)
+    order = np.argsort(flat, kind="stable")
+    counts, covered, lo = np.zeros(k, np.int64), 0, 0
+    best = (np.inf, 0.0, 0.0)
+    for hi in range(k * d):
+        o = owner[order[hi]]
+        counts[o] += 1
+        covered += counts[o] == 1
+        while covered == k:
+            width = flat[order[hi]] - flat[order[lo]]
+            if width < best[0]:
+                best = (width, flat[order[lo]], flat[order[hi]])
+            o_lo = owner[order[lo]]
+            counts[o_lo] -= 1
+            covered -= counts[o_lo] == 0
+            lo += 1
+    _, low, high = best
+    inside = (cand >= low - 1e-12) & (cand <= high + 1e-12)
+    return (d - 1 - np.argmax(inside[:, ::-1], axis=1)).astype(np.int64)
+
+
+class BalancedOraclePolicy(HeteroPolicy):
+    """Sizes that balance per-epoch cost exactly (:func:`balanced_sizes`) and ``sigma ∝ 1/S^2``.
+
+    The analytic reference for HAPFL: with noise and drift off it solves both rewards from the
+    observation; the env's default dynamics keep it from being exact.
+    """
+
+    def sizes(self, s1):
+        return balanced_sizes(s1, self.hetero.time_ratio)
+
+    split = InverseTimePolicy.split
+
+
+class HAPFLPolicy(HeteroPolicy):
+    """HAPFL: a frozen PPO1 picks sizes from ``S^1``, a frozen PPO2 splits epochs from ``M(sizes) S^1``.
+
+    Args:
+        env: the joint env (``FLHetero-v0``) it acts on.
+        ppo1: a predictor on ``FLHeteroAlloc-v0``'s spaces.
+        ppo2: a predictor on ``FLHeteroIntensity-v0``'s spaces.
+    """
+
+    def __init__(self, env: Env | HeteroSpec, ppo1: Any, ppo2: Any) -> None:
+        super().__init__(env)
+        h = self.hetero
+        if h.view != "joint":
+            raise ValueError(f"HAPFLPolicy: expected the joint view (FLHetero-v0), got {h.view!r}")
+        self.ppo1, self.ppo2 = ppo1, ppo2
+        self._intensity = HeteroSpec("intensity", h.clients_per_round, h.num_sizes, h.time_ratio)
+
+    def _act(self, row: np.ndarray) -> np.ndarray:
+        h = self.hetero
+        k = h.clients_per_round
+        sizes = np.asarray(self.ppo1.predict(row.astype(np.float32), deterministic=True)[0], dtype=np.int64)
+        s2_obs = np.concatenate([h.time_ratio[sizes] * row[:k], row[k:]]).astype(np.float32)
+        sigma = self._intensity.decode(self.ppo2.predict(s2_obs, deterministic=True)[0])[1]
+        return h.encode(sizes, sigma)
+
+
+POLICIES = {
+    "uniform": lambda spec, **kw: UniformPolicy(spec, **kw),
+    "large": lambda spec: UniformPolicy(spec, "large"),
+    "small": lambda spec: UniformPolicy(spec, "small"),
+    "medium": lambda spec: UniformPolicy(spec, "medium"),
+    "random": lambda spec, **kw: RandomPolicy(spec, **kw),
+    "greedy": lambda spec: GreedyBySpeedPolicy(spec),
+    "inverse": lambda spec, **kw: InverseTimePolicy(spec, **kw),
+    "oracle": lambda spec: BalancedOraclePolicy(spec),
+}
+
+
+def named_policy(name: str, env: Env | HeteroSpec, **kwargs: Any) -> HeteroPolicy:
+    """A fixed policy by name.
+
+    Names: ``uniform``, ``large``, ``small``, ``medium``, ``random``, ``greedy``, ``inverse``, ``oracle``.
+    """
+    if name not in POLICIES:
+        raise ValueError(f"policy={name!r} is out of range; allowed: one of {', '.join(POLICIES)}")
+    return POLICIES[name](_spec(env), **kwargs)

@@ -1,0 +1,104 @@
+"""HAPFL's action algebra: model sizes, the epoch split, and how actions encode them.
+
+Spec ``hapfl.md`` sections 3.2, 5 and 9.2:
+
+* PPO1 picks a size index per client slot (``0`` = smallest ... ``delta-1`` = largest);
+* PPO2 outputs ``k`` logits in ``[-1, 1]``; ``sigma = softmax(3 a)`` splits the round's epoch
+  budget ``tau_total``, and :func:`integerize` turns ``sigma * tau_total`` into whole epochs
+  ``>= 1`` that sum to the budget (largest remainders; ties to the lower slot);
+* on the joint action, sizes are ordinal bins of ``[-1, 1]``; a size ``s`` encodes as the bin
+  centre ``-1 + (2s+1)/delta`` and ``sigma`` as centred log-ratios scaled by 1/3, so
+  ``decode(encode(x)) == x`` whenever the centred log-ratios lie within +-3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+LOGIT_SCALE = 3.0
+VIEWS = ("joint", "alloc", "intensity")
+
+
+def softmax(a: np.ndarray, scale: float = LOGIT_SCALE) -> np.ndarray:
+    """``softmax(scale * a)``, stable; invariant to adding a constant to ``a``."""
+    z = scale * np.asarray(a, dtype=np.float64)
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def integerize(sigma: np.ndarray, total: int) -> np.ndarray:
+    """Whole epochs ``tau_i >= 1`` with ``sum(tau) == total``, each within 1 of ``sigma_i * total``.
+
+    Proportional largest-remainder rounding with a floor of 1 (spec section 5); needs
+    ``total >= len(sigma)``.
+    """
+    k = len(sigma)
+    if total < k:
+        raise ValueError(f"total_epochs={total} is out of range; allowed: >= clients per round ({k})")
+    x = np.asarray(sigma, dtype=np.float64) * total
+    tau = np.maximum(1, np.floor(x)).astype(np.int64)
+    short = total - int(tau.sum())
+    if short > 0:
+        order = np.argsort(-(x - tau), kind="stable")  # largest remainder first, ties to lower slot
+        tau[order[:short]] += 1
+    for _ in range(-short):  # only the floor of 1 can overshoot
+        slack = np.where(tau > 1, x - tau, np.inf)
+        tau[int(np.argmin(slack))] -= 1
+    return tau
+
+
+def size_bins(a: np.ndarray, num_sizes: int) -> np.ndarray:
+    """Ordinal bins of ``[-1, 1]``: ``min(delta-1, floor((a+1)/2 * delta))``."""
+    bins = np.floor((np.asarray(a, dtype=np.float64) + 1.0) / 2.0 * num_sizes).astype(np.int64)
+    return np.clip(bins, 0, num_sizes - 1)
+
+
+def size_centres(sizes: np.ndarray, num_sizes: int) -> np.ndarray:
+    """Bin centres ``-1 + (2s+1)/delta`` of size indices."""
+    return -1.0 + (2.0 * np.asarray(sizes, dtype=np.float64) + 1.0) / num_sizes
+
+
+def sigma_logits(sigma: np.ndarray) -> np.ndarray:
+    """Logits in ``[-1, 1]`` whose :func:`softmax` is ``sigma`` (clipped at +-3 centred log-ratio)."""
+    logs = np.log(np.asarray(sigma, dtype=np.float64) + 1e-12)
+    return np.clip(logs - logs.mean(), -LOGIT_SCALE, LOGIT_SCALE) / LOGIT_SCALE
+
+
+@dataclass(frozen=True)
+class HeteroSpec:
+    """What a policy needs to know to act on a HAPFL env.
+
+    Attributes:
+        view: ``"joint"`` (observes ``S^1``; acts sizes and split), ``"alloc"`` (observes ``S^1``;
+            acts sizes) or ``"intensity"`` (observes ``S^2``; acts the split).
+        clients_per_round: ``k`` (slots).
+        num_sizes: ``delta``.
+        time_ratio: ``(delta,)`` ``M(s) = (c(s) + c(lite)) / c(lite)``, per-epoch local-training
+            cost of size ``s`` in LiteModel epochs.
+    """
+
+    view: str
+    clients_per_round: int
+    num_sizes: int
+    time_ratio: np.ndarray
+
+    def encode(self, sizes: np.ndarray | None, sigma: np.ndarray | None) -> np.ndarray:
+        """The action of this view that carries ``sizes`` and/or ``sigma``."""
+        if self.view == "alloc":
+            return np.asarray(sizes, dtype=np.int64)
+        if self.view == "intensity":
+            return sigma_logits(sigma).astype(np.float32)
+        return np.concatenate([size_centres(sizes, self.num_sizes), sigma_logits(sigma)]).astype(np.float32)
+
+    def decode(self, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``(sizes, sigma)`` an action of this view specifies (None for the half it does not)."""
+        a = np.asarray(action)
+        k = self.clients_per_round
+        if self.view == "alloc":
+            return a.astype(np.int64), None
+        if self.view == "intensity":
+            return None, softmax(np.clip(a, -1, 1))
+        a = np.clip(a, -1, 1)
+        return size_bins(a[:k], self.num_sizes), softmax(a[k:])
