@@ -158,7 +158,7 @@ class Federation:
 
     def _times(self, plan: RoundPlan, steps: np.ndarray, load: RoundLoad) -> dict:
         sel, uploads = plan.selected, plan.aggregate & (steps > 0)
-        epochs = steps / self._nb
+        epochs = np.where(steps > 0, plan.epochs, 0.0)  # the clock charges the epochs asked for
         cost = self.model_costs[plan.model] + self.companion_cost
         probe = self.clock.epoch_time(self.sizes, self.companion_cost, load)
         train = self.clock.train_time(self.sizes, epochs, cost, load)

@@ -80,7 +80,8 @@ class RoundReport:
         selected: clients that trained.
         aggregated: clients whose update entered the global model(s).
         model: model index per client.
-        epochs: effective local epochs (local steps / batches per epoch).
+        epochs: local epochs charged by the clock (the plan's; training runs the nearest whole
+            number of steps, at least one).
         probe_time: the companion-model probe epoch (HAPFL's ``T^d``; 0 without companion).
         train_time: local training (HAPFL's ``T^l``).
         compute_time: probe + training (``T^c``).

@@ -1,16 +1,19 @@
 """Local optimisers for K stacked clients, each with its own learning rate.
 
-An update touches the whole flat parameter buffer in a handful of operations. A client's
-learning rate is expanded over its rows of the buffer; clients that finished their steps get
-rate 0, so they stop moving (their stale gradients and optimiser state are never used again,
-because a finished client never restarts within a round). The arithmetic follows
-``torch.optim.SGD`` (momentum without dampening, L2 weight decay) and ``torch.optim.Adam``
-exactly, so the per-client reference loop can use those classes.
+The arithmetic follows ``torch.optim.SGD`` (momentum without dampening, L2 weight decay) and
+``torch.optim.Adam`` exactly, so the per-client reference loop can use those classes. An update
+runs in one of two ways:
+
+* every client active and one shared rate: a few operations over the whole flat buffer;
+* otherwise: per parameter block, over the active clients only (a prefix of each block, see
+  :mod:`fl_gym.engine.schedule`), with the per-client rates broadcast from a ``(a, 1, ...)`` view.
+  Clients that finished their local steps are not touched at all.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -61,7 +64,8 @@ class StackOptimizer:
         cfg: the optimiser.
         lr: ``(K,)`` learning rate per client.
         prox_mu: FedProx's ``mu``: adds ``mu * (w - anchor)`` to the gradient.
-        anchor: the proximal centre (default: the parameters at construction).
+        anchor: the proximal centre, a flat buffer of the stack's layout (default: the
+            parameters at construction).
     """
 
     def __init__(self, stack: Stack, cfg: OptimizerConfig, lr: Tensor, prox_mu: float = 0.0,
@@ -69,46 +73,58 @@ class StackOptimizer:
         self.stack, self.cfg, self.prox_mu, self.lr = stack, cfg, prox_mu, lr
         self.anchor = (stack.flat.clone() if anchor is None else anchor) if prox_mu else None
         self.t = 0
-        self._state = [torch.zeros_like(stack.flat) for _ in range(2 if cfg.name == "adam" else int(cfg.momentum > 0))]
-        uniform = bool((lr == lr[0]).all())
-        self._scalar = float(lr[0]) if uniform else None  # one rate for everyone: a scalar alpha, no buffer
-        self._rate = None if uniform else expand_rates(lr, stack.arch.sizes, stack.k)
+        self.active = stack.k
+        n_state = 2 if cfg.name == "adam" else int(cfg.momentum > 0)
+        self._state = [torch.zeros_like(stack.flat) for _ in range(n_state)]
+        self._shared = float(lr[0]) if bool((lr == lr[0]).all()) else None
 
     def set_active(self, active: int) -> None:
-        """Freeze the clients from ``active`` on (they finished their local steps)."""
-        self._rate = expand_rates(self.lr, self.stack.arch.sizes, active)
+        """Update only the first ``active`` clients from now on (the rest finished their steps)."""
+        self.active = active
 
-    def _descend(self, update: Tensor, scale: float = 1.0) -> None:
-        """``w -= scale * lr * update``, per client."""
-        if self._rate is None:
-            self.stack.flat.add_(update, alpha=-scale * self._scalar)
-        else:
-            self.stack.flat.addcmul_(update, self._rate, value=-scale)
+    def _groups(self, grad: Tensor) -> Iterator[tuple[list[Tensor], float | Tensor]]:
+        """``([param, grad, anchor?, *state], rate)`` per piece of the update."""
+        flats = [self.stack.flat, grad] + ([self.anchor] if self.prox_mu else []) + self._state
+        a = self.active
+        if a == self.stack.k and self._shared is not None:
+            yield flats, self._shared
+            return
+        views = [self.stack.views(t) for t in flats]
+        for i in range(len(self.stack.arch.sizes)):
+            block = [v[i][:a] for v in views]
+            yield block, self.lr[:a].view(-1, *[1] * (block[0].dim() - 1))
 
     def step(self, grad: Tensor) -> None:
         """Apply one update from the flat gradient buffer ``grad`` (modified in place)."""
-        p, cfg = self.stack.flat, self.cfg
         self.t += 1
-        if cfg.weight_decay:
-            grad.add_(p, alpha=cfg.weight_decay)
+        for tensors, rate in self._groups(grad):
+            self._update(tensors, rate)
+
+    def _update(self, tensors: list[Tensor], rate: float | Tensor) -> None:
+        cfg = self.cfg
+        p, g, *rest = tensors
         if self.prox_mu:
-            grad.add_(p - self.anchor, alpha=self.prox_mu)
+            anchor, *rest = rest
+        if cfg.weight_decay:
+            g.add_(p, alpha=cfg.weight_decay)
+        if self.prox_mu:
+            g.add_(p - anchor, alpha=self.prox_mu)
         if cfg.name == "adam":
-            m, v = self._state
+            m, v = rest
             b1, b2 = cfg.betas
-            m.mul_(b1).add_(grad, alpha=1 - b1)
-            v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
             denom = v.sqrt().div_(math.sqrt(1 - b2 ** self.t)).add_(cfg.eps)
-            self._descend(m.div(denom), 1.0 / (1 - b1 ** self.t))
+            descend(p, m.div(denom), rate, 1.0 / (1 - b1 ** self.t))
             return
         if cfg.momentum:
-            buf = self._state[0]
-            grad = buf.mul_(cfg.momentum).add_(grad)
-        self._descend(grad)
+            g = rest[0].mul_(cfg.momentum).add_(g)
+        descend(p, g, rate)
 
 
-def expand_rates(lr: Tensor, sizes: list[int], active: int) -> Tensor:
-    """Spread ``(K,)`` per-client rates over a parameter-major buffer; clients ``>= active`` get 0."""
-    lr = lr.clone()
-    lr[active:] = 0
-    return torch.cat([lr.view(-1, 1).expand(-1, size).reshape(-1) for size in sizes])
+def descend(p: Tensor, update: Tensor, rate: float | Tensor, scale: float = 1.0) -> None:
+    """``p -= scale * rate * update`` with a shared (float) or per-client (broadcast tensor) rate."""
+    if isinstance(rate, float):
+        p.add_(update, alpha=-scale * rate)
+    else:
+        p.addcmul_(update, rate, value=-scale)

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from fl_gym.engine.losses import LossFn, cross_entropy
-from fl_gym.engine.optim import OptimizerConfig, StackOptimizer, expand_rates
+from fl_gym.engine.optim import OptimizerConfig, StackOptimizer
 from fl_gym.engine.schedule import BatchSchedule
 from fl_gym.models.architecture import Stack, prefix
 from fl_gym.validation import is_int_at_least, is_positive, require
@@ -149,13 +149,13 @@ class _Run:
             self.trained = Stack(stack.arch, stack.flat.clone())
             self.opt = StackOptimizer(self.trained, OptimizerConfig(), torch.full_like(self.lr, pfedme.personal_lr),
                                       pfedme.lam, anchor=stack.flat)
-            self.w_rate = expand_rates(self.lr, stack.arch.sizes, stack.k)
+            self.w_opt = StackOptimizer(stack, OptimizerConfig(), self.lr)  # w <- w - lr * lam * (w - theta)
 
     def set_active(self, active: int) -> None:
         self.active = active
         self.opt.set_active(active)
         if self.pfedme is not None:
-            self.w_rate = expand_rates(self.lr, self.member.stack.arch.sizes, active)
+            self.w_opt.set_active(active)
 
 
 def _gradients(runs: list[_Run], x: Tensor, idx: Tensor, yb: Tensor, w: Tensor, a: int, loss_fn: LossFn,
@@ -198,7 +198,8 @@ def _pfedme_step(runs, x, idx, yb, w, a, loss_fn, gen) -> dict[str, Tensor]:
         for run in runs:
             if run.active:
                 run.opt.step(run.grad)
-    for run in runs:  # w <- w - lr * lam * (w - theta)
-        flat = run.member.stack.flat
-        flat.addcmul_(flat - run.trained.flat, run.w_rate, value=-run.pfedme.lam)
+    for run in runs:  # w <- w - lr * lam * (w - theta): an SGD step on the gradient lam * (w - theta)
+        if run.active:
+            torch.sub(run.member.stack.flat, run.trained.flat, out=run.grad).mul_(run.pfedme.lam)
+            run.w_opt.step(run.grad)
     return losses

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fl_gym.baselines.hetero import balanced_sizes
+from fl_gym.envs.hetero_actions import HeteroSpec, integerize, sigma_logits, size_bins, size_centres, softmax
+
+simplex = st.lists(st.floats(0.0, 1.0), min_size=2, max_size=12).filter(lambda v: sum(v) > 1e-3).map(
+    lambda v: np.asarray(v) / np.sum(v))
+
+
+@settings(max_examples=300, deadline=None)
+@given(sigma=simplex, per_client=st.integers(1, 30))
+def test_integerize_keeps_the_budget(sigma, per_client):
+    total = per_client * len(sigma)
+    tau = integerize(sigma, total)
+    assert tau.dtype.kind == "i"
+    assert tau.sum() == total and tau.min() >= 1
+    x = sigma * total
+    if np.all(x >= 1):
+        assert np.all(np.abs(tau - x) < 1 + 1e-9)
+
+
+def test_integerize_extremes_and_ties():
+    assert integerize(np.array([1.0, 0, 0, 0, 0, 0]), 120).tolist() == [115, 1, 1, 1, 1, 1]
+    assert integerize(np.full(6, 1 / 6), 120).tolist() == [20] * 6
+    assert integerize(np.full(4, 0.25), 6).tolist() == [2, 2, 1, 1]  # ties go to the lower slot
+    with pytest.raises(ValueError, match="total_epochs=3"):
+        integerize(np.full(4, 0.25), 3)
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=st.lists(st.floats(-1, 1), min_size=2, max_size=10), shift=st.floats(-0.5, 0.5))
+def test_softmax_decode_is_a_simplex_and_shift_invariant(a, shift):
+    a = np.asarray(a)
+    s = softmax(a)
+    assert s.sum() == pytest.approx(1.0, abs=1e-9)
+    np.testing.assert_allclose(softmax(a + shift), s, atol=1e-12)
+
+
+def test_round_trip_of_the_joint_action():
+    rng = np.random.default_rng(0)
+    for delta in (2, 3):
+        spec = HeteroSpec("joint", 6, delta, np.arange(1, delta + 1, dtype=float))
+        for _ in range(50):
+            sizes = rng.integers(0, delta, 6)
+            sigma = rng.dirichlet(np.full(6, 5.0))  # centred log-ratios well inside +-3
+            got_sizes, got_sigma = spec.decode(spec.encode(sizes, sigma))
+            assert np.array_equal(got_sizes, sizes)
+            np.testing.assert_allclose(got_sigma, sigma, atol=1e-6)
+    assert np.array_equal(size_bins(size_centres(np.arange(3), 3), 3), np.arange(3))
+    assert size_bins(np.array([-1.0, 1.0]), 2).tolist() == [0, 1]
+    assert np.all(np.abs(sigma_logits(np.array([1.0, 0.0]))) <= 1.0)
+
+
+def _brute_force_ratio(s1, m):
+    best = np.inf
+    for sizes in itertools.product(range(len(m)), repeat=len(s1)):
+        v = m[list(sizes)] * s1
+        best = min(best, v.max() / v.min())
+    return best
+
+
+@pytest.mark.parametrize("delta", [2, 3])
+def test_balanced_oracle_matches_brute_force(delta):
+    m = np.array([4.5, 8.5, 14.0])[-delta:] if delta == 2 else np.array([4.5, 8.5, 14.0])
+    rng = np.random.default_rng(delta)
+    for _ in range(40):
+        s1 = np.exp(rng.uniform(0, np.log(30), 6))
+        s1 /= s1.min()
+        sizes = balanced_sizes(s1, m)
+        v = m[sizes] * s1
+        assert v.max() / v.min() == pytest.approx(_brute_force_ratio(s1, m), rel=1e-12)
