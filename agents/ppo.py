@@ -1,0 +1,106 @@
+"""Building SB3 agents from the per-env-id hyperparameter file.
+
+``training/hyperparams/ppo.yml`` holds one block per env id (and ``ENV_ID/PRESET`` variants);
+:func:`load_hyperparams` reads a block, :func:`build_agent` turns it into an SB3 (or
+sb3-contrib) model, checking every key against the algorithm's constructor so that a typo fails
+with the key's name instead of deep inside SB3.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.resources
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import yaml
+from fl_gym.agents.features import FEATURE_EXTRACTORS
+from sb3_contrib import MaskablePPO, RecurrentPPO
+from stable_baselines3 import PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+
+ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO, "maskable-ppo": MaskablePPO}
+DEFAULT_POLICY = {"ppo": "MlpPolicy", "recurrent-ppo": "MlpLstmPolicy", "maskable-ppo": "MlpPolicy"}
+NOT_KWARGS = ("n_timesteps", "n_envs")
+
+
+def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str = "dummy",
+             env_kwargs: dict[str, Any] | None = None, monitor_dir: str | Path | None = None) -> VecEnv:
+    """``n_envs`` copies of ``env_id``, each in a ``Monitor``, in a ``DummyVecEnv`` or ``SubprocVecEnv``.
+
+    Copy ``i`` is seeded ``seed + i`` on its first reset; with ``monitor_dir`` each writes
+    ``<monitor_dir>/<i>.monitor.csv``.
+    """
+    if vec_env not in ("dummy", "subproc"):
+        raise ValueError(f"vec_env={vec_env!r} is out of range; allowed: 'dummy' or 'subproc'")
+    kwargs = dict(env_kwargs or {})
+
+    def factory(rank: int) -> Callable[[], gym.Env]:
+        def build() -> gym.Env:
+            path = None if monitor_dir is None else str(Path(monitor_dir) / str(rank))
+            return Monitor(gym.make(env_id, **kwargs), filename=path)
+        return build
+
+    venv = (SubprocVecEnv if vec_env == "subproc" else DummyVecEnv)([factory(i) for i in range(n_envs)])
+    if seed is not None:
+        venv.seed(seed)
+    return venv
+
+
+def hyperparams_file() -> Path:
+    """The packaged ``ppo.yml``."""
+    return Path(str(importlib.resources.files("fl_gym.training") / "hyperparams" / "ppo.yml"))
+
+
+def load_hyperparams(env_id: str, preset: str | None = None, path: str | Path | None = None) -> dict[str, Any]:
+    """The hyperparameter block of ``env_id`` (or ``env_id/preset``); empty if the file has none.
+
+    Raises:
+        ValueError: ``preset`` names a block the file does not have.
+    """
+    with open(path or hyperparams_file()) as f:
+        table = yaml.safe_load(f) or {}
+    key = env_id if preset is None else f"{env_id}/{preset}"
+    if key not in table:
+        if preset is not None:
+            known = sorted(k.split("/", 1)[1] for k in table if k.startswith(env_id + "/"))
+            raise ValueError(f"preset={preset!r} is out of range; allowed for {env_id}: {known or 'none'}")
+        return {}
+    return copy.deepcopy(table[key])
+
+
+def build_agent(env: gym.Env, hyperparams: dict[str, Any], algo: str = "ppo", seed: int | None = None,
+                tensorboard_log: str | None = None, verbose: int = 0, device: str = "cpu") -> BaseAlgorithm:
+    """An untrained agent of ``algo`` on ``env`` with ``hyperparams`` (a :func:`load_hyperparams` block).
+
+    Raises:
+        ValueError: unknown ``algo``, unknown features extractor, or a key the algorithm does not take.
+    """
+    if algo not in ALGOS:
+        raise ValueError(f"algo={algo!r} is out of range; allowed: one of {', '.join(ALGOS)}")
+    cls = ALGOS[algo]
+    kwargs = {k: v for k, v in hyperparams.items() if k not in NOT_KWARGS}
+    policy = kwargs.pop("policy", DEFAULT_POLICY[algo])
+    if algo == "recurrent-ppo" and policy == "MlpPolicy":
+        policy = "MlpLstmPolicy"
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "policy", "env"}
+    unknown = sorted(set(kwargs) - accepted)
+    if unknown:
+        raise ValueError(f"hyperparameter {unknown[0]!r} is not accepted by {cls.__name__}; "
+                         f"allowed: {', '.join(sorted(accepted))}")
+    kwargs["policy_kwargs"] = _policy_kwargs(dict(kwargs.get("policy_kwargs") or {}))
+    return cls(policy, env, seed=seed, tensorboard_log=tensorboard_log, verbose=verbose, device=device, **kwargs)
+
+
+def _policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    name = kwargs.pop("features_extractor", None)
+    if name is not None:
+        if name not in FEATURE_EXTRACTORS:
+            raise ValueError(f"features_extractor={name!r} is out of range; allowed: {', '.join(FEATURE_EXTRACTORS)}")
+        kwargs["features_extractor_class"] = FEATURE_EXTRACTORS[name]
+    return kwargs

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from fl_gym.agents import build_agent, load_dual_agent, load_hyperparams, save_dual_agent, train_dual_agent
+from fl_gym.agents.features import Log1pFeatures
+from fl_gym.agents.hapfl import hapfl_policy
+from fl_gym.agents.ppo import make_env
+from fl_gym.baselines.hetero import BalancedOraclePolicy, RandomPolicy
+
+import fl_gym  # noqa: F401
+
+
+def test_hyperparams_follow_the_spec():
+    h1, h2 = load_hyperparams("FLHeteroAlloc-v0"), load_hyperparams("FLHeteroIntensity-v0")
+    assert (h1["n_steps"], h1["batch_size"], h1["learning_rate"], h1["gamma"], h1["gae_lambda"]) == (5, 5, 0.02, 0.9, 1.0)
+    assert h1["policy_kwargs"]["net_arch"] == {"pi": [64, 64], "vf": [64, 64]}
+    assert (h2["learning_rate"], h2["policy_kwargs"]["log_std_init"]) == (0.0003, -0.5)
+    assert h2["policy_kwargs"]["net_arch"] == {"pi": [64, 64, 64], "vf": [64, 64, 64]}
+    stable = load_hyperparams("FLHeteroAlloc-v0", "stable")
+    assert stable["learning_rate"] == 0.0003 and stable["n_steps"] == 5  # inherits the rest
+    assert load_hyperparams("FLHeteroAlloc-v0", "fast")["n_envs"] == 8
+    assert load_hyperparams("NoSuchEnv-v0") == {}
+
+
+def test_bad_preset_and_hyperparameter_name_the_problem():
+    with pytest.raises(ValueError, match="preset='turbo'.*fast"):
+        load_hyperparams("FLHeteroAlloc-v0", "turbo")
+    env = gym.make("FLHeteroAlloc-v0")
+    with pytest.raises(ValueError, match="hyperparameter 'learning_rat' is not accepted by PPO"):
+        build_agent(env, {"learning_rat": 0.1})
+    with pytest.raises(ValueError, match="algo='dqn'"):
+        build_agent(env, {}, algo="dqn")
+    with pytest.raises(ValueError, match="features_extractor='sqrt'"):
+        build_agent(env, {"policy_kwargs": {"features_extractor": "sqrt"}})
+
+
+def test_log1p_features():
+    import torch
+
+    space = gym.spaces.Box(1, np.inf, (3,), np.float32)
+    out = Log1pFeatures(space)(torch.tensor([[1.0, np.e - 1, 0.0]]))
+    torch.testing.assert_close(out, torch.tensor([[float(np.log(2.0)), 1.0, 0.0]]))
+
+
+def test_dual_agent_end_to_end_and_round_trip(tmp_path):
+    """A tiny run of the recipe: PPO1, frozen PPO1 inside PPO2's env, composition, save/load."""
+    ppo1, ppo2 = train_dual_agent(seed=0, preset="fast", steps=(256, 256))
+    env = gym.make("FLHetero-v0")
+    policy = hapfl_policy(env, ppo1, ppo2)
+    obs, _ = env.reset(seed=0)
+    action, _ = policy.predict(obs)
+    assert env.action_space.contains(action)
+    batch, _ = policy.predict(np.stack([obs, obs]))
+    assert batch.shape == (2, 12) and np.array_equal(batch[0], action)
+    save_dual_agent(tmp_path / "hapfl", ppo1, ppo2, {"env_kwargs": {}})
+    loaded = hapfl_policy(env, *load_dual_agent(tmp_path / "hapfl"))
+    assert np.array_equal(loaded.predict(obs)[0], action)
+    with pytest.raises(FileNotFoundError, match="no HAPFL dual agent"):
+        load_dual_agent(tmp_path)
+
+
+def test_make_env_seeds_and_monitors(tmp_path):
+    venv = make_env("FLHeteroAlloc-v0", n_envs=2, seed=5, monitor_dir=tmp_path)
+    first = venv.reset()
+    again = make_env("FLHeteroAlloc-v0", n_envs=2, seed=5).reset()
+    assert np.array_equal(first, again) and not np.array_equal(first[0], first[1])
+    with pytest.raises(ValueError, match="vec_env='threads'"):
+        make_env("FLHeteroAlloc-v0", vec_env="threads")
+
+
+def _mean_r(env_id, policy_for, seeds=(101, 102, 103)):
+    out = []
+    for seed in seeds:
+        env = gym.make(env_id)
+        policy = policy_for(env)
+        obs, _ = env.reset(seed=seed)
+        for _ in range(100):
+            obs, reward, _, _, info = env.step(policy.predict(obs, deterministic=True)[0])
+            out.append(reward)
+    return float(np.mean(out))
+
+
+@pytest.mark.slow
+def test_ppo_learns_spec_check_9():
+    """Spec 10.9: PPO1 closes >= 50 % of the Random -> Oracle gap on R^1; PPO2 closes >= 50 % of the
+    uniform-split -> inverse-time gap on R^2 (the fast preset; evaluation seeds unseen in training)."""
+    from fl_gym.baselines.hetero import InverseTimePolicy, UniformPolicy
+
+    ppo1, ppo2 = train_dual_agent(seed=0, preset="fast")
+    r_ppo1 = _mean_r("FLHeteroAlloc-v0", lambda env: ppo1)
+    r_random = _mean_r("FLHeteroAlloc-v0", lambda env: RandomPolicy(env, seed=0))
+    r_oracle = _mean_r("FLHeteroAlloc-v0", BalancedOraclePolicy)
+    assert r_ppo1 - r_random >= 0.5 * (r_oracle - r_random)
+    envs = {name: gym.make("FLHeteroIntensity-v0", allocation_policy=ppo1) for name in ("ppo2", "uniform", "inverse")}
+    scores = {}
+    for name, env in envs.items():
+        policy = {"ppo2": ppo2, "uniform": UniformPolicy(env), "inverse": InverseTimePolicy(env)}[name]
+        rewards = []
+        for seed in (101, 102, 103):
+            obs, _ = env.reset(seed=seed)
+            for _ in range(100):
+                obs, reward, *_ = env.step(policy.predict(obs, deterministic=True)[0])
+                rewards.append(reward)
+        scores[name] = float(np.mean(rewards))
+    assert scores["ppo2"] > scores["uniform"]
+    assert scores["ppo2"] - scores["uniform"] >= 0.5 * (scores["inverse"] - scores["uniform"])
