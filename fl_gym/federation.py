@@ -25,7 +25,7 @@ import torch
 from fl_gym.aggregation import ServerOptimizer, aggregation_weights, weighted_average
 from fl_gym.clock import Clock, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
-from fl_gym.data.datasets import TORCHVISION, Dataset, label_only, load_dataset
+from fl_gym.data.datasets import TORCHVISION, Dataset, DatasetNotFoundError, label_only, load_dataset
 from fl_gym.data.partition import holdout_split, matched_test_split, partition
 from fl_gym.data.report import PartitionReport
 from fl_gym.engine.allocator import keep_freed_memory
@@ -48,8 +48,9 @@ class Federation:
         scenario_seed: seeds the static scenario (partition, local test splits, device profiles)
             and, until :meth:`reset` is called with another seed, the episode.
         dataset: an already loaded data set to use instead of loading ``config.dataset``. A
-            timing-only federation (``train=False``) on a torchvision data set uses its nominal
-            class counts (:func:`fl_gym.data.datasets.label_only`) and needs no files.
+            timing-only federation (``train=False``) on a torchvision data set never downloads:
+            it uses the files' labels if they are present, else the nominal class counts
+            (:func:`fl_gym.data.datasets.label_only`).
 
     Attributes:
         sizes: ``(K,)`` training samples per client.
@@ -67,12 +68,7 @@ class Federation:
             torch.set_num_threads(cfg.num_threads)
         if cfg.train and cfg.keep_freed_memory and self.device.type == "cpu":
             keep_freed_memory()
-        if dataset is not None:
-            data = dataset
-        elif not cfg.train and cfg.dataset in TORCHVISION:  # the clock needs label counts, not pixels
-            data = label_only(cfg.dataset)
-        else:
-            data = load_dataset(cfg.dataset, root=cfg.data_root, download=cfg.download, **dict(cfg.dataset_kwargs))
+        data = dataset if dataset is not None else self._load(cfg)
         self.num_classes = data.num_classes
         scenario = np.random.default_rng(scenario_seed)
         train_parts, test_parts = self._split(data, scenario)
@@ -100,6 +96,15 @@ class Federation:
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
         self.reset(scenario_seed)
+
+    @staticmethod
+    def _load(cfg: FederationConfig) -> Dataset:
+        if cfg.train or cfg.dataset not in TORCHVISION:
+            return load_dataset(cfg.dataset, root=cfg.data_root, download=cfg.download, **dict(cfg.dataset_kwargs))
+        try:  # the clock needs only label counts: the real ones if the files are here
+            return load_dataset(cfg.dataset, root=cfg.data_root, download=False)
+        except DatasetNotFoundError:
+            return label_only(cfg.dataset)
 
     @property
     def num_clients(self) -> int:

@@ -42,6 +42,27 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(","))
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from fl_gym.training.hapfl_results import ResultsConfig, run
+
+    cfg = ResultsConfig(
+        dataset=args.dataset, data_root=args.data_root, out_dir=args.out or f"bench-results/hapfl-{args.dataset}",
+        train_seed=args.train_seed, eval_seeds=_ints(args.eval_seeds), rounds=args.rounds,
+        agents=tuple(args.agents.split(",")), acc_rounds=args.acc_rounds, acc_local_epochs=args.acc_local_epochs,
+        acc_seeds=_ints(args.acc_seeds or args.eval_seeds),
+        acc_policies=tuple(args.acc_policies.split(",")) if args.acc_policies else None,
+        threads=args.threads, agent_steps=args.agent_steps)
+    results = run(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))
+    from fl_gym.training.hapfl_results import report
+
+    print(report(results))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = argparse.ArgumentParser(prog="fl-gym", description="Federated learning as Gymnasium environments.")
@@ -65,6 +86,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=7, help="timed runs of the batched engine (median)")
     p.add_argument("--loop-repeats", type=int, default=3, help="timed runs of the per-client loop (median)")
     p.set_defaults(func=_bench)
+    p = sub.add_parser("reproduce", help="reproduce a paper's comparison (resumable; see docs/)")
+    p.add_argument("paper", choices=["hapfl"])
+    p.add_argument("--dataset", default="digits")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--out", default=None, help="output folder (default bench-results/hapfl-DATASET)")
+    p.add_argument("--train-seed", type=int, default=0)
+    p.add_argument("--eval-seeds", default="1000,1001,1002,1003,1004")
+    p.add_argument("--rounds", type=int, default=100, help="rounds per timing episode")
+    p.add_argument("--agents", default="fast,paper", help="dual-agent presets to train and compare")
+    p.add_argument("--acc-rounds", type=int, default=20)
+    p.add_argument("--acc-local-epochs", type=int, default=20)
+    p.add_argument("--acc-seeds", default=None, help="default: the evaluation seeds")
+    p.add_argument("--acc-policies", default=None, help="comma-separated policy labels (default: all)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--agent-steps", type=int, default=None, help="override every agent's training steps")
+    p.set_defaults(func=_reproduce)
     return parser
 
 

@@ -1,0 +1,43 @@
+"""Crash-safe file writes: write a temporary file next to the target, then rename it over."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (readers see the old file or the new one, never half)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """Atomically write ``data`` as indented JSON."""
+    return write_text(path, json.dumps(data, indent=2, default=_jsonable) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    """Read JSON written by :func:`write_json`."""
+    with open(path) as f:
+        return json.load(f)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

@@ -1,0 +1,109 @@
+"""One evaluation loop for fixed and learned policies: episodes on given seeds, metrics from ``info``.
+
+Every step's ``info`` is flattened to scalars: numbers as they are, arrays by their mean (e.g.
+``acc_local``, the mean personalised accuracy of the round's clients), dicts by key
+(``global_acc_by_size/large``). An episode is summarised per metric by its mean over rounds, or
+by its final value for the cumulative and accuracy metrics in :data:`FINAL`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+FINAL = ("sim_time", "cum_time", "accuracy", "global_acc_lite", "global_acc_by_size", "acc_local", "acc_lite")
+SKIP = ("round", "selected", "sizes", "epochs", "sigma", "T_d", "T_l", "T_l_per_epoch", "T_c", "M", "s2", "entropy",
+        "agg_weights_lite", "agg_weights_local", "reward_terms", "loss_local", "loss_lite")
+
+
+def flatten_info(info: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Scalars of an ``info`` dict (see the module docstring)."""
+    out: dict[str, float] = {}
+    for key, value in info.items():
+        if key in SKIP or key.startswith("episode") or key == "TimeLimit.truncated" or key == "terminal_observation":
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten_info(value, prefix=f"{name}/"))
+        elif isinstance(value, (bool, np.bool_)):
+            continue
+        elif isinstance(value, (int, float, np.integer, np.floating)):
+            out[name] = float(value)
+        elif isinstance(value, np.ndarray) and value.dtype.kind in "fiu" and value.size:
+            out[name] = float(np.mean(value))
+    return out
+
+
+def _is_final(metric: str) -> bool:
+    return metric.split("/")[0] in FINAL
+
+
+@dataclass
+class Episode:
+    """One evaluated episode: per-round metrics and rewards."""
+
+    seed: int
+    rewards: list[float] = field(default_factory=list)
+    rounds: list[dict[str, float]] = field(default_factory=list)
+
+    def series(self, metric: str) -> list[float]:
+        """The metric round by round (NaN where a round did not report it)."""
+        return [r.get(metric, math.nan) for r in self.rounds]
+
+    def summary(self) -> dict[str, float]:
+        """``return``, mean ``reward``, and each metric's mean (or final value, see :data:`FINAL`)."""
+        out = {"return": float(np.sum(self.rewards)), "reward": float(np.mean(self.rewards))}
+        for metric in sorted({k for r in self.rounds for k in r}):
+            values = [v for v in self.series(metric) if not math.isnan(v)]
+            if values:
+                out[metric] = values[-1] if _is_final(metric) else float(np.mean(values))
+        return out
+
+
+def run_episode(env: gym.Env, policy: Any, seed: int, max_rounds: int | None = None,
+                deterministic: bool = True) -> Episode:
+    """Roll ``policy`` (anything with SB3's ``predict``) through one episode of ``env`` seeded ``seed``."""
+    obs, _ = env.reset(seed=seed)
+    episode = Episode(seed)
+    state, start = None, np.ones((1,), dtype=bool)
+    while max_rounds is None or len(episode.rewards) < max_rounds:
+        action, state = policy.predict(obs, state=state, episode_start=start, deterministic=deterministic)
+        obs, reward, terminated, truncated, info = env.step(action)
+        start = np.zeros((1,), dtype=bool)
+        episode.rewards.append(float(reward))
+        episode.rounds.append(flatten_info(info))
+        if terminated or truncated:
+            break
+    return episode
+
+
+def evaluate(make_env: Callable[[], gym.Env], make_policy: Callable[[gym.Env], Any], seeds: Iterable[int],
+             max_rounds: int | None = None) -> list[Episode]:
+    """Episodes of a fresh policy per seed on a fresh env per seed."""
+    episodes = []
+    for seed in seeds:
+        env = make_env()
+        episodes.append(run_episode(env, make_policy(env), seed, max_rounds))
+        env.close()
+    return episodes
+
+
+def aggregate(episodes: list[Episode]) -> dict[str, tuple[float, float]]:
+    """``metric -> (mean, std)`` over episodes of their summaries (std 0 for one episode)."""
+    return aggregate_summaries([e.summary() for e in episodes])
+
+
+def aggregate_summaries(summaries: list[dict[str, float]]) -> dict[str, tuple[float, float]]:
+    """``metric -> (mean, std)`` over :meth:`Episode.summary` dicts (std 0 for one)."""
+    metrics = sorted({k for s in summaries for k in s})
+    out = {}
+    for m in metrics:
+        values = [s[m] for s in summaries if m in s]
+        out[m] = (float(np.mean(values)), float(statistics.stdev(values)) if len(values) > 1 else 0.0)
+    return out

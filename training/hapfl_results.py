@@ -1,0 +1,198 @@
+"""HAPFL against its baselines: timing on the clock, accuracy with real training (docs/hapfl.md).
+
+``fl-gym reproduce hapfl --dataset digits`` (or ``mnist``) runs, resumably:
+
+1. the dual agent, trained on the timing backend (``fast`` preset and the paper's B=5 recipe),
+   and a single PPO on the joint action; saved under ``OUT/agents``;
+2. timing: every policy on ``FLHetero-v0`` for ``rounds`` rounds on evaluation seeds that training
+   never used: mean straggling latency ``max - min T^c`` and total simulated time ``sum T^round``,
+   and HAPFL's reductions against FedAvg, FedProx and pFedMe (uniform large models, no LiteModel);
+3. accuracy: the torch backend on a smaller budget (``acc_rounds`` rounds of ``acc_local_epochs``):
+   final LiteModel and per-size global test accuracy and mean personalised local accuracy.
+
+Each (policy, seed) result is cached in ``OUT/cache`` as it finishes, so an interrupted run
+resumes; ``OUT/results.json`` and ``OUT/report.md`` are written atomically at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from fl_gym.agents.hapfl import hapfl_policy, is_dual_agent, load_dual_agent, save_dual_agent, train_dual_agent
+from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
+from fl_gym.baselines.hetero import (
+    BalancedOraclePolicy,
+    GreedyBySpeedPolicy,
+    InverseTimePolicy,
+    RandomPolicy,
+    UniformPolicy,
+)
+from fl_gym.training.atomic import read_json, write_json, write_text
+from fl_gym.training.evaluation import aggregate_summaries, evaluate
+
+# Paper (spec 7.2 / 7.3): HAPFL's reductions on MNIST, (straggling latency %, training time %).
+PAPER_MNIST = {"FedAvg": (35.2, 26.1), "FedProx": (47.6, 40.4), "pFedMe": (37.1, 27.7)}
+BASELINES = ("FedAvg", "FedProx", "pFedMe")
+
+
+@dataclass(frozen=True)
+class ResultsConfig:
+    """What :func:`run` measures.
+
+    Attributes:
+        dataset: ``digits`` (embedded) or ``mnist``...
+        data_root: folder of torchvision files.
+        out_dir: where agents, cache and reports go.
+        train_seed: seed of agent training (its envs use ``train_seed + i``).
+        eval_seeds: evaluation episodes' seeds (disjoint from training's).
+        rounds: rounds per timing episode.
+        agents: dual-agent hyperparameter presets to train and compare (``paper`` = the YAML base).
+        acc_rounds: rounds per accuracy episode (torch backend).
+        acc_local_epochs: ``E_loc`` of accuracy episodes.
+        acc_seeds: seeds of accuracy episodes.
+        acc_policies: policy labels run for accuracy (None = all).
+        pfedme_overhead: pFedMe's simulated compute factor (its inner loop runs ``K=5`` passes).
+        threads: torch threads.
+        agent_steps: training steps of every agent instead of the YAML's (for quick checks).
+    """
+
+    dataset: str = "digits"
+    data_root: str | None = None
+    out_dir: str = "bench-results/hapfl-digits"
+    train_seed: int = 0
+    eval_seeds: tuple[int, ...] = (1000, 1001, 1002, 1003, 1004)
+    rounds: int = 100
+    agents: tuple[str, ...] = ("fast", "paper")
+    acc_rounds: int = 20
+    acc_local_epochs: int = 20
+    acc_seeds: tuple[int, ...] = (1000, 1001, 1002, 1003, 1004)
+    acc_policies: tuple[str, ...] | None = None
+    pfedme_overhead: float = 5.0
+    threads: int = 1
+    agent_steps: int | None = None
+
+
+def _agents(cfg: ResultsConfig, say: Callable[[str], None]) -> dict[str, Any]:
+    """Train (or load) each dual agent and the joint PPO; returns label -> (ppo1, ppo2) or model."""
+    out, root = {}, Path(cfg.out_dir) / "agents"
+    env_kwargs = {"dataset": cfg.dataset, "data_root": cfg.data_root}
+    for preset in cfg.agents:
+        folder = root / preset
+        if not is_dual_agent(folder):
+            start = time.perf_counter()
+            steps = None if cfg.agent_steps is None else (cfg.agent_steps, cfg.agent_steps)
+            pair = train_dual_agent(env_kwargs, seed=cfg.train_seed, preset=None if preset == "paper" else preset,
+                                    steps=steps, progress=lambda m, p=preset: say(f"[{p}] {m}"))
+            save_dual_agent(folder, *pair, {"preset": preset, "train_wall_s": time.perf_counter() - start,
+                                            "env_kwargs": env_kwargs, "seed": cfg.train_seed})
+        out[preset] = load_dual_agent(folder)
+    joint = root / "joint.zip"
+    if not joint.is_file():
+        say("joint PPO on FLHetero-v0")
+        h = load_hyperparams("FLHetero-v0")
+        model = build_agent(make_env("FLHetero-v0", int(h.get("n_envs", 1)), cfg.train_seed, env_kwargs=env_kwargs),
+                            h, seed=cfg.train_seed)
+        model.learn(cfg.agent_steps or int(h["n_timesteps"]))
+        model.save(joint)
+    from stable_baselines3 import PPO
+
+    out["joint"] = PPO.load(joint, device="cpu")
+    return out
+
+
+def _rows(cfg: ResultsConfig, agents: dict[str, Any]) -> dict[str, tuple[dict, Callable[[gym.Env], Any]]]:
+    """Label -> (env kwargs, policy factory)."""
+    hapfl = {"algorithm": "hapfl"}
+    rows: dict[str, tuple[dict, Callable[[gym.Env], Any]]] = {}
+    for preset in cfg.agents:
+        pair = agents[preset]
+        rows[f"HAPFL PPO ({preset})"] = (hapfl, lambda env, p=pair: hapfl_policy(env, *p))
+    rows["Joint PPO (one agent)"] = (hapfl, lambda env: agents["joint"])
+    rows["BalancedOracle"] = (hapfl, BalancedOraclePolicy)
+    rows["InverseTime (large)"] = (hapfl, InverseTimePolicy)
+    rows["GreedyBySpeed"] = (hapfl, GreedyBySpeedPolicy)
+    rows["Random"] = (hapfl, lambda env: RandomPolicy(env, seed=0))
+    rows["FedAvg"] = ({"algorithm": "fedavg"}, UniformPolicy)
+    rows["FedProx"] = ({"algorithm": "fedprox"}, UniformPolicy)
+    rows["pFedMe"] = ({"algorithm": "pfedme", "pfedme_overhead": cfg.pfedme_overhead}, UniformPolicy)
+    return rows
+
+
+def _measure(cfg: ResultsConfig, kind: str, label: str, env_kwargs: dict, policy: Callable, seeds: tuple[int, ...],
+             rounds: int, say: Callable[[str], None]) -> list[dict[str, float]]:
+    """Per-seed episode summaries, each cached as soon as it is done."""
+    summaries = []
+    for seed in seeds:
+        path = Path(cfg.out_dir) / "cache" / kind / f"{label.replace(' ', '_').replace('/', '-')}-{seed}.json"
+        if path.is_file():
+            summaries.append(read_json(path))
+            continue
+        say(f"{kind}: {label}, seed {seed}")
+        summary = evaluate(lambda: gym.make("FLHetero-v0", **env_kwargs), policy, [seed], rounds)[0].summary()
+        write_json(path, summary)
+        summaries.append(summary)
+    return summaries
+
+
+def run(cfg: ResultsConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run everything (resuming from the cache); returns and writes the results."""
+    torch.set_num_threads(cfg.threads)
+    agents = _agents(cfg, say)
+    base = {"dataset": cfg.dataset, "data_root": cfg.data_root}
+    timing, accuracy = {}, {}
+    for label, (kwargs, policy) in _rows(cfg, agents).items():
+        env_kwargs = {**base, **kwargs, "rounds_per_episode": cfg.rounds}
+        timing[label] = aggregate_summaries(_measure(cfg, "timing", label, env_kwargs, policy, cfg.eval_seeds, cfg.rounds, say))
+    for label, (kwargs, policy) in _rows(cfg, agents).items():
+        if label == "Joint PPO (one agent)" or (cfg.acc_policies is not None and label not in cfg.acc_policies):
+            continue
+        env_kwargs = {**base, **kwargs, "backend": "torch", "local_epochs": cfg.acc_local_epochs,
+                      "rounds_per_episode": cfg.acc_rounds}
+        accuracy[label] = aggregate_summaries(_measure(cfg, "accuracy", label, env_kwargs, policy, cfg.acc_seeds,
+                                          cfg.acc_rounds, say))
+    walls = {p: read_json(Path(cfg.out_dir) / "agents" / p / "hapfl.json").get("train_wall_s") for p in cfg.agents}
+    results = {"config": asdict(cfg), "timing": timing, "accuracy": accuracy, "train_wall_s": walls}
+    write_json(Path(cfg.out_dir) / "results.json", results)
+    write_text(Path(cfg.out_dir) / "report.md", report(results))
+    return results
+
+
+def _pm(stat: tuple[float, float] | None, digits: int = 1, scale: float = 1.0) -> str:
+    return "n/a" if stat is None else f"{stat[0] * scale:.{digits}f} ± {stat[1] * scale:.{digits}f}"
+
+
+def report(results: dict[str, Any]) -> str:
+    """Markdown tables of :func:`run`'s results."""
+    cfg, timing, accuracy = results["config"], results["timing"], results["accuracy"]
+    lines = [f"### Timing: {cfg['dataset']}, {cfg['rounds']} rounds, seeds {cfg['eval_seeds']}", "",
+             "| policy | straggling latency (s) | total time (s) | mean R^1 | mean R^2 (s) |", "|---|---|---|---|---|"]
+    for label, s in timing.items():
+        lines.append(f"| {label} | {_pm(s.get('straggling_latency'))} | {_pm(s.get('sim_time'), 0)} | "
+                     f"{_pm(s.get('r1'), 2)} | {_pm(s.get('r2_raw'), 1)} |")
+    lines += ["", "### Reductions against the baselines (ours vs the paper's MNIST figures)", "",
+              "| policy | vs | latency cut: ours | latency cut: paper | time cut: ours | time cut: paper |",
+              "|---|---|---|---|---|---|"]
+    for label in [k for k in timing if k.startswith("HAPFL") or k in ("Joint PPO (one agent)", "BalancedOracle")]:
+        for base in BASELINES:
+            cut = lambda m: 100 * (1 - timing[label][m][0] / timing[base][m][0])  # noqa: E731
+            paper = PAPER_MNIST[base]
+            lines.append(f"| {label} | {base} | {cut('straggling_latency'):.1f} % | {paper[0]} % | "
+                         f"{cut('sim_time'):.1f} % | {paper[1]} % |")
+    if accuracy:
+        lines += ["", f"### Accuracy: {cfg['dataset']}, {cfg['acc_rounds']} rounds of E_loc={cfg['acc_local_epochs']}, "
+                  f"seeds {cfg['acc_seeds']}", "",
+                  "| policy | LiteModel (global) | small (global) | large (global) | local (personalised) | time (s) |",
+                  "|---|---|---|---|---|---|"]
+        for label, s in accuracy.items():
+            lines.append(f"| {label} | {_pm(s.get('global_acc_lite'), 1, 100)} | "
+                         f"{_pm(s.get('global_acc_by_size/small'), 1, 100)} | {_pm(s.get('global_acc_by_size/large'), 1, 100)} | "
+                         f"{_pm(s.get('acc_local'), 1, 100)} | {_pm(s.get('sim_time'), 0)} |")
+    walls = ", ".join(f"{p}: {w:.0f} s" for p, w in results["train_wall_s"].items() if w)
+    lines += ["", f"Dual-agent training wall time (timing backend, shared machine): {walls}."]
+    return "\n".join(lines) + "\n"
