@@ -14,7 +14,8 @@ import fl_gym  # noqa: F401
 
 def test_hyperparams_follow_the_spec():
     h1, h2 = load_hyperparams("FLHeteroAlloc-v0"), load_hyperparams("FLHeteroIntensity-v0")
-    assert (h1["n_steps"], h1["batch_size"], h1["learning_rate"], h1["gamma"], h1["gae_lambda"]) == (5, 5, 0.02, 0.9, 1.0)
+    spec = (h1["n_steps"], h1["batch_size"], h1["learning_rate"], h1["gamma"], h1["gae_lambda"])
+    assert spec == (5, 5, 0.02, 0.9, 1.0)
     assert h1["policy_kwargs"]["net_arch"] == {"pi": [64, 64], "vf": [64, 64]}
     assert (h2["learning_rate"], h2["policy_kwargs"]["log_std_init"]) == (0.0003, -0.5)
     assert h2["policy_kwargs"]["net_arch"] == {"pi": [64, 64, 64], "vf": [64, 64, 64]}

@@ -148,7 +148,8 @@ def run(cfg: ResultsConfig, say: Callable[[str], None] = print) -> dict[str, Any
     timing, accuracy = {}, {}
     for label, (kwargs, policy) in _rows(cfg, agents).items():
         env_kwargs = {**base, **kwargs, "rounds_per_episode": cfg.rounds}
-        timing[label] = aggregate_summaries(_measure(cfg, "timing", label, env_kwargs, policy, cfg.eval_seeds, cfg.rounds, say))
+        runs = _measure(cfg, "timing", label, env_kwargs, policy, cfg.eval_seeds, cfg.rounds, say)
+        timing[label] = aggregate_summaries(runs)
     for label, (kwargs, policy) in _rows(cfg, agents).items():
         if label == "Joint PPO (one agent)" or (cfg.acc_policies is not None and label not in cfg.acc_policies):
             continue
@@ -180,19 +181,19 @@ def report(results: dict[str, Any]) -> str:
               "|---|---|---|---|---|---|"]
     for label in [k for k in timing if k.startswith("HAPFL") or k in ("Joint PPO (one agent)", "BalancedOracle")]:
         for base in BASELINES:
-            cut = lambda m: 100 * (1 - timing[label][m][0] / timing[base][m][0])  # noqa: E731
+            lat, tot = (100 * (1 - timing[label][m][0] / timing[base][m][0])
+                        for m in ("straggling_latency", "sim_time"))
             paper = PAPER_MNIST[base]
-            lines.append(f"| {label} | {base} | {cut('straggling_latency'):.1f} % | {paper[0]} % | "
-                         f"{cut('sim_time'):.1f} % | {paper[1]} % |")
+            lines.append(f"| {label} | {base} | {lat:.1f} % | {paper[0]} % | {tot:.1f} % | {paper[1]} % |")
     if accuracy:
         lines += ["", f"### Accuracy: {cfg['dataset']}, {cfg['acc_rounds']} rounds of E_loc={cfg['acc_local_epochs']}, "
                   f"seeds {cfg['acc_seeds']}", "",
                   "| policy | LiteModel (global) | small (global) | large (global) | local (personalised) | time (s) |",
                   "|---|---|---|---|---|---|"]
         for label, s in accuracy.items():
-            lines.append(f"| {label} | {_pm(s.get('global_acc_lite'), 1, 100)} | "
-                         f"{_pm(s.get('global_acc_by_size/small'), 1, 100)} | {_pm(s.get('global_acc_by_size/large'), 1, 100)} | "
-                         f"{_pm(s.get('acc_local'), 1, 100)} | {_pm(s.get('sim_time'), 0)} |")
+            cells = [_pm(s.get(m), 1, 100) for m in ("global_acc_lite", "global_acc_by_size/small",
+                                                     "global_acc_by_size/large", "acc_local")]
+            lines.append(f"| {label} | {' | '.join(cells)} | {_pm(s.get('sim_time'), 0)} |")
     walls = ", ".join(f"{p}: {w:.0f} s" for p, w in results["train_wall_s"].items() if w)
     lines += ["", f"Dual-agent training wall time (timing backend, shared machine): {walls}."]
     return "\n".join(lines) + "\n"
