@@ -19,12 +19,31 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
-from fl_gym.baselines.hetero import HAPFLPolicy
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 
+from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
+from fl_gym.baselines.hetero import HAPFLPolicy
+
 ALLOC_ID, INTENSITY_ID, JOINT_ID = "FLHeteroAlloc-v0", "FLHeteroIntensity-v0", "FLHetero-v0"
+
+
+class Frozen:
+    """A trained predictor handed to an env as an argument: shared, never copied.
+
+    Gymnasium deep-copies an env's constructor arguments into its spec; a trained SB3 policy
+    does not support that, and a frozen one does not need it.
+    """
+
+    def __init__(self, predictor: Any) -> None:
+        self.predictor = predictor
+
+    def predict(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped predictor's ``predict``."""
+        return self.predictor.predict(*args, **kwargs)
+
+    def __deepcopy__(self, memo: dict) -> Frozen:
+        return self
 
 
 def train_dual_agent(env_kwargs: dict[str, Any] | None = None, *, seed: int = 0, steps: tuple[int, int] | None = None,
@@ -55,7 +74,7 @@ def train_dual_agent(env_kwargs: dict[str, Any] | None = None, *, seed: int = 0,
     ppo1.learn(n1, callback=callbacks[0], tb_log_name="ppo1", progress_bar=progress_bar)
     say(f"PPO2 on {INTENSITY_ID} (sizes from the frozen PPO1) for {n2} steps")
     env2 = make_env(INTENSITY_ID, int(h2.get("n_envs", 1)), seed + 1,
-                    env_kwargs={**env_kwargs, "allocation_policy": ppo1})
+                    env_kwargs={**env_kwargs, "allocation_policy": Frozen(ppo1.policy)})
     ppo2 = build_agent(env2, h2, seed=seed + 1, tensorboard_log=tensorboard_log)
     ppo2.learn(n2, callback=callbacks[1], tb_log_name="ppo2", progress_bar=progress_bar)
     return ppo1, ppo2

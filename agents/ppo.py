@@ -17,12 +17,13 @@ from typing import Any
 
 import gymnasium as gym
 import yaml
-from fl_gym.agents.features import FEATURE_EXTRACTORS
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+
+from fl_gym.agents.features import FEATURE_EXTRACTORS
 
 ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO, "maskable-ppo": MaskablePPO}
 DEFAULT_POLICY = {"ppo": "MlpPolicy", "recurrent-ppo": "MlpLstmPolicy", "maskable-ppo": "MlpPolicy"}
@@ -39,6 +40,8 @@ def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str
     if vec_env not in ("dummy", "subproc"):
         raise ValueError(f"vec_env={vec_env!r} is out of range; allowed: 'dummy' or 'subproc'")
     kwargs = dict(env_kwargs or {})
+    if monitor_dir is not None:
+        Path(monitor_dir).mkdir(parents=True, exist_ok=True)
 
     def factory(rank: int) -> Callable[[], gym.Env]:
         def build() -> gym.Env:
@@ -81,26 +84,33 @@ def build_agent(env: gym.Env, hyperparams: dict[str, Any], algo: str = "ppo", se
     Raises:
         ValueError: unknown ``algo``, unknown features extractor, or a key the algorithm does not take.
     """
-    if algo not in ALGOS:
-        raise ValueError(f"algo={algo!r} is out of range; allowed: one of {', '.join(ALGOS)}")
+    check_hyperparams(hyperparams, algo)
     cls = ALGOS[algo]
     kwargs = {k: v for k, v in hyperparams.items() if k not in NOT_KWARGS}
     policy = kwargs.pop("policy", DEFAULT_POLICY[algo])
     if algo == "recurrent-ppo" and policy == "MlpPolicy":
         policy = "MlpLstmPolicy"
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "policy", "env"}
-    unknown = sorted(set(kwargs) - accepted)
+    kwargs["policy_kwargs"] = _policy_kwargs(dict(kwargs.get("policy_kwargs") or {}))
+    return cls(policy, env, seed=seed, tensorboard_log=tensorboard_log, verbose=verbose, device=device, **kwargs)
+
+
+def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
+    """Raise ``ValueError`` for an unknown algorithm or a key its constructor does not take."""
+    if algo not in ALGOS:
+        raise ValueError(f"algo={algo!r} is out of range; allowed: one of {', '.join(ALGOS)}")
+    cls = ALGOS[algo]
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "env"}
+    unknown = sorted(set(hyperparams) - accepted - set(NOT_KWARGS))
     if unknown:
         raise ValueError(f"hyperparameter {unknown[0]!r} is not accepted by {cls.__name__}; "
                          f"allowed: {', '.join(sorted(accepted))}")
-    kwargs["policy_kwargs"] = _policy_kwargs(dict(kwargs.get("policy_kwargs") or {}))
-    return cls(policy, env, seed=seed, tensorboard_log=tensorboard_log, verbose=verbose, device=device, **kwargs)
+    extractor = (hyperparams.get("policy_kwargs") or {}).get("features_extractor")
+    if extractor is not None and extractor not in FEATURE_EXTRACTORS:
+        raise ValueError(f"features_extractor={extractor!r} is out of range; allowed: {', '.join(FEATURE_EXTRACTORS)}")
 
 
 def _policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     name = kwargs.pop("features_extractor", None)
     if name is not None:
-        if name not in FEATURE_EXTRACTORS:
-            raise ValueError(f"features_extractor={name!r} is out of range; allowed: {', '.join(FEATURE_EXTRACTORS)}")
         kwargs["features_extractor_class"] = FEATURE_EXTRACTORS[name]
     return kwargs

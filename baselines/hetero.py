@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from gymnasium import Env
+
 from fl_gym.envs.hetero_actions import HeteroSpec
 from fl_gym.envs.hetero_config import SIZE_NAMES
-from gymnasium import Env
 
 
 def _spec(env_or_spec: Env | HeteroSpec) -> HeteroSpec:

@@ -19,15 +19,16 @@ See ``docs/envs/flhetero.md`` for the tables of spaces, rewards, info keys and a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Protocol
 
 import numpy as np
+from gymnasium import spaces
+
 from fl_gym.envs.base import FLEnv
 from fl_gym.envs.hetero_actions import HeteroSpec, integerize
 from fl_gym.envs.hetero_config import HeteroConfig
-from gymnasium import spaces
-
 from fl_gym.federation import Federation
 from fl_gym.records import RoundPlan, RoundReport
 
@@ -44,10 +45,16 @@ class _HeteroEnv(FLEnv):
     """Shared simulator, sampling, assessment, decoding, rewards and info of the three views."""
 
     view = "joint"
+    config_class = HeteroConfig
 
     def __init__(self, config: HeteroConfig | None = None, *, scenario_seed: int = 0,
                  allocation_policy: Predictor | str | None = None, intensity_policy: Predictor | str | None = None,
                  **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(HeteroConfig)})
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: argument {unknown[0]!r} is not accepted; allowed: "
+                             f"{', '.join(f.name for f in dataclasses.fields(HeteroConfig))}, scenario_seed, "
+                             "allocation_policy, intensity_policy")
         cfg = config.replace(**kwargs) if config is not None else HeteroConfig(**kwargs)
         self.cfg = cfg
         super().__init__(Federation(cfg.federation_config(), scenario_seed), cfg.rounds_per_episode)
@@ -191,7 +198,9 @@ class _HeteroEnv(FLEnv):
             s2=self.time_ratio[sizes] * self._s1, entropy=self.federation.label_entropy[sel])
         if self.cfg.backend == "torch":
             names = self.cfg.size_names
+            best = float(np.nanmax(report.global_accuracy)) if not np.isnan(report.global_accuracy).all() else np.nan
             info.update(
+                accuracy=report.companion_global_accuracy if self.cfg.algorithm == "hapfl" else best,
                 agg_weights_local={n: report.weights[sel][sizes == i] for i, n in enumerate(names)},
                 acc_local=report.local_accuracy[sel], loss_local=report.loss[sel],
                 global_acc_by_size=dict(zip(names, report.global_accuracy.tolist(), strict=True)))

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-exec .venv/bin/fl-gym fedavg "$@"
+exec .venv/bin/fl-gym demo "$@"

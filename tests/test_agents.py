@@ -3,13 +3,13 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+
+import fl_gym  # noqa: F401
 from fl_gym.agents import build_agent, load_dual_agent, load_hyperparams, save_dual_agent, train_dual_agent
 from fl_gym.agents.features import Log1pFeatures
 from fl_gym.agents.hapfl import hapfl_policy
 from fl_gym.agents.ppo import make_env
 from fl_gym.baselines.hetero import BalancedOraclePolicy, RandomPolicy
-
-import fl_gym  # noqa: F401
 
 
 def test_hyperparams_follow_the_spec():

@@ -5,6 +5,10 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env, data_equivalence
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import fl_gym  # noqa: F401  (registers the ids)
 from fl_gym.baselines.hetero import (
     BalancedOraclePolicy,
     GreedyBySpeedPolicy,
@@ -14,10 +18,6 @@ from fl_gym.baselines.hetero import (
     balanced_sizes,
 )
 from fl_gym.envs.hetero_config import HeteroConfig
-from gymnasium.utils.env_checker import check_env, data_equivalence
-from stable_baselines3.common.env_checker import check_env as sb3_check_env
-
-import fl_gym  # noqa: F401  (registers the ids)
 
 IDS = ["FLHetero-v0", "FLHeteroAlloc-v0", "FLHeteroIntensity-v0"]
 STILL = dict(sigma_dyn=0.0, sigma_drift=0.0, sigma_meas=0.0)
@@ -223,10 +223,10 @@ def test_presets():
 def test_env_equals_a_standalone_loop_over_the_federation():
     """The env only samples, decodes and encodes: a hand-written loop over Federation.run_round
     with the same draws ends with bit-identical global models."""
-    from fl_gym.envs.hetero_actions import integerize
     from gymnasium.utils.seeding import np_random
 
     from fl_gym import Federation, RoundPlan
+    from fl_gym.envs.hetero_actions import integerize
 
     env = gym.make("FLHetero-v0", **TORCH_SMALL)
     policy = BalancedOraclePolicy(env)

@@ -181,3 +181,101 @@ def engine_benchmark(scenarios: list[str], threads: list[int], device: str = "cp
     finally:
         torch.set_num_threads(previous)
     return results
+
+
+@dataclass(frozen=True)
+class EnvResult:
+    """Steps per second of one env id and backend."""
+
+    env_id: str
+    backend: str
+    steps_per_s: float
+    note: str
+
+
+def _env_rate(env_id: str, steps: int, repeats: int, **kwargs) -> float:
+    import gymnasium as gym
+
+    env = gym.make(env_id, **kwargs)
+    env.action_space.seed(0)
+    actions = [env.action_space.sample() for _ in range(64)]
+    env.reset(seed=0)
+
+    def run() -> None:
+        for i in range(steps):
+            *_, terminated, truncated, _ = env.step(actions[i % len(actions)])
+            if terminated or truncated:
+                env.reset()
+
+    (seconds,) = interleaved_medians([run], [repeats], torch.device("cpu"))
+    return steps / seconds
+
+
+def env_benchmark(progress: Callable[[str], None] = print) -> list[EnvResult]:
+    """Steps per second through ``gym.make`` (its wrappers included), at 1 torch thread.
+
+    The timing backend of the three HAPFL ids (median of 5 x 2,000 steps) and the torch backend's
+    default scenario (median of 3 rounds).
+    """
+    from fl_gym.envs.hetero_config import HeteroConfig
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    results = []
+    try:
+        for env_id in ("FLHetero-v0", "FLHeteroAlloc-v0", "FLHeteroIntensity-v0"):
+            progress(f"{env_id}, timing backend...")
+            results.append(EnvResult(env_id, "timing", _env_rate(env_id, 2000, 5), "paper10, digits"))
+        progress("FLHetero-v0, torch backend...")
+        cfg = HeteroConfig()
+        note = (f"paper10 on digits: {cfg.clients_per_round} clients x E_loc={cfg.local_epochs} epochs of "
+                "small/large + LiteModel per round")
+        results.append(EnvResult("FLHetero-v0", "torch", _env_rate("FLHetero-v0", 1, 3, backend="torch"), note))
+    finally:
+        torch.set_num_threads(previous)
+    return results
+
+
+def env_table(results: list[EnvResult]) -> str:
+    """Markdown table of env throughput."""
+    rows = ["| env id | backend | steps/s | scenario |", "|---|---|---|---|"]
+    rows += [f"| {r.env_id} | {r.backend} | {r.steps_per_s:,.1f} | {r.note} |" for r in results]
+    return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class DualAgentResult:
+    """Wall time of one dual-agent training."""
+
+    preset: str
+    steps: int
+    seconds: float
+
+
+def dual_agent_benchmark(presets: tuple[str, ...] = ("fast", "paper"),
+                         progress: Callable[[str], None] = print) -> list[DualAgentResult]:
+    """Wall time of the whole dual-agent recipe on the timing backend, per hyperparameter preset."""
+    from fl_gym.agents.hapfl import ALLOC_ID, INTENSITY_ID, train_dual_agent
+    from fl_gym.agents.ppo import load_hyperparams
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    results = []
+    try:
+        for preset in presets:
+            name = None if preset == "paper" else preset
+            steps = sum(int(load_hyperparams(i, name)["n_timesteps"]) for i in (ALLOC_ID, INTENSITY_ID))
+            progress(f"dual agent, preset {preset} ({steps} steps)...")
+            start = time.perf_counter()
+            train_dual_agent(seed=0, preset=name)
+            results.append(DualAgentResult(preset, steps, time.perf_counter() - start))
+    finally:
+        torch.set_num_threads(previous)
+    return results
+
+
+def dual_agent_table(results: list[DualAgentResult]) -> str:
+    """Markdown table of dual-agent training times."""
+    rows = ["| preset | steps (PPO1 + PPO2) | wall time (s) | steps/s |", "|---|---|---|---|"]
+    rows += [f"| {r.preset} | {r.steps:,} | {r.seconds:.0f} | {r.steps / r.seconds:,.0f} |" for r in results]
+    return "\n".join(rows)

@@ -24,6 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+
 from fl_gym.agents.hapfl import hapfl_policy, is_dual_agent, load_dual_agent, save_dual_agent, train_dual_agent
 from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
 from fl_gym.baselines.hetero import (

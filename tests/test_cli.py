@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+from stable_baselines3 import PPO
+
+from fl_gym.training import runs
+from fl_gym.training.cli import main, parse_kv
+
+TINY = ["--hyperparams", "n_steps=16", "batch_size=16", "n_epochs=1", "--no-progress"]
+
+
+def run_cli(args, capsys):
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_envs_lists_every_id(capsys):
+    code, out, _ = run_cli(["envs"], capsys)
+    assert code == 0
+    for env_id in ("FLHetero-v0", "FLHeteroAlloc-v0", "FLHeteroIntensity-v0"):
+        assert f"{env_id}:" in out
+    assert "MultiDiscrete([2 2 2 2 2 2])" in out and "oracle" in out
+
+
+def test_train_writes_a_complete_run(tmp_path, capsys):
+    code, out, _ = run_cli(["train", "FLHeteroAlloc-v0", "--n-timesteps", 64, "--runs-dir", tmp_path, "--run-id", "r1",
+                            "--save-freq", 32, *TINY], capsys)
+    assert code == 0
+    folder = tmp_path / "FLHeteroAlloc-v0" / "r1"
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["timesteps"] == 64 and summary["episodes"] == 0
+    assert (folder / "model.zip").is_file() and (folder / "config.yml").is_file()
+    assert list((folder / "monitor").rglob("*.monitor.csv")) and (folder / "tb").is_dir()
+    assert [p.name for p in (folder / "checkpoints").iterdir()] == ["model_32_steps.zip"]
+    cfg = runs.load_run(folder)
+    assert cfg.hyperparams["n_steps"] == 16 and cfg.hyperparams["learning_rate"] == 0.02  # YAML block + override
+    code, out, _ = run_cli(["train", "--resume", folder, "--no-progress"], capsys)
+    assert code == 0 and "already complete" in out
+
+
+def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, capsys, monkeypatch):
+    args = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 96, "--runs-dir", tmp_path, "--save-freq", 32, *TINY]
+    assert run_cli([*args, "--run-id", "whole"], capsys)[0] == 0
+    whole = PPO.load(tmp_path / "FLHeteroAlloc-v0" / "whole" / "model.zip")
+
+    from fl_gym.training import callbacks
+
+    original = callbacks.FLMetricsCallback._on_step
+
+    def interrupt(self):
+        if self.model.num_timesteps >= 56:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(callbacks.FLMetricsCallback, "_on_step", interrupt)
+    code, _, err = run_cli([*args, "--run-id", "cut"], capsys)
+    folder = tmp_path / "FLHeteroAlloc-v0" / "cut"
+    assert code == 130 and f"fl-gym train --resume {folder}" in err
+    assert not (folder / "model.zip").exists()
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["model_32_steps.zip"]
+    monkeypatch.setattr(callbacks.FLMetricsCallback, "_on_step", original)
+    code, _, _ = run_cli(["train", "--resume", folder, "--no-progress"], capsys)
+    assert code == 0
+    resumed = PPO.load(folder / "model.zip")
+    assert resumed.num_timesteps == whole.num_timesteps == 96
+    assert len(list((folder / "monitor").iterdir())) == 2  # one Monitor folder per session
+
+
+@pytest.fixture(scope="module")
+def dual_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("runs")
+    assert main(["train", "FLHetero-v0", "--algo", "hapfl", "--preset", "fast", "--n-timesteps", "512",
+                 "--runs-dir", str(folder), "--run-id", "hapfl", "--no-progress"]) == 0
+    return folder / "FLHetero-v0" / "hapfl"
+
+
+def test_dual_agent_run(dual_run):
+    assert all((dual_run / name).is_file() for name in ("ppo1.zip", "ppo2.zip", "hapfl.json", "summary.json"))
+    assert json.loads((dual_run / "summary.json").read_text())["timesteps"] == 512
+
+
+def test_compare_writes_parseable_tables_and_plots(dual_run, tmp_path, capsys):
+    policies = f"uniform,oracle,ppo:{dual_run}"
+    code, out, _ = run_cli(["compare", "FLHetero-v0", "--policies", policies, "--seeds", "10000,10001", "--rounds", 5,
+                            "--out", tmp_path, "--no-progress"], capsys)
+    assert code == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert list(results["summary"]) == policies.split(",") and results["seeds"] == [10000, 10001]
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert [r["policy"] for r in rows] == policies.split(",")
+    assert float(rows[1]["straggling_latency_mean"]) < float(rows[0]["straggling_latency_mean"])
+    assert (tmp_path / "round_time.png").stat().st_size > 1000
+    md = (tmp_path / "results.md").read_text()
+    assert all(p in md for p in policies.split(",")) and all(p in out for p in policies.split(","))
+
+
+def test_compare_with_accuracy_plots(tmp_path, capsys):
+    code, _, _ = run_cli(["compare", "FLHetero-v0", "--policies", "greedy", "--seeds", "10000", "--rounds", 2,
+                          "--env-kwargs", "backend=torch", "local_epochs=1", "--out", tmp_path, "--no-progress"],
+                         capsys)
+    assert code == 0 and (tmp_path / "accuracy.png").is_file()
+    assert "accuracy_mean" in (tmp_path / "results.csv").read_text()
+
+
+def test_data_describe(tmp_path, capsys):
+    png = tmp_path / "hist.png"
+    code, out, _ = run_cli(["data", "describe", "digits", "--partition", "dirichlet", "--alpha", 0.3, "--clients", 10,
+                            "--out", png], capsys)
+    assert code == 0 and png.stat().st_size > 1000
+    assert out.count("\n") >= 13 and "H(bits)" in out
+
+
+def test_bench_engine_section(capsys):
+    code, out, _ = run_cli(["bench", "--sections", "engine", "--scenarios", "S3", "--threads", 1, "--repeats", 1,
+                            "--loop-repeats", 1], capsys)
+    assert code == 0
+    assert re.search(r"\| S3 \| mlp-small \| 10 \| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+x", out)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["train", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0' is not registered"),
+    (["train", "FLHetero-v0", "--hyperparams", "learning_rat=0.1"], "hyperparameter 'learning_rat' is not accepted"),
+    (["train", "FLHetero-v0", "--hyperparams", "lr"], "--hyperparams: expected key=value, got 'lr'"),
+    (["train", "FLHetero-v0", "--env-kwargs", "backend=jax"], "backend='jax' is out of range"),
+    (["train", "FLHetero-v0", "--env-kwargs", "bogus=1"], "argument 'bogus' is not accepted"),
+    (["train", "FLHetero-v0", "--preset", "turbo"], "preset='turbo'"),
+    (["train", "FLHeteroAlloc-v0", "--algo", "hapfl"], "--algo hapfl trains"),
+    (["train", "--resume", "/nonexistent/run"], "is not a run folder"),
+    (["compare", "FLHetero-v0", "--policies", "uniform,fastest"], "policy 'fastest' is not known"),
+    (["compare", "FLHetero-v0", "--policies", "ppo:/nonexistent/model.zip"], "no model at"),
+    (["compare", "FLHetero-v0", "--policies", "dqn:x.zip"], "algorithm 'dqn'"),
+    (["compare", "FLHetero-v0", "--policies", "uniform", "--seeds", "a,b"], "comma-separated integers"),
+    (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
+    (["bench", "--sections", "gpu"], "--sections"),
+])
+def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path):
+    code, out, err = run_cli([*args, *(["--runs-dir", tmp_path] if args[0] == "train" else [])], capsys)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("config.yml"))  # nothing half-created
+
+
+def test_parse_kv_types():
+    assert parse_kv(["a=1", "b=0.5", "c=true", "d=[1, 2]", "e=digits"], "x") == {
+        "a": 1, "b": 0.5, "c": True, "d": [1, 2], "e": "digits"}
+
+
+def test_readme_snippet_runs_as_written(capsys):
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("<!-- library-snippet -->", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    exec(compile(block, "README.md", "exec"), {})
+    assert "BalancedOraclePolicy" in capsys.readouterr().out
+
+
+def test_demo_end_to_end(tmp_path, capsys):
+    code, out, _ = run_cli(["demo", "--out", tmp_path, "--steps", 256, "--seeds", 2, "--accuracy-rounds", 2], capsys)
+    assert code == 0
+    assert (tmp_path / "compare-timing" / "results.md").is_file()
+    assert (tmp_path / "compare-accuracy" / "accuracy.png").is_file()
+    assert "oracle" in out and "ppo:" in out
