@@ -16,9 +16,10 @@ S1/S2 use random tensors of MNIST's shape: time does not depend on pixel values.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,18 +170,25 @@ def engine_benchmark(scenarios: list[str], threads: list[int], device: str = "cp
     dev = torch.device(device)
     keep_freed_memory()  # as the Federation does; applies to both paths
     results = []
-    previous = torch.get_num_threads()
-    try:
-        for n in threads:
-            torch.set_num_threads(n)
+    for n in threads:
+        with torch_threads(n):
             peak = matmul_peak(dev)
             for name in scenarios:
                 for sc in SCENARIOS[name]:
                     progress(f"{sc.name} {sc.model} x{sc.clients} on {device}, {n} thread(s)...")
                     results.append(run_engine_scenario(sc, dev, repeats, loop_repeats, peak))
+    return results
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run a block with ``n`` torch threads, then restore the previous count."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
     finally:
         torch.set_num_threads(previous)
-    return results
 
 
 @dataclass(frozen=True)
@@ -219,10 +227,8 @@ def env_benchmark(progress: Callable[[str], None] = print) -> list[EnvResult]:
     """
     from fl_gym.envs.hetero_config import HeteroConfig
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
     results = []
-    try:
+    with torch_threads(1):
         for env_id in ("FLHetero-v0", "FLHeteroAlloc-v0", "FLHeteroIntensity-v0"):
             progress(f"{env_id}, timing backend...")
             results.append(EnvResult(env_id, "timing", _env_rate(env_id, 2000, 5), "paper10, digits"))
@@ -231,8 +237,6 @@ def env_benchmark(progress: Callable[[str], None] = print) -> list[EnvResult]:
         note = (f"paper10 on digits: {cfg.clients_per_round} clients x E_loc={cfg.local_epochs} epochs of "
                 "small/large + LiteModel per round")
         results.append(EnvResult("FLHetero-v0", "torch", _env_rate("FLHetero-v0", 1, 3, backend="torch"), note))
-    finally:
-        torch.set_num_threads(previous)
     return results
 
 
@@ -258,10 +262,8 @@ def dual_agent_benchmark(presets: tuple[str, ...] = ("fast", "paper"),
     from fl_gym.agents.hapfl import ALLOC_ID, INTENSITY_ID, train_dual_agent
     from fl_gym.agents.ppo import load_hyperparams
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
     results = []
-    try:
+    with torch_threads(1):
         for preset in presets:
             name = None if preset == "paper" else preset
             steps = sum(int(load_hyperparams(i, name)["n_timesteps"]) for i in (ALLOC_ID, INTENSITY_ID))
@@ -269,8 +271,6 @@ def dual_agent_benchmark(presets: tuple[str, ...] = ("fast", "paper"),
             start = time.perf_counter()
             train_dual_agent(seed=0, preset=name)
             results.append(DualAgentResult(preset, steps, time.perf_counter() - start))
-    finally:
-        torch.set_num_threads(previous)
     return results
 
 
