@@ -34,6 +34,9 @@ class FederationConfig:
         local_test: each client's local test split: ``"matched"`` (test samples split like the
             client's training labels), ``"holdout"`` (a fraction of its training data) or ``"none"``.
         local_test_fraction: share held out with ``local_test="holdout"``.
+        server_data_fraction: share of the training set the server keeps, class-balanced and
+            disjoint from every client (DDFL's ``G_D``; ``Federation.server_indices``). Off (0) by
+            default: server-held data is a privacy choice a scenario must opt into.
         models: architectures a client can be given (``RoundPlan.model`` indexes them); one global
             model per entry, aggregated over the clients that trained it.
         companion: an architecture every client also trains alongside its model by mutual
@@ -73,6 +76,7 @@ class FederationConfig:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     local_test: str = "matched"
     local_test_fraction: float = 0.2
+    server_data_fraction: float = 0.0
     models: tuple[str, ...] = ("mlp-small",)
     companion: str | None = None
     distillation: MutualDistillation = field(default_factory=MutualDistillation)
@@ -99,6 +103,10 @@ class FederationConfig:
         require(is_int_at_least(self.num_clients, 1), "num_clients", self.num_clients, "an integer >= 1")
         require_choice("local_test", self.local_test, ("matched", "holdout", "none"))
         require(0 < self.local_test_fraction < 1, "local_test_fraction", self.local_test_fraction, "a float in (0, 1)")
+        require(0 <= self.server_data_fraction < 1, "server_data_fraction", self.server_data_fraction,
+                "a float in [0, 1)")
+        require(self.server_data_fraction == 0 or self.partition.kind != "natural", "server_data_fraction",
+                self.server_data_fraction, "0 with partition.kind='natural'")
         require(len(self.models) >= 1, "models", self.models, "a non-empty tuple of model names")
         for name in self.models + ((self.companion,) if self.companion else ()):
             require_choice("models", name, MODELS)

@@ -53,6 +53,7 @@ class Federation:
             (:func:`fl_gym.data.datasets.label_only`).
 
     Attributes:
+        server_indices: training samples the server holds (``server_data_fraction``; empty by default).
         sizes: ``(K,)`` training samples per client.
         histogram: ``(K, C)`` training labels per client and class.
         label_entropy: ``(K,)`` entropy of each client's training labels, in bits.
@@ -71,13 +72,13 @@ class Federation:
         data = dataset if dataset is not None else self._load(cfg)
         self.num_classes = data.num_classes
         scenario = np.random.default_rng(scenario_seed)
+        self.server_indices = np.zeros(0, np.int64)
         train_parts, test_parts = self._split(data, scenario)
-        report = PartitionReport.of(train_parts, data.y_train.numpy(), data.num_classes)
-        self.sizes, self.histogram, self.label_entropy = report.sizes, report.histogram, report.entropy
-        self.partition_report = report
+        self._labels = data.y_train.numpy()
         self.x_train, self.y_train = data.x_train.to(self.device), data.y_train.to(self.device)
         self.x_test, self.y_test = data.x_test.to(self.device), data.y_test.to(self.device)
-        self.train_parts = [torch.as_tensor(p, device=self.device) for p in train_parts]
+        self.train_parts: list[torch.Tensor] = []
+        self._set_train_parts(train_parts)
         self.test_parts = [torch.as_tensor(p, device=self.device) for p in test_parts]
         self.archs = [build_model(m, data.input_shape, data.num_classes) for m in cfg.models]
         self.companion_arch = build_model(cfg.companion, data.input_shape, data.num_classes) if cfg.companion else None
@@ -89,7 +90,6 @@ class Federation:
         self.companion_bytes = float(self.companion_arch.num_bytes) if self.companion_arch else 0.0
         self.profiles = DeviceProfiles.draw(cfg.num_clients, cfg.clock, scenario)
         self.clock = Clock(cfg.clock, self.profiles)
-        self._nb = np.ceil(self.sizes / cfg.batch_size)
         self._free_comm = math.isinf(cfg.clock.bandwidth)
         self._no_learning = _no_learning(cfg.num_clients, len(self.archs), self.num_classes)
         for value in self._no_learning.values():  # shared by every timing-only report: read-only
@@ -106,6 +106,28 @@ class Federation:
         except DatasetNotFoundError:
             return label_only(cfg.dataset)
 
+    def _set_train_parts(self, parts: list[np.ndarray]) -> None:
+        report = PartitionReport.of(parts, self._labels, self.num_classes)
+        self.partition_report = report
+        self.sizes, self.histogram, self.label_entropy = report.sizes, report.histogram, report.entropy
+        self.train_parts = [torch.as_tensor(np.asarray(p, np.int64), device=self.device) for p in parts]
+        self._nb = np.ceil(self.sizes / self.config.batch_size)
+
+    def assign_data(self, client: int, indices: np.ndarray) -> None:
+        """Replace ``client``'s training indices (e.g. a server data queue growing its working set).
+
+        Sizes, label histograms and entropy follow; the clock and the next round use the new data.
+        """
+        indices = np.asarray(indices)
+        if not 0 <= client < self.num_clients:
+            raise ValueError(f"client={client} is out of range; allowed: 0..{self.num_clients - 1}")
+        if indices.ndim != 1 or len(indices) == 0 or indices.min() < 0 or indices.max() >= len(self._labels):
+            raise ValueError(f"indices of client {client} are out of range; allowed: a non-empty 1-D array in "
+                             f"0..{len(self._labels) - 1}")
+        parts = [p.cpu().numpy() for p in self.train_parts]
+        parts[client] = np.sort(indices)
+        self._set_train_parts(parts)
+
     @property
     def num_clients(self) -> int:
         """``K``."""
@@ -119,7 +141,13 @@ class Federation:
                                  f"{len(data.natural_split)} (the devices of {data.name})")
             return [p[0] for p in data.natural_split], [p[1] for p in data.natural_split]
         y = data.y_train.numpy()
-        parts = partition(y, cfg.num_clients, cfg.partition, rng, data.num_classes)
+        pool = np.arange(len(y))
+        if cfg.server_data_fraction > 0:  # class-balanced server share, disjoint from the clients
+            per_class = int(cfg.server_data_fraction * len(y) / data.num_classes)
+            self.server_indices = np.sort(np.concatenate(
+                [rng.choice(np.flatnonzero(y == c), per_class, replace=False) for c in range(data.num_classes)]))
+            pool = np.setdiff1d(pool, self.server_indices)
+        parts = [pool[p] for p in partition(y[pool], cfg.num_clients, cfg.partition, rng, data.num_classes)]
         if cfg.local_test == "matched":
             return parts, matched_test_split(parts, y, data.y_test.numpy(), rng, data.num_classes)
         if cfg.local_test == "holdout":

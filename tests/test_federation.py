@@ -174,7 +174,7 @@ def test_synthetic_natural_partition():
     (dict(batch_size=0), "batch_size"), (dict(aggregation="entropy_acc", local_test="none"), "aggregation"),
     (dict(model_costs=(1.0, 2.0)), "model_costs"), (dict(dataset="imagenet"), "dataset"),
     (dict(partition=PartitionConfig("natural")), "partition.kind"), (dict(local_test="all"), "local_test"),
-    (dict(companion="mlr", algorithm="pfedme"), "algorithm"),
+    (dict(companion="mlr", algorithm="pfedme"), "algorithm"), (dict(server_data_fraction=1.0), "server_data_fraction"),
 ])
 def test_bad_config_names_the_parameter(changes, param):
     with pytest.raises(ValueError, match=f"{param}="):
@@ -199,3 +199,32 @@ def test_aggregate_must_be_subset_of_selected(tiny_config):
     plan = RoundPlan.make(4, lr=0.05, selected=np.array([1, 0, 1, 1], bool), aggregate=np.ones(4, bool))
     with pytest.raises(ValueError, match="plan.aggregate"):
         fed.run_round(plan)
+
+
+def test_server_data_is_class_balanced_and_disjoint():
+    cfg = FederationConfig(num_clients=5, partition=PartitionConfig("iid"), server_data_fraction=0.1)
+    fed = Federation(cfg)
+    labels = fed.y_train.numpy()
+    counts = np.bincount(labels[fed.server_indices], minlength=10)
+    assert np.all(counts == counts[0]) and counts[0] == int(0.1 * len(labels) / 10)
+    clients = np.concatenate([p.numpy() for p in fed.train_parts])
+    assert not np.intersect1d(clients, fed.server_indices).size
+    assert len(clients) + len(fed.server_indices) == len(labels)
+    assert len(Federation(cfg.replace(server_data_fraction=0.0)).server_indices) == 0
+
+
+def test_assign_data_grows_a_working_set():
+    cfg = FederationConfig(num_clients=4, partition=PartitionConfig("shards", shards_per_client=1),
+                           server_data_fraction=0.1)
+    fed = Federation(cfg)
+    before = fed.label_entropy[0]
+    grown = np.concatenate([fed.train_parts[0].numpy(), fed.server_indices[:40]])
+    fed.assign_data(0, grown)
+    assert fed.sizes[0] == len(grown) and fed.label_entropy[0] > before
+    assert fed.histogram[0].sum() == len(grown)
+    rep = fed.run_round(RoundPlan.make(4, lr=0.05))
+    assert np.isfinite(rep.loss[0])
+    with pytest.raises(ValueError, match="client=9"):
+        fed.assign_data(9, grown)
+    with pytest.raises(ValueError, match="indices of client 1"):
+        fed.assign_data(1, np.array([10**9]))
