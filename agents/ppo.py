@@ -45,6 +45,8 @@ def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str
 
     def factory(rank: int) -> Callable[[], gym.Env]:
         def build() -> gym.Env:
+            import fl_gym  # noqa: F401  (registers the ids in a SubprocVecEnv worker)
+
             path = None if monitor_dir is None else str(Path(monitor_dir) / str(rank))
             return Monitor(gym.make(env_id, **kwargs), filename=path)
         return build

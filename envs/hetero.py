@@ -265,6 +265,11 @@ class FLHeteroAllocEnv(_HeteroEnv):
     def _action_space(self) -> spaces.Space:
         return spaces.MultiDiscrete([self.num_sizes] * self.k)
 
+    def action_masks(self) -> np.ndarray:
+        """Allowed sizes per slot, flattened (sb3-contrib's ``MaskablePPO``): every size fits every
+        client, since the catalogue's models all meet HAPFL's minimum-capacity constraint (14)."""
+        return np.ones(self.k * self.num_sizes, dtype=bool)
+
     def _reward(self, terms: dict[str, float]) -> float:
         return terms["r1"]
 

@@ -72,6 +72,22 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, capsys
     assert len(list((folder / "monitor").iterdir())) == 2  # one Monitor folder per session
 
 
+@pytest.mark.parametrize("env_id,algo,extra", [
+    ("FLHetero-v0", "recurrent-ppo", []), ("FLHeteroAlloc-v0", "maskable-ppo", []),
+    ("FLHeteroAlloc-v0", "ppo", ["--n-envs", 2, "--vec-env", "subproc"]),
+])
+def test_other_algorithms_and_vec_envs(env_id, algo, extra, tmp_path, capsys):
+    code, _, err = run_cli(["train", env_id, "--algo", algo, "--n-timesteps", 32, "--runs-dir", tmp_path, "--run-id",
+                            "r", *extra, *TINY], capsys)
+    assert code == 0, err
+    folder = tmp_path / env_id / "r"
+    assert (folder / "model.zip").is_file()
+    assert list((folder / "tb").rglob("events.out.tfevents.*"))
+    code, out, _ = run_cli(["compare", env_id, "--policies", f"{algo}:{folder}", "--seeds", 10000, "--rounds", 3,
+                            "--out", tmp_path / "cmp", "--no-progress"], capsys)
+    assert code == 0 and f"{algo}:{folder}" in out
+
+
 @pytest.fixture(scope="module")
 def dual_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("runs")
@@ -131,6 +147,7 @@ def test_bench_engine_section(capsys):
     (["train", "FLHetero-v0", "--env-kwargs", "bogus=1"], "argument 'bogus' is not accepted"),
     (["train", "FLHetero-v0", "--preset", "turbo"], "preset='turbo'"),
     (["train", "FLHeteroAlloc-v0", "--algo", "hapfl"], "--algo hapfl trains"),
+    (["train", "FLHetero-v0", "--algo", "maskable-ppo"], "needs an env with action_masks()"),
     (["train", "--resume", "/nonexistent/run"], "is not a run folder"),
     (["compare", "FLHetero-v0", "--policies", "uniform,fastest"], "policy 'fastest' is not known"),
     (["compare", "FLHetero-v0", "--policies", "ppo:/nonexistent/model.zip"], "no model at"),

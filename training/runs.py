@@ -92,7 +92,11 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides
         check_hyperparams(block, "ppo" if algo == "hapfl" else algo)
     if steps < 1 or envs < 1 or save_freq < 1:
         raise ValueError(f"expected positive --n-timesteps, --n-envs and --save-freq, got {steps}, {envs}, {save_freq}")
-    gym.make(env_id, **(env_kwargs or {})).close()  # bad env kwargs fail here, not at step 37
+    probe = gym.make(env_id, **(env_kwargs or {}))  # bad env kwargs fail here, not at step 37
+    if algo == "maskable-ppo" and not hasattr(probe.unwrapped, "action_masks"):
+        raise ValueError(f"--algo maskable-ppo needs an env with action_masks(); {env_id} has none "
+                         "(FLHeteroAlloc-v0 has)")
+    probe.close()
     return RunConfig(env_id, algo, preset, hyperparams, dict(env_kwargs or {}), seed, envs, vec_env, steps,
                      save_freq, tensorboard_log)
 
