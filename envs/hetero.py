@@ -266,8 +266,11 @@ class FLHeteroAllocEnv(_HeteroEnv):
         return spaces.MultiDiscrete([self.num_sizes] * self.k)
 
     def action_masks(self) -> np.ndarray:
-        """Allowed sizes per slot, flattened (sb3-contrib's ``MaskablePPO``): every size fits every
-        client, since the catalogue's models all meet HAPFL's minimum-capacity constraint (14)."""
+        """Allowed sizes per slot, flattened, for sb3-contrib's ``MaskablePPO``.
+
+        Every size fits every client: the catalogue's models all meet HAPFL's minimum-capacity
+        constraint (14).
+        """
         return np.ones(self.k * self.num_sizes, dtype=bool)
 
     def _reward(self, terms: dict[str, float]) -> float:
