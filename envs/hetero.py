@@ -62,6 +62,7 @@ class _HeteroEnv(FLEnv):
         self.k, self.num_sizes, self.total_epochs = cfg.clients_per_round, cfg.num_sizes, cfg.total_epochs
         self.time_ratio = cfg.time_ratio
         self.hetero = HeteroSpec(self.view, self.k, self.num_sizes, self.time_ratio)
+        self._intensity_view = HeteroSpec("intensity", self.k, self.num_sizes, self.time_ratio)
         self.lite_cost = cfg.model_costs["lite"]
         lite_epoch = cfg.seconds_per_unit * self.lite_cost * fed.sizes / fed.profiles.speed
         self.t_scale = cfg.local_epochs * self.time_ratio[-1] * float(np.median(lite_epoch))
@@ -101,6 +102,12 @@ class _HeteroEnv(FLEnv):
 
     # ---- the round ---------------------------------------------------------------------------
 
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode (see :class:`~fl_gym.envs.base.FLEnv`); no client has a previous size yet."""
+        self._prev_size[:] = -1
+        return super().reset(seed=seed, options=options)
+
     def _observe(self) -> np.ndarray:
         """Sample the next round's clients, draw their load, time the LiteModel epoch."""
         fed = self.federation
@@ -133,7 +140,7 @@ class _HeteroEnv(FLEnv):
         sizes = self._sizes if sizes is None else sizes
         if sigma is None:
             s2 = self.time_ratio[sizes] * self._s1
-            sigma = self._intensity_spec().decode(self._predict(self._intensity, self._features(s2)))[1]
+            sigma = self._intensity_view.decode(self._predict(self._intensity, self._features(s2)))[1]
         tau = sigma * self.total_epochs if self.cfg.fractional_epochs else integerize(sigma, self.total_epochs)
         self._decision = (sizes, sigma, tau)
         n = self.federation.num_clients
@@ -142,9 +149,6 @@ class _HeteroEnv(FLEnv):
         model, epochs = np.zeros(n, np.int64), np.zeros(n)
         model[self._selected], epochs[self._selected] = sizes, tau
         return RoundPlan(selected, model, epochs, self._lr, selected.copy())
-
-    def _intensity_spec(self) -> HeteroSpec:
-        return HeteroSpec("intensity", self.k, self.num_sizes, self.time_ratio)
 
     def _check_action(self, action: np.ndarray) -> None:
         a = np.asarray(action)

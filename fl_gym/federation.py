@@ -223,8 +223,13 @@ class Federation:
         self._evaluate_globals(out)
         return out
 
+    @property
+    def _role(self) -> str:
+        """Loss role of the clients' own models: ``local`` beside a companion, else ``model``."""
+        return LOCAL if self.companion_arch else MODEL
+
     def _members(self, plan: RoundPlan, order: np.ndarray) -> list[Member]:
-        role = LOCAL if self.companion_arch else MODEL
+        role = self._role
         members = []
         for m in np.unique(plan.model[order]):
             slots = np.flatnonzero(plan.model[order] == m)
@@ -246,9 +251,8 @@ class Federation:
             members, self.x_train, self.y_train, schedule, lr, cfg.optimizer, loss_fn=loss_fn,
             prox_mu=cfg.prox_mu if cfg.algorithm == "fedprox" else 0.0,
             pfedme=cfg.pfedme if cfg.algorithm == "pfedme" else None, gen=gen)
-        role = LOCAL if self.companion_arch else MODEL
-        out["loss"][order] = result.mean_loss[role].cpu().numpy()
-        out["last_epoch_loss"][order] = result.last_epoch_loss[role].cpu().numpy()
+        out["loss"][order] = result.mean_loss[self._role].cpu().numpy()
+        out["last_epoch_loss"][order] = result.last_epoch_loss[self._role].cpu().numpy()
         if self.companion_arch:
             out["companion_loss"][order] = result.mean_loss[LITE].cpu().numpy()
         return members
@@ -261,7 +265,7 @@ class Federation:
         need_acc = cfg.eval_local or cfg.aggregation == "entropy_acc"
         for member in members:
             clients = self._clients(member, order)
-            evaluated = member.personal or member.stack
+            evaluated = member.stack if member.personal is None else member.personal  # pFedMe: theta
             if need_acc and cfg.local_test != "none":
                 acc = evaluate_stack(evaluated, self.x_test, self.y_test, [self.test_parts[i] for i in clients],
                                      cfg.eval_batch_size).accuracy.cpu().numpy()

@@ -189,6 +189,8 @@ def test_extended_observation():
     assert np.all(obs[18:] == 0)  # no previous size yet
     obs, *_ = env.step(env.unwrapped.encode_action(np.ones(6, np.int64), np.full(6, 1 / 6)))
     assert np.all((obs[6:18] >= 0) & (obs[6:18] <= 1))
+    again, _ = env.reset(seed=0)  # a new episode starts without previous sizes: same seed, same observation
+    assert np.array_equal(again, env.reset(seed=0)[0]) and np.all(again[18:] == 0)
 
 
 @pytest.mark.parametrize("env_id,action,match", [
