@@ -107,3 +107,25 @@ def test_ppo_learns_spec_check_9():
         scores[name] = float(np.mean(rewards))
     assert scores["ppo2"] > scores["uniform"]
     assert scores["ppo2"] - scores["uniform"] >= 0.5 * (scores["inverse"] - scores["uniform"])
+
+
+@pytest.mark.slow
+def test_trained_hapfl_headline_and_ablation_spec_checks_7_8():
+    """Spec 10.7/10.8 for the trained policy: vs Uniform(large) with FedAvg timing, at least the paper's
+    lower bounds (-19 % straggling latency, -20.9 % total time); it beats GreedyBySpeed and Uniform."""
+    from fl_gym.baselines.hetero import GreedyBySpeedPolicy, UniformPolicy
+    from fl_gym.training.evaluation import aggregate, evaluate
+
+    ppo1, ppo2 = train_dual_agent(seed=0, preset="fast")
+    seeds = (201, 202, 203)
+
+    def stats(policy_for, **kwargs):
+        return aggregate(evaluate(lambda: gym.make("FLHetero-v0", **kwargs), policy_for, seeds))
+
+    hapfl = stats(lambda env: hapfl_policy(env, ppo1, ppo2))
+    fedavg = stats(UniformPolicy, algorithm="fedavg")
+    greedy, uniform = stats(GreedyBySpeedPolicy), stats(UniformPolicy)
+    assert hapfl["straggling_latency"][0] <= (1 - 0.19) * fedavg["straggling_latency"][0]
+    assert hapfl["sim_time"][0] <= (1 - 0.209) * fedavg["sim_time"][0]
+    for other in (greedy, uniform):
+        assert hapfl["straggling_latency"][0] < other["straggling_latency"][0]
