@@ -8,7 +8,9 @@
    never used: mean straggling latency ``max - min T^c`` and total simulated time ``sum T^round``,
    and HAPFL's reductions against FedAvg, FedProx and pFedMe (uniform large models, no LiteModel);
 3. accuracy: the torch backend on a smaller budget (``acc_rounds`` rounds of ``acc_local_epochs``):
-   final LiteModel and per-size global test accuracy and mean personalised local accuracy.
+   final LiteModel and per-size global test accuracy and mean personalised local accuracy;
+4. curves (first accuracy seed): accuracy round by round against the simulated clock, plotted, and
+   each baseline's accuracy at the moment HAPFL finishes its rounds (equal simulated time).
 
 Each (policy, seed) result is cached in ``OUT/cache`` as it finishes, so an interrupted run
 resumes; ``OUT/results.json`` and ``OUT/report.md`` are written atomically at the end.
@@ -40,6 +42,8 @@ from fl_gym.training.evaluation import aggregate_summaries, evaluate
 # Paper (spec 7.2 / 7.3): HAPFL's reductions on MNIST, (straggling latency %, training time %).
 PAPER_MNIST = {"FedAvg": (35.2, 26.1), "FedProx": (47.6, 40.4), "pFedMe": (37.1, 27.7)}
 BASELINES = ("FedAvg", "FedProx", "pFedMe")
+CURVES = ("HAPFL PPO (fast)", "BalancedOracle", "FedAvg", "FedProx", "pFedMe")
+CURVE_METRICS = ("sim_time", "global_acc_lite", "global_acc_by_size/large", "acc_local")
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,45 @@ def _measure(cfg: ResultsConfig, kind: str, label: str, env_kwargs: dict, policy
     return summaries
 
 
+def _torch_kwargs(cfg: ResultsConfig, kwargs: dict) -> dict:
+    """Env arguments of the accuracy runs (torch backend, reduced budget)."""
+    return {"dataset": cfg.dataset, "data_root": cfg.data_root, **kwargs, "backend": "torch",
+            "local_epochs": cfg.acc_local_epochs, "rounds_per_episode": cfg.acc_rounds}
+
+
+def _curves(cfg: ResultsConfig, agents: dict[str, Any], say: Callable[[str], None]) -> dict[str, dict]:
+    """Per-round accuracy and clock of the first accuracy seed (cached); plot accuracy against time."""
+    rows, seed = _rows(cfg, agents), cfg.acc_seeds[0]
+    curves = {}
+    for label in CURVES:
+        if label not in rows or (cfg.acc_policies is not None and label not in cfg.acc_policies):
+            continue
+        path = Path(cfg.out_dir) / "cache" / "curves" / f"{label.replace(' ', '_')}-{seed}.json"
+        if not path.is_file():
+            say(f"curves: {label}, seed {seed}")
+            kwargs, policy = rows[label]
+            env_kwargs = _torch_kwargs(cfg, kwargs)
+            episode = evaluate(lambda kw=env_kwargs: gym.make("FLHetero-v0", **kw), policy, [seed], cfg.acc_rounds)[0]
+            write_json(path, {m: episode.series(m) for m in CURVE_METRICS})
+        curves[label] = read_json(path)
+    if curves:
+        from fl_gym.training.plots import plot_xy
+
+        lines = {f"{label}: large": (c["sim_time"], c["global_acc_by_size/large"]) for label, c in curves.items()}
+        lines.update({f"{label}: LiteModel": (c["sim_time"], c["global_acc_lite"])
+                      for label, c in curves.items() if label.startswith("HAPFL")})
+        plot_xy(lines, "simulated time (s)", "global test accuracy",
+                f"{cfg.dataset}: accuracy against simulated time (seed {seed})",
+                Path(cfg.out_dir) / "accuracy_vs_time.png")
+    return curves
+
+
+def at_time(curve: dict[str, list[float]], metric: str, t: float) -> float:
+    """The metric after the last round finished by simulated time ``t`` (NaN if none was)."""
+    done = [v for time_, v in zip(curve["sim_time"], curve[metric], strict=True) if time_ <= t]
+    return done[-1] if done else float("nan")
+
+
 def run(cfg: ResultsConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run everything (resuming from the cache); returns and writes the results."""
     torch.set_num_threads(cfg.threads)
@@ -154,12 +197,12 @@ def run(cfg: ResultsConfig, say: Callable[[str], None] = print) -> dict[str, Any
     for label, (kwargs, policy) in _rows(cfg, agents).items():
         if label == "Joint PPO (one agent)" or (cfg.acc_policies is not None and label not in cfg.acc_policies):
             continue
-        env_kwargs = {**base, **kwargs, "backend": "torch", "local_epochs": cfg.acc_local_epochs,
-                      "rounds_per_episode": cfg.acc_rounds}
+        env_kwargs = _torch_kwargs(cfg, kwargs)
         accuracy[label] = aggregate_summaries(_measure(cfg, "accuracy", label, env_kwargs, policy, cfg.acc_seeds,
                                           cfg.acc_rounds, say))
+    curves = _curves(cfg, agents, say)
     walls = {p: read_json(Path(cfg.out_dir) / "agents" / p / "hapfl.json").get("train_wall_s") for p in cfg.agents}
-    results = {"config": asdict(cfg), "timing": timing, "accuracy": accuracy, "train_wall_s": walls}
+    results = {"config": asdict(cfg), "timing": timing, "accuracy": accuracy, "curves": curves, "train_wall_s": walls}
     write_json(Path(cfg.out_dir) / "results.json", results)
     write_text(Path(cfg.out_dir) / "report.md", report(results))
     return results
@@ -195,6 +238,17 @@ def report(results: dict[str, Any]) -> str:
             cells = [_pm(s.get(m), 1, 100) for m in ("global_acc_lite", "global_acc_by_size/small",
                                                      "global_acc_by_size/large", "acc_local")]
             lines.append(f"| {label} | {' | '.join(cells)} | {_pm(s.get('sim_time'), 0)} |")
+    curves = results.get("curves") or {}
+    if "HAPFL PPO (fast)" in curves:
+        finish = curves["HAPFL PPO (fast)"]["sim_time"][-1]
+        lines += ["", f"### Equal simulated time: each policy when HAPFL PPO (fast) finishes ({finish:.0f} s, "
+                  f"seed {cfg['acc_seeds'][0]})", "",
+                  "| policy | rounds done | large (global) | local (personalised) |", "|---|---|---|---|"]
+        for label, c in curves.items():
+            rounds = sum(t <= finish for t in c["sim_time"])
+            cells = [at_time(c, m, finish) for m in ("global_acc_by_size/large", "acc_local")]
+            lines.append(f"| {label} | {rounds} | " + " | ".join("n/a" if v != v else f"{100 * v:.1f}" for v in cells)
+                         + " |")
     walls = ", ".join(f"{p}: {w:.0f} s" for p, w in results["train_wall_s"].items() if w)
     lines += ["", f"Dual-agent training wall time (timing backend, shared machine): {walls}."]
     return "\n".join(lines) + "\n"

@@ -14,10 +14,17 @@ import numpy as np  # noqa: E402
 
 def plot_series(series: dict[str, list[float]], ylabel: str, title: str, path: str | Path) -> Path:
     """One line per label over rounds 1..n; written atomically."""
+    lines = {label: (list(range(1, len(v) + 1)), v) for label, v in series.items()}
+    return plot_xy(lines, "round", ylabel, title, path)
+
+
+def plot_xy(lines: dict[str, tuple[list[float], list[float]]], xlabel: str, ylabel: str, title: str,
+            path: str | Path) -> Path:
+    """One line per label through its ``(x, y)`` points; written atomically."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    for label, values in series.items():
-        ax.plot(np.arange(1, len(values) + 1), values, label=label)
-    ax.set_xlabel("round")
+    for label, (x, y) in lines.items():
+        ax.plot(x, y, marker=".", label=label)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
