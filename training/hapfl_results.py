@@ -172,9 +172,9 @@ def _curves(cfg: ResultsConfig, agents: dict[str, Any], say: Callable[[str], Non
         lines = {f"{label}: large": (c["sim_time"], c["global_acc_by_size/large"]) for label, c in curves.items()}
         lines.update({f"{label}: LiteModel": (c["sim_time"], c["global_acc_lite"])
                       for label, c in curves.items() if label.startswith("HAPFL")})
-        plot_xy(lines, "simulated time (s)", "global test accuracy",
+        plot_xy(lines, "simulated time (s, log scale)", "global test accuracy",
                 f"{cfg.dataset}: accuracy against simulated time (seed {seed})",
-                Path(cfg.out_dir) / "accuracy_vs_time.png")
+                Path(cfg.out_dir) / "accuracy_vs_time.png", logx=True)
     return curves
 
 

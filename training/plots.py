@@ -19,11 +19,13 @@ def plot_series(series: dict[str, list[float]], ylabel: str, title: str, path: s
 
 
 def plot_xy(lines: dict[str, tuple[list[float], list[float]]], xlabel: str, ylabel: str, title: str,
-            path: str | Path) -> Path:
+            path: str | Path, logx: bool = False) -> Path:
     """One line per label through its ``(x, y)`` points; written atomically."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, (x, y) in lines.items():
         ax.plot(x, y, marker=".", label=label)
+    if logx:
+        ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
