@@ -10,7 +10,10 @@
 3. accuracy: the torch backend on a smaller budget (``acc_rounds`` rounds of ``acc_local_epochs``):
    final LiteModel and per-size global test accuracy and mean personalised local accuracy;
 4. curves (first accuracy seed): accuracy round by round against the simulated clock, plotted, and
-   each baseline's accuracy at the moment HAPFL finishes its rounds (equal simulated time).
+   each baseline's accuracy at the moment HAPFL finishes its rounds (equal simulated time);
+5. spec check 10.9 per agent: the share of the gap each PPO closes toward its analytic reference
+   (PPO1: Random to BalancedOracle on ``R^1``; PPO2, on the frozen PPO1's sizes: a uniform split
+   to the inverse-time split on ``R^2``).
 
 Each (policy, seed) result is cached in ``OUT/cache`` as it finishes, so an interrupted run
 resumes; ``OUT/results.json`` and ``OUT/report.md`` are written atomically at the end.
@@ -184,6 +187,32 @@ def at_time(curve: dict[str, list[float]], metric: str, t: float) -> float:
     return done[-1] if done else float("nan")
 
 
+def _gap_closure(cfg: ResultsConfig, agents: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Spec check 10.9 on the evaluation seeds (timing backend, cheap: not cached)."""
+    from fl_gym.agents.hapfl import ALLOC_ID, INTENSITY_ID, Frozen
+
+    base = {"dataset": cfg.dataset, "data_root": cfg.data_root, "rounds_per_episode": cfg.rounds}
+
+    def mean_reward(env_id: str, policy: Callable, **kwargs: Any) -> float:
+        episodes = evaluate(lambda: gym.make(env_id, **base, **kwargs), policy, cfg.eval_seeds, cfg.rounds)
+        return aggregate_summaries([e.summary() for e in episodes])["reward"][0]
+
+    out = {}
+    for preset in cfg.agents:
+        ppo1, ppo2 = agents[preset]
+        r1 = {"agent": mean_reward(ALLOC_ID, lambda env, p=ppo1: p),
+              "floor": mean_reward(ALLOC_ID, lambda env: RandomPolicy(env, seed=0)),
+              "reference": mean_reward(ALLOC_ID, BalancedOraclePolicy)}
+        sizes = {"allocation_policy": Frozen(ppo1.policy)}
+        r2 = {"agent": mean_reward(INTENSITY_ID, lambda env, p=ppo2: p, **sizes),
+              "floor": mean_reward(INTENSITY_ID, UniformPolicy, **sizes),
+              "reference": mean_reward(INTENSITY_ID, InverseTimePolicy, **sizes)}
+        for name, r in (("PPO1", r1), ("PPO2", r2)):
+            r["closed"] = (r["agent"] - r["floor"]) / (r["reference"] - r["floor"])
+            out[f"{name} ({preset})"] = r
+    return out
+
+
 def run(cfg: ResultsConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run everything (resuming from the cache); returns and writes the results."""
     torch.set_num_threads(cfg.threads)
@@ -201,8 +230,11 @@ def run(cfg: ResultsConfig, say: Callable[[str], None] = print) -> dict[str, Any
         accuracy[label] = aggregate_summaries(_measure(cfg, "accuracy", label, env_kwargs, policy, cfg.acc_seeds,
                                           cfg.acc_rounds, say))
     curves = _curves(cfg, agents, say)
+    say("spec check 10.9")
+    closure = _gap_closure(cfg, agents)
     walls = {p: read_json(Path(cfg.out_dir) / "agents" / p / "hapfl.json").get("train_wall_s") for p in cfg.agents}
-    results = {"config": asdict(cfg), "timing": timing, "accuracy": accuracy, "curves": curves, "train_wall_s": walls}
+    results = {"config": asdict(cfg), "timing": timing, "accuracy": accuracy, "curves": curves,
+               "gap_closure": closure, "train_wall_s": walls}
     write_json(Path(cfg.out_dir) / "results.json", results)
     write_text(Path(cfg.out_dir) / "report.md", report(results))
     return results
@@ -249,6 +281,14 @@ def report(results: dict[str, Any]) -> str:
             cells = [at_time(c, m, finish) for m in ("global_acc_by_size/large", "acc_local")]
             lines.append(f"| {label} | {rounds} | " + " | ".join("n/a" if v != v else f"{100 * v:.1f}" for v in cells)
                          + " |")
+    if results.get("gap_closure"):
+        lines += ["", "### Spec check 10.9: share of the gap to the analytic reference each agent closes", "",
+                  "| agent | mean reward | floor | reference | gap closed |", "|---|---|---|---|---|"]
+        for name, r in results["gap_closure"].items():
+            lines.append(f"| {name} | {r['agent']:.3f} | {r['floor']:.3f} | {r['reference']:.3f} | "
+                         f"{100 * r['closed']:.0f} % |")
+        lines += ["", "PPO1: R^1 on FLHeteroAlloc-v0, floor Random, reference BalancedOracle. PPO2: R^2/T_scale on "
+                  "FLHeteroIntensity-v0 with the frozen PPO1's sizes, floor a uniform split, reference inverse time."]
     walls = ", ".join(f"{p}: {w:.0f} s" for p, w in results["train_wall_s"].items() if w)
     lines += ["", f"Dual-agent training wall time (timing backend, shared machine): {walls}."]
     return "\n".join(lines) + "\n"
