@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from fl_gym.models.layers import CHANNELS_LAST, Conv2d, Layer, MaxPool2d, ReLU
+from fl_gym.models.layers import Conv2d, Layer, MaxPool2d, ReLU, conv_layout
 
 
 class Architecture:
@@ -91,7 +91,7 @@ class Architecture:
         if not self.grouped:  # index_select on a flat index is 4x faster than x_all[idx]
             return torch.index_select(x_all, 0, idx.reshape(-1)).view(k, b, *x_all.shape[1:])
         x = torch.index_select(x_all, 0, idx.t().reshape(-1))
-        return x.view(b, k * x.shape[1], *x.shape[2:]).contiguous(memory_format=CHANNELS_LAST)
+        return x.view(b, k * x.shape[1], *x.shape[2:]).contiguous(memory_format=conv_layout(x.device))
 
     def forward(self, params: list[Tensor], x: Tensor, train: bool = False,
                 gen: torch.Generator | None = None) -> tuple[Tensor, list[object]]:

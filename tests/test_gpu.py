@@ -1,0 +1,87 @@
+"""The CUDA path against the CPU: skipped where no GPU is present (CI), run on a lent GPU machine.
+
+Bit equality is a CPU promise only (cuDNN may pick nondeterministic kernels), so these tests hold
+the GPU to the CPU reference within float tolerance, with TF32 off, and to the CPU's clock exactly:
+the virtual clock never depends on where the training ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from fl_gym import Federation, FederationConfig, PartitionConfig, RoundPlan
+from fl_gym.baselines.hetero import BalancedOraclePolicy
+from fl_gym.engine import Member, OptimizerConfig, local_steps, make_schedule, train_cohort
+from fl_gym.engine.reference import reference_train
+from fl_gym.models import Stack, build_model
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.mark.parametrize("name,opt", [("mlp-small", OptimizerConfig(momentum=0.9)), ("cnn-small", OptimizerConfig()),
+                                      ("hapfl-lite", OptimizerConfig()), ("mlr", OptimizerConfig("adam"))])
+def test_batched_engine_on_cuda_matches_the_cpu_loop(digits, digits_parts, name, opt):
+    """Not ``hapfl-large``: digits' zero borders make exact ties in its max-pool windows, and
+    kernels break ties differently (a valid subgradient either way), which moves one client's
+    weights by 1e-4 even between the CPU's two memory layouts."""
+    epochs = np.array([3, 1, 2, 0.5, 2])
+    sizes = np.array([len(p) for p in digits_parts[:5]])
+    steps = local_steps(sizes, epochs, 10)
+    order = np.argsort(-steps, kind="stable")
+    parts = [torch.as_tensor(digits_parts[i]) for i in order]
+    schedule = make_schedule(parts, steps[order], 10, torch.Generator().manual_seed(3))
+    arch = build_model(name, digits.input_shape, 10)
+    start = torch.stack([arch.init(torch.Generator().manual_seed(i)) for i in range(5)])
+    lr = torch.linspace(0.01, 0.05, 5) if opt.name == "sgd" else torch.full((5,), 1e-3)
+
+    on_gpu = dataclasses.replace(schedule, idx=schedule.idx.to(CUDA), weight=schedule.weight.to(CUDA))
+    stack = Stack.from_rows(arch, start.to(CUDA))
+    result = train_cohort([Member("model", stack)], digits.x_train.to(CUDA), digits.y_train.to(CUDA), on_gpu,
+                          lr.to(CUDA), opt)
+    ref_rows, ref_loss = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, opt)
+    assert stack.rows().device.type == "cuda"
+    torch.testing.assert_close(stack.rows().cpu(), ref_rows, rtol=0, atol=1e-4)
+    torch.testing.assert_close(result.mean_loss["model"].cpu(), ref_loss, rtol=1e-4, atol=1e-4)
+
+
+def test_federation_on_cuda_learns_and_keeps_the_cpu_clock():
+    cfg = FederationConfig(num_clients=10, partition=PartitionConfig(alpha=0.5))
+    runs = {}
+    for device in ("cpu", "cuda"):
+        fed = Federation(cfg.replace(device=device), scenario_seed=0)
+        runs[device] = [fed.run_round(RoundPlan.make(10, lr=0.05, epochs=2)) for _ in range(10)]
+    cpu, gpu = runs["cpu"], runs["cuda"]
+    assert [r.round_time for r in gpu] == [r.round_time for r in cpu]
+    assert gpu[-1].accuracy >= 0.90
+    assert abs(gpu[-1].accuracy - cpu[-1].accuracy) < 0.03
+
+
+def test_hetero_torch_backend_on_cuda():
+    env = {d: gym.make("FLHetero-v0", backend="torch", device=d, local_epochs=2, rounds_per_episode=3)
+           for d in ("cpu", "cuda")}
+    infos = {}
+    for d, e in env.items():
+        obs, _ = e.reset(seed=0)
+        policy = BalancedOraclePolicy(e)
+        infos[d] = []
+        for _ in range(3):
+            obs, _, _, _, info = e.step(policy.predict(obs)[0])
+            infos[d].append(info)
+    for c, g in zip(infos["cpu"], infos["cuda"], strict=True):
+        assert g["round_time"] == c["round_time"]
+        assert 0.0 <= g["global_acc_lite"] <= 1.0
+        assert abs(g["global_acc_lite"] - c["global_acc_lite"]) < 0.1
