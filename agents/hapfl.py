@@ -13,7 +13,6 @@ nothing; PPO2's state depends on PPO1's sizes, so it must come second.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
 from fl_gym.baselines.hetero import HAPFLPolicy
+from fl_gym.training.atomic import save_atomic, write_json
 
 ALLOC_ID, INTENSITY_ID, JOINT_ID = "FLHeteroAlloc-v0", "FLHeteroIntensity-v0", "FLHetero-v0"
 
@@ -80,15 +80,17 @@ def train_dual_agent(env_kwargs: dict[str, Any] | None = None, *, seed: int = 0,
     return ppo1, ppo2
 
 
+def yaml_preset(preset: str) -> str | None:
+    """The ``ppo.yml`` preset of a recipe name: ``"paper"`` is the base blocks (the spec's recipe)."""
+    return None if preset == "paper" else preset
+
+
 def save_dual_agent(folder: str | Path, ppo1: BaseAlgorithm, ppo2: BaseAlgorithm, meta: dict | None = None) -> Path:
     """Write ``ppo1.zip``, ``ppo2.zip`` and ``hapfl.json`` into ``folder``."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    ppo1.save(folder / "ppo1.zip")
-    ppo2.save(folder / "ppo2.zip")
-    tmp = folder / "hapfl.json.tmp"
-    tmp.write_text(json.dumps({"kind": "hapfl-dual-agent", **(meta or {})}, indent=2))
-    tmp.replace(folder / "hapfl.json")
+    save_atomic(ppo1, folder / "ppo1.zip")
+    save_atomic(ppo2, folder / "ppo2.zip")
+    write_json(folder / "hapfl.json", {"kind": "hapfl-dual-agent", **(meta or {})})  # last: marks it complete
     return folder
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,28 @@ def write_text(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_via(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """Atomically create ``path`` with a writer that takes a path (``model.save``, ``fig.savefig``).
+
+    The temporary file keeps ``path``'s suffix, since such writers pick the format from it.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_atomic(model: Any, path: str | Path) -> Path:
+    """``model.save`` (SB3) through a temporary file, so a crash never leaves a half-written zip."""
+    return write_via(path, model.save)
 
 
 def write_json(path: str | Path, data: Any) -> Path:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from stable_baselines3.common.callbacks import BaseCallback
 from tqdm import tqdm
+
+from fl_gym.training.atomic import save_atomic
 
 FL_KEYS = ("accuracy", "round_time", "straggling_latency", "sim_time", "upload_bytes", "r1", "r2_raw",
            "global_acc_lite")
@@ -49,15 +50,6 @@ class RolloutCheckpoint(BaseCallback):
 
     def _on_step(self) -> bool:
         return True
-
-
-def save_atomic(model, path: str | Path) -> Path:
-    """``model.save`` through a temporary file, so a crash never leaves a half-written zip."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.zip")
-    model.save(tmp)
-    os.replace(tmp, path)
-    return path
 
 
 def latest_checkpoint(folder: str | Path, prefix: str = "model") -> tuple[Path, int] | None:

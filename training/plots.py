@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import matplotlib
@@ -10,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from fl_gym.training.atomic import write_via  # noqa: E402
 
 
 def plot_series(series: dict[str, list[float]], ylabel: str, title: str, path: str | Path) -> Path:
@@ -53,10 +54,6 @@ def plot_histogram(histogram: np.ndarray, title: str, path: str | Path) -> Path:
 
 
 def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    written = write_via(path, lambda tmp: fig.savefig(tmp, dpi=110))
     plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return written
