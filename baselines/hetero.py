@@ -112,15 +112,8 @@ class GreedyBySpeedPolicy(HeteroPolicy):
         return sizes
 
 
-class InverseTimePolicy(HeteroPolicy):
+class InverseTimePolicy(UniformPolicy):
     """A fixed size and ``sigma_i ∝ 1/S^2_i``: equal local-training time, the analytic optimum of ``R^2``."""
-
-    def __init__(self, env: Env | HeteroSpec, size: str = "large") -> None:
-        super().__init__(env)
-        self.size = _size_index(self.hetero, size)
-
-    def sizes(self, s1):
-        return np.full(len(s1), self.size)
 
     def split(self, s2):
         inv = 1.0 / np.asarray(s2, dtype=np.float64)
@@ -186,7 +179,7 @@ class HAPFLPolicy(HeteroPolicy):
         if h.view != "joint":
             raise ValueError(f"HAPFLPolicy: expected the joint view (FLHetero-v0), got {h.view!r}")
         self.ppo1, self.ppo2 = ppo1, ppo2
-        self._intensity = HeteroSpec("intensity", h.clients_per_round, h.num_sizes, h.time_ratio)
+        self._intensity = h.with_view("intensity")
 
     def _act(self, row: np.ndarray) -> np.ndarray:
         h = self.hetero

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium import spaces
 
+from fl_gym.clock import RoundLoad
 from fl_gym.envs.base import FLEnv
 from fl_gym.envs.hetero_actions import HeteroSpec, integerize
 from fl_gym.envs.hetero_config import HeteroConfig
@@ -62,9 +63,9 @@ class _HeteroEnv(FLEnv):
         self.k, self.num_sizes, self.total_epochs = cfg.clients_per_round, cfg.num_sizes, cfg.total_epochs
         self.time_ratio = cfg.time_ratio
         self.hetero = HeteroSpec(self.view, self.k, self.num_sizes, self.time_ratio)
-        self._intensity_view = HeteroSpec("intensity", self.k, self.num_sizes, self.time_ratio)
+        self._intensity_view = self.hetero.with_view("intensity")
         self.lite_cost = cfg.model_costs["lite"]
-        lite_epoch = cfg.seconds_per_unit * self.lite_cost * fed.sizes / fed.profiles.speed
+        lite_epoch = fed.clock.epoch_time(fed.sizes, self.lite_cost, RoundLoad.still(fed.num_clients))
         self.t_scale = cfg.local_epochs * self.time_ratio[-1] * float(np.median(lite_epoch))
         self._extras = np.stack([fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)])
         self.observation_space = self._obs_space()
@@ -98,7 +99,7 @@ class _HeteroEnv(FLEnv):
             return policy
         from fl_gym.baselines.hetero import named_policy
 
-        return named_policy(policy, HeteroSpec(view, self.k, self.num_sizes, self.time_ratio))
+        return named_policy(policy, self.hetero.with_view(view))
 
     # ---- the round ---------------------------------------------------------------------------
 
@@ -182,12 +183,18 @@ class _HeteroEnv(FLEnv):
         w1, w2 = self.cfg.reward_weights
         return w1 * terms["r1"] / self.cfg.max_ratio + w2 * terms["r2"]
 
+    def _accuracy(self, report: RoundReport) -> float:
+        """The global LiteModel's test accuracy (baselines: the best global model's; NaN if none evaluated)."""
+        if self.cfg.algorithm == "hapfl":
+            return report.companion_global_accuracy
+        acc = report.global_accuracy
+        return np.nan if np.isnan(acc).all() else float(np.nanmax(acc))
+
     def _is_terminated(self, report: RoundReport) -> bool:
         target = self.cfg.target_accuracy
         if target is None or self.cfg.backend != "torch":
             return False
-        acc = report.companion_global_accuracy if self.cfg.algorithm == "hapfl" else np.nanmax(report.global_accuracy)
-        return bool(acc >= target)
+        return bool(self._accuracy(report) >= target)
 
     def _info(self, plan: RoundPlan, report: RoundReport, terms: dict[str, float]) -> dict[str, Any]:
         info = super()._info(plan, report, terms)
@@ -202,9 +209,8 @@ class _HeteroEnv(FLEnv):
             s2=self.time_ratio[sizes] * self._s1, entropy=self.federation.label_entropy[sel])
         if self.cfg.backend == "torch":
             names = self.cfg.size_names
-            best = float(np.nanmax(report.global_accuracy)) if not np.isnan(report.global_accuracy).all() else np.nan
             info.update(
-                accuracy=report.companion_global_accuracy if self.cfg.algorithm == "hapfl" else best,
+                accuracy=self._accuracy(report),
                 agg_weights_local={n: report.weights[sel][sizes == i] for i, n in enumerate(names)},
                 acc_local=report.local_accuracy[sel], loss_local=report.loss[sel],
                 global_acc_by_size=dict(zip(names, report.global_accuracy.tolist(), strict=True)))

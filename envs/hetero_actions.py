@@ -13,6 +13,7 @@ Spec ``hapfl.md`` sections 3.2, 5 and 9.2:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +84,10 @@ class HeteroSpec:
     clients_per_round: int
     num_sizes: int
     time_ratio: np.ndarray
+
+    def with_view(self, view: str) -> HeteroSpec:
+        """The same scenario seen through another view (e.g. the intensity view of a joint env)."""
+        return dataclasses.replace(self, view=view)
 
     def encode(self, sizes: np.ndarray | None, sigma: np.ndarray | None) -> np.ndarray:
         """The action of this view that carries ``sizes`` and/or ``sigma``."""
