@@ -71,10 +71,10 @@ def test_make_env_seeds_and_monitors(tmp_path):
         make_env("FLHeteroAlloc-v0", vec_env="threads")
 
 
-def _mean_r(env_id, policy_for, seeds=(101, 102, 103)):
+def _mean_r(env_id, policy_for, seeds=(101, 102, 103), **env_kwargs):
     out = []
     for seed in seeds:
-        env = gym.make(env_id)
+        env = gym.make(env_id, **env_kwargs)
         policy = policy_for(env)
         obs, _ = env.reset(seed=seed)
         for _ in range(100):
@@ -94,17 +94,9 @@ def test_ppo_learns_spec_check_9():
     r_random = _mean_r("FLHeteroAlloc-v0", lambda env: RandomPolicy(env, seed=0))
     r_oracle = _mean_r("FLHeteroAlloc-v0", BalancedOraclePolicy)
     assert r_ppo1 - r_random >= 0.5 * (r_oracle - r_random)
-    envs = {name: gym.make("FLHeteroIntensity-v0", allocation_policy=ppo1) for name in ("ppo2", "uniform", "inverse")}
-    scores = {}
-    for name, env in envs.items():
-        policy = {"ppo2": ppo2, "uniform": UniformPolicy(env), "inverse": InverseTimePolicy(env)}[name]
-        rewards = []
-        for seed in (101, 102, 103):
-            obs, _ = env.reset(seed=seed)
-            for _ in range(100):
-                obs, reward, *_ = env.step(policy.predict(obs, deterministic=True)[0])
-                rewards.append(reward)
-        scores[name] = float(np.mean(rewards))
+    scores = {name: _mean_r("FLHeteroIntensity-v0", policy_for, allocation_policy=ppo1)
+              for name, policy_for in (("ppo2", lambda env: ppo2), ("uniform", UniformPolicy),
+                                       ("inverse", InverseTimePolicy))}
     assert scores["ppo2"] > scores["uniform"]
     assert scores["ppo2"] - scores["uniform"] >= 0.5 * (scores["inverse"] - scores["uniform"])
 

@@ -264,13 +264,13 @@ class DualAgentResult:
 def dual_agent_benchmark(presets: tuple[str, ...] = ("fast", "paper"),
                          progress: Callable[[str], None] = print) -> list[DualAgentResult]:
     """Wall time of the whole dual-agent recipe on the timing backend, per hyperparameter preset."""
-    from fl_gym.agents.hapfl import ALLOC_ID, INTENSITY_ID, train_dual_agent
+    from fl_gym.agents.hapfl import ALLOC_ID, INTENSITY_ID, train_dual_agent, yaml_preset
     from fl_gym.agents.ppo import load_hyperparams
 
     results = []
     with torch_threads(1):
         for preset in presets:
-            name = None if preset == "paper" else preset
+            name = yaml_preset(preset)
             steps = sum(int(load_hyperparams(i, name)["n_timesteps"]) for i in (ALLOC_ID, INTENSITY_ID))
             progress(f"dual agent, preset {preset} ({steps} steps)...")
             start = time.perf_counter()

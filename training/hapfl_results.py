@@ -30,7 +30,14 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from fl_gym.agents.hapfl import hapfl_policy, is_dual_agent, load_dual_agent, save_dual_agent, train_dual_agent
+from fl_gym.agents.hapfl import (
+    hapfl_policy,
+    is_dual_agent,
+    load_dual_agent,
+    save_dual_agent,
+    train_dual_agent,
+    yaml_preset,
+)
 from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
 from fl_gym.baselines.hetero import (
     BalancedOraclePolicy,
@@ -39,8 +46,8 @@ from fl_gym.baselines.hetero import (
     RandomPolicy,
     UniformPolicy,
 )
-from fl_gym.training.atomic import read_json, write_json, write_text
-from fl_gym.training.evaluation import aggregate_summaries, evaluate
+from fl_gym.training.atomic import read_json, save_atomic, write_json, write_text
+from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
 
 # Paper (spec 7.2 / 7.3): HAPFL's reductions on MNIST, (straggling latency %, training time %).
 PAPER_MNIST = {"FedAvg": (35.2, 26.1), "FedProx": (47.6, 40.4), "pFedMe": (37.1, 27.7)}
@@ -85,6 +92,10 @@ class ResultsConfig:
     threads: int = 1
     agent_steps: int | None = None
 
+    def runs_accuracy(self, label: str) -> bool:
+        """Whether the policy ``label`` gets accuracy runs (never the joint PPO: not the paper's)."""
+        return label != "Joint PPO (one agent)" and (self.acc_policies is None or label in self.acc_policies)
+
 
 def _agents(cfg: ResultsConfig, say: Callable[[str], None]) -> dict[str, Any]:
     """Train (or load) each dual agent and the joint PPO; returns label -> (ppo1, ppo2) or model."""
@@ -95,8 +106,8 @@ def _agents(cfg: ResultsConfig, say: Callable[[str], None]) -> dict[str, Any]:
         if not is_dual_agent(folder):
             start = time.perf_counter()
             steps = None if cfg.agent_steps is None else (cfg.agent_steps, cfg.agent_steps)
-            pair = train_dual_agent(env_kwargs, seed=cfg.train_seed, preset=None if preset == "paper" else preset,
-                                    steps=steps, progress=lambda m, p=preset: say(f"[{p}] {m}"))
+            pair = train_dual_agent(env_kwargs, seed=cfg.train_seed, preset=yaml_preset(preset), steps=steps,
+                                    progress=lambda m, p=preset: say(f"[{p}] {m}"))
             save_dual_agent(folder, *pair, {"preset": preset, "train_wall_s": time.perf_counter() - start,
                                             "env_kwargs": env_kwargs, "seed": cfg.train_seed})
         out[preset] = load_dual_agent(folder)
@@ -107,7 +118,7 @@ def _agents(cfg: ResultsConfig, say: Callable[[str], None]) -> dict[str, Any]:
         model = build_agent(make_env("FLHetero-v0", int(h.get("n_envs", 1)), cfg.train_seed, env_kwargs=env_kwargs),
                             h, seed=cfg.train_seed)
         model.learn(cfg.agent_steps or int(h["n_timesteps"]))
-        model.save(joint)
+        save_atomic(model, joint)
     from stable_baselines3 import PPO
 
     out["joint"] = PPO.load(joint, device="cpu")
@@ -132,20 +143,22 @@ def _rows(cfg: ResultsConfig, agents: dict[str, Any]) -> dict[str, tuple[dict, C
     return rows
 
 
+def _cached(cfg: ResultsConfig, kind: str, label: str, seed: int, compute: Callable[[], Any],
+            say: Callable[[str], None]) -> Any:
+    """``OUT/cache/<kind>/<label>-<seed>.json``, computed (and written) only if it is missing."""
+    path = Path(cfg.out_dir) / "cache" / kind / f"{label.replace(' ', '_').replace('/', '-')}-{seed}.json"
+    if not path.is_file():
+        say(f"{kind}: {label}, seed {seed}")
+        write_json(path, compute())
+    return read_json(path)
+
+
 def _measure(cfg: ResultsConfig, kind: str, label: str, env_kwargs: dict, policy: Callable, seeds: tuple[int, ...],
              rounds: int, say: Callable[[str], None]) -> list[dict[str, float]]:
     """Per-seed episode summaries, each cached as soon as it is done."""
-    summaries = []
-    for seed in seeds:
-        path = Path(cfg.out_dir) / "cache" / kind / f"{label.replace(' ', '_').replace('/', '-')}-{seed}.json"
-        if path.is_file():
-            summaries.append(read_json(path))
-            continue
-        say(f"{kind}: {label}, seed {seed}")
-        summary = evaluate(lambda: gym.make("FLHetero-v0", **env_kwargs), policy, [seed], rounds)[0].summary()
-        write_json(path, summary)
-        summaries.append(summary)
-    return summaries
+    make_env = lambda: gym.make("FLHetero-v0", **env_kwargs)  # noqa: E731
+    return [_cached(cfg, kind, label, seed, lambda s=seed: evaluate(make_env, policy, [s], rounds)[0].summary(), say)
+            for seed in seeds]
 
 
 def _torch_kwargs(cfg: ResultsConfig, kwargs: dict) -> dict:
@@ -154,21 +167,19 @@ def _torch_kwargs(cfg: ResultsConfig, kwargs: dict) -> dict:
             "local_epochs": cfg.acc_local_epochs, "rounds_per_episode": cfg.acc_rounds}
 
 
-def _curves(cfg: ResultsConfig, agents: dict[str, Any], say: Callable[[str], None]) -> dict[str, dict]:
+def _curves(cfg: ResultsConfig, rows: dict[str, tuple[dict, Callable]], say: Callable[[str], None]
+            ) -> dict[str, dict]:
     """Per-round accuracy and clock of the first accuracy seed (cached); plot accuracy against time."""
-    rows, seed = _rows(cfg, agents), cfg.acc_seeds[0]
-    curves = {}
-    for label in CURVES:
-        if label not in rows or (cfg.acc_policies is not None and label not in cfg.acc_policies):
-            continue
-        path = Path(cfg.out_dir) / "cache" / "curves" / f"{label.replace(' ', '_')}-{seed}.json"
-        if not path.is_file():
-            say(f"curves: {label}, seed {seed}")
-            kwargs, policy = rows[label]
-            env_kwargs = _torch_kwargs(cfg, kwargs)
-            episode = evaluate(lambda kw=env_kwargs: gym.make("FLHetero-v0", **kw), policy, [seed], cfg.acc_rounds)[0]
-            write_json(path, {m: episode.series(m) for m in CURVE_METRICS})
-        curves[label] = read_json(path)
+    seed = cfg.acc_seeds[0]
+
+    def series(label: str) -> dict[str, list[float]]:
+        kwargs, policy = rows[label]
+        env_kwargs = _torch_kwargs(cfg, kwargs)
+        episode = evaluate(lambda: gym.make("FLHetero-v0", **env_kwargs), policy, [seed], cfg.acc_rounds)[0]
+        return {m: episode.series(m) for m in CURVE_METRICS}
+
+    curves = {label: _cached(cfg, "curves", label, seed, lambda lb=label: series(lb), say)
+              for label in CURVES if label in rows and cfg.runs_accuracy(label)}
     if curves:
         from fl_gym.training.plots import plot_xy
 
@@ -195,7 +206,7 @@ def _gap_closure(cfg: ResultsConfig, agents: dict[str, Any]) -> dict[str, dict[s
 
     def mean_reward(env_id: str, policy: Callable, **kwargs: Any) -> float:
         episodes = evaluate(lambda: gym.make(env_id, **base, **kwargs), policy, cfg.eval_seeds, cfg.rounds)
-        return aggregate_summaries([e.summary() for e in episodes])["reward"][0]
+        return aggregate(episodes)["reward"][0]
 
     out = {}
     for preset in cfg.agents:
@@ -217,19 +228,19 @@ def run(cfg: ResultsConfig, say: Callable[[str], None] = print) -> dict[str, Any
     """Run everything (resuming from the cache); returns and writes the results."""
     torch.set_num_threads(cfg.threads)
     agents = _agents(cfg, say)
+    rows = _rows(cfg, agents)
     base = {"dataset": cfg.dataset, "data_root": cfg.data_root}
     timing, accuracy = {}, {}
-    for label, (kwargs, policy) in _rows(cfg, agents).items():
+    for label, (kwargs, policy) in rows.items():
         env_kwargs = {**base, **kwargs, "rounds_per_episode": cfg.rounds}
         runs = _measure(cfg, "timing", label, env_kwargs, policy, cfg.eval_seeds, cfg.rounds, say)
         timing[label] = aggregate_summaries(runs)
-    for label, (kwargs, policy) in _rows(cfg, agents).items():
-        if label == "Joint PPO (one agent)" or (cfg.acc_policies is not None and label not in cfg.acc_policies):
-            continue
-        env_kwargs = _torch_kwargs(cfg, kwargs)
-        accuracy[label] = aggregate_summaries(_measure(cfg, "accuracy", label, env_kwargs, policy, cfg.acc_seeds,
-                                          cfg.acc_rounds, say))
-    curves = _curves(cfg, agents, say)
+    for label, (kwargs, policy) in rows.items():
+        if cfg.runs_accuracy(label):
+            runs = _measure(cfg, "accuracy", label, _torch_kwargs(cfg, kwargs), policy, cfg.acc_seeds, cfg.acc_rounds,
+                            say)
+            accuracy[label] = aggregate_summaries(runs)
+    curves = _curves(cfg, rows, say)
     say("spec check 10.9")
     closure = _gap_closure(cfg, agents)
     walls = {p: read_json(Path(cfg.out_dir) / "agents" / p / "hapfl.json").get("train_wall_s") for p in cfg.agents}

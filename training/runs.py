@@ -30,8 +30,8 @@ from stable_baselines3.common.callbacks import CallbackList
 
 from fl_gym.agents.hapfl import ALLOC_ID, INTENSITY_ID, JOINT_ID, Frozen, save_dual_agent
 from fl_gym.agents.ppo import ALGOS, build_agent, check_hyperparams, load_hyperparams, make_env
-from fl_gym.training.atomic import read_json, write_json, write_text
-from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint, save_atomic
+from fl_gym.training.atomic import read_json, save_atomic, write_json, write_text
+from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
 
 HAPFL_IDS = (JOINT_ID, ALLOC_ID, INTENSITY_ID)
 
@@ -155,7 +155,8 @@ def _train_stage(folder: Path, cfg: RunConfig, env_id: str, hyperparams: dict, e
                  seed: int, progress: bool, say) -> BaseAlgorithm:
     """Train one model in ``folder`` to ``total`` steps, resuming from its latest checkpoint."""
     final = folder / "model.zip" if folder.name in ("ppo1", "ppo2") else None
-    cls = ALGOS["ppo" if cfg.algo == "hapfl" else cfg.algo]
+    algo = "ppo" if cfg.algo == "hapfl" else cfg.algo  # the dual agent's stages are PPO
+    cls = ALGOS[algo]
     n_envs = int(hyperparams.get("n_envs", cfg.n_envs)) if cfg.algo == "hapfl" else cfg.n_envs
     if final is not None and final.is_file():
         return cls.load(final, device="cpu")
@@ -169,7 +170,7 @@ def _train_stage(folder: Path, cfg: RunConfig, env_id: str, hyperparams: dict, e
         model = cls.load(checkpoint[0], env=env, device="cpu", tensorboard_log=tb)
         model.set_random_seed(seed + done)
     else:
-        model = build_agent(env, hyperparams, "ppo" if cfg.algo == "hapfl" else cfg.algo, seed=seed, tensorboard_log=tb)
+        model = build_agent(env, hyperparams, algo, seed=seed, tensorboard_log=tb)
     callbacks = [FLMetricsCallback(), RolloutCheckpoint(folder / "checkpoints", cfg.save_freq)]
     if progress:
         callbacks.append(ProgressBar(total, env_id))
