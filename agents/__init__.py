@@ -1,8 +1,8 @@
-"""Building, training, saving and loading SB3 agents (and HAPFL's dual agent)."""
+"""Building, training, saving and loading SB3 agents, and multi-stage training recipes."""
 
-from fl_gym.agents.features import Log1pFeatures
-from fl_gym.agents.hapfl import hapfl_policy, load_dual_agent, save_dual_agent, train_dual_agent
+from fl_gym.agents.features import NegLogFeatures
 from fl_gym.agents.ppo import ALGOS, build_agent, load_hyperparams
+from fl_gym.agents.recipes import compose, find_recipe, load_recipe, save_recipe, train_recipe
 
-__all__ = ["ALGOS", "Log1pFeatures", "build_agent", "hapfl_policy", "load_dual_agent", "load_hyperparams",
-           "save_dual_agent", "train_dual_agent"]
+__all__ = ["ALGOS", "NegLogFeatures", "build_agent", "compose", "find_recipe", "load_hyperparams", "load_recipe",
+           "save_recipe", "train_recipe"]

@@ -7,12 +7,12 @@ import torch
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
 
-class Log1pFeatures(BaseFeaturesExtractor):
-    """``log(1 + obs)`` of a flat non-negative ``Box`` observation.
+class NegLogFeatures(BaseFeaturesExtractor):
+    """``-log(obs)`` of a flat ``Box`` observation of ratios in ``(0, 1]`` (clamped at ``1e-6``).
 
-    HAPFL's states are raw timing ratios ``>= 1`` (the paper normalises only by the round's
-    fastest client) that reach ~100 on the default scenario; tanh networks saturate on them. The
-    log keeps their order and ratios (a ratio becomes a difference) on a scale of a few units.
+    Speed ratios relative to the round's fastest client span two orders of magnitude on the
+    default scenarios, bunched near 0 for the slow clients; on a log scale a ratio becomes a
+    difference and the slow clients spread out over a few units, where tanh networks resolve them.
     """
 
     def __init__(self, observation_space: gym.spaces.Box) -> None:
@@ -20,7 +20,7 @@ class Log1pFeatures(BaseFeaturesExtractor):
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         """Features for a batch of observations."""
-        return torch.log1p(observations.clamp_min(0.0))
+        return -torch.log(observations.clamp_min(1e-6))
 
 
-FEATURE_EXTRACTORS = {"log1p": Log1pFeatures}
+FEATURE_EXTRACTORS = {"neglog": NegLogFeatures}

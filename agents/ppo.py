@@ -24,10 +24,25 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from fl_gym.agents.features import FEATURE_EXTRACTORS
+from fl_gym.validation import is_int_at_least, is_non_negative, is_positive
 
 ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO, "maskable-ppo": MaskablePPO}
 DEFAULT_POLICY = {"ppo": "MlpPolicy", "recurrent-ppo": "MlpLstmPolicy", "maskable-ppo": "MlpPolicy"}
 NOT_KWARGS = ("n_timesteps", "n_envs")
+VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "n_timesteps": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
+    "n_envs": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
+    "n_steps": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
+    "batch_size": (lambda v: is_int_at_least(v, 2), "an integer >= 2"),
+    "n_epochs": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
+    "learning_rate": (is_positive, "a float > 0"),
+    "gamma": (lambda v: is_positive(v) and v <= 1, "a float in (0, 1]"),
+    "gae_lambda": (lambda v: is_non_negative(v) and v <= 1, "a float in [0, 1]"),
+    "clip_range": (is_positive, "a float > 0"),
+    "ent_coef": (is_non_negative, "a float >= 0"),
+    "vf_coef": (is_non_negative, "a float >= 0"),
+    "max_grad_norm": (is_positive, "a float > 0"),
+}
 
 
 def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str = "dummy",
@@ -97,7 +112,7 @@ def build_agent(env: gym.Env, hyperparams: dict[str, Any], algo: str = "ppo", se
 
 
 def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
-    """Raise ``ValueError`` for an unknown algorithm or a key its constructor does not take."""
+    """Raise ``ValueError`` for an unknown algorithm, a key its constructor does not take, or a value out of range."""
     if algo not in ALGOS:
         raise ValueError(f"algo={algo!r} is out of range; allowed: one of {', '.join(ALGOS)}")
     cls = ALGOS[algo]
@@ -106,6 +121,9 @@ def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
     if unknown:
         raise ValueError(f"hyperparameter {unknown[0]!r} is not accepted by {cls.__name__}; "
                          f"allowed: {', '.join(sorted(accepted))}")
+    for key, (ok, allowed) in VALUE_RULES.items():
+        if key in hyperparams and (isinstance(hyperparams[key], bool) or not ok(hyperparams[key])):
+            raise ValueError(f"hyperparameter {key}={hyperparams[key]!r} is out of range; allowed: {allowed}")
     extractor = (hyperparams.get("policy_kwargs") or {}).get("features_extractor")
     if extractor is not None and extractor not in FEATURE_EXTRACTORS:
         raise ValueError(f"features_extractor={extractor!r} is out of range; allowed: {', '.join(FEATURE_EXTRACTORS)}")

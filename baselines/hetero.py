@@ -2,8 +2,9 @@
 
 Every policy has SB3's ``predict(observation, state=None, episode_start=None, deterministic=True)``
 and accepts one observation or a batch, so one evaluation loop runs fixed and learned policies
-alike. A policy decides sizes from ``S^1`` (or the epoch split from ``S^2``) and writes them in
-the action format of the env's view through :class:`~fl_gym.envs.hetero_actions.HeteroSpec`.
+alike. A policy reads ``S^1 = 1 / obs[:k]`` (or ``S^2`` on the intensity view), decides sizes
+(or the epoch split) and writes them in the action format of the env's view through
+:class:`~fl_gym.envs.hetero.actions.HeteroSpec`.
 
 | policy | sizes | epoch split | role |
 |---|---|---|---|
@@ -22,8 +23,9 @@ from typing import Any
 import numpy as np
 from gymnasium import Env
 
-from fl_gym.envs.hetero_actions import HeteroSpec
-from fl_gym.envs.hetero_config import SIZE_NAMES
+from fl_gym.envs.hetero.actions import HeteroSpec
+from fl_gym.envs.hetero.config import SIZE_NAMES
+from fl_gym.envs.registry import PolicyEntry
 
 
 def _spec(env_or_spec: Env | HeteroSpec) -> HeteroSpec:
@@ -49,7 +51,8 @@ class HeteroPolicy:
         return (actions if obs.ndim == 2 else actions[0]), state
 
     def _act(self, row: np.ndarray) -> np.ndarray:
-        h, base = self.hetero, row[: self.hetero.clients_per_round]
+        h = self.hetero
+        base = 1.0 / row[: h.clients_per_round]  # the observation is 1 / ratio
         if h.view == "intensity":
             return h.encode(None, self.split(base))
         sizes = self.sizes(base)
@@ -185,28 +188,41 @@ class HAPFLPolicy(HeteroPolicy):
         h = self.hetero
         k = h.clients_per_round
         sizes = np.asarray(self.ppo1.predict(row.astype(np.float32), deterministic=True)[0], dtype=np.int64)
-        s2_obs = np.concatenate([h.time_ratio[sizes] * row[:k], row[k:]]).astype(np.float32)
+        s2_obs = np.concatenate([row[:k] / h.time_ratio[sizes], row[k:]]).astype(np.float32)
         sigma = self._intensity.decode(self.ppo2.predict(s2_obs, deterministic=True)[0])[1]
         return h.encode(sizes, sigma)
 
 
+def _uniform(env: Env | HeteroSpec, size: str = "large") -> UniformPolicy:
+    return UniformPolicy(_spec(env), size)
+
+
+def _fixed(cls: type[HeteroPolicy]):
+    return lambda env, **kwargs: cls(_spec(env), **kwargs)
+
+
 POLICIES = {
-    "uniform": lambda spec, **kw: UniformPolicy(spec, **kw),
-    "large": lambda spec: UniformPolicy(spec, "large"),
-    "small": lambda spec: UniformPolicy(spec, "small"),
-    "medium": lambda spec: UniformPolicy(spec, "medium"),
-    "random": lambda spec, **kw: RandomPolicy(spec, **kw),
-    "greedy": lambda spec: GreedyBySpeedPolicy(spec),
-    "inverse": lambda spec, **kw: InverseTimePolicy(spec, **kw),
-    "oracle": lambda spec: BalancedOraclePolicy(spec),
+    "uniform": PolicyEntry(_uniform, "one size for all (kwarg size, default large), equal epochs: FedAvg's allocation"),
+    "large": PolicyEntry(lambda env: _uniform(env, "large"), "every client the large model, equal epochs"),
+    "small": PolicyEntry(lambda env: _uniform(env, "small"), "every client the small model, equal epochs"),
+    "medium": PolicyEntry(lambda env: _uniform(env, "medium"), "every client the medium model (num_sizes=3)"),
+    "random": PolicyEntry(lambda env, seed=0: RandomPolicy(_spec(env), seed),
+                          "uniform random sizes, Dirichlet(1) split (kwarg seed, default 0): the floor"),
+    "greedy": PolicyEntry(_fixed(GreedyBySpeedPolicy), "fastest third gets the largest model, equal epochs"),
+    "inverse": PolicyEntry(_fixed(InverseTimePolicy), "one size (kwarg size), epochs proportional to speed"),
+    "oracle": PolicyEntry(_fixed(BalancedOraclePolicy), "exactly balanced sizes, epochs proportional to speed"),
+    "fedavg": PolicyEntry(_uniform, "FedAvg (McMahan et al., 2017): large models, equal epochs, no LiteModel",
+                          {"algorithm": "fedavg"}),
+    "fedprox": PolicyEntry(_uniform, "FedProx (Li et al., 2020): FedAvg's allocation with the proximal term",
+                           {"algorithm": "fedprox"}),
+    "pfedme": PolicyEntry(_uniform, "pFedMe (Dinh et al., 2020): FedAvg's allocation, Moreau-envelope solver "
+                          "(its K=5 inner passes charged: pfedme_overhead=5)",
+                          {"algorithm": "pfedme", "pfedme_overhead": 5.0}),
 }
 
 
 def named_policy(name: str, env: Env | HeteroSpec, **kwargs: Any) -> HeteroPolicy:
-    """A fixed policy by name.
-
-    Names: ``uniform``, ``large``, ``small``, ``medium``, ``random``, ``greedy``, ``inverse``, ``oracle``.
-    """
+    """A fixed policy by name (one of :data:`POLICIES`)."""
     if name not in POLICIES:
         raise ValueError(f"policy={name!r} is out of range; allowed: one of {', '.join(POLICIES)}")
-    return POLICIES[name](_spec(env), **kwargs)
+    return POLICIES[name].build(env, **kwargs)

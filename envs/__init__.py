@@ -1,16 +1,37 @@
-"""Gymnasium environments over the federated simulator; ``import fl_gym`` registers them."""
+"""Gymnasium environments over the federated simulator; ``import fl_gym`` registers them.
 
-import gymnasium as gym
+One :func:`~fl_gym.envs.registry.register_family` call per method family (its env ids, fixed
+policies, training recipes, metrics and results entry), as Gymnasium's ``envs/__init__.py``
+lists its ``register`` calls.
+"""
 
-ENTRY_POINTS = {
-    "FLHetero-v0": "fl_gym.envs.hetero:FLHeteroEnv",
-    "FLHeteroAlloc-v0": "fl_gym.envs.hetero:FLHeteroAllocEnv",
-    "FLHeteroIntensity-v0": "fl_gym.envs.hetero:FLHeteroIntensityEnv",
-}
+from fl_gym.envs.registry import Family, Metric, Recipe, Stage, register_family
+
+HAPFL = Family(
+    name="hetero",
+    paper="HAPFL (Chen et al.): model size and local epochs per client",
+    envs={"FLHetero-v0": "fl_gym.envs.hetero.env:FLHeteroEnv",
+          "FLHeteroAlloc-v0": "fl_gym.envs.hetero.env:FLHeteroAllocEnv",
+          "FLHeteroIntensity-v0": "fl_gym.envs.hetero.env:FLHeteroIntensityEnv"},
+    policies="fl_gym.baselines.hetero:POLICIES",
+    recipes=(Recipe("hapfl", "FLHetero-v0",
+                    (Stage("ppo1", "FLHeteroAlloc-v0"),
+                     Stage("ppo2", "FLHeteroIntensity-v0", {"allocation_policy": "ppo1"})),
+                    compose="fl_gym.baselines.hetero:HAPFLPolicy",
+                    doc="HAPFL's dual agent: PPO1 sizes, then PPO2 epochs with PPO1 frozen"),),
+    metrics=(Metric("hetero/r1", "R^1"), Metric("hetero/r2_seconds", "R^2 (s)"),
+             Metric("hetero/lite_accuracy", "LiteModel acc.", final=True),
+             Metric("hetero/global_accuracy/small", "small model acc.", final=True),
+             Metric("hetero/mean_local_accuracy", "local acc.", final=True)),
+    accuracy_label="large model acc.",
+    bench=(("FLHetero-v0", {"backend": "torch"}, "paper10 on digits: 6 clients x E_loc=20 epochs of small/large "
+            "+ LiteModel per round"),),
+    reproduce="fl_gym.training.hetero.results:reproduce",
+    demo="fl_gym.training.hetero.demo:run_demo",
+    docs="docs/envs/flhetero.md",
+)
 
 
 def register_envs() -> None:
-    """Register every fl-gym env id with Gymnasium (idempotent)."""
-    for env_id, entry_point in ENTRY_POINTS.items():
-        if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point)
+    """Register every fl-gym family and env id (idempotent)."""
+    register_family(HAPFL)

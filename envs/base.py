@@ -1,94 +1,192 @@
-"""The base class of every fl-gym env: decode, one federated round, encode.
+"""The base class of every fl-gym env: one federated round per step, families override hooks.
 
-One ``step`` is one FL round. Families override hooks only (as HighwayEnv does):
+``step`` is written once, here (as HighwayEnv's ``AbstractEnv.step``): check the action, play the
+pending round with it, score it, prepare the next round, observe. A family overrides hooks only:
 
-* :meth:`FLEnv._decode` turns an action into a :class:`~fl_gym.records.RoundPlan` (no training);
-* :meth:`FLEnv._reward_terms` names the reward components of a report; :meth:`FLEnv._reward`
-  combines them;
-* :meth:`FLEnv._observe` prepares the next round (what the server sees before it decides) and
-  returns the observation;
-* :meth:`FLEnv._info` adds family-specific metrics to ``info``.
+* :meth:`FLEnv._setup` builds its spaces and constants (after the federation exists);
+* :meth:`FLEnv._prepare` opens the next round and runs it up to the phase where the family
+  decides (open for decisions before training, trained for decisions about trained updates),
+  returning a pending record;
+* :meth:`FLEnv._observe` encodes the pending round as the observation;
+* :meth:`FLEnv._play` finishes the pending round under the (checked) action -> report;
+* :meth:`FLEnv._reward_terms` names the reward components; the reward is their weighted sum
+  with :meth:`FLEnv._reward_weights`;
+* :meth:`FLEnv._family_info` adds the family's ``info`` keys, namespaced ``<family>/<key>``.
 
-``reset(seed=...)`` seeds everything the episode draws (client sampling, device dynamics,
-model initialisation, data order); the static scenario (who holds which data on which device)
-comes from the ``scenario_seed`` the federation was built with.
+``reset(seed=...)`` seeds everything the episode draws (candidates, device dynamics, model
+initialisation, data order); the static scenario (who holds which data on which device) comes
+from ``scenario_seed``.
+
+Generic ``info`` keys, the same meaning in every family:
+
+| key | meaning |
+|---|---|
+| ``round`` | rounds played this episode |
+| ``sim_time`` | simulated seconds since the episode began |
+| ``round_time`` | this round: slowest client's time plus server aggregation (s) |
+| ``straggling_latency`` | this round: ``max - min`` of client time (download + compute + upload) (s) |
+| ``upload_bytes`` | bytes uploaded this round |
+| ``uploads`` | models uploaded and aggregated since the episode began |
+| ``clients`` | ids of the clients that trained this round |
+| ``accuracy`` | test accuracy of the family's headline global model (real training only; NaN between evaluations) |
+| ``reward_terms`` | the named reward components before weighting |
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 
+from fl_gym.envs.scenario import EnvConfig
 from fl_gym.federation import Federation
-from fl_gym.records import RoundPlan, RoundReport
+from fl_gym.records import RoundReport
+from fl_gym.validation import is_int_at_least, require
+
+
+class Predictor(Protocol):
+    """Anything with SB3's ``predict`` (a PPO model or a fixed policy)."""
+
+    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """Return ``(action, state)``."""
 
 
 class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     """A Gymnasium env whose step runs one round of a :class:`~fl_gym.federation.Federation`.
 
     Args:
-        federation: the simulator this env drives.
-        rounds_per_episode: rounds until ``truncated``.
+        config: the family's config (:attr:`config_class`); keyword arguments change it.
+        scenario_seed: seeds the static scenario (partition, devices).
+        kwargs: fields of :attr:`config_class` and of the shared
+            :class:`~fl_gym.envs.scenario.ScenarioConfig`, flat.
+
+    Attributes:
+        config_class: the family's config dataclass.
+        family: the family's name, the namespace of its ``info`` keys.
     """
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    config_class: ClassVar[type[EnvConfig]] = EnvConfig
+    family: ClassVar[str] = ""
 
-    def __init__(self, federation: Federation, rounds_per_episode: int) -> None:
-        self.federation = federation
-        self.rounds_per_episode = rounds_per_episode
-        self._round = 0
-        self._last_report: RoundReport | None = None
+    def __init__(self, config: EnvConfig | None = None, *, scenario_seed: int = 0, **kwargs: Any) -> None:
+        require(is_int_at_least(scenario_seed, 0), "scenario_seed", scenario_seed, "an integer >= 0")
+        self.config = self._build_config(config, kwargs)
+        self.scenario_seed = int(scenario_seed)
+        self.federation = Federation(self.config.federation_config(), self.scenario_seed)
+        self._round, self._uploads = 0, 0
+        self._pending: Any = None
+        self._setup()
+
+    def _build_config(self, config: EnvConfig | None, kwargs: dict[str, Any]) -> EnvConfig:
+        if config is not None and not isinstance(config, self.config_class):
+            raise ValueError(f"config={type(config).__name__} is out of range; allowed: a "
+                             f"{self.config_class.__name__}")
+        return self.config_class.from_kwargs(config, **kwargs)
+
+    @property
+    def rounds_per_episode(self) -> int:
+        """Rounds until ``truncated``."""
+        return self.config.scenario.rounds_per_episode
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        """Run the pending round under ``action``; return the next round's observation."""
+        """Play the pending round under ``action``; return the next round's observation."""
+        if self._pending is None:
+            raise gym.error.ResetNeeded("step() before reset(); call reset() first")
         if self._round >= self.rounds_per_episode:
             raise gym.error.ResetNeeded("step() after the episode ended; call reset()")
-        plan = self._decode(action)
-        report = self._run(plan)
+        report = self._play(self._pending, self._check_action(action))
         self._round += 1
-        self._last_report = report
+        self._uploads += int(report.aggregated.sum())
         terms = self._reward_terms(report)
         reward = self._reward(terms)
         terminated = self._is_terminated(report)
         truncated = self._round >= self.rounds_per_episode and not terminated
-        info = self._info(plan, report, terms)
-        return self._observe(), float(reward), terminated, truncated, info
+        info = self._info(report, terms)
+        self._pending = self._prepare()
+        return self._observe(self._pending), float(reward), terminated, truncated, info
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start an episode: fresh models and dynamics, same scenario; observe round 1."""
         super().reset(seed=seed)
-        self.federation.reset(seed=int(self.np_random.integers(2**63 - 1)))
-        self._round = 0
-        self._last_report = None
-        return self._observe(), {"round": 0}
+        self.federation.reset(seed=int(self.np_random.integers(2**63 - 1)), sampler=self.np_random)
+        self._round, self._uploads = 0, 0
+        self._reset_state()
+        self._pending = self._prepare()
+        return self._observe(self._pending), {"round": 0}
+
+    # ---- actions -----------------------------------------------------------------------------
+
+    def _check_action(self, action: Any) -> np.ndarray:
+        """The action as an array of the action space's shape, or a ``ValueError`` naming both."""
+        a = np.asarray(action)
+        space = self.action_space
+        if a.dtype.kind not in "biuf":
+            raise ValueError(f"action={_short(a)} has dtype {a.dtype}; allowed: numbers of {space}")
+        if a.shape != space.shape:
+            raise ValueError(f"action has shape {a.shape}; allowed: {space}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"action={_short(a)} is not finite; allowed: {space}")
+        if isinstance(space, (spaces.MultiDiscrete, spaces.Discrete, spaces.MultiBinary)):
+            if a.dtype.kind == "f" or not space.contains(a.astype(space.dtype)):
+                raise ValueError(f"action={_short(a)} is out of range; allowed: integers of {space}")
+        return a
 
     # ---- hooks -------------------------------------------------------------------------------
 
-    def _run(self, plan: RoundPlan) -> RoundReport:
-        return self.federation.run_round(plan)
-
-    def _decode(self, action: np.ndarray) -> RoundPlan:
+    def _setup(self) -> None:
         raise NotImplementedError
 
-    def _observe(self) -> np.ndarray:
+    def _reset_state(self) -> None:
+        """Clear per-episode state of the family (before the first round is prepared)."""
+
+    def _prepare(self) -> Any:
+        raise NotImplementedError
+
+    def _observe(self, pending: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def _play(self, pending: Any, action: np.ndarray) -> RoundReport:
         raise NotImplementedError
 
     def _reward_terms(self, report: RoundReport) -> dict[str, float]:
         raise NotImplementedError
 
-    def _reward(self, terms: dict[str, float]) -> float:
+    def _reward_weights(self) -> Mapping[str, float]:
         raise NotImplementedError
+
+    def _reward(self, terms: Mapping[str, float]) -> float:
+        return sum(weight * terms[name] for name, weight in self._reward_weights().items())
+
+    def _accuracy(self, report: RoundReport) -> float:
+        """The headline accuracy (default: the first global model's)."""
+        return report.accuracy
 
     def _is_terminated(self, report: RoundReport) -> bool:
         return False
 
-    def _info(self, plan: RoundPlan, report: RoundReport, terms: dict[str, float]) -> dict[str, Any]:
-        info = {"round": self._round, "round_time": report.round_time, "sim_time": report.clock,
-                "straggling_latency": report.straggling_latency, "upload_bytes": report.upload_bytes,
-                "reward_terms": terms}
+    def _family_info(self, report: RoundReport) -> dict[str, Any]:
+        return {}
+
+    def _info(self, report: RoundReport, terms: dict[str, float]) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "round": self._round, "sim_time": report.clock, "round_time": report.round_time,
+            "straggling_latency": report.straggling_latency, "upload_bytes": report.upload_bytes,
+            "uploads": self._uploads, "clients": np.flatnonzero(report.selected), "reward_terms": terms}
         if self.federation.config.train:  # learning metrics exist only when something learns
-            info["accuracy"] = report.accuracy
+            info["accuracy"] = self._accuracy(report)
+        extra = self._family_info(report)
+        stray = [k for k in extra if not k.startswith(f"{self.family}/")]
+        if stray:
+            raise RuntimeError(f"{type(self).__name__}: info keys {stray} lack the family prefix '{self.family}/'")
+        info.update(extra)
         return info
+
+
+def _short(a: np.ndarray) -> str:
+    return repr(a.tolist()) if a.size <= 16 else f"array of shape {a.shape}"

@@ -3,9 +3,9 @@
 Weight rules (renormalised over the clients aggregated into one model population):
 
 * ``datasize``: ``n_i / sum n`` (FedAvg, McMahan et al. 2017);
-* ``uniform``: ``1/m`` (HAPFL's Eq. 4/5);
+* ``uniform``: ``1/m`` (Chen et al., Eq. 4/5);
 * ``entropy_acc``: ``(softmax(H) + softmax(acc)) / 2`` over label entropy in bits and post-training
-  local accuracy as a fraction (HAPFL's Eq. 38).
+  local accuracy as a fraction (Chen et al., Eq. 38).
 
 Server rules: ``average`` (``w <- sum_i W_i w_i``, or pFedMe's ``(1-beta) w + beta sum_i W_i w_i``)
 and ``fedadam`` (Reddi et al., 2021, as in the FedEnt spec: ``m0 = 0``, ``v0 = tau^2``, no bias

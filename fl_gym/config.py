@@ -11,9 +11,9 @@ from fl_gym.aggregation import WEIGHT_RULES, ServerConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.data.datasets import DATASETS
 from fl_gym.data.partition import PartitionConfig
+from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm, PFedMe, PFedMeConfig
 from fl_gym.engine.losses import MutualDistillation
 from fl_gym.engine.optim import OptimizerConfig
-from fl_gym.engine.trainer import PFedMeConfig
 from fl_gym.models.zoo import MODELS
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice
 
@@ -40,10 +40,13 @@ class FederationConfig:
         models: architectures a client can be given (``RoundPlan.model`` indexes them); one global
             model per entry, aggregated over the clients that trained it.
         companion: an architecture every client also trains alongside its model by mutual
-            distillation (HAPFL's LiteModel), aggregated over all; None = off.
+            distillation (a small shared model), aggregated over all; None = off.
         distillation: the mutual-learning losses when ``companion`` is set.
         model_costs: per-model relative cost per sample (``models`` then ``companion``); None =
             training MFLOPs per sample from the architecture.
+        probe_cost: per-sample cost of the probe epoch each opened round times (an assessment of
+            each client's speed before the server decides); None = the companion's cost, 0 without
+            one. The clock charges the probe only with a companion model, whose training it is part of.
         batch_size: local minibatch size.
         optimizer: local optimiser (fresh each round).
         algorithm: local algorithm: ``fedavg``, ``fedprox`` (proximal term ``prox_mu``) or
@@ -81,6 +84,7 @@ class FederationConfig:
     companion: str | None = None
     distillation: MutualDistillation = field(default_factory=MutualDistillation)
     model_costs: tuple[float, ...] | None = None
+    probe_cost: float | None = None
     batch_size: int = 10
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     algorithm: str = "fedavg"
@@ -114,6 +118,8 @@ class FederationConfig:
         costs = self.model_costs
         costs_ok = costs is None or (len(costs) == n_costs and all(map(is_positive, costs)))
         require(costs_ok, "model_costs", self.model_costs, f"None or {n_costs} floats > 0 (models, then companion)")
+        require(self.probe_cost is None or is_non_negative(self.probe_cost), "probe_cost", self.probe_cost,
+                "None or a float >= 0")
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
         require_choice("algorithm", self.algorithm, ALGORITHMS)
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
@@ -128,6 +134,14 @@ class FederationConfig:
                 "None or an integer >= 1")
         require(self.partition.kind != "natural" or self.dataset == "synthetic", "partition.kind",
                 self.partition.kind, "'natural' only with dataset='synthetic'")
+
+    def local_algorithm(self) -> LocalAlgorithm:
+        """The strategy object of ``algorithm`` (:mod:`fl_gym.engine.algorithms`)."""
+        if self.algorithm == "fedprox":
+            return FedProx(self.prox_mu)
+        if self.algorithm == "pfedme":
+            return PFedMe(self.pfedme)
+        return SGD()
 
     def replace(self, **changes: Any) -> FederationConfig:
         """A copy with some fields changed (validated again)."""

@@ -1,18 +1,27 @@
-"""The federation: global models, client data views, device profiles, the clock, the round loop.
+"""The federation: global models, client data views, device profiles, the clock, the round in phases.
 
-:meth:`Federation.run_round` is the single entry point every env and script uses: a plan in,
-a report out. A plain FL run is a loop over it with a fixed plan::
+A round runs in four phases, each a method, with a typed record carrying the pending round
+between them (:mod:`fl_gym.records`); an env decides at the phase where its method decides:
+
+1. :meth:`Federation.open_round` draws what the server knows before it decides: the round's
+   candidates, the device load, the probe times (-> :class:`~fl_gym.records.OpenedRound`);
+2. :meth:`Federation.train_round` times and trains the clients a plan selects, with their
+   per-client statistics (losses, soft labels, update norms and angles to the mean update)
+   (-> :class:`~fl_gym.records.TrainedRound`);
+3. :meth:`Federation.finish_round` aggregates the trained updates that enter, with their weights,
+   through the server optimiser, advances the clock and evaluates the global models
+   (-> :class:`~fl_gym.records.RoundReport`).
+
+:meth:`Federation.run_round` composes them for plain FL::
 
     fed = Federation(FederationConfig(dataset="digits", num_clients=10))
     for _ in range(20):
         report = fed.run_round(RoundPlan.make(10, lr=0.05, epochs=2))
     print(report.accuracy, report.clock)
 
-One round: draw this round's device load, time every client on the virtual clock, train the
-cohort as stacked batches (:mod:`fl_gym.engine`), evaluate what the aggregation rule or the
-report needs, aggregate each model population with its weights, update the global models,
-evaluate them on the test set. With ``train=False`` only the clock runs (fast, for agents whose
-rewards are timing-only).
+Every random draw (candidates, load, batches, initialisation) comes from the federation's own
+generators; nothing random leaves it and comes back. With ``train=False`` only the clock runs
+(fast, for agents whose rewards are timing-only).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from fl_gym.config import FederationConfig
 from fl_gym.data.datasets import TORCHVISION, Dataset, DatasetNotFoundError, label_only, load_dataset
 from fl_gym.data.partition import holdout_split, matched_test_split, partition
 from fl_gym.data.report import PartitionReport
+from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.allocator import keep_freed_memory
 from fl_gym.engine.evaluate import evaluate_models, evaluate_stack
 from fl_gym.engine.losses import cross_entropy
@@ -35,7 +45,7 @@ from fl_gym.engine.schedule import local_steps, make_schedule
 from fl_gym.engine.trainer import Member, TrainResult, train_cohort
 from fl_gym.models.architecture import Stack
 from fl_gym.models.zoo import build_model
-from fl_gym.records import RoundPlan, RoundReport
+from fl_gym.records import Cohort, LocalStats, OpenedRound, RoundPlan, RoundReport, TrainedRound
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
 
@@ -60,6 +70,7 @@ class Federation:
         profiles: static device speeds and bandwidths.
         global_models: one ``(P_m,)`` parameter vector per entry of ``config.models``.
         companion_model: the companion's ``(P,)`` vector, or None.
+        algorithm: the local algorithm's strategy object (:mod:`fl_gym.engine.algorithms`).
     """
 
     def __init__(self, config: FederationConfig, scenario_seed: int = 0, dataset: Dataset | None = None) -> None:
@@ -91,10 +102,10 @@ class Federation:
         self.profiles = DeviceProfiles.draw(cfg.num_clients, cfg.clock, scenario)
         self.clock = Clock(cfg.clock, self.profiles)
         self._free_comm = math.isinf(cfg.clock.bandwidth)
-        self._no_learning = _no_learning(cfg.num_clients, len(self.archs), self.num_classes)
-        for value in self._no_learning.values():  # shared by every timing-only report: read-only
-            if isinstance(value, np.ndarray):
-                value.flags.writeable = False
+        self.probe_cost = self.companion_cost if cfg.probe_cost is None else cfg.probe_cost
+        self.algorithm: LocalAlgorithm = cfg.local_algorithm()
+        self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes, self.companion_arch is not None,
+                                             read_only=True)
         self.reset(scenario_seed)
 
     @staticmethod
@@ -111,7 +122,6 @@ class Federation:
         self.partition_report = report
         self.sizes, self.histogram, self.label_entropy = report.sizes, report.histogram, report.entropy
         self.train_parts = [torch.as_tensor(np.asarray(p, np.int64), device=self.device) for p in parts]
-        self._nb = np.ceil(self.sizes / self.config.batch_size)
 
     def assign_data(self, client: int, indices: np.ndarray) -> None:
         """Replace ``client``'s training indices (e.g. a server data queue growing its working set).
@@ -154,74 +164,150 @@ class Federation:
             return holdout_split(parts, cfg.local_test_fraction, rng)
         return parts, [np.zeros(0, np.int64) for _ in parts]
 
-    def reset(self, seed: int | None = None) -> None:
-        """Start a new episode: fresh global models, server state and clock; same scenario."""
+    def reset(self, seed: int | None = None, *, sampler: np.random.Generator | None = None) -> None:
+        """Start a new episode: fresh global models, server state and clock; same scenario.
+
+        Args:
+            seed: seeds the episode's draws (device load, initialisation, batches).
+            sampler: the generator :meth:`open_round` draws candidates from (an env passes its
+                ``np_random``); default: the episode generator.
+        """
         cfg = self.config
         self.rng = np.random.default_rng(seed)
+        self.sampler = self.rng if sampler is None else sampler
         self.global_models, self.companion_model = [], None
         if cfg.train:  # a timing-only federation has no models
             gen = self._torch_generator()
             self.global_models = [a.init(gen, self.device) for a in self.archs]
             self.companion_model = self.companion_arch.init(gen, self.device) if self.companion_arch else None
-        mix = cfg.pfedme.beta if cfg.algorithm == "pfedme" else 1.0
-        self._servers = [ServerOptimizer(cfg.server, mix) for _ in self.archs]
+        self._servers = [ServerOptimizer(cfg.server, self.algorithm.server_mix) for _ in self.archs]
         self._companion_server = ServerOptimizer(cfg.server)
         self.round, self.elapsed = 0, 0.0
 
     def _torch_generator(self) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(int(self.rng.integers(2**62)))
 
-    def draw_load(self) -> RoundLoad:
-        """Draw the next round's device dynamics from the episode generator."""
-        return RoundLoad.draw(self.num_clients, self.config.clock, self.rng)
+    # ---- the round in phases ----------------------------------------------------------------------
 
-    def run_round(self, plan: RoundPlan, load: RoundLoad | None = None) -> RoundReport:
-        """Run one FL round under ``plan``; ``load`` defaults to a fresh :meth:`draw_load`."""
-        cfg, k_all = self.config, self.num_clients
-        plan.validate(k_all, len(self.archs))
-        load = self.draw_load() if load is None else load
-        steps = np.where(plan.selected, local_steps(self.sizes, plan.epochs, cfg.batch_size), 0)
-        times = self._times(plan, steps, load)
+    def open_round(self, candidates: int | np.ndarray | None = None, *, load: RoundLoad | None = None
+                   ) -> OpenedRound:
+        """Phase 1: draw what the server knows before it decides.
+
+        Args:
+            candidates: None = every client; an int ``k`` = ``k`` clients drawn uniformly without
+                replacement from :attr:`sampler`; a ``(K,)`` bool mask = those clients.
+            load: a fixed device load instead of a draw (tests and what-if analyses).
+        """
+        k_all = self.num_clients
+        if candidates is None:
+            mask = np.ones(k_all, bool)
+        elif isinstance(candidates, (int, np.integer)):
+            if not 1 <= candidates <= k_all:
+                raise ValueError(f"candidates={candidates} is out of range; allowed: 1..{k_all}")
+            mask = np.zeros(k_all, bool)
+            mask[np.sort(self.sampler.permutation(k_all)[:candidates])] = True
+        else:
+            mask = np.asarray(candidates, bool)
+            if mask.shape != (k_all,) or not mask.any():
+                raise ValueError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an int, "
+                                 f"or a bool mask of shape ({k_all},) with at least one client")
+        load = RoundLoad.draw(k_all, self.config.clock, self.rng) if load is None else load
+        probe = self.clock.epoch_time(self.sizes, self.probe_cost, load)
+        return OpenedRound(self.round + 1, mask, load, probe)
+
+    def train_round(self, opened: OpenedRound, plan: RoundPlan) -> TrainedRound:
+        """Phase 2: time and train the clients ``plan`` selects (a subset of the candidates)."""
+        self._check_pending(opened, "train_round")
+        plan.validate(self.num_clients, len(self.archs))
+        if (plan.selected & ~opened.candidates).any():
+            chosen, allowed = np.flatnonzero(plan.selected).tolist(), np.flatnonzero(opened.candidates).tolist()
+            raise ValueError(f"plan.selected={chosen} is out of range; allowed: a subset of round "
+                             f"{opened.round}'s candidates {allowed}")
+        steps = np.where(plan.selected, local_steps(self.sizes, plan.epochs, self.config.batch_size), 0)
+        times = self._compute_times(opened, plan, steps)
+        stats, cohort = (self._learn(plan, steps) if self.config.train else (self._no_learning, None))
+        return TrainedRound(opened, plan, steps, *times, stats, cohort)
+
+    def finish_round(self, trained: TrainedRound, aggregate: np.ndarray | None = None,
+                     weight: np.ndarray | None = None) -> RoundReport:
+        """Phase 3: aggregate, advance the clock, evaluate.
+
+        Args:
+            trained: the round from :meth:`train_round`.
+            aggregate: ``(K,)`` bool: trained clients that upload and enter the global model(s);
+                default ``plan.aggregate``.
+            weight: ``(K,)`` aggregation weights, renormalised over each model's aggregated
+                clients; default ``plan.weight`` (None = the config's rule).
+        """
+        self._check_pending(trained.opened, "finish_round")
+        plan = trained.plan
+        aggregate = plan.aggregate if aggregate is None else np.asarray(aggregate, bool)
+        weight = plan.weight if weight is None else np.asarray(weight, np.float64)
+        RoundPlan.make(self.num_clients, lr=1.0, selected=plan.selected, aggregate=aggregate,
+                       weight=weight).validate(self.num_clients, len(self.archs))
+        comm = self._communication(trained, aggregate)
         self.round += 1
-        self.elapsed += times["round_time"]
-        learn = self._learn(plan, steps) if cfg.train else self._no_learning
-        return RoundReport(round=self.round, selected=plan.selected.copy(),
-                           aggregated=plan.aggregate & (steps > 0), model=plan.model.copy(),
-                           clock=self.elapsed, **times, **learn)
+        self.elapsed += comm["round_time"]
+        aggregated = aggregate & (trained.steps > 0)
+        weights, extras = np.zeros(self.num_clients), dict(trained.stats.extras)
+        if self.companion_arch:
+            extras["companion_weights"] = np.zeros(self.num_clients)
+        if trained.cohort is not None:
+            weights = self._aggregate(trained, aggregated, weight, extras)
+        globals_ = self._evaluate_globals(extras)
+        return RoundReport.of(trained, aggregated=aggregated, clock=self.elapsed, weights=weights, extras=extras,
+                              **comm, **globals_)
 
-    def _times(self, plan: RoundPlan, steps: np.ndarray, load: RoundLoad) -> dict:
-        sel, uploads = plan.selected, plan.aggregate & (steps > 0)
+    def run_round(self, plan: RoundPlan) -> RoundReport:
+        """Open, train and finish one round under ``plan`` (plain FL: every decision made up front)."""
+        plan.validate(self.num_clients, len(self.archs))  # before anything is drawn
+        opened = self.open_round(plan.selected)
+        return self.finish_round(self.train_round(opened, plan))
+
+    def _check_pending(self, opened: OpenedRound, phase: str) -> None:
+        if opened.round != self.round + 1:
+            raise ValueError(f"{phase}: round {opened.round} is not pending (this federation has finished "
+                             f"{self.round} rounds since reset); allowed: the round of the latest open_round()")
+
+    def _compute_times(self, opened: OpenedRound, plan: RoundPlan, steps: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(epochs, probe, train, compute, download)`` per client, NaN where not selected."""
+        sel = plan.selected
         epochs = np.where(steps > 0, plan.epochs, 0.0)  # the clock charges the epochs asked for
         cost = self.model_costs[plan.model] + self.companion_cost
-        probe = self.clock.epoch_time(self.sizes, self.companion_cost, load)
-        train = self.clock.train_time(self.sizes, epochs, cost, load)
-        nbytes = self.model_bytes[plan.model] + self.companion_bytes
-        if self._free_comm:
-            download = upload = np.zeros_like(train)
-        else:
-            download, upload = self.clock.download_time(nbytes), self.clock.upload_time(nbytes) * plan.aggregate
-        compute = probe + train
-        client = download + compute + upload
-        rows = np.stack([epochs, probe, train, compute, download, upload, client])
+        probe = opened.probe_time if self.companion_arch else np.zeros(self.num_clients)
+        train = self.clock.train_time(self.sizes, epochs, cost, opened.load)
+        download = np.zeros_like(train) if self._free_comm else self.clock.download_time(self._bytes(plan))
+        rows = np.stack([epochs, probe, train, probe + train, download])
         rows[:, ~sel] = math.nan
+        return tuple(rows)
+
+    def _bytes(self, plan: RoundPlan) -> np.ndarray:
+        return self.model_bytes[plan.model] + self.companion_bytes
+
+    def _communication(self, trained: TrainedRound, aggregate: np.ndarray) -> dict:
+        sel = trained.plan.selected
+        nbytes = self._bytes(trained.plan)
+        upload = np.zeros(self.num_clients) if self._free_comm else self.clock.upload_time(nbytes) * aggregate
+        upload = np.where(sel, upload, math.nan)
+        client = trained.download_time + trained.compute_time + upload
         active = client[sel]
-        return dict(zip(("epochs", "probe_time", "train_time", "compute_time", "download_time", "upload_time",
-                         "client_time"), rows, strict=True),
+        return dict(upload_time=upload, client_time=client,
                     round_time=float(active.max()) + self.config.clock.aggregation_time,
-                    straggling_latency=float(active.max() - active.min()), upload_bytes=float(nbytes @ uploads))
+                    straggling_latency=float(active.max() - active.min()),
+                    upload_bytes=float(nbytes @ (aggregate & (trained.steps > 0))))
 
     # ---- learning -------------------------------------------------------------------------------
 
-    def _learn(self, plan: RoundPlan, steps: np.ndarray) -> dict:
-        out = _no_learning(self.num_clients, len(self.archs), self.num_classes)
+    def _learn(self, plan: RoundPlan, steps: np.ndarray) -> tuple[LocalStats, Cohort | None]:
+        stats = LocalStats.empty(self.num_clients, self.num_classes, self.companion_arch is not None)
         order = np.flatnonzero(steps > 0)
-        if len(order):
-            order = order[np.argsort(-steps[order], kind="stable")]
-            members = self._train(plan, steps, order, out)
-            self._local_metrics(members, order, out)
-            self._aggregate(plan, members, order, out)
-        self._evaluate_globals(out)
-        return out
+        if not len(order):
+            return stats, None
+        order = order[np.argsort(-steps[order], kind="stable")]
+        cohort = Cohort(order, self._train(plan, steps, order, stats))
+        self._local_metrics(cohort, stats)
+        self._update_stats(plan, cohort, stats)
+        return stats, cohort
 
     @property
     def _role(self) -> str:
@@ -240,86 +326,99 @@ class Federation:
             members.append(Member(LITE, Stack.broadcast(self.companion_arch, self.companion_model, len(order))))
         return members
 
-    def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, out: dict) -> list[Member]:
+    def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats) -> list[Member]:
         cfg = self.config
         gen = self._torch_generator()
         schedule = make_schedule([self.train_parts[i] for i in order], steps[order], cfg.batch_size, gen)
         members = self._members(plan, order)
         lr = torch.as_tensor(plan.lr[order], dtype=torch.float32, device=self.device)
         loss_fn = cfg.distillation if self.companion_arch else cross_entropy
-        result: TrainResult = train_cohort(
-            members, self.x_train, self.y_train, schedule, lr, cfg.optimizer, loss_fn=loss_fn,
-            prox_mu=cfg.prox_mu if cfg.algorithm == "fedprox" else 0.0,
-            pfedme=cfg.pfedme if cfg.algorithm == "pfedme" else None, gen=gen)
-        out["loss"][order] = result.mean_loss[self._role].cpu().numpy()
-        out["last_epoch_loss"][order] = result.last_epoch_loss[self._role].cpu().numpy()
+        result: TrainResult = train_cohort(members, self.x_train, self.y_train, schedule, lr, cfg.optimizer,
+                                           loss_fn=loss_fn, algorithm=self.algorithm, clients=order, gen=gen)
+        stats.loss[order] = result.mean_loss[self._role].cpu().numpy()
+        stats.last_epoch_loss[order] = result.last_epoch_loss[self._role].cpu().numpy()
         if self.companion_arch:
-            out["companion_loss"][order] = result.mean_loss[LITE].cpu().numpy()
+            stats.extras["companion_loss"][order] = result.mean_loss[LITE].cpu().numpy()
         return members
 
-    def _clients(self, member: Member, order: np.ndarray) -> np.ndarray:
-        return order if member.slots is None else order[member.slots.cpu().numpy()]
-
-    def _local_metrics(self, members: list[Member], order: np.ndarray, out: dict) -> None:
+    def _local_metrics(self, cohort: Cohort, stats: LocalStats) -> None:
         cfg = self.config
         need_acc = cfg.eval_local or cfg.aggregation == "entropy_acc"
-        for member in members:
-            clients = self._clients(member, order)
+        for member in cohort.members:
+            clients = cohort.clients(member)
             evaluated = member.stack if member.personal is None else member.personal  # pFedMe: theta
             if need_acc and cfg.local_test != "none":
                 acc = evaluate_stack(evaluated, self.x_test, self.y_test, [self.test_parts[i] for i in clients],
                                      cfg.eval_batch_size).accuracy.cpu().numpy()
-                out["companion_accuracy" if member.role == LITE else "local_accuracy"][clients] = acc
+                if member.role == LITE:
+                    stats.extras["companion_accuracy"][clients] = acc
+                else:
+                    stats.local_accuracy[clients] = acc
             if cfg.soft_labels and member.role != LITE:
                 res = evaluate_stack(evaluated, self.x_train, self.y_train, [self.train_parts[i] for i in clients],
                                      cfg.eval_batch_size)
-                out["soft_labels"][clients] = res.soft_labels.cpu().numpy()
+                stats.soft_labels[clients] = res.soft_labels.cpu().numpy()
 
-    def _weights(self, plan: RoundPlan, clients: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
-        if plan.weight is not None:
-            w = plan.weight[clients]
+    def _start_vector(self, member: Member, plan: RoundPlan, clients: np.ndarray) -> torch.Tensor:
+        """The global model a member started the round from."""
+        return self.companion_model if member.role == LITE else self.global_models[plan.model[clients[0]]]
+
+    def _update_stats(self, plan: RoundPlan, cohort: Cohort, stats: LocalStats) -> None:
+        """Norm of each update and its angle to the data-size-weighted mean update of its population."""
+        for member in cohort.members:
+            if member.role == LITE:
+                continue
+            clients = cohort.clients(member)
+            delta = member.stack.rows() - self._start_vector(member, plan, clients)
+            norm = delta.norm(dim=1)
+            share = torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(), device=self.device)
+            mean_update = weighted_average(delta, share)
+            cos = (delta @ mean_update) / (norm * mean_update.norm()).clamp_min(1e-12)
+            stats.update_norm[clients] = norm.cpu().numpy()
+            stats.update_angle[clients] = torch.arccos(cos.clamp(-1, 1)).cpu().numpy()
+
+    def _weights(self, weight: np.ndarray | None, clients: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
+        if weight is not None:
+            w = weight[clients]
             if w.sum() <= 0:
-                raise ValueError(f"plan.weight={w.tolist()} sums to 0 over aggregated clients {clients.tolist()}; "
+                raise ValueError(f"weight={w.tolist()} sums to 0 over aggregated clients {clients.tolist()}; "
                                  "allowed: at least one positive weight per aggregated model")
             return w / w.sum()
         return aggregation_weights(self.config.aggregation, self.sizes[clients], self.label_entropy[clients],
                                    accuracy[clients])
 
-    def _aggregate(self, plan: RoundPlan, members: list[Member], order: np.ndarray, out: dict) -> None:
-        for member in members:
-            clients = self._clients(member, order)
-            rows = member.stack.rows()
-            lite = member.role == LITE
-            old = self.companion_model if lite else self.global_models[plan.model[clients[0]]]
-            delta = rows - old
-            norm = delta.norm(dim=1)
-            mean_update = weighted_average(delta, torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(),
-                                                                  device=self.device))
-            cos = (delta @ mean_update) / (norm * mean_update.norm()).clamp_min(1e-12)
-            if not lite:
-                out["update_norm"][clients] = norm.cpu().numpy()
-                out["update_angle"][clients] = torch.arccos(cos.clamp(-1, 1)).cpu().numpy()
-            keep = plan.aggregate[clients]
+    def _aggregate(self, trained: TrainedRound, aggregated: np.ndarray, weight: np.ndarray | None,
+                   extras: dict) -> np.ndarray:
+        """Average each population's aggregated updates into its global model; returns the weights."""
+        plan, cohort, stats = trained.plan, trained.cohort, trained.stats
+        weights = np.zeros(self.num_clients)
+        for member in cohort.members:
+            clients = cohort.clients(member)
+            keep = aggregated[clients]
             if not keep.any():
                 continue
-            acc = out["companion_accuracy" if lite else "local_accuracy"]
-            w = self._weights(plan, clients[keep], acc)
-            out["companion_weights" if lite else "weights"][clients[keep]] = w
+            lite = member.role == LITE
+            acc = extras["companion_accuracy"] if lite else stats.local_accuracy
+            w = self._weights(weight, clients[keep], acc)
+            (extras["companion_weights"] if lite else weights)[clients[keep]] = w
+            rows = member.stack.rows()
             average = weighted_average(rows[torch.as_tensor(keep, device=self.device)],
                                        torch.as_tensor(w, device=self.device))
+            old = self._start_vector(member, plan, clients)
             if lite:
                 self.companion_model = self._companion_server.apply(old, average)
             else:
                 m = int(plan.model[clients[0]])
                 self.global_models[m] = self._servers[m].apply(old, average)
+        return weights
 
-    def _evaluate_globals(self, out: dict) -> None:
-        due = self.round % self.config.eval_every == 0 or self.round == 1
+    def _evaluate_globals(self, extras: dict) -> dict:
+        due = self.config.train and (self.round % self.config.eval_every == 0 or self.round == 1)
         n = len(self.archs)
         values = self.evaluate() if due else (np.full(n, math.nan), np.full(n, math.nan), math.nan, math.nan)
-        keys = ("global_accuracy", "global_loss", "companion_global_accuracy", "companion_global_loss")
-        out.update(zip(keys, values, strict=True))
-
+        if self.companion_arch:
+            extras["companion_global_accuracy"], extras["companion_global_loss"] = values[2], values[3]
+        return {"global_accuracy": values[0], "global_loss": values[1]}
     def evaluate(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         """Test accuracy and loss of every global model (``(M,)`` each), then of the companion (NaN if none)."""
         def one(arch, vec) -> tuple[float, float]:
@@ -329,12 +428,3 @@ class Federation:
         lite = one(self.companion_arch, self.companion_model) if self.companion_arch else (math.nan, math.nan)
         return np.asarray([r[0] for r in results]), np.asarray([r[1] for r in results]), lite[0], lite[1]
 
-
-def _no_learning(k: int, n_models: int, num_classes: int) -> dict:
-    """Learning fields of a report before (or without) training: all NaN."""
-    nan = lambda *shape: np.full(shape, math.nan)  # noqa: E731
-    return dict(loss=nan(k), last_epoch_loss=nan(k), companion_loss=nan(k), local_accuracy=nan(k),
-                companion_accuracy=nan(k), soft_labels=nan(k, num_classes), update_norm=nan(k),
-                update_angle=nan(k), weights=np.zeros(k), companion_weights=np.zeros(k),
-                global_accuracy=nan(n_models), global_loss=nan(n_models), companion_global_accuracy=math.nan,
-                companion_global_loss=math.nan)

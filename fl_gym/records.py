@@ -1,14 +1,23 @@
-"""The two records that cross the env/simulator boundary: what the server decides, what it sees.
+"""The records that cross the env/simulator boundary: what the server decides, what it sees.
 
-Both hold one entry per client (``K`` of them, in client-id order); clients that do not take
-part in a round carry NaN (floats) or False (flags) in the report.
+A round passes through three records, one per phase of :class:`~fl_gym.federation.Federation`:
+:class:`OpenedRound` (before the server decides), :class:`TrainedRound` (local updates done,
+not yet aggregated) and :class:`RoundReport` (aggregated, evaluated); :class:`RoundPlan` is the
+server's decision. Every per-client field holds one entry per client (``K`` of them, in
+client-id order); clients that do not take part carry NaN (floats) or False (flags).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from fl_gym.clock import RoundLoad
+from fl_gym.engine.trainer import Member
 
 
 @dataclass(frozen=True)
@@ -68,12 +77,127 @@ class RoundPlan:
 
 
 @dataclass(frozen=True)
-class RoundReport:
+class OpenedRound:
+    """A round the server has opened: what it knows before it decides (phase 1).
+
+    Attributes:
+        round: 1-based index of this round.
+        candidates: ``(K,)`` bool: clients drawn for this round (every client by default).
+        load: the round's device dynamics; the clock charges this round's training under it.
+        probe_time: ``(K,)`` seconds of one probe epoch per client under ``load``
+            (``FederationConfig.probe_cost``; 0 without one).
+    """
+
+    round: int
+    candidates: np.ndarray
+    load: RoundLoad
+    probe_time: np.ndarray
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientResults:
+    """Per-client results of local training, NaN where a client did not train.
+
+    Attributes:
+        loss: ``(K,)`` mean local training loss; ``last_epoch_loss`` over the last epoch only.
+        local_accuracy: ``(K,)`` trained local model on the client's local test split.
+        soft_labels: ``(K, C)`` mean softmax output of the trained local model on its training data.
+        update_norm: ``(K,)`` ``||w_i - w_global||``.
+        update_angle: ``(K,)`` angle (radians) between the update and the data-size-weighted mean
+            update of the client's model population.
+    """
+
+    loss: np.ndarray
+    last_epoch_loss: np.ndarray
+    local_accuracy: np.ndarray
+    soft_labels: np.ndarray
+    update_norm: np.ndarray
+    update_angle: np.ndarray
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalStats(ClientResults):
+    """:class:`ClientResults` of a trained round, before aggregation.
+
+    Attributes:
+        extras: method-specific per-client arrays, e.g. a companion model's ``companion_loss``
+            and ``companion_accuracy``.
+    """
+
+    extras: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, num_clients: int, num_classes: int, companion: bool = False, read_only: bool = False
+              ) -> LocalStats:
+        """All-NaN statistics (before training, or for a timing-only federation)."""
+        nan = lambda *shape: np.full(shape, np.nan)  # noqa: E731
+        extras = {"companion_loss": nan(num_clients), "companion_accuracy": nan(num_clients)} if companion else {}
+        stats = cls(loss=nan(num_clients), last_epoch_loss=nan(num_clients), local_accuracy=nan(num_clients),
+                    soft_labels=nan(num_clients, num_classes), update_norm=nan(num_clients),
+                    update_angle=nan(num_clients), extras=extras)
+        if read_only:  # shared by every timing-only round
+            for value in [*extras.values(), *(getattr(stats, f.name) for f in dataclasses.fields(ClientResults))]:
+                value.flags.writeable = False
+        return stats
+
+
+@dataclass(frozen=True, eq=False)
+class Cohort:
+    """The stacks a round trained, and which clients each row belongs to (engine-level).
+
+    Attributes:
+        order: ``(k,)`` client ids in cohort order (most local steps first).
+        members: the trained stacks (:class:`~fl_gym.engine.trainer.Member`).
+    """
+
+    order: np.ndarray
+    members: list[Member]
+
+    def clients(self, member: Member) -> np.ndarray:
+        """Client ids of ``member``'s rows."""
+        return self.order if member.slots is None else self.order[member.slots.cpu().numpy()]
+
+
+@dataclass(frozen=True, eq=False)
+class TrainedRound:
+    """A round whose selected clients have trained, before aggregation (phase 2).
+
+    Attributes:
+        opened: the round as opened.
+        plan: the plan it trained under.
+        steps: ``(K,)`` local steps run (0 = did not train).
+        epochs: ``(K,)`` local epochs charged by the clock (the plan's; training runs the nearest
+            whole number of steps, at least one).
+        probe_time: ``(K,)`` the probe epoch the clock charges (with a companion model, whose
+            training it is part of; else 0).
+        train_time: ``(K,)`` local training.
+        compute_time: ``(K,)`` probe + training.
+        download_time: ``(K,)`` receiving the model(s).
+        stats: the local training statistics.
+        cohort: the trained stacks (None when nothing trained or timing only).
+    """
+
+    opened: OpenedRound
+    plan: RoundPlan
+    steps: np.ndarray
+    epochs: np.ndarray
+    probe_time: np.ndarray
+    train_time: np.ndarray
+    compute_time: np.ndarray
+    download_time: np.ndarray
+    stats: LocalStats
+    cohort: Cohort | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundReport(ClientResults):
     """What the server sees after a round.
 
     Per-client fields are ``(K,)`` (``soft_labels`` is ``(K, C)``), NaN where the client did not
     train. Times are simulated seconds from the virtual clock. Learning metrics are NaN in a
-    timing-only federation.
+    timing-only federation. The :class:`ClientResults` fields (``loss``, ``local_accuracy``,
+    ``soft_labels``, ``update_norm``, ``update_angle``, ...) and the times of
+    :class:`TrainedRound` are carried over under the same names.
 
     Attributes:
         round: 1-based round index.
@@ -82,9 +206,9 @@ class RoundReport:
         model: model index per client.
         epochs: local epochs charged by the clock (the plan's; training runs the nearest whole
             number of steps, at least one).
-        probe_time: the companion-model probe epoch (HAPFL's ``T^d``; 0 without companion).
-        train_time: local training (HAPFL's ``T^l``).
-        compute_time: probe + training (``T^c``).
+        probe_time: the probe epoch charged (with a companion model; else 0).
+        train_time: local training.
+        compute_time: probe + training.
         download_time: receiving the model(s).
         upload_time: sending the model(s) (0 for clients not aggregated).
         client_time: download + compute + upload.
@@ -92,18 +216,11 @@ class RoundReport:
         straggling_latency: ``max - min`` of ``client_time`` over the selected clients.
         clock: simulated seconds since the episode began, this round included.
         upload_bytes: bytes sent to the server this round.
-        loss: mean local training loss; ``last_epoch_loss`` over the last epoch only.
-        companion_loss: mean training loss of the companion (LiteModel).
-        local_accuracy: trained local model on the client's local test split.
-        companion_accuracy: trained companion on the client's local test split.
-        soft_labels: mean softmax output of the trained local model on its training data.
-        update_norm: ``||w_i - w_global||``.
-        update_angle: angle (radians) between the update and the data-size-weighted mean update
-            of the client's model population.
         weights: aggregation weight applied (0 where not aggregated).
-        companion_weights: weight in the companion's aggregation.
         global_accuracy: ``(M,)`` each global model on the test set; ``global_loss`` alike.
-        companion_global_accuracy: the global companion on the test set; ``companion_global_loss``.
+        extras: method-specific values: with a companion model ``companion_loss``,
+            ``companion_accuracy``, ``companion_weights`` (per client) and
+            ``companion_global_accuracy``, ``companion_global_loss`` (floats).
     """
 
     round: int
@@ -121,20 +238,20 @@ class RoundReport:
     straggling_latency: float
     clock: float
     upload_bytes: float
-    loss: np.ndarray
-    last_epoch_loss: np.ndarray
-    companion_loss: np.ndarray
-    local_accuracy: np.ndarray
-    companion_accuracy: np.ndarray
-    soft_labels: np.ndarray
-    update_norm: np.ndarray
-    update_angle: np.ndarray
     weights: np.ndarray
-    companion_weights: np.ndarray
     global_accuracy: np.ndarray
     global_loss: np.ndarray
-    companion_global_accuracy: float
-    companion_global_loss: float
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, trained: TrainedRound, **finished: Any) -> RoundReport:
+        """The report of ``trained`` finished with ``finished`` (the fields phase 3 adds)."""
+        plan, stats = trained.plan, trained.stats
+        carried = {f.name: getattr(trained, f.name) for f in dataclasses.fields(TrainedRound)
+                   if f.name in cls.__dataclass_fields__}
+        local = {f.name: getattr(stats, f.name) for f in dataclasses.fields(ClientResults)}
+        return cls(round=trained.opened.round, selected=plan.selected.copy(), model=plan.model.copy(),
+                   **carried, **local, **finished)
 
     @property
     def accuracy(self) -> float:

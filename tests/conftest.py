@@ -32,3 +32,8 @@ def _seed_guard():
     """Tests must not depend on global RNG state: scramble it before each test."""
     torch.manual_seed(12345)
     np.random.seed(54321)
+
+
+import toy_family  # noqa: E402  (tests/ is on sys.path: the toy family of docs/extending.md)
+
+toy_family.register()  # the generic tests then run over it too

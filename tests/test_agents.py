@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 
 import fl_gym  # noqa: F401
-from fl_gym.agents import build_agent, load_dual_agent, load_hyperparams, save_dual_agent, train_dual_agent
-from fl_gym.agents.features import Log1pFeatures
-from fl_gym.agents.hapfl import hapfl_policy
+from fl_gym.agents import build_agent, compose, find_recipe, load_hyperparams, load_recipe, save_recipe, train_recipe
+from fl_gym.agents.features import NegLogFeatures
 from fl_gym.agents.ppo import make_env
 from fl_gym.baselines.hetero import BalancedOraclePolicy, RandomPolicy
 
@@ -37,29 +36,40 @@ def test_bad_preset_and_hyperparameter_name_the_problem():
         build_agent(env, {"policy_kwargs": {"features_extractor": "sqrt"}})
 
 
-def test_log1p_features():
+def test_neglog_features():
     import torch
 
-    space = gym.spaces.Box(1, np.inf, (3,), np.float32)
-    out = Log1pFeatures(space)(torch.tensor([[1.0, np.e - 1, 0.0]]))
-    torch.testing.assert_close(out, torch.tensor([[float(np.log(2.0)), 1.0, 0.0]]))
+    space = gym.spaces.Box(0, 1, (3,), np.float32)
+    out = NegLogFeatures(space)(torch.tensor([[1.0, float(np.exp(-2.0)), 0.0]]))
+    torch.testing.assert_close(out, torch.tensor([[0.0, 2.0, float(-np.log(1e-6))]]))
+
+
+@pytest.mark.parametrize("key,value", [("learning_rate", "abc"), ("n_steps", -5), ("batch_size", 0), ("gamma", 1.5)])
+def test_hyperparameter_values_are_checked_by_name(key, value):
+    with pytest.raises(ValueError, match=f"hyperparameter {key}={value!r} is out of range"):
+        build_agent(gym.make("FLHeteroAlloc-v0"), {key: value})
 
 
 def test_dual_agent_end_to_end_and_round_trip(tmp_path):
     """A tiny run of the recipe: PPO1, frozen PPO1 inside PPO2's env, composition, save/load."""
-    ppo1, ppo2 = train_dual_agent(seed=0, preset="fast", steps=(256, 256))
+    recipe = find_recipe("FLHetero-v0", "hapfl")
+    models = train_recipe(recipe, seed=0, preset="fast", steps={"ppo1": 256, "ppo2": 256})
+    assert models["ppo1"].num_timesteps >= 256 and models["ppo2"].num_timesteps >= 256
     env = gym.make("FLHetero-v0")
-    policy = hapfl_policy(env, ppo1, ppo2)
+    policy = compose(recipe, env, models)
     obs, _ = env.reset(seed=0)
     action, _ = policy.predict(obs)
     assert env.action_space.contains(action)
     batch, _ = policy.predict(np.stack([obs, obs]))
     assert batch.shape == (2, 12) and np.array_equal(batch[0], action)
-    save_dual_agent(tmp_path / "hapfl", ppo1, ppo2, {"env_kwargs": {}})
-    loaded = hapfl_policy(env, *load_dual_agent(tmp_path / "hapfl"))
+    save_recipe(tmp_path / "hapfl", recipe, models, {"env_kwargs": {}})
+    loaded_recipe, loaded_models = load_recipe(tmp_path / "hapfl")
+    loaded = compose(loaded_recipe, env, loaded_models)
     assert np.array_equal(loaded.predict(obs)[0], action)
-    with pytest.raises(FileNotFoundError, match="no HAPFL dual agent"):
-        load_dual_agent(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no finished training recipe"):
+        load_recipe(tmp_path)
+    with pytest.raises(ValueError, match="recipe 'hapfl' is out of range for FLHeteroAlloc-v0"):
+        find_recipe("FLHeteroAlloc-v0", "hapfl")
 
 
 def test_make_env_seeds_and_monitors(tmp_path):
@@ -89,7 +99,8 @@ def test_ppo_learns_spec_check_9():
     uniform-split -> inverse-time gap on R^2 (the fast preset; evaluation seeds unseen in training)."""
     from fl_gym.baselines.hetero import InverseTimePolicy, UniformPolicy
 
-    ppo1, ppo2 = train_dual_agent(seed=0, preset="fast")
+    models = train_recipe(find_recipe("FLHetero-v0", "hapfl"), seed=0, preset="fast")
+    ppo1, ppo2 = models["ppo1"], models["ppo2"]
     r_ppo1 = _mean_r("FLHeteroAlloc-v0", lambda env: ppo1)
     r_random = _mean_r("FLHeteroAlloc-v0", lambda env: RandomPolicy(env, seed=0))
     r_oracle = _mean_r("FLHeteroAlloc-v0", BalancedOraclePolicy)
@@ -108,13 +119,14 @@ def test_trained_hapfl_headline_and_ablation_spec_checks_7_8():
     from fl_gym.baselines.hetero import GreedyBySpeedPolicy, UniformPolicy
     from fl_gym.training.evaluation import aggregate, evaluate
 
-    ppo1, ppo2 = train_dual_agent(seed=0, preset="fast")
+    recipe = find_recipe("FLHetero-v0", "hapfl")
+    models = train_recipe(recipe, seed=0, preset="fast")
     seeds = (201, 202, 203)
 
     def stats(policy_for, **kwargs):
         return aggregate(evaluate(lambda: gym.make("FLHetero-v0", **kwargs), policy_for, seeds))
 
-    hapfl = stats(lambda env: hapfl_policy(env, ppo1, ppo2))
+    hapfl = stats(lambda env: compose(recipe, env, models))
     fedavg = stats(UniformPolicy, algorithm="fedavg")
     greedy, uniform = stats(GreedyBySpeedPolicy), stats(UniformPolicy)
     assert hapfl["straggling_latency"][0] <= (1 - 0.19) * fedavg["straggling_latency"][0]

@@ -23,9 +23,10 @@ def run_cli(args, capsys):
 def test_envs_lists_every_id(capsys):
     code, out, _ = run_cli(["envs"], capsys)
     assert code == 0
-    for env_id in ("FLHetero-v0", "FLHeteroAlloc-v0", "FLHeteroIntensity-v0"):
+    for env_id in ("FLHetero-v0", "FLHeteroAlloc-v0", "FLHeteroIntensity-v0", "FLToy-v0"):
         assert f"{env_id}:" in out
-    assert "MultiDiscrete([2 2 2 2 2 2])" in out and "oracle" in out
+    assert "MultiDiscrete([2 2 2 2 2 2])" in out and "oracle" in out and "recipes:     hapfl" in out
+    assert "# toy: a toy family" in out and "fastest-half" in out  # a family registered from outside the package
 
 
 def test_train_writes_a_complete_run(tmp_path, capsys):
@@ -45,7 +46,8 @@ def test_train_writes_a_complete_run(tmp_path, capsys):
 
 
 def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, capsys, monkeypatch):
-    args = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 96, "--runs-dir", tmp_path, "--save-freq", 32, *TINY]
+    args = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 96, "--runs-dir", tmp_path, "--save-freq", 32, *TINY,
+            "--env-kwargs", "rounds_per_episode=8"]
     assert run_cli([*args, "--run-id", "whole"], capsys)[0] == 0
     whole = PPO.load(tmp_path / "FLHeteroAlloc-v0" / "whole" / "model.zip")
 
@@ -70,6 +72,16 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, capsys
     resumed = PPO.load(folder / "model.zip")
     assert resumed.num_timesteps == whole.num_timesteps == 96
     assert len(list((folder / "monitor").iterdir())) == 2  # one Monitor folder per session
+    counts = [json.loads((f / "summary.json").read_text())["episodes"] for f in (folder, folder.parent / "whole")]
+    assert counts == [12, 12]  # the episodes replayed after the checkpoint are counted once
+
+
+@pytest.mark.parametrize("text,message", [("env_id: [unclosed", "does not parse as YAML"),
+                                          ("env_id: FLHeteroAlloc-v0\nbogus: 1\n", "key='bogus' is out of range")])
+def test_resume_of_a_damaged_config_is_one_line(tmp_path, capsys, text, message):
+    (tmp_path / "config.yml").write_text(text)
+    code, _, err = run_cli(["train", "--resume", tmp_path, "--no-progress"], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("env_id,algo,extra", [
@@ -85,7 +97,7 @@ def test_other_algorithms_and_vec_envs(env_id, algo, extra, tmp_path, capsys):
     assert list((folder / "tb").rglob("events.out.tfevents.*"))
     code, out, _ = run_cli(["compare", env_id, "--policies", f"{algo}:{folder}", "--seeds", 10000, "--rounds", 3,
                             "--out", tmp_path / "cmp", "--no-progress"], capsys)
-    assert code == 0 and f"{algo}:{folder}" in out
+    assert code == 0 and f"{algo}:{folder.name}" in out
 
 
 @pytest.fixture(scope="module")
@@ -97,31 +109,48 @@ def dual_run(tmp_path_factory):
 
 
 def test_dual_agent_run(dual_run):
-    assert all((dual_run / name).is_file() for name in ("ppo1.zip", "ppo2.zip", "hapfl.json", "summary.json"))
+    assert all((dual_run / name).is_file() for name in ("ppo1/model.zip", "ppo2/model.zip", "recipe.json",
+                                                          "summary.json"))
     assert json.loads((dual_run / "summary.json").read_text())["timesteps"] == 512
 
 
 def test_compare_writes_parseable_tables_and_plots(dual_run, tmp_path, capsys):
-    policies = f"uniform,oracle,ppo:{dual_run}"
+    policies = f"uniform,oracle,hapfl:{dual_run}"
     code, out, _ = run_cli(["compare", "FLHetero-v0", "--policies", policies, "--seeds", "10000,10001", "--rounds", 5,
                             "--out", tmp_path, "--no-progress"], capsys)
     assert code == 0
     results = json.loads((tmp_path / "results.json").read_text())
-    assert list(results["summary"]) == policies.split(",") and results["seeds"] == [10000, 10001]
+    labels = ["uniform", "oracle", "hapfl:hapfl"]  # run paths shortened to their last component
+    assert list(results["summary"]) == labels and results["seeds"] == [10000, 10001]
     rows = list(csv.DictReader((tmp_path / "results.csv").open()))
-    assert [r["policy"] for r in rows] == policies.split(",")
+    assert [r["policy"] for r in rows] == labels
     assert float(rows[1]["straggling_latency_mean"]) < float(rows[0]["straggling_latency_mean"])
-    assert (tmp_path / "round_time.png").stat().st_size > 1000
+    assert (tmp_path / "round_time.png").stat().st_size > 1000 and (tmp_path / "sim_time.png").is_file()
     md = (tmp_path / "results.md").read_text()
-    assert all(p in md for p in policies.split(",")) and all(p in out for p in policies.split(","))
+    assert all(p in md for p in labels) and all(p in out for p in labels)
+    code, out, _ = run_cli(["compare", "FLHetero-v0", "--policies", f"ppo:{dual_run}", "--seeds", "10000",
+                            "--rounds", 2, "--out", tmp_path / "same", "--no-progress"], capsys)
+    assert code == 0 and "ppo:hapfl" in out  # a recipe folder composes under any algorithm prefix
+
+
+def test_compare_runs_each_baseline_on_its_env_variant(tmp_path, capsys):
+    code, out, _ = run_cli(["compare", "FLHetero-v0", "--policies", "uniform,fedavg,pfedme", "--seeds", "10000",
+                            "--rounds", 3, "--out", tmp_path, "--no-progress"], capsys)
+    assert code == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["variants"] == {"uniform": {}, "fedavg": {"algorithm": "fedavg"},
+                                   "pfedme": {"algorithm": "pfedme", "pfedme_overhead": 5.0}}
+    time = {p: results["summary"][p]["sim_time"][0] for p in ("uniform", "fedavg", "pfedme")}
+    assert time["fedavg"] < time["uniform"] < time["pfedme"]  # no LiteModel epochs; pFedMe's 5 inner passes
 
 
 def test_compare_with_accuracy_plots(tmp_path, capsys):
     code, _, _ = run_cli(["compare", "FLHetero-v0", "--policies", "greedy", "--seeds", "10000", "--rounds", 2,
                           "--env-kwargs", "backend=torch", "local_epochs=1", "--out", tmp_path, "--no-progress"],
                          capsys)
-    assert code == 0 and (tmp_path / "accuracy.png").is_file()
+    assert code == 0 and (tmp_path / "accuracy.png").is_file() and (tmp_path / "accuracy_vs_time.png").is_file()
     assert "accuracy_mean" in (tmp_path / "results.csv").read_text()
+    assert "large model acc." in (tmp_path / "results.md").read_text()
 
 
 def test_data_describe(tmp_path, capsys):
@@ -146,12 +175,26 @@ def test_bench_engine_section(capsys):
     (["train", "FLHetero-v0", "--env-kwargs", "backend=jax"], "backend='jax' is out of range"),
     (["train", "FLHetero-v0", "--env-kwargs", "bogus=1"], "argument 'bogus' is not accepted"),
     (["train", "FLHetero-v0", "--preset", "turbo"], "preset='turbo'"),
-    (["train", "FLHeteroAlloc-v0", "--algo", "hapfl"], "--algo hapfl trains"),
+    (["train", "FLHeteroAlloc-v0", "--algo", "hapfl"], "--algo='hapfl' is out of range for FLHeteroAlloc-v0"),
+    (["train", "FLHeteroAlloc-v0", "--n-timesteps", "0"], "--n-timesteps=0 is out of range"),
+    (["train", "FLHeteroAlloc-v0", "--n-envs", "0"], "--n-envs=0 is out of range"),
+    (["train", "FLHeteroAlloc-v0", "--hyperparams", "learning_rate=abc"], "hyperparameter learning_rate='abc'"),
+    (["train", "FLHeteroAlloc-v0", "--hyperparams", "n_steps=-5"], "hyperparameter n_steps=-5"),
+    (["train", "FLHeteroAlloc-v0", "--hyperparams", "batch_size=0"], "hyperparameter batch_size=0"),
+    (["train", "FLHeteroAlloc-v0", "--env-kwargs", "scenario_seed=-1"], "scenario_seed=-1"),
+    (["train", "FLHeteroAlloc-v0", "--env-kwargs", "scenario_seed=a"], "scenario_seed='a'"),
+    (["train", "FLHeteroAlloc-v0", "--env-kwargs", "device=nope"], "device='nope'"),
+    (["train", "FLHeteroAlloc-v0", "--env-kwargs", "reward_mode=r2"], "reward_mode='r2'"),
+    (["compare", "FLHetero-v0", "--policies", "uniform", "--rounds", "0"], "--rounds=0 is out of range"),
+    (["compare", "FLHetero-v0", "--policies", "hapfl:/nonexistent"], "no finished hapfl recipe"),
+    (["demo", "--steps", "0"], "--steps=0 is out of range"),
+    (["reproduce", "nosuch"], "reproduce 'nosuch' is out of range; allowed: hetero"),
     (["train", "FLHetero-v0", "--algo", "maskable-ppo"], "needs an env with action_masks()"),
     (["train", "--resume", "/nonexistent/run"], "is not a run folder"),
     (["compare", "FLHetero-v0", "--policies", "uniform,fastest"], "policy 'fastest' is not known"),
     (["compare", "FLHetero-v0", "--policies", "ppo:/nonexistent/model.zip"], "no model at"),
-    (["compare", "FLHetero-v0", "--policies", "dqn:x.zip"], "algorithm 'dqn'"),
+    (["compare", "FLHetero-v0", "--policies", "dqn:x.zip"], "algorithm 'dqn' is out of range; allowed: ppo, "
+                                                            "recurrent-ppo, maskable-ppo, hapfl"),
     (["compare", "FLHetero-v0", "--policies", "uniform", "--seeds", "a,b"], "comma-separated integers"),
     (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
     (["bench", "--sections", "gpu"], "--sections"),
@@ -179,6 +222,6 @@ def test_readme_snippet_runs_as_written(capsys):
 def test_demo_end_to_end(tmp_path, capsys):
     code, out, _ = run_cli(["demo", "--out", tmp_path, "--steps", 256, "--seeds", 2, "--accuracy-rounds", 2], capsys)
     assert code == 0
-    assert (tmp_path / "compare-timing" / "results.md").is_file()
-    assert (tmp_path / "compare-accuracy" / "accuracy.png").is_file()
-    assert "oracle" in out and "ppo:" in out
+    assert (tmp_path / "hetero" / "compare-timing" / "results.md").is_file()
+    assert (tmp_path / "hetero" / "compare-accuracy" / "accuracy.png").is_file()
+    assert "oracle" in out and "hapfl:hapfl" in out and "fedprox" in out

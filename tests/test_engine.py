@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from fl_gym.engine import (
+    FedProx,
     Member,
     MutualDistillation,
     OptimizerConfig,
@@ -47,7 +48,8 @@ def test_batched_engine_matches_per_client_loop(digits, digits_parts, name, opt,
     start = torch.stack([arch.init(torch.Generator().manual_seed(i)) for i in range(k)])
     lr = torch.linspace(0.01, 0.08, k) if opt.name == "sgd" else torch.full((k,), 1e-3)
     stack = Stack.from_rows(arch, start)
-    result = train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, opt, prox_mu=mu)
+    result = train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, opt,
+                          algorithm=FedProx(mu))
     ref_rows, ref_loss = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, opt, mu)
     torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=tol)
     torch.testing.assert_close(result.mean_loss["model"], ref_loss, rtol=1e-4, atol=1e-5)

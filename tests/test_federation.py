@@ -32,7 +32,10 @@ def test_fedavg_sanity_on_digits():
 def _same(a, b) -> bool:
     for f in dataclasses.fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if not np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True):
+        if isinstance(x, dict):
+            if x.keys() != y.keys() or not all(np.array_equal(x[k], y[k], equal_nan=True) for k in x):
+                return False
+        elif not np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True):
             return False
     return True
 
@@ -80,7 +83,8 @@ def test_round_times_follow_the_cost_model():
                            model_costs=(2.0,), batch_size=10)
     fed = Federation(cfg, scenario_seed=0)
     plan = RoundPlan.make(3, lr=0.1, epochs=np.array([1, 2, 3]), aggregate=np.array([1, 1, 0], bool))
-    rep = fed.run_round(plan, RoundLoad.still(3))
+    opened = fed.open_round(plan.selected, load=RoundLoad.still(3))
+    rep = fed.finish_round(fed.train_round(opened, plan))
     train = 1e-3 * 2.0 * fed.sizes * np.array([1, 2, 3]) / fed.profiles.speed
     nbytes = fed.archs[0].num_bytes
     np.testing.assert_allclose(rep.train_time, train)
@@ -150,9 +154,10 @@ def test_companion_mutual_learning_reports_both_models():
     fed = Federation(cfg, scenario_seed=0)
     plan = RoundPlan.make(4, lr=0.05, model=np.array([0, 1, 1, 0]), epochs=np.array([1, 2, 1, 2]))
     rep = fed.run_round(plan)
-    assert not math.isnan(rep.companion_global_accuracy)
-    assert np.all(np.isfinite(rep.companion_loss)) and np.all(np.isfinite(rep.companion_accuracy))
-    assert rep.companion_weights.sum() == pytest.approx(1.0)
+    x = rep.extras
+    assert not math.isnan(x["companion_global_accuracy"])
+    assert np.all(np.isfinite(x["companion_loss"])) and np.all(np.isfinite(x["companion_accuracy"]))
+    assert x["companion_weights"].sum() == pytest.approx(1.0)
     for m in (0, 1):  # size groups are weighted within themselves
         assert rep.weights[plan.model == m].sum() == pytest.approx(1.0)
     probe = fed.clock.epoch_time(fed.sizes, 1.0, RoundLoad.still(4))
@@ -228,3 +233,46 @@ def test_assign_data_grows_a_working_set():
         fed.assign_data(9, grown)
     with pytest.raises(ValueError, match="indices of client 1"):
         fed.assign_data(1, np.array([10**9]))
+
+
+def test_phases_compose_to_run_round_bit_for_bit(tiny_config):
+    """open -> train -> finish with the plan's decisions is run_round; a later decision can change them."""
+    cfg = tiny_config.replace(soft_labels=True)
+    plan = RoundPlan.make(4, lr=0.05, epochs=np.array([1, 2, 1, 2]))
+    whole, phased = Federation(cfg, scenario_seed=2), Federation(cfg, scenario_seed=2)
+    for fed in (whole, phased):
+        fed.reset(seed=4)
+    a = whole.run_round(plan)
+    trained = phased.train_round(phased.open_round(plan.selected), plan)
+    assert np.all(np.isfinite(trained.stats.soft_labels)) and np.all(np.isfinite(trained.stats.update_angle))
+    b = phased.finish_round(trained)
+    assert _same(a, b) and torch.equal(whole.global_models[0], phased.global_models[0])
+    later = Federation(cfg, scenario_seed=2)
+    later.reset(seed=4)
+    trained = later.train_round(later.open_round(plan.selected), plan)
+    keep = np.array([True, False, True, False])
+    rep = later.finish_round(trained, aggregate=keep, weight=np.array([1.0, 0.0, 3.0, 0.0]))
+    assert rep.aggregated.tolist() == keep.tolist() and rep.weights.tolist() == [0.25, 0.0, 0.75, 0.0]
+    np.testing.assert_array_equal(rep.update_angle, a.update_angle)  # angles are known before the decision
+
+
+def test_open_round_draws_candidates_from_the_sampler(tiny_config):
+    fed = Federation(tiny_config.replace(train=False), scenario_seed=0)
+    fed.reset(seed=1, sampler=np.random.default_rng(7))
+    opened = fed.open_round(2)
+    expected = np.sort(np.random.default_rng(7).permutation(4)[:2])
+    assert np.flatnonzero(opened.candidates).tolist() == expected.tolist()
+    assert np.all(opened.probe_time == 0)  # no companion and no probe cost
+    with pytest.raises(ValueError, match="plan.selected=.*is out of range; allowed: a subset of round 1"):
+        fed.train_round(opened, RoundPlan.make(4, lr=0.1))
+    with pytest.raises(ValueError, match="candidates=5 is out of range"):
+        fed.open_round(5)
+
+
+def test_a_finished_round_cannot_be_finished_again(tiny_config):
+    fed = Federation(tiny_config.replace(train=False), scenario_seed=0)
+    plan = RoundPlan.make(4, lr=0.1)
+    trained = fed.train_round(fed.open_round(), plan)
+    fed.finish_round(trained)
+    with pytest.raises(ValueError, match="finish_round: round 1 is not pending"):
+        fed.finish_round(trained)

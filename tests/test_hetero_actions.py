@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fl_gym.baselines.hetero import balanced_sizes
-from fl_gym.envs.hetero_actions import HeteroSpec, integerize, sigma_logits, size_bins, size_centres, softmax
+from fl_gym.envs.hetero.actions import HeteroSpec, integerize, sigma_logits, size_bins, size_centres, softmax
 
 simplex = st.lists(st.floats(0.0, 1.0), min_size=2, max_size=12).filter(lambda v: sum(v) > 1e-3).map(
     lambda v: np.asarray(v) / np.sum(v))

@@ -1,12 +1,8 @@
 from __future__ import annotations
 
-import warnings
-
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env, data_equivalence
-from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import fl_gym  # noqa: F401  (registers the ids)
 from fl_gym.baselines.hetero import (
@@ -17,24 +13,10 @@ from fl_gym.baselines.hetero import (
     UniformPolicy,
     balanced_sizes,
 )
-from fl_gym.envs.hetero_config import HeteroConfig
+from fl_gym.envs.hetero.config import HeteroConfig
 
-IDS = ["FLHetero-v0", "FLHeteroAlloc-v0", "FLHeteroIntensity-v0"]
 STILL = dict(sigma_dyn=0.0, sigma_drift=0.0, sigma_meas=0.0)
 TORCH_SMALL = dict(backend="torch", local_epochs=1, rounds_per_episode=3)
-ALLOWED = ("maximum value is infinity",)
-
-
-@pytest.mark.parametrize("env_id", IDS)
-@pytest.mark.parametrize("kwargs", [{}, TORCH_SMALL], ids=["timing", "torch"])
-def test_gymnasium_and_sb3_check_env(env_id, kwargs):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        env = gym.make(env_id, **kwargs)
-        check_env(env.unwrapped)
-        sb3_check_env(env.unwrapped)
-    unexpected = [str(w.message) for w in caught if not any(a in str(w.message) for a in ALLOWED)]
-    assert unexpected == []
 
 
 def _rollout(env, policy, steps, seed=0):
@@ -48,38 +30,25 @@ def _rollout(env, policy, steps, seed=0):
     return infos, rewards
 
 
-@pytest.mark.parametrize("env_id", IDS)
-def test_same_seed_same_episode_and_truncation(env_id):
-    env_a, env_b = gym.make(env_id, rounds_per_episode=7), gym.make(env_id, rounds_per_episode=7)
-    env_a.action_space.seed(3)
-    actions = [env_a.action_space.sample() for _ in range(7)]
-    for env in (env_a, env_b):
-        env.reset(seed=42)
-    for t, action in enumerate(actions):
-        out_a, out_b = env_a.step(action), env_b.step(action)
-        assert data_equivalence(out_a, out_b, exact=True)
-        assert out_a[3] == (t == 6) and out_a[2] is False
-    with pytest.raises(gym.error.ResetNeeded):
-        env_a.unwrapped.step(actions[0])
-
-
 def test_budget_and_state_normalisation():
     env = gym.make("FLHetero-v0")
     infos, _ = _rollout(env, RandomPolicy(env, seed=1), 50)
     for info in infos:
-        assert info["epochs"].sum() == 120 and info["epochs"].min() >= 1
-        assert np.all(info["epochs"] == np.round(info["epochs"]))
-        assert info["T_d"].min() / info["T_d"].min() == 1.0
+        assert info["hetero/epochs"].sum() == 120 and info["hetero/epochs"].min() >= 1
+        assert np.all(info["hetero/epochs"] == np.round(info["hetero/epochs"]))
+        np.testing.assert_allclose(info["hetero/cost_ratio"] / info["hetero/time_ratio"][info["hetero/sizes"]],
+                                   info["hetero/probe_time"] / info["hetero/probe_time"].min())
     obs, _ = env.reset(seed=3)
-    assert obs.min() == 1.0
+    assert obs.max() == 1.0 and obs.min() > 0  # speed relative to the round's fastest
 
 
 def test_doubling_speed_halves_the_assessment_time():
     env = gym.make("FLHetero-v0", **STILL).unwrapped
     env.reset(seed=0)
-    before = env.federation.clock.epoch_time(env.federation.sizes, 1.0, env._load)
+    load = env._pending.opened.load
+    before = env.federation.clock.epoch_time(env.federation.sizes, 1.0, load)
     env.federation.profiles.speed[3] *= 2
-    after = env.federation.clock.epoch_time(env.federation.sizes, 1.0, env._load)
+    after = env.federation.clock.epoch_time(env.federation.sizes, 1.0, load)
     assert after[3] == pytest.approx(before[3] / 2)
     np.testing.assert_array_equal(np.delete(after, 3), np.delete(before, 3))
 
@@ -94,23 +63,24 @@ def test_r1_identity_and_independence_from_the_split():
         sizes = rng.integers(0, 2, 6)
         *_, a = uniform.step(uniform.unwrapped.encode_action(sizes, np.full(6, 1 / 6)))
         *_, b = skewed.step(skewed.unwrapped.encode_action(sizes, rng.dirichlet(np.ones(6))))
-        assert a["r1"] == pytest.approx(10.0 - a["s2"].max() / a["s2"].min(), rel=1e-9)
-        assert a["r1"] == pytest.approx(b["r1"], rel=1e-9)
-        assert not np.array_equal(a["epochs"], b["epochs"])
+        assert a["hetero/r1"] == pytest.approx(10.0 - a["hetero/cost_ratio"].max() / a["hetero/cost_ratio"].min(),
+                                               rel=1e-9)
+        assert a["hetero/r1"] == pytest.approx(b["hetero/r1"], rel=1e-9)
+        assert not np.array_equal(a["hetero/epochs"], b["hetero/epochs"])
 
 
 def test_r2_sign_and_optimum():
     env = gym.make("FLHetero-v0", alpha=100.0, **STILL, fractional_epochs=True)
     infos, _ = _rollout(env, InverseTimePolicy(env), 30)
     for info in infos:
-        assert info["r2_raw"] <= 0
-        assert abs(info["r2_raw"]) < 1e-6 * info["T_l"].max()
+        assert info["hetero/r2_seconds"] <= 0
+        assert abs(info["hetero/r2_seconds"]) < 1e-6 * info["hetero/train_time"].max()
     env = gym.make("FLHetero-v0", alpha=100.0, **STILL)
     infos, _ = _rollout(env, InverseTimePolicy(env), 30)
     for info in infos:
-        assert info["r2_raw"] <= 0
-        if np.all(info["sigma"] * 120 >= 1):
-            assert abs(info["r2_raw"]) < 2 * info["T_l_per_epoch"].max()
+        assert info["hetero/r2_seconds"] <= 0
+        if np.all(info["hetero/epoch_share"] * 120 >= 1):
+            assert abs(info["hetero/r2_seconds"]) < 2 * info["hetero/train_time_per_epoch"].max()
 
 
 def test_a_slow_client_on_a_small_model_straggles_less():
@@ -123,16 +93,17 @@ def test_a_slow_client_on_a_small_model_straggles_less():
         runs[name] = []
         for _ in range(5):
             sizes = np.ones(6, np.int64)
-            slowest = int(np.argmax(obs))
+            slowest = int(np.argmin(obs))  # obs = 1 / S^1
             if name == "slowest_small":
                 sizes[slowest] = 0
             obs_next, _, _, _, info = env.step(h.encode_action(sizes, np.full(6, 1 / 6)))
-            runs[name].append((slowest, float(obs[slowest]), info))
+            runs[name].append((slowest, 1 / float(obs[slowest]), info))
             obs = obs_next
     for (slowest, s1, big), (_, _, small) in zip(runs["all_large"], runs["slowest_small"], strict=True):
-        assert small["T_l"][slowest] == pytest.approx(ratio * big["T_l"][slowest], rel=1e-12)
+        assert small["hetero/train_time"][slowest] == pytest.approx(ratio * big["hetero/train_time"][slowest],
+                                                                     rel=1e-12)
         if s1 >= 1 / ratio:
-            assert small["straggling_local"] < big["straggling_local"]
+            assert small["hetero/straggling_local"] < big["hetero/straggling_local"]
 
 
 def _means(policy_name, rounds=100, **kwargs):
@@ -140,8 +111,8 @@ def _means(policy_name, rounds=100, **kwargs):
     policy = {"uniform": UniformPolicy, "greedy": GreedyBySpeedPolicy, "inverse": InverseTimePolicy,
               "oracle": BalancedOraclePolicy}[policy_name](env)
     infos, _ = _rollout(env, policy, rounds, seed=2024)
-    return (np.mean([i["straggling_latency"] for i in infos]), infos[-1]["cum_time"],
-            np.mean([i["r1"] for i in infos]))
+    return (np.mean([i["straggling_latency"] for i in infos]), infos[-1]["sim_time"],
+            np.mean([i["hetero/r1"] for i in infos]))
 
 
 def test_ablation_ordering_and_headline_direction():
@@ -161,7 +132,8 @@ def test_three_sizes_never_balance_worse_than_two():
     r3, r2 = [], []
     for _ in range(100):
         for m, out in ((m3, r3), (m2, r2)):
-            v = m[balanced_sizes(obs.astype(float), m)] * obs
+            s1 = 1 / obs.astype(float)
+            v = m[balanced_sizes(s1, m)] * s1
             out.append(10 - v.max() / v.min())
         obs, *_ = env.step(env.action_space.sample())
     assert all(a >= b - 1e-12 for a, b in zip(r3, r2, strict=True))
@@ -172,14 +144,14 @@ def test_views_use_their_injected_policies():
     alloc = gym.make("FLHeteroAlloc-v0", intensity_policy="inverse")
     obs, _ = alloc.reset(seed=0)
     _, r, _, _, info = alloc.step(np.ones(6, np.int64))
-    assert r == info["r1"]
-    assert len(set(info["epochs"].tolist())) > 1  # inverse-time split, not the uniform 20 each
+    assert r == info["hetero/r1"]
+    assert len(set(info["hetero/epochs"].tolist())) > 1  # inverse-time split, not the uniform 20 each
     intensity = gym.make("FLHeteroIntensity-v0", allocation_policy="large")
     obs, _ = intensity.reset(seed=0)
     _, r, _, _, info = intensity.step(np.zeros(6, np.float32))
-    assert np.all(info["sizes"] == 1) and np.all(info["epochs"] == 20)
-    assert r == pytest.approx(info["r2_raw"] / intensity.unwrapped.t_scale)
-    np.testing.assert_allclose(obs, info["s2"], rtol=1e-6)
+    assert np.all(info["hetero/sizes"] == 1) and np.all(info["hetero/epochs"] == 20)
+    assert r == pytest.approx(info["hetero/r2_seconds"] / intensity.unwrapped.t_scale)
+    np.testing.assert_allclose(1 / obs, info["hetero/cost_ratio"], rtol=1e-6)
 
 
 def test_extended_observation():
@@ -195,7 +167,8 @@ def test_extended_observation():
 
 @pytest.mark.parametrize("env_id,action,match", [
     ("FLHeteroAlloc-v0", np.full(6, 2), "action="), ("FLHeteroAlloc-v0", np.ones(5, np.int64), "action has shape"),
-    ("FLHetero-v0", np.full(12, np.nan, np.float32), "action="),
+    ("FLHetero-v0", np.full(12, np.nan, np.float32), "is not finite"),
+    ("FLHetero-v0", np.array(["a"] * 12), "has dtype <U1"), ("FLHeteroAlloc-v0", np.ones(6), "integers of"),
 ])
 def test_bad_actions(env_id, action, match):
     env = gym.make(env_id).unwrapped
@@ -209,47 +182,62 @@ def test_bad_actions(env_id, action, match):
     (dict(num_sizes=4), "num_sizes"),
     (dict(backend="jax"), "backend"), (dict(alpha=0), "alpha"), (dict(reward_mode="acc"), "reward_mode"),
     (dict(model_costs={"lite": 1.0}), "model_costs"), (dict(algorithm="scaffold"), "algorithm"),
+    (dict(scenario_seed=-1), "scenario_seed"), (dict(scenario_seed="a"), "scenario_seed"),
+    (dict(device="nope"), "device"), (dict(num_clients=1), "num_clients"), (dict(lr=-1.0), "lr"),
 ])
 def test_bad_config_fails_at_make(kwargs, param):
     with pytest.raises(ValueError, match=f"{param}="):
         gym.make("FLHetero-v0", **kwargs)
 
 
+@pytest.mark.parametrize("env_id,mode", [("FLHeteroAlloc-v0", "r2"), ("FLHeteroIntensity-v0", "joint")])
+def test_a_view_rejects_a_reward_it_does_not_have(env_id, mode):
+    with pytest.raises(ValueError, match=f"reward_mode='{mode}' is out of range"):
+        gym.make(env_id, reward_mode=mode)
+
+
+def test_scenario_fields_are_shared_and_family_fields_stay_apart():
+    cfg = HeteroConfig.from_kwargs(preset="scale20", clients_per_round=10, lr=1e-3, dataset="synthetic")
+    assert (cfg.scenario.num_clients, cfg.scenario.heterogeneity, cfg.scenario.lr) == (20, 20.0, 1e-3)
+    assert cfg.replace(alpha=2.0).scenario.alpha == 2.0 and cfg.replace(alpha=2.0).clients_per_round == 10
+    assert HeteroConfig().scenario.optimizer == "adam"  # HAPFL's default beside the generic SGD
+
+
 def test_presets():
     assert HeteroConfig(preset="scale100").clients_per_round == 60
     cfg = HeteroConfig(preset="scale20", clients_per_round=10)
-    assert (cfg.num_clients, cfg.clients_per_round, cfg.num_sizes, cfg.total_epochs) == (20, 10, 3, 200)
+    assert (cfg.scenario.num_clients, cfg.clients_per_round, cfg.num_sizes, cfg.total_epochs) == (20, 10, 3, 200)
     np.testing.assert_allclose(HeteroConfig().time_ratio, [4.5, 14.0])
 
 
 def test_env_equals_a_standalone_loop_over_the_federation():
-    """The env only samples, decodes and encodes: a hand-written loop over Federation.run_round
-    with the same draws ends with bit-identical global models."""
+    """The env only decodes and encodes: a hand-written loop over the federation's phases with the
+    same seeds ends with bit-identical global models."""
     from gymnasium.utils.seeding import np_random
 
     from fl_gym import Federation, RoundPlan
-    from fl_gym.envs.hetero_actions import integerize
+    from fl_gym.envs.hetero.actions import integerize
 
     env = gym.make("FLHetero-v0", **TORCH_SMALL)
     policy = BalancedOraclePolicy(env)
     _rollout(env, policy, 3, seed=7)
-    cfg = HeteroConfig(**TORCH_SMALL)
+    cfg = HeteroConfig.from_kwargs(**TORCH_SMALL)
     fed = Federation(cfg.federation_config(), scenario_seed=0)
     rng, _ = np_random(7)
-    fed.reset(seed=int(rng.integers(2**63 - 1)))
+    fed.reset(seed=int(rng.integers(2**63 - 1)), sampler=rng)
     spec, m = env.unwrapped.hetero, cfg.time_ratio
     for _ in range(3):
-        selected = np.sort(rng.permutation(10)[:6])
-        load = fed.draw_load()
-        t_d = fed.clock.epoch_time(fed.sizes, 1.0, load)[selected]
-        s1 = (t_d / t_d.min()).astype(np.float32).astype(np.float64)
+        opened = fed.open_round(6)
+        selected = np.flatnonzero(opened.candidates)
+        t_d = opened.probe_time[selected]
+        s1 = 1 / (1.0 / (t_d / t_d.min())).astype(np.float32).astype(np.float64)  # what the policy reads back
         sizes = balanced_sizes(s1, m)
         inv = 1 / (m[sizes] * s1)
         sizes, sigma = spec.decode(spec.encode(sizes, inv / inv.sum()))
-        mask = np.isin(np.arange(10), selected)
         model, epochs = np.zeros(10, np.int64), np.zeros(10)
         model[selected], epochs[selected] = sizes, integerize(sigma, cfg.total_epochs)
-        fed.run_round(RoundPlan.make(10, lr=cfg.lr, selected=mask, model=model, epochs=epochs), load)
+        plan = RoundPlan.make(10, lr=cfg.scenario.lr, selected=opened.candidates, model=model, epochs=epochs)
+        fed.finish_round(fed.train_round(opened, plan))
     ours = env.unwrapped.federation
     for a, b in zip(ours.global_models + [ours.companion_model], fed.global_models + [fed.companion_model],
                     strict=True):
@@ -260,9 +248,10 @@ def test_torch_backend_learns_on_digits():
     """digits has 40x fewer samples than MNIST, so a round has fewer steps: lr 3e-3 instead of 3e-4."""
     env = gym.make("FLHetero-v0", backend="torch", local_epochs=3, lr=3e-3, rounds_per_episode=8)
     infos, _ = _rollout(env, BalancedOraclePolicy(env), 8, seed=0)
-    assert infos[-1]["global_acc_lite"] > infos[0]["global_acc_lite"] + 0.1
-    assert np.mean(infos[-1]["acc_local"]) > 0.5
-    weights = infos[-1]["agg_weights_lite"]
+    assert infos[-1]["hetero/lite_accuracy"] > infos[0]["hetero/lite_accuracy"] + 0.1
+    assert infos[-1]["hetero/mean_local_accuracy"] > 0.5
+    assert infos[-1]["accuracy"] == infos[-1]["hetero/global_accuracy"]["large"]
+    weights = infos[-1]["hetero/lite_weights"]
     assert weights.sum() == pytest.approx(1.0)
 
 
@@ -278,5 +267,5 @@ def test_torch_smoke_on_real_mnist():
         pytest.skip("MNIST files not found; run shared/data/prepare_offline_data.sh and set FL_GYM_DATA")
     env = gym.make("FLHetero-v0", dataset="mnist", backend="torch", local_epochs=2, rounds_per_episode=3)
     infos, _ = _rollout(env, BalancedOraclePolicy(env), 3, seed=0)
-    assert infos[2]["global_acc_lite"] > infos[0]["global_acc_lite"]
-    assert np.mean(infos[2]["acc_local"]) > 0.9
+    assert infos[2]["hetero/lite_accuracy"] > infos[0]["hetero/lite_accuracy"]
+    assert infos[2]["hetero/mean_local_accuracy"] > 0.9

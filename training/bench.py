@@ -198,10 +198,10 @@ def torch_threads(n: int) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class EnvResult:
-    """Steps per second of one env id and backend."""
+    """Steps per second of one env id under some arguments."""
 
     env_id: str
-    backend: str
+    arguments: str
     steps_per_s: float
     note: str
 
@@ -227,60 +227,63 @@ def _env_rate(env_id: str, steps: int, repeats: int, **kwargs) -> float:
 def env_benchmark(progress: Callable[[str], None] = print) -> list[EnvResult]:
     """Steps per second through ``gym.make`` (its wrappers included), at 1 torch thread.
 
-    The timing backend of the three HAPFL ids (median of 5 x 2,000 steps) and the torch backend's
-    default scenario (median of 3 rounds).
+    Every registered id at its defaults (median of 5 x 2,000 steps), then each family's extra
+    cases (:attr:`~fl_gym.envs.registry.Family.bench`, median of 3 steps: real training).
     """
-    from fl_gym.envs.hetero_config import HeteroConfig
+    from fl_gym.envs.registry import FAMILIES
 
     results = []
     with torch_threads(1):
-        for env_id in ("FLHetero-v0", "FLHeteroAlloc-v0", "FLHeteroIntensity-v0"):
-            progress(f"{env_id}, timing backend...")
-            results.append(EnvResult(env_id, "timing", _env_rate(env_id, 2000, 5), "paper10, digits"))
-        progress("FLHetero-v0, torch backend...")
-        cfg = HeteroConfig()
-        note = (f"paper10 on digits: {cfg.clients_per_round} clients x E_loc={cfg.local_epochs} epochs of "
-                "small/large + LiteModel per round")
-        results.append(EnvResult("FLHetero-v0", "torch", _env_rate("FLHetero-v0", 1, 3, backend="torch"), note))
+        for family in FAMILIES.values():
+            for env_id in family.envs:
+                progress(f"{env_id}, defaults...")
+                results.append(EnvResult(env_id, "defaults", _env_rate(env_id, 2000, 5), "defaults, digits"))
+            for env_id, kwargs, note in family.bench:
+                label = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+                progress(f"{env_id}, {label}...")
+                results.append(EnvResult(env_id, label, _env_rate(env_id, 1, 3, **kwargs), note))
     return results
 
 
 def env_table(results: list[EnvResult]) -> str:
     """Markdown table of env throughput."""
-    rows = ["| env id | backend | steps/s | scenario |", "|---|---|---|---|"]
-    rows += [f"| {r.env_id} | {r.backend} | {r.steps_per_s:,.1f} | {r.note} |" for r in results]
+    rows = ["| env id | arguments | steps/s | scenario |", "|---|---|---|---|"]
+    rows += [f"| {r.env_id} | {r.arguments} | {r.steps_per_s:,.1f} | {r.note} |" for r in results]
     return "\n".join(rows)
 
 
 @dataclass(frozen=True)
-class DualAgentResult:
-    """Wall time of one dual-agent training."""
+class RecipeResult:
+    """Wall time of one multi-stage recipe's training."""
 
+    recipe: str
     preset: str
     steps: int
     seconds: float
 
 
-def dual_agent_benchmark(presets: tuple[str, ...] = ("fast", "paper"),
-                         progress: Callable[[str], None] = print) -> list[DualAgentResult]:
-    """Wall time of the whole dual-agent recipe on the timing backend, per hyperparameter preset."""
-    from fl_gym.agents.hapfl import ALLOC_ID, INTENSITY_ID, train_dual_agent, yaml_preset
-    from fl_gym.agents.ppo import load_hyperparams
+def recipe_benchmark(presets: tuple[str, ...] = ("fast", "paper"),
+                     progress: Callable[[str], None] = print) -> list[RecipeResult]:
+    """Wall time of every registered recipe, per hyperparameter preset (``paper`` = the YAML base blocks)."""
+    from fl_gym.agents.recipes import stage_hyperparams, train_recipe, yaml_preset
+    from fl_gym.envs.registry import FAMILIES
 
     results = []
     with torch_threads(1):
-        for preset in presets:
-            name = yaml_preset(preset)
-            steps = sum(int(load_hyperparams(i, name)["n_timesteps"]) for i in (ALLOC_ID, INTENSITY_ID))
-            progress(f"dual agent, preset {preset} ({steps} steps)...")
-            start = time.perf_counter()
-            train_dual_agent(seed=0, preset=name)
-            results.append(DualAgentResult(preset, steps, time.perf_counter() - start))
+        for recipe in (r for f in FAMILIES.values() for r in f.recipes):
+            for preset in presets:
+                name = yaml_preset(preset)
+                steps = sum(int(b["n_timesteps"]) for b in stage_hyperparams(recipe, name).values())
+                progress(f"recipe {recipe.name}, preset {preset} ({steps} steps)...")
+                start = time.perf_counter()
+                train_recipe(recipe, seed=0, preset=name)
+                results.append(RecipeResult(recipe.name, preset, steps, time.perf_counter() - start))
     return results
 
 
-def dual_agent_table(results: list[DualAgentResult]) -> str:
-    """Markdown table of dual-agent training times."""
-    rows = ["| preset | steps (PPO1 + PPO2) | wall time (s) | steps/s |", "|---|---|---|---|"]
-    rows += [f"| {r.preset} | {r.steps:,} | {r.seconds:.0f} | {r.steps / r.seconds:,.0f} |" for r in results]
+def recipe_table(results: list[RecipeResult]) -> str:
+    """Markdown table of recipe training times."""
+    rows = ["| recipe | preset | steps (all stages) | wall time (s) | steps/s |", "|---|---|---|---|---|"]
+    rows += [f"| {r.recipe} | {r.preset} | {r.steps:,} | {r.seconds:.0f} | {r.steps / r.seconds:,.0f} |"
+             for r in results]
     return "\n".join(rows)

@@ -7,21 +7,28 @@ from pathlib import Path
 from stable_baselines3.common.callbacks import BaseCallback
 from tqdm import tqdm
 
-from fl_gym.training.atomic import save_atomic
-
-FL_KEYS = ("accuracy", "round_time", "straggling_latency", "sim_time", "upload_bytes", "r1", "r2_raw",
-           "global_acc_lite")
+from fl_gym.atomic import save_atomic
+from fl_gym.envs.registry import metrics_for
+from fl_gym.training.evaluation import flatten_info
 
 
 class FLMetricsCallback(BaseCallback):
-    """Record the FL metrics of each step's ``info`` under ``fl/<key>`` (mean over the logging window)."""
+    """Record the FL metrics of each step's ``info`` under ``fl/<key>`` (mean over the logging window).
+
+    The keys are the env family's table metrics (:func:`fl_gym.envs.registry.metrics_for`) plus
+    ``upload_bytes``; a key a step does not report is skipped.
+    """
+
+    def __init__(self, env_id: str) -> None:
+        super().__init__()
+        self.keys = [m.key for m in metrics_for(env_id) if m.key != "return"] + ["upload_bytes"]
 
     def _on_step(self) -> bool:
         for info in self.locals.get("infos", []):
-            for key in FL_KEYS:
-                value = info.get(key)
-                if isinstance(value, (int, float)):
-                    self.logger.record_mean(f"fl/{key}", float(value))
+            flat = flatten_info(info)
+            for key in self.keys:
+                if key in flat:
+                    self.logger.record_mean(f"fl/{key}", flat[key])
         return True
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_gym.data.datasets import DatasetNotFoundError
+from fl_gym.validation import is_int_at_least, require
 
 USER_ERRORS = (ValueError, FileNotFoundError, DatasetNotFoundError)
 
@@ -34,7 +35,8 @@ def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
     return out
 
 
-def _ints(text: str) -> tuple[int, ...]:
+def parse_ints(text: str) -> tuple[int, ...]:
+    """``"1,2,3"`` -> ``(1, 2, 3)``; a ``ValueError`` saying what was expected otherwise."""
     try:
         return tuple(int(v) for v in text.split(","))
     except ValueError as err:
@@ -51,25 +53,25 @@ def _threads(n: int) -> None:
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    """List the registered env ids with their spaces, main arguments and fixed policies."""
-    import dataclasses
-
+    """List the registered families and env ids with their spaces, arguments, policies and recipes."""
     import gymnasium as gym
 
-    from fl_gym.baselines import fixed_policies
-    from fl_gym.envs import ENTRY_POINTS
+    from fl_gym.envs.registry import FAMILIES
 
-    for env_id in ENTRY_POINTS:
-        env = gym.make(env_id)
-        cls = type(env.unwrapped)
-        print(f"{env_id}: {(cls.__doc__ or '').strip().splitlines()[0]}")
-        print(f"  observation: {env.observation_space}")
-        print(f"  action:      {env.action_space}")
-        fields = dataclasses.fields(cls.config_class)
-        shown = ", ".join(f"{f.name}={getattr(env.unwrapped.cfg, f.name)!r}" for f in fields[:16])
-        print(f"  arguments:   {shown}, ... (docs/envs/)")
-        print(f"  policies:    {', '.join(fixed_policies(env_id))}")
-        env.close()
+    for family in FAMILIES.values():
+        print(f"# {family.name}: {family.paper} ({family.docs or 'no docs page'})")
+        for env_id in family.envs:
+            env = gym.make(env_id)
+            cls = type(env.unwrapped)
+            print(f"{env_id}: {(cls.__doc__ or '').strip().splitlines()[0]}")
+            print(f"  observation: {env.observation_space}")
+            print(f"  action:      {env.action_space}")
+            print(f"  arguments:   {', '.join(cls.config_class.own_fields())}, and the shared scenario's")
+            print(f"  policies:    {', '.join(family.fixed_policies(env_id))}")
+            recipes = [f"{r.name} ({r.doc})" for r in family.recipes if r.target == env_id]
+            if recipes:
+                print(f"  recipes:     {'; '.join(recipes)}")
+            env.close()
     return 0
 
 
@@ -107,7 +109,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _threads(args.threads)
     specs = [s for s in args.policies.split(",") if s]
     out = Path(args.out or Path(args.runs_dir) / args.env_id / f"compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    results = compare(args.env_id, specs, _ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs"),
+    results = compare(args.env_id, specs, parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs"),
                       args.rounds, out, progress=not args.no_progress)
     print(markdown_table(results))
     print(f"tables and plots in {out}")
@@ -115,26 +117,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Engine speed-up tables, env steps per second and dual-agent training time."""
+    """Engine speed-up tables, env steps per second and training-recipe wall time."""
     from fl_gym.training import bench
 
     sections = args.sections.split(",")
-    unknown = sorted(set(sections) - {"engine", "envs", "dual-agent"})
+    unknown = sorted(set(sections) - {"engine", "envs", "recipes"})
     if unknown:
-        raise ValueError(f"--sections={unknown} is out of range; allowed: engine, envs, dual-agent")
+        raise ValueError(f"--sections={unknown} is out of range; allowed: engine, envs, recipes")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if "engine" in sections:
         scenarios = args.scenarios.split(",")
         missing = [s for s in scenarios if s not in bench.SCENARIOS]
         if missing:
             raise ValueError(f"--scenarios={missing} is out of range; allowed: {', '.join(bench.SCENARIOS)}")
-        results = bench.engine_benchmark(scenarios, list(_ints(args.threads)), args.device, args.repeats,
+        results = bench.engine_benchmark(scenarios, list(parse_ints(args.threads)), args.device, args.repeats,
                                          args.loop_repeats, progress=say)
         print(bench.engine_table(results) + "\n")
     if "envs" in sections:
         print(bench.env_table(bench.env_benchmark(progress=say)) + "\n")
-    if "dual-agent" in sections:
-        print(bench.dual_agent_table(bench.dual_agent_benchmark(progress=say)) + "\n")
+    if "recipes" in sections:
+        print(bench.recipe_table(bench.recipe_benchmark(progress=say)) + "\n")
     return 0
 
 
@@ -183,27 +185,27 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job: train HAPFL's dual agent briefly, compare it with the fixed policies."""
-    from fl_gym.training.demo import run_demo
+    """The main job: each family's demo section (a short agent training and a comparison)."""
+    from fl_gym.envs.registry import FAMILIES, resolve
 
     _threads(args.threads)
-    run_demo(Path(args.out), args.steps, args.seeds, args.accuracy_rounds)
+    require(is_int_at_least(args.steps, 1), "--steps", args.steps, "an integer >= 1")
+    require(is_int_at_least(args.seeds, 1), "--seeds", args.seeds, "an integer >= 1")
+    require(is_int_at_least(args.accuracy_rounds, 1), "--accuracy-rounds", args.accuracy_rounds, "an integer >= 1")
+    for family in (f for f in FAMILIES.values() if f.demo):
+        print(f"== {family.name}: {family.paper}")
+        resolve(family.demo)(Path(args.out) / family.name, args.steps, args.seeds, args.accuracy_rounds)
     return 0
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    """Run a paper's comparison (resumable)."""
-    from fl_gym.training.hapfl_results import ResultsConfig, report, run
+    """Run a family's paper comparison (resumable); its own arguments follow the family's name."""
+    from fl_gym.envs.registry import FAMILIES, resolve
 
-    cfg = ResultsConfig(
-        dataset=args.dataset, data_root=args.data_root, out_dir=args.out or f"bench-results/hapfl-{args.dataset}",
-        train_seed=args.train_seed, eval_seeds=_ints(args.eval_seeds), rounds=args.rounds,
-        agents=tuple(args.agents.split(",")), acc_rounds=args.acc_rounds, acc_local_epochs=args.acc_local_epochs,
-        acc_seeds=_ints(args.acc_seeds or args.eval_seeds),
-        acc_policies=tuple(args.acc_policies.split(";")) if args.acc_policies else None,
-        threads=args.threads, agent_steps=args.agent_steps)
-    print(report(run(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))))
-    return 0
+    known = {name: f for name, f in FAMILIES.items() if f.reproduce}
+    if args.family not in known:
+        raise ValueError(f"reproduce {args.family!r} is out of range; allowed: {', '.join(known)}")
+    return resolve(known[args.family].reproduce)(args.args)
 
 
 # ---- parser --------------------------------------------------------------------------------
@@ -218,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train an agent (runs/<env>/<run-id>/)")
     p.add_argument("env_id", nargs="?")
-    p.add_argument("--algo", default="ppo", help="ppo, recurrent-ppo, maskable-ppo, or hapfl (dual agent)")
+    p.add_argument("--algo", default="ppo", help="ppo, recurrent-ppo, maskable-ppo, or a recipe of the env's family "
+                   "(fl-gym envs lists them)")
     p.add_argument("--preset", default=None, help="hyperparameter block ENV_ID/PRESET of ppo.yml (e.g. fast)")
     p.add_argument("--hyperparams", nargs="*", metavar="K=V", help="override hyperparameters")
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help="env constructor arguments")
@@ -247,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("bench", help="engine speed-up, env steps/s and dual-agent training time")
-    p.add_argument("--sections", default="engine,envs,dual-agent")
+    p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
+    p.add_argument("--sections", default="engine,envs,recipes")
     p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (engine)")
     p.add_argument("--device", default="cpu")
@@ -288,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.set_defaults(func=cmd_fedavg)
 
-    p = sub.add_parser("demo", help="the main job: train HAPFL's dual agent briefly and compare it")
+    p = sub.add_parser("demo", help="the main job: each family's short agent training and comparison")
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--steps", type=int, default=40000, help="training steps per agent")
     p.add_argument("--seeds", type=int, default=5, help="evaluation episodes per policy")
@@ -296,21 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("reproduce", help="reproduce a paper's comparison (resumable; see docs/hapfl.md)")
-    p.add_argument("paper", choices=["hapfl"])
-    p.add_argument("--dataset", default="digits")
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--out", default=None, help="output folder (default bench-results/hapfl-DATASET)")
-    p.add_argument("--train-seed", type=int, default=0)
-    p.add_argument("--eval-seeds", default="1000,1001,1002,1003,1004")
-    p.add_argument("--rounds", type=int, default=100, help="rounds per timing episode")
-    p.add_argument("--agents", default="fast,paper", help="dual-agent presets to train and compare")
-    p.add_argument("--acc-rounds", type=int, default=20)
-    p.add_argument("--acc-local-epochs", type=int, default=20)
-    p.add_argument("--acc-seeds", default=None, help="default: the evaluation seeds")
-    p.add_argument("--acc-policies", default=None, help="semicolon-separated policy labels (default: all)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--agent-steps", type=int, default=None, help="override every agent's training steps")
+    p = sub.add_parser("reproduce", help="reproduce a family's paper comparison (resumable; see docs/)",
+                       description="fl-gym reproduce FAMILY [ARGS]; `fl-gym reproduce FAMILY --help` lists ARGS")
+    p.add_argument("family", help="a family with a results entry (fl-gym envs lists the families)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the family's own arguments")
     p.set_defaults(func=cmd_reproduce)
     return parser
 

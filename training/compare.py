@@ -2,12 +2,16 @@
 
 Policy specs:
 
-* a fixed policy's name for the env family (``fl-gym envs`` lists them), e.g. ``uniform``, ``oracle``;
-* ``ppo:PATH`` (also ``recurrent-ppo:`` and ``maskable-ppo:``): a saved model ``.zip``, or a run
-  folder of ``fl-gym train`` (its ``model.zip``; a HAPFL dual-agent run becomes ``HAPFLPolicy``).
+* a fixed policy's name for the env's family (``fl-gym envs`` lists them); a baseline that is an
+  env variant (a local algorithm such as FedProx) runs on its variant, so one call gives a
+  paper's whole table;
+* ``ppo:PATH`` (also ``recurrent-ppo:``, ``maskable-ppo:``): a saved model ``.zip`` or a run
+  folder of ``fl-gym train``; a folder holding a training recipe (``fl-gym train --algo NAME``)
+  becomes the recipe's composed policy, also as ``NAME:PATH``.
 
-The default evaluation seeds (10000 on) are apart from the training seeds ``fl-gym train`` uses
-(0 on); a warning names any overlap with a loaded run's seeds.
+Rows are labelled by the spec, with a run path shortened to its last component. The default
+evaluation seeds (10000 on) are apart from the training seeds ``fl-gym train`` uses (0 on); a
+warning names any overlap with a loaded run's seeds.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import csv
 import io
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +29,29 @@ import numpy as np
 import yaml
 from tqdm import tqdm
 
-from fl_gym.agents.hapfl import hapfl_policy, is_dual_agent, load_dual_agent
 from fl_gym.agents.ppo import ALGOS
-from fl_gym.baselines import fixed_policies
-from fl_gym.training.atomic import write_json, write_text
+from fl_gym.agents.recipes import compose, is_recipe, load_recipe
+from fl_gym.atomic import write_json, write_text
+from fl_gym.envs.registry import family_of, metrics_for, recipes_for
 from fl_gym.training.evaluation import Episode, aggregate, evaluate
-from fl_gym.training.plots import plot_series
+from fl_gym.training.plots import plot_bands
+from fl_gym.validation import is_int_at_least, require
 
 DEFAULT_SEEDS = tuple(range(10000, 10005))
-TABLE = (("return", "return"), ("round_time", "round time (s)"), ("straggling_latency", "straggling latency (s)"),
-         ("sim_time", "total time (s)"), ("accuracy", "accuracy"), ("global_acc_lite", "LiteModel acc."),
-         ("acc_local", "local acc."))
+SERIES = ("accuracy", "round_time", "straggling_latency", "sim_time")
 
 
-def policy_factory(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SEEDS) -> Callable[[gym.Env], Any]:
-    """Turn a policy spec into a factory that takes the env (warning if ``eval_seeds`` trained it).
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy to compare: its row label, a factory taking the env, and its env variant."""
+
+    label: str
+    factory: Callable[[gym.Env], Any]
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SEEDS) -> PolicySpec:
+    """Parse a policy spec (warning if ``eval_seeds`` trained a loaded run).
 
     Raises:
         ValueError: an unknown name or algorithm.
@@ -46,23 +59,30 @@ def policy_factory(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT
     """
     algo, sep, path = spec.partition(":")
     if not sep:
-        fixed = fixed_policies(env_id)
+        fixed = family_of(env_id).fixed_policies(env_id)
         if spec not in fixed:
             raise ValueError(f"policy {spec!r} is not known for {env_id}; allowed: {', '.join(fixed) or 'none'}, "
-                             "or ALGO:PATH with ALGO in " + ", ".join(ALGOS))
-        return fixed[spec]
-    if algo not in ALGOS:
-        raise ValueError(f"policy {spec!r}: algorithm {algo!r} is out of range; allowed: {', '.join(ALGOS)}")
+                             f"or ALGO:PATH with ALGO in {', '.join((*ALGOS, *recipes_for(env_id)))}")
+        entry = fixed[spec]
+        return PolicySpec(spec, entry.build, dict(entry.env_kwargs))
+    recipes = recipes_for(env_id)
+    if algo not in ALGOS and algo not in recipes:
+        raise ValueError(f"policy {spec!r}: algorithm {algo!r} is out of range; allowed: "
+                         f"{', '.join((*ALGOS, *recipes))}")
     target = Path(path)
-    if is_dual_agent(target):
-        ppo1, ppo2 = load_dual_agent(target)
-        return lambda env: hapfl_policy(env, ppo1, ppo2)
+    label = f"{algo}:{target.stem if target.suffix == '.zip' else target.name}"
+    if is_recipe(target):
+        recipe, models = load_recipe(target)
+        _warn_seed_overlap(target, eval_seeds)
+        return PolicySpec(label, lambda env: compose(recipe, env, models))
+    if algo in recipes:
+        raise FileNotFoundError(f"policy {spec!r}: no finished {algo} recipe at {target} (recipe.json)")
     model_path = target / "model.zip" if target.is_dir() else target
     if not model_path.is_file():
         raise FileNotFoundError(f"policy {spec!r}: no model at {model_path}")
     _warn_seed_overlap(model_path.parent, eval_seeds)
     model = ALGOS[algo].load(model_path, device="cpu")
-    return lambda env: model
+    return PolicySpec(label, lambda env: model)
 
 
 def _warn_seed_overlap(run_dir: Path, eval_seeds: tuple[int, ...]) -> None:
@@ -76,38 +96,52 @@ def _warn_seed_overlap(run_dir: Path, eval_seeds: tuple[int, ...]) -> None:
 
 def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEEDS, env_kwargs: dict | None = None,
             rounds: int | None = None, out_dir: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
-    """Evaluate every policy on the same seeds; write tables and plots to ``out_dir``; return the results."""
-    factories = {spec: policy_factory(spec, env_id, tuple(seeds)) for spec in specs}  # bad specs fail before work
-    make_env = lambda: gym.make(env_id, **(env_kwargs or {}))  # noqa: E731
-    make_env().close()
+    """Evaluate every policy on the same seeds; write tables and plots to ``out_dir``; return the results.
+
+    ``env_kwargs`` apply to every policy; a baseline's own env variant is applied on top.
+    """
+    require(rounds is None or is_int_at_least(rounds, 1), "--rounds", rounds, "an integer >= 1")
+    require(len(seeds) >= 1, "--seeds", seeds, "at least one seed")
+    parsed = [policy_spec(spec, env_id, tuple(seeds)) for spec in specs]  # bad specs fail before any work
+    labels = [p.label for p in parsed]
+    require(len(set(labels)) == len(labels), "--policies", specs, "distinct policies")
+    for p in parsed:  # bad env kwargs fail before any work
+        gym.make(env_id, **{**(env_kwargs or {}), **p.env_kwargs}).close()
     episodes: dict[str, list[Episode]] = {}
-    bar = tqdm(total=len(specs) * len(seeds), desc=f"compare {env_id}", unit="episode",
+    bar = tqdm(total=len(parsed) * len(seeds), desc=f"compare {env_id}", unit="episode",
                disable=None if progress else True)  # None: off when not writing to a terminal
-    for spec, factory in factories.items():
-        episodes[spec] = []
+    for p in parsed:
+        kwargs = {**(env_kwargs or {}), **p.env_kwargs}
+        episodes[p.label] = []
         for seed in seeds:
-            episodes[spec] += evaluate(make_env, factory, [seed], rounds)
+            episodes[p.label] += evaluate(lambda kw=kwargs: gym.make(env_id, **kw), p.factory, [seed], rounds)
             bar.update(1)
     bar.close()
     results = {"env_id": env_id, "env_kwargs": env_kwargs or {}, "seeds": list(seeds),
+               "variants": {p.label: p.env_kwargs for p in parsed},
+               "columns": {m.key: m.label for m in metrics_for(env_id)},
                "summary": {s: aggregate(e) for s, e in episodes.items()},
-               "series": {s: {m: _mean_series(e, m) for m in ("accuracy", "round_time", "straggling_latency")}
-                          for s, e in episodes.items()}}
+               "series": {s: {m: _series(e, m) for m in SERIES} for s, e in episodes.items()}}
     if out_dir is not None:
         write_outputs(results, Path(out_dir))
     return results
 
 
-def _mean_series(episodes: list[Episode], metric: str) -> list[float]:
+def _series(episodes: list[Episode], metric: str) -> dict[str, list[float]]:
+    """Mean and std over episodes, round by round (empty if no episode reports the metric)."""
     length = min(len(e.rounds) for e in episodes)
     stacked = np.array([e.series(metric)[:length] for e in episodes], dtype=float)
-    return [] if np.isnan(stacked).all() else np.nanmean(stacked, axis=0).tolist()
+    if np.isnan(stacked).all():
+        return {"mean": [], "std": []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # rounds without an evaluation are NaN for every seed
+        return {"mean": np.nanmean(stacked, axis=0).tolist(), "std": np.nanstd(stacked, axis=0).tolist()}
 
 
 def markdown_table(results: dict[str, Any]) -> str:
-    """Mean ± std of the main metrics, one row per policy (columns no policy reports are left out)."""
-    summary = results["summary"]
-    columns = [(k, name) for k, name in TABLE if any(k in s for s in summary.values())]
+    """Mean ± std of the family's metrics, one row per policy (columns no policy reports are left out)."""
+    summary, names = results["summary"], results["columns"]
+    columns = [(k, name) for k, name in names.items() if any(k in s for s in summary.values())]
     lines = ["| policy | " + " | ".join(name for _, name in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for spec, stats in summary.items():
         cells = [f"{stats[k][0]:.4g} ± {stats[k][1]:.2g}" if k in stats else "n/a" for k, _ in columns]
@@ -127,8 +161,26 @@ def write_outputs(results: dict[str, Any], out_dir: Path) -> list[Path]:
     for spec, stats in results["summary"].items():
         writer.writerow([spec] + [v for m in metrics for v in stats.get(m, ("", ""))])
     written.append(write_text(out_dir / "results.csv", buffer.getvalue()))
-    for metric, label in (("accuracy", "test accuracy"), ("round_time", "simulated round time (s)")):
-        series = {s: v[metric] for s, v in results["series"].items() if v[metric]}
-        if series:
-            written.append(plot_series(series, label, f"{results['env_id']}: {label}", out_dir / f"{metric}.png"))
-    return written
+    return written + _plots(results, out_dir)
+
+
+def _plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Mean over the seeds with a ±1 std band.
+
+    Accuracy per round and against simulated time; round time and cumulative simulated time per round.
+    """
+    series, env_id, n = results["series"], results["env_id"], len(results["seeds"])
+    acc_label = results["columns"].get("accuracy", "accuracy")
+    out = []
+    for metric, ylabel in (("accuracy", f"test accuracy ({acc_label})"), ("round_time", "simulated round time (s)"),
+                           ("sim_time", "cumulative simulated time (s)")):
+        lines = {label: (None, s[metric]) for label, s in series.items() if s[metric]["mean"]}
+        if lines:
+            out.append(plot_bands(lines, "round", ylabel, f"{env_id}: {ylabel}, mean of {n} seeds",
+                                  out_dir / f"{metric}.png"))
+    timed = {label: (s["sim_time"]["mean"], s["accuracy"]) for label, s in series.items() if s["accuracy"]["mean"]}
+    if timed:
+        out.append(plot_bands(timed, "simulated time (s, log scale)", f"test accuracy ({acc_label})",
+                              f"{env_id}: accuracy at equal simulated time, mean of {n} seeds",
+                              out_dir / "accuracy_vs_time.png", logx=True))
+    return out

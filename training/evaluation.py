@@ -1,9 +1,9 @@
 """One evaluation loop for fixed and learned policies: episodes on given seeds, metrics from ``info``.
 
-Every step's ``info`` is flattened to scalars: numbers as they are, arrays by their mean (e.g.
-``acc_local``, the mean personalised accuracy of the round's clients), dicts by key
-(``global_acc_by_size/large``). An episode is summarised per metric by its mean over rounds, or
-by its final value for the cumulative and accuracy metrics in :data:`FINAL`.
+Every step's ``info`` is flattened to its scalars: numbers as they are, dicts of numbers by key
+(``family/metric/key``); per-client arrays and flags are left out. An episode is
+summarised per metric by its mean over rounds, or by its final value for the metrics the
+registry marks ``final`` (cumulative time, uploads, accuracy).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-FINAL = ("sim_time", "cum_time", "accuracy", "global_acc_lite", "global_acc_by_size", "acc_local", "acc_lite")
-SKIP = ("round", "selected", "sizes", "epochs", "sigma", "T_d", "T_l", "T_l_per_epoch", "T_c", "M", "s2", "entropy",
-        "agg_weights_lite", "agg_weights_local", "reward_terms", "loss_local", "loss_lite")
+from fl_gym.envs.registry import metrics_for
+
+SKIP = ("round", "reward_terms", "TimeLimit.truncated", "terminal_observation")
 
 
 def flatten_info(info: dict[str, Any], prefix: str = "") -> dict[str, float]:
     """Scalars of an ``info`` dict (see the module docstring)."""
     out: dict[str, float] = {}
     for key, value in info.items():
-        if key in SKIP or key.startswith("episode") or key == "TimeLimit.truncated" or key == "terminal_observation":
+        if key in SKIP or key.startswith("episode"):
             continue
         name = f"{prefix}{key}"
         if isinstance(value, dict):
@@ -35,13 +35,7 @@ def flatten_info(info: dict[str, Any], prefix: str = "") -> dict[str, float]:
             continue
         elif isinstance(value, (int, float, np.integer, np.floating)):
             out[name] = float(value)
-        elif isinstance(value, np.ndarray) and value.dtype.kind in "fiu" and value.size:
-            out[name] = float(np.mean(value))
     return out
-
-
-def _is_final(metric: str) -> bool:
-    return metric.split("/")[0] in FINAL
 
 
 @dataclass
@@ -51,18 +45,19 @@ class Episode:
     seed: int
     rewards: list[float] = field(default_factory=list)
     rounds: list[dict[str, float]] = field(default_factory=list)
+    final: frozenset[str] = frozenset()
 
     def series(self, metric: str) -> list[float]:
         """The metric round by round (NaN where a round did not report it)."""
         return [r.get(metric, math.nan) for r in self.rounds]
 
     def summary(self) -> dict[str, float]:
-        """``return``, mean ``reward``, and each metric's mean (or final value, see :data:`FINAL`)."""
+        """``return``, mean ``reward``, and each metric's mean (or last value for :attr:`final` metrics)."""
         out = {"return": float(np.sum(self.rewards)), "reward": float(np.mean(self.rewards))}
         for metric in sorted({k for r in self.rounds for k in r}):
             values = [v for v in self.series(metric) if not math.isnan(v)]
             if values:
-                out[metric] = values[-1] if _is_final(metric) else float(np.mean(values))
+                out[metric] = values[-1] if metric in self.final else float(np.mean(values))
         return out
 
 
@@ -70,7 +65,8 @@ def run_episode(env: gym.Env, policy: Any, seed: int, max_rounds: int | None = N
                 deterministic: bool = True) -> Episode:
     """Roll ``policy`` (anything with SB3's ``predict``) through one episode of ``env`` seeded ``seed``."""
     obs, _ = env.reset(seed=seed)
-    episode = Episode(seed)
+    final = frozenset(m.key for m in metrics_for(env.spec.id) if m.final) if env.spec else frozenset()
+    episode = Episode(seed, final=final)
     state, start = None, np.ones((1,), dtype=bool)
     while max_rounds is None or len(episode.rewards) < max_rounds:
         action, state = policy.predict(obs, state=state, episode_start=start, deterministic=deterministic)

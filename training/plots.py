@@ -10,13 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fl_gym.training.atomic import write_via  # noqa: E402
-
-
-def plot_series(series: dict[str, list[float]], ylabel: str, title: str, path: str | Path) -> Path:
-    """One line per label over rounds 1..n; written atomically."""
-    lines = {label: (list(range(1, len(v) + 1)), v) for label, v in series.items()}
-    return plot_xy(lines, "round", ylabel, title, path)
+from fl_gym.atomic import write_via  # noqa: E402
 
 
 def plot_xy(lines: dict[str, tuple[list[float], list[float]]], xlabel: str, ylabel: str, title: str,
@@ -25,6 +19,27 @@ def plot_xy(lines: dict[str, tuple[list[float], list[float]]], xlabel: str, ylab
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, (x, y) in lines.items():
         ax.plot(x, y, marker=".", label=label)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_bands(lines: dict[str, tuple[list[float] | None, dict[str, list[float]]]], xlabel: str, ylabel: str,
+               title: str, path: str | Path, logx: bool = False) -> Path:
+    """One mean line per label with a ±1 std band; ``x`` None = rounds 1..n; written atomically."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, (x, stats) in lines.items():
+        mean, std = np.asarray(stats["mean"], float), np.asarray(stats["std"], float)
+        xs = np.arange(1, len(mean) + 1) if x is None else np.asarray(x[: len(mean)], float)
+        keep = ~np.isnan(mean)
+        (line,) = ax.plot(xs[keep], mean[keep], marker="." if keep.sum() < 40 else None, label=label)
+        ax.fill_between(xs[keep], (mean - std)[keep], (mean + std)[keep], color=line.get_color(), alpha=0.2)
     if logx:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)

@@ -5,13 +5,14 @@ A run lives in ``runs/<env-id>/<run-id>/``:
 * ``config.yml``: everything resolved (env id, algorithm, hyperparameters, env kwargs, seed, ...),
   so ``--resume RUN_DIR`` needs nothing else;
 * ``checkpoints/``: ``model_<steps>_steps.zip`` every ``save_freq`` steps (at rollout starts);
-* ``monitor/``: SB3 ``Monitor`` CSVs (one per env copy and session);
+* ``monitor/``: SB3 ``Monitor`` CSVs, one folder per session (``s<i>-from<steps>``);
 * ``tb/``: TensorBoard logs (SB3's and the FL metrics under ``fl/``);
 * ``model.zip`` and ``summary.json`` when the run completes.
 
-``--algo hapfl`` trains HAPFL's dual agent as two stages, ``ppo1/`` and ``ppo2/`` (each with its
-own checkpoints), and writes ``ppo1.zip``, ``ppo2.zip`` and ``hapfl.json``. An interrupted run
-loses at most the steps since its last checkpoint; every result file is written atomically.
+``--algo NAME`` with a multi-stage recipe of the env's family (``fl-gym envs`` lists them)
+trains each stage in its own sub-folder, each with its own checkpoints, and writes
+``recipe.json`` last (:mod:`fl_gym.agents.recipes`). An interrupted run loses at
+most the steps since its last checkpoint; every result file is written atomically.
 """
 
 from __future__ import annotations
@@ -19,21 +20,21 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import re
 import time
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import yaml
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CallbackList
 
-from fl_gym.agents.hapfl import ALLOC_ID, INTENSITY_ID, JOINT_ID, Frozen, save_dual_agent
 from fl_gym.agents.ppo import ALGOS, build_agent, check_hyperparams, load_hyperparams, make_env
-from fl_gym.training.atomic import read_json, save_atomic, write_json, write_text
+from fl_gym.agents.recipes import find_recipe, run_recipe, stage_hyperparams, write_recipe_marker
+from fl_gym.atomic import read_json, save_atomic, write_json, write_text
+from fl_gym.envs.registry import Stage, family_of, recipes_for
 from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
-
-HAPFL_IDS = (JOINT_ID, ALLOC_ID, INTENSITY_ID)
+from fl_gym.validation import is_int_at_least, require
 
 
 @dataclasses.dataclass
@@ -57,48 +58,69 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides
             env_kwargs: dict[str, Any] | None = None, seed: int = 0, n_envs: int | None = None,
             vec_env: str = "dummy", total_timesteps: int | None = None, save_freq: int = 10000,
             tensorboard_log: str | None = None) -> RunConfig:
-    """Merge the YAML block, ``overrides`` and the arguments into a checked :class:`RunConfig`.
+    """Merge the YAML block(s), ``overrides`` and the arguments into a checked :class:`RunConfig`.
+
+    Every agent is built once on a probe env here, so a bad hyperparameter value fails before a
+    run folder exists.
 
     Raises:
-        ValueError: unknown env id or algorithm, a preset the YAML lacks, bad env kwargs.
+        ValueError: unknown env id or algorithm, a preset the YAML lacks, a bad hyperparameter,
+            bad env kwargs, a count below 1.
     """
-    if env_id not in gym.registry:
-        known = ", ".join(sorted(k for k in gym.registry if k.startswith("FL")))
-        raise ValueError(f"env_id={env_id!r} is not registered; allowed: {known}")
-    if algo not in (*ALGOS, "hapfl"):
-        raise ValueError(f"--algo={algo!r} is out of range; allowed: {', '.join((*ALGOS, 'hapfl'))}")
-    if algo == "hapfl" and env_id != JOINT_ID:
-        raise ValueError(f"--algo hapfl trains HAPFL's dual agent for {JOINT_ID}, not {env_id}")
+    family_of(env_id)  # an fl-gym id, or a ValueError listing them
+    recipes = recipes_for(env_id)
+    if algo not in (*ALGOS, *recipes):
+        raise ValueError(f"--algo={algo!r} is out of range for {env_id}; allowed: {', '.join((*ALGOS, *recipes))}")
+    for name, value in (("--n-timesteps", total_timesteps), ("--n-envs", n_envs), ("--save-freq", save_freq)):
+        require(value is None or is_int_at_least(value, 1), name, value, "an integer >= 1")
+    require(is_int_at_least(seed, 0), "--seed", seed, "an integer >= 0")
     overrides = dict(overrides or {})
-    if algo == "hapfl":
-        blocks = {"ppo1": load_hyperparams(ALLOC_ID, preset), "ppo2": load_hyperparams(INTENSITY_ID, preset)}
-        for key, value in overrides.items():
-            stage, _, name = key.rpartition(".")
-            for target in ([stage] if stage else ["ppo1", "ppo2"]):
-                if target not in blocks:
-                    raise ValueError(f"--hyperparams {key}: expected a prefix ppo1. or ppo2., got {target!r}")
-                blocks[target][name] = value
-        if total_timesteps:  # split a given total evenly between the stages
-            blocks["ppo1"]["n_timesteps"] = total_timesteps // 2
-            blocks["ppo2"]["n_timesteps"] = total_timesteps - total_timesteps // 2
-        hyperparams: dict[str, Any] = blocks
-        steps = sum(int(b.setdefault("n_timesteps", 20000)) for b in blocks.values())
-        envs = n_envs or int(blocks["ppo1"].get("n_envs", 1))
+    if algo in recipes:
+        recipe = recipes[algo]
+        hyperparams: dict[str, Any] = _recipe_blocks(stage_hyperparams(recipe, preset), overrides, total_timesteps)
+        steps = sum(int(b["n_timesteps"]) for b in hyperparams.values())
+        envs = n_envs or int(next(iter(hyperparams.values())).get("n_envs", 1))
+        agents = [(s.env_id, hyperparams[s.name], "ppo") for s in recipe.stages]
     else:
         hyperparams = {**load_hyperparams(env_id, preset), **overrides}
-        steps = total_timesteps or int(hyperparams.get("n_timesteps", 20000))
-        envs = n_envs or int(hyperparams.get("n_envs", 1))
-    for block in (hyperparams.values() if algo == "hapfl" else [hyperparams]):
-        check_hyperparams(block, "ppo" if algo == "hapfl" else algo)
-    if steps < 1 or envs < 1 or save_freq < 1:
-        raise ValueError(f"expected positive --n-timesteps, --n-envs and --save-freq, got {steps}, {envs}, {save_freq}")
-    probe = gym.make(env_id, **(env_kwargs or {}))  # bad env kwargs fail here, not at step 37
-    if algo == "maskable-ppo" and not hasattr(probe.unwrapped, "action_masks"):
-        raise ValueError(f"--algo maskable-ppo needs an env with action_masks(); {env_id} has none "
-                         "(FLHeteroAlloc-v0 has)")
-    probe.close()
+        steps = total_timesteps if total_timesteps is not None else int(hyperparams.get("n_timesteps", 20000))
+        envs = n_envs if n_envs is not None else int(hyperparams.get("n_envs", 1))
+        agents = [(env_id, hyperparams, algo)]
+    for target, block, name in agents:
+        _probe_agent(target, block, name, env_kwargs or {}, envs)
     return RunConfig(env_id, algo, preset, hyperparams, dict(env_kwargs or {}), seed, envs, vec_env, steps,
                      save_freq, tensorboard_log)
+
+
+def _recipe_blocks(blocks: dict[str, dict], overrides: dict[str, Any], total: int | None) -> dict[str, dict]:
+    """Apply ``STAGE.key=value`` (one stage) or ``key=value`` (every stage) overrides; split ``total``."""
+    for key, value in overrides.items():
+        stage, _, name = key.rpartition(".")
+        for target in ([stage] if stage else list(blocks)):
+            if target not in blocks:
+                raise ValueError(f"--hyperparams {key}: prefix {target!r} is out of range; allowed: "
+                                 f"{', '.join(s + '.' for s in blocks)} or none (every stage)")
+            blocks[target][name] = value
+    names = list(blocks)
+    for i, name in enumerate(names):
+        if total is not None:  # split a given total evenly between the stages
+            blocks[name]["n_timesteps"] = total // len(names) + (1 if i < total % len(names) else 0)
+        blocks[name].setdefault("n_timesteps", 20000)
+    return blocks
+
+
+def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict[str, Any], n_envs: int) -> None:
+    """Build the agent once on its envs (not trained): bad env kwargs and hyperparameters fail here."""
+    check_hyperparams(block, algo)
+    env = make_env(env_id, n_envs, env_kwargs=env_kwargs)
+    try:
+        if algo == "maskable-ppo" and not env.has_attr("action_masks"):
+            raise ValueError(f"--algo maskable-ppo needs an env with action_masks(); {env_id} has none")
+        build_agent(env, block, algo)
+    except (AssertionError, TypeError, AttributeError) as err:
+        raise ValueError(f"--hyperparams for {env_id} are not accepted by {algo}: {err}") from err
+    finally:
+        env.close()
 
 
 def new_run_dir(cfg: RunConfig, runs_dir: str | Path = "runs", run_id: str | None = None) -> Path:
@@ -113,11 +135,26 @@ def new_run_dir(cfg: RunConfig, runs_dir: str | Path = "runs", run_id: str | Non
 
 
 def load_run(folder: str | Path) -> RunConfig:
-    """The :class:`RunConfig` of an existing run folder."""
+    """The :class:`RunConfig` of an existing run folder.
+
+    Raises:
+        FileNotFoundError: no ``config.yml``.
+        ValueError: a ``config.yml`` that does not parse or holds unknown keys.
+    """
     path = Path(folder) / "config.yml"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} is not a run folder (no config.yml)")
-    return RunConfig(**yaml.safe_load(path.read_text()))
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path} does not parse as YAML: {getattr(err, 'problem', err)}") from err
+    fields = [f.name for f in dataclasses.fields(RunConfig)]
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is damaged; expected a mapping with keys {', '.join(fields)}")
+    unknown = sorted(set(data) - set(fields))
+    require(not unknown, f"{path}: key", unknown[0] if unknown else None, ", ".join(fields))
+    require("env_id" in data, f"{path}: env_id", None, "a registered env id")
+    return RunConfig(**data)
 
 
 def train(folder: str | Path, progress: bool = True, say=print) -> dict[str, Any]:
@@ -128,69 +165,87 @@ def train(folder: str | Path, progress: bool = True, say=print) -> dict[str, Any
         say(f"{folder}: already complete")
         return read_json(folder / "summary.json")
     start = time.perf_counter()
-    if cfg.algo == "hapfl":
-        steps = _train_dual(folder, cfg, progress, say)
-    else:
-        model = _train_stage(folder, cfg, cfg.env_id, cfg.hyperparams, cfg.env_kwargs, cfg.total_timesteps,
-                             cfg.seed, progress, say)
-        save_atomic(model, folder / "model.zip")
+    if cfg.algo in ALGOS:
+        model = _train_stage(folder, cfg, Stage("model", cfg.env_id), cfg.hyperparams, cfg.env_kwargs,
+                             cfg.total_timesteps, cfg.seed, progress, say)
         steps = model.num_timesteps
+    else:
+        recipe = find_recipe(cfg.env_id, cfg.algo)
+
+        def stage(s: Stage, kwargs: dict[str, Any], seed: int) -> BaseAlgorithm:
+            block = cfg.hyperparams[s.name]
+            return _train_stage(folder / s.name, cfg, s, block, kwargs, int(block["n_timesteps"]), seed, progress,
+                                say)
+
+        models = run_recipe(recipe, cfg.env_kwargs, cfg.seed, stage)
+        write_recipe_marker(folder, recipe, {"env_kwargs": cfg.env_kwargs, "seed": cfg.seed, "preset": cfg.preset})
+        steps = sum(m.num_timesteps for m in models.values())
     summary = {"env_id": cfg.env_id, "algo": cfg.algo, "timesteps": steps, "wall_s_last_session":
                time.perf_counter() - start, **_monitor_summary(folder)}
     write_json(folder / "summary.json", summary)
     return summary
 
 
-def _train_dual(folder: Path, cfg: RunConfig, progress: bool, say) -> int:
-    h1, h2 = cfg.hyperparams["ppo1"], cfg.hyperparams["ppo2"]
-    n1, n2 = int(h1["n_timesteps"]), int(h2["n_timesteps"])
-    ppo1 = _train_stage(folder / "ppo1", cfg, ALLOC_ID, h1, cfg.env_kwargs, n1, cfg.seed, progress, say)
-    kwargs2 = {**cfg.env_kwargs, "allocation_policy": Frozen(ppo1.policy)}
-    ppo2 = _train_stage(folder / "ppo2", cfg, INTENSITY_ID, h2, kwargs2, n2, cfg.seed + 1, progress, say)
-    save_dual_agent(folder, ppo1, ppo2, {"env_kwargs": cfg.env_kwargs, "seed": cfg.seed, "preset": cfg.preset})
-    return ppo1.num_timesteps + ppo2.num_timesteps
-
-
-def _train_stage(folder: Path, cfg: RunConfig, env_id: str, hyperparams: dict, env_kwargs: dict, total: int,
+def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, env_kwargs: dict, total: int,
                  seed: int, progress: bool, say) -> BaseAlgorithm:
-    """Train one model in ``folder`` to ``total`` steps, resuming from its latest checkpoint."""
-    final = folder / "model.zip" if folder.name in ("ppo1", "ppo2") else None
-    algo = "ppo" if cfg.algo == "hapfl" else cfg.algo  # the dual agent's stages are PPO
+    """Train one model in ``folder`` to ``total`` steps, resuming from its latest checkpoint; writes ``model.zip``."""
+    final = folder / "model.zip"
+    algo = cfg.algo if cfg.algo in ALGOS else "ppo"  # a recipe's stages are PPO
     cls = ALGOS[algo]
-    n_envs = int(hyperparams.get("n_envs", cfg.n_envs)) if cfg.algo == "hapfl" else cfg.n_envs
-    if final is not None and final.is_file():
+    if final.is_file():
         return cls.load(final, device="cpu")
+    n_envs = cfg.n_envs if cfg.algo in ALGOS else int(hyperparams.get("n_envs", cfg.n_envs))
     checkpoint = latest_checkpoint(folder / "checkpoints")
     done = checkpoint[1] if checkpoint else 0
     session = len(list((folder / "monitor").glob("s*")))
-    env = make_env(env_id, n_envs, seed + done, cfg.vec_env, env_kwargs, folder / "monitor" / f"s{session}")
+    monitor = folder / "monitor" / f"s{session}-from{done}"
+    env = make_env(stage.env_id, n_envs, seed + done, cfg.vec_env, env_kwargs, monitor)
     tb = cfg.tensorboard_log or str(folder / "tb")
     if checkpoint:
-        say(f"{env_id}: resuming from {checkpoint[0].name}")
+        say(f"{stage.env_id}: resuming from {checkpoint[0].name}")
         model = cls.load(checkpoint[0], env=env, device="cpu", tensorboard_log=tb)
         model.set_random_seed(seed + done)
     else:
         model = build_agent(env, hyperparams, algo, seed=seed, tensorboard_log=tb)
-    callbacks = [FLMetricsCallback(), RolloutCheckpoint(folder / "checkpoints", cfg.save_freq)]
+    callbacks = [FLMetricsCallback(stage.env_id), RolloutCheckpoint(folder / "checkpoints", cfg.save_freq)]
     if progress:
-        callbacks.append(ProgressBar(total, env_id))
+        callbacks.append(ProgressBar(total, stage.env_id))
     if total > done:
         model.learn(total - done, callback=CallbackList(callbacks), reset_num_timesteps=not checkpoint,
-                    tb_log_name=env_id)
-    if final is not None:
-        save_atomic(model, final)
+                    tb_log_name=stage.env_id)
+    save_atomic(model, final)
     env.close()
     return model
 
 
 def _monitor_summary(folder: Path) -> dict[str, Any]:
-    """Episodes and returns from the run's Monitor CSVs (sessions in order)."""
+    """Episodes and returns from the run's Monitor CSVs.
+
+    A session resumed from a checkpoint at step ``a`` replays the steps after ``a``, so the
+    episodes an interrupted session finished after the next session's start are dropped (with
+    ``n`` envs an episode's end is placed at ``start + n * its env-local end step``).
+    """
     returns = []
-    for path in sorted(folder.rglob("*.monitor.csv")):
-        with open(path) as f:
-            next(f)  # the JSON header line
-            returns += [float(row["r"]) for row in csv.DictReader(f)]
+    for monitor in sorted(p for p in folder.rglob("monitor") if p.is_dir()):
+        sessions = sorted(monitor.glob("s*-from*"), key=lambda p: int(p.name.split("-")[0][1:]))
+        starts = [int(re.sub(r".*-from", "", p.name)) for p in sessions] + [None]
+        for path, start, end in zip(sessions, starts, starts[1:], strict=False):
+            csvs = sorted(path.glob("*.monitor.csv"))
+            for csv_path in csvs:
+                returns += _episodes(csv_path, start, end, len(csvs))
     if not returns:
         return {"episodes": 0}
     return {"episodes": len(returns), "last_episode_return": returns[-1],
             "mean_return_last_10": float(sum(returns[-10:]) / len(returns[-10:]))}
+
+
+def _episodes(path: Path, start: int, end: int | None, n_envs: int) -> list[float]:
+    """Returns of one Monitor CSV's episodes that ended before ``end`` (global steps)."""
+    out, local = [], 0
+    with open(path) as f:
+        next(f)  # the JSON header line
+        for row in csv.DictReader(f):
+            local += int(row["l"])
+            if end is None or start + n_envs * local <= end:
+                out.append(float(row["r"]))
+    return out

@@ -204,7 +204,7 @@ def matched_test_split(train_parts: list[np.ndarray], train_labels: np.ndarray, 
     """Split the test set so each client's test labels follow its training labels.
 
     Class ``c``'s test samples go to clients in proportion to their share of class ``c`` in
-    training (HAPFL's ``train+matched_test``; with a Dirichlet split these are the realised
+    training (the ``train+matched_test`` protocol of Chen et al.; with a Dirichlet split these are the realised
     ``q_c``). Every test sample of a class some client trains on lands in exactly one client.
     """
     num_classes = int(max(train_labels.max(), test_labels.max())) + 1 if num_classes is None else num_classes

@@ -1,13 +1,15 @@
 """The client-batched training engine."""
 
+from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm, PFedMe, PFedMeConfig
 from fl_gym.engine.evaluate import EvalResult, evaluate_models, evaluate_stack
 from fl_gym.engine.losses import MutualDistillation, autograd_loss, cross_entropy
 from fl_gym.engine.optim import OptimizerConfig, StackOptimizer
 from fl_gym.engine.schedule import BatchSchedule, local_steps, make_schedule
-from fl_gym.engine.trainer import Member, PFedMeConfig, TrainResult, train_cohort
+from fl_gym.engine.trainer import Member, TrainResult, train_cohort
 
 __all__ = [
-    "BatchSchedule", "EvalResult", "Member", "MutualDistillation", "OptimizerConfig", "PFedMeConfig",
+    "SGD", "BatchSchedule", "EvalResult", "FedProx", "LocalAlgorithm", "Member", "MutualDistillation",
+    "OptimizerConfig", "PFedMe", "PFedMeConfig",
     "StackOptimizer", "TrainResult", "autograd_loss", "cross_entropy", "evaluate_models", "evaluate_stack",
     "local_steps", "make_schedule", "train_cohort",
 ]

@@ -1,7 +1,7 @@
 """Local losses as functions of the logits that also return their gradient.
 
 A loss takes ``logits[role]`` ``(k, B, C)`` for every model role a client trains (``"model"``, or
-``"local"`` and ``"lite"`` in HAPFL's mutual learning), the labels ``(k, B)`` and the per-sample
+``"local"`` and ``"lite"`` in mutual learning with a companion model), the labels ``(k, B)`` and the per-sample
 weights ``(k, B)`` (``1/b`` on real samples, 0 on padding), and returns per-role ``(k,)`` loss
 values and per-role ``(k, B, C)`` gradients with respect to the logits. The engine backpropagates
 those through the batched layers. The weights make each client's loss its own batch mean, so
@@ -44,7 +44,7 @@ def cross_entropy(logits: dict[str, Tensor], y: Tensor, w: Tensor) -> tuple[dict
 
 @dataclass(frozen=True)
 class MutualDistillation:
-    """HAPFL's mutual learning of a local model and the LiteModel (spec section 4.1).
+    """Mutual learning of a local model and a small companion model (Chen et al., section 4.1).
 
     ``L_local = l1 CE(local) + l2 KL(p_lite || p_local)`` and
     ``L_lite = l3 CE(lite) + l4 KL(p_local || p_lite)``, each with the other model detached

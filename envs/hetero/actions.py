@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 LOGIT_SCALE = 3.0
-VIEWS = ("joint", "alloc", "intensity")
 
 
 def softmax(a: np.ndarray, scale: float = LOGIT_SCALE) -> np.ndarray:

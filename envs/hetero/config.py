@@ -10,24 +10,24 @@ The presets are the paper's scenario and its scalability runs (spec 9.6):
 
 Explicit arguments override the preset. Costs per sample follow spec 2.3 (LiteModel 1,
 small 3.5, medium 7.5, large 13 units of ``c0 = 5e-4`` s); the rewards are timing-only, so the
-``timing`` backend runs just the clock and the data's label counts.
+``timing`` backend runs just the clock and the data's label counts. The shared scenario fields
+(:class:`~fl_gym.envs.scenario.ScenarioConfig`) take HAPFL's defaults: Adam at lr 3e-4, batch
+64, Dirichlet(0.4), ``c0 = 5e-4`` s.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from fl_gym.aggregation import WEIGHT_RULES
-from fl_gym.clock import ClockConfig
 from fl_gym.config import FederationConfig
-from fl_gym.data.datasets import DATASETS
-from fl_gym.data.partition import PartitionConfig
+from fl_gym.engine.algorithms import PFedMeConfig
 from fl_gym.engine.losses import MutualDistillation
-from fl_gym.engine.optim import OptimizerConfig
-from fl_gym.engine.trainer import PFedMeConfig
+from fl_gym.envs.scenario import EnvConfig
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice
 
 PRESETS = {
@@ -39,120 +39,94 @@ SIZE_NAMES = {2: ("small", "large"), 3: ("small", "medium", "large")}
 DEFAULT_COSTS = {"lite": 1.0, "small": 3.5, "medium": 7.5, "large": 13.0}
 ALGORITHMS = ("hapfl", "fedavg", "fedprox", "pfedme")
 REWARD_MODES = ("joint", "r1", "r2", "neg_round_time")
+SCENARIO_DEFAULTS = dict(alpha=0.4, seconds_per_unit=5e-4, lr=3e-4, batch_size=64, optimizer="adam")
 
 
 @dataclass(frozen=True)
-class HeteroConfig:
+class HeteroConfig(EnvConfig):
     """Arguments of ``FLHetero-v0``, ``FLHeteroAlloc-v0`` and ``FLHeteroIntensity-v0``.
 
+    The shared scenario (data set, clients, clock, optimiser, episode length, device) is in
+    ``scenario``; pass its fields flat to ``gym.make``. HAPFL's own fields:
+
     Attributes:
-        preset: ``paper10``, ``scale20`` or ``scale100``; the four fields below override it.
-        num_clients: ``K``.
+        preset: ``paper10``, ``scale20`` or ``scale100``: sets ``num_clients`` and
+            ``heterogeneity`` (scenario) and the two fields below, unless given.
         clients_per_round: ``k``, sampled uniformly each round.
         num_sizes: ``delta`` (2: small, large; 3: small, medium, large).
-        heterogeneity: ``H``, fastest/slowest static speed.
-        dataset: data set (``digits`` embedded; ``mnist``, ``cifar10`` ... by name).
-        data_root: folder of torchvision files.
-        alpha: Dirichlet concentration of the train+matched-test split.
-        min_size: smallest client (training samples).
         backend: ``"timing"`` (clock only; thousands of steps/s) or ``"torch"`` (real training).
         algorithm: ``hapfl`` (LiteModel mutual learning, entropy-accuracy aggregation) or a
             baseline without LiteModel: ``fedavg``, ``fedprox``, ``pfedme``.
-        rounds_per_episode: rounds until ``truncated``.
         local_epochs: ``E_loc``; the round's epoch budget is ``k * E_loc``.
         max_ratio: ``MD`` of the PPO1 reward.
-        sigma_dyn: log-std of per-round availability.
-        sigma_drift: log-std of drift between assessment and training.
-        sigma_meas: log-std of timing noise.
-        seconds_per_unit: ``c0``, seconds per sample of the LiteModel on the fastest device.
         model_costs: per-sample cost per size and ``"lite"``.
         pfedme_overhead: extra cost factor of pFedMe's inner loop (spec: 1, or ``K_inner``).
         fractional_epochs: count ``sigma * tau_total`` as fractional epochs instead of integerizing.
-        reward_mode: ``FLHetero-v0``'s reward: ``joint``, ``r1``, ``r2`` or ``neg_round_time``.
+        reward_mode: ``FLHetero-v0``'s reward: ``joint`` (default), ``r1``, ``r2`` or
+            ``neg_round_time``. The one-lever views have one reward each (``r1`` for
+            ``FLHeteroAlloc-v0``, ``r2`` for ``FLHeteroIntensity-v0``) and reject any other.
         reward_weights: ``(w1, w2)`` of the joint reward.
-        obs_mode: ``"paper"`` (``k`` timing ratios) or ``"extended"`` (adds data size, label
+        obs_mode: ``"paper"`` (``k`` speed ratios) or ``"extended"`` (adds data size, label
             entropy and previous size per slot: ``4k``).
-        target_accuracy: torch backend: terminate when the global LiteModel (baselines: the best
-            global model) reaches it.
-        lr: local learning rate (paper: 3e-4).
-        batch_size: local batch size.
-        optimizer: ``adam`` (spec) or ``sgd``.
+        target_accuracy: torch backend: terminate when the headline accuracy (the global large
+            model's) reaches it.
         prox_mu: FedProx ``mu``.
         pfedme: pFedMe settings.
         distillation: mutual-learning losses.
         aggregation: weight rule of HAPFL (spec: ``entropy_acc``); baselines use ``datasize``.
-        eval_every: torch backend: evaluate global models every this many rounds.
-        device: torch device.
     """
 
     preset: str = "paper10"
-    num_clients: int | None = None
     clients_per_round: int | None = None
     num_sizes: int | None = None
-    heterogeneity: float | None = None
-    dataset: str = "digits"
-    data_root: str | None = None
-    alpha: float = 0.4
-    min_size: int = 10
     backend: str = "timing"
     algorithm: str = "hapfl"
-    rounds_per_episode: int = 100
     local_epochs: int = 20
     max_ratio: float = 10.0
-    sigma_dyn: float = 0.2
-    sigma_drift: float = 0.1
-    sigma_meas: float = 0.0
-    seconds_per_unit: float = 5e-4
-    model_costs: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_COSTS))
+    model_costs: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_COSTS))
     pfedme_overhead: float = 1.0
     fractional_epochs: bool = False
-    reward_mode: str = "joint"
+    reward_mode: str | None = None
     reward_weights: tuple[float, float] = (1.0, 1.0)
     obs_mode: str = "paper"
     target_accuracy: float | None = None
-    lr: float = 3e-4
-    batch_size: int = 64
-    optimizer: str = "adam"
     prox_mu: float = 0.01
     pfedme: PFedMeConfig = field(default_factory=PFedMeConfig)
     distillation: MutualDistillation = field(default_factory=MutualDistillation)
     aggregation: str = "entropy_acc"
-    eval_every: int = 1
-    device: str = "cpu"
+
+    @classmethod
+    def default_scenario(cls, own: Mapping[str, Any]) -> dict[str, Any]:
+        """HAPFL's scenario defaults, with the preset's ``num_clients`` and ``heterogeneity``."""
+        preset = PRESETS.get(own.get("preset", "paper10"), PRESETS["paper10"])
+        return {**SCENARIO_DEFAULTS, "num_clients": preset["num_clients"], "heterogeneity": preset["heterogeneity"]}
 
     def __post_init__(self) -> None:
         require_choice("preset", self.preset, PRESETS)
-        for name, value in PRESETS[self.preset].items():
+        for name in ("clients_per_round", "num_sizes"):
             if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
-        require(is_int_at_least(self.num_clients, 2), "num_clients", self.num_clients, "an integer >= 2")
-        require(is_int_at_least(self.clients_per_round, 2) and self.clients_per_round <= self.num_clients,
-                "clients_per_round", self.clients_per_round, f"an integer in [2, num_clients={self.num_clients}]")
+                object.__setattr__(self, name, PRESETS[self.preset][name])
+        super().__post_init__()
+        n = self.scenario.num_clients
+        require(is_int_at_least(self.clients_per_round, 2) and self.clients_per_round <= n,
+                "clients_per_round", self.clients_per_round, f"an integer in [2, num_clients={n}]")
         require(self.num_sizes in SIZE_NAMES, "num_sizes", self.num_sizes, "2 or 3")
-        require(is_positive(self.heterogeneity) and self.heterogeneity >= 1, "heterogeneity", self.heterogeneity,
-                "a float >= 1")
-        require_choice("dataset", self.dataset, DATASETS)
-        require(is_positive(self.alpha), "alpha", self.alpha, "a float > 0")
         require_choice("backend", self.backend, ("timing", "torch"))
         require_choice("algorithm", self.algorithm, ALGORITHMS)
-        require(is_int_at_least(self.rounds_per_episode, 1), "rounds_per_episode", self.rounds_per_episode,
-                "an integer >= 1")
         require(is_int_at_least(self.local_epochs, 1), "local_epochs", self.local_epochs, "an integer >= 1")
         require(is_positive(self.max_ratio), "max_ratio", self.max_ratio, "a float > 0")
-        for name in ("sigma_dyn", "sigma_drift", "sigma_meas"):
-            require(is_non_negative(getattr(self, name)), name, getattr(self, name), "a float >= 0")
         needed = {"lite", *self.size_names}
         require(needed <= set(self.model_costs) and all(is_positive(self.model_costs[n]) for n in needed),
                 "model_costs", self.model_costs, f"positive costs for {sorted(needed)}")
         require(is_positive(self.pfedme_overhead), "pfedme_overhead", self.pfedme_overhead, "a float > 0")
-        require_choice("reward_mode", self.reward_mode, REWARD_MODES)
+        require(self.reward_mode is None or self.reward_mode in REWARD_MODES, "reward_mode", self.reward_mode,
+                "None or one of " + ", ".join(map(repr, REWARD_MODES)))
         require(len(self.reward_weights) == 2 and all(map(is_non_negative, self.reward_weights)), "reward_weights",
                 self.reward_weights, "two floats >= 0")
         require_choice("obs_mode", self.obs_mode, ("paper", "extended"))
         require(self.target_accuracy is None or 0 < self.target_accuracy <= 1, "target_accuracy",
                 self.target_accuracy, "None or a float in (0, 1]")
-        require(is_positive(self.lr), "lr", self.lr, "a float > 0")
-        require_choice("optimizer", self.optimizer, ("adam", "sgd"))
+        require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
         require_choice("aggregation", self.aggregation, WEIGHT_RULES)
 
     @property
@@ -172,24 +146,15 @@ class HeteroConfig:
         return np.array([(self.model_costs[n] + lite) / lite for n in self.size_names])
 
     def federation_config(self) -> FederationConfig:
-        """The simulator this env runs on."""
+        """The simulator this env runs on: the scenario, HAPFL's model catalogue and algorithm."""
         hapfl = self.algorithm == "hapfl"
         costs = [self.model_costs[n] for n in self.size_names]
         if self.algorithm == "pfedme":
             costs = [c * self.pfedme_overhead for c in costs]
-        return FederationConfig(
-            dataset=self.dataset, data_root=self.data_root, num_clients=self.num_clients,
-            partition=PartitionConfig("dirichlet", alpha=self.alpha, min_size=self.min_size), local_test="matched",
-            models=tuple(f"hapfl-{n}" for n in self.size_names), companion="hapfl-lite" if hapfl else None,
-            distillation=self.distillation,
+        return self.scenario.federation_config(
+            local_test="matched", models=tuple(f"hapfl-{n}" for n in self.size_names),
+            companion="hapfl-lite" if hapfl else None, distillation=self.distillation,
             model_costs=tuple(costs) + ((self.model_costs["lite"],) if hapfl else ()),
-            batch_size=self.batch_size, optimizer=OptimizerConfig(self.optimizer),
-            algorithm="fedavg" if hapfl else self.algorithm, prox_mu=self.prox_mu, pfedme=self.pfedme,
-            aggregation=self.aggregation if hapfl else "datasize",
-            clock=ClockConfig(seconds_per_unit=self.seconds_per_unit, heterogeneity=self.heterogeneity,
-                              sigma_dyn=self.sigma_dyn, sigma_drift=self.sigma_drift, sigma_meas=self.sigma_meas),
-            train=self.backend == "torch", eval_every=self.eval_every, eval_local=True, device=self.device)
-
-    def replace(self, **changes) -> HeteroConfig:
-        """A validated copy with some fields changed."""
-        return dataclasses.replace(self, **changes)
+            probe_cost=self.model_costs["lite"], algorithm="fedavg" if hapfl else self.algorithm,
+            prox_mu=self.prox_mu, pfedme=self.pfedme, aggregation=self.aggregation if hapfl else "datasize",
+            train=self.backend == "torch", eval_local=True)

@@ -1,6 +1,6 @@
 """HAPFL against its baselines: timing on the clock, accuracy with real training (docs/hapfl.md).
 
-``fl-gym reproduce hapfl --dataset digits`` (or ``mnist``) runs, resumably:
+``fl-gym reproduce hetero --dataset digits`` (or ``mnist``) runs, resumably:
 
 1. the dual agent, trained on the timing backend (``fast`` preset and the paper's B=5 recipe),
    and a single PPO on the joint action; saved under ``OUT/agents``;
@@ -21,6 +21,8 @@ resumes; ``OUT/results.json`` and ``OUT/report.md`` are written atomically at th
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -30,30 +32,34 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from fl_gym.agents.hapfl import (
-    hapfl_policy,
-    is_dual_agent,
-    load_dual_agent,
-    save_dual_agent,
-    train_dual_agent,
+from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
+from fl_gym.agents.recipes import (
+    Frozen,
+    find_recipe,
+    is_recipe,
+    load_recipe,
+    save_recipe,
+    train_recipe,
     yaml_preset,
 )
-from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
+from fl_gym.atomic import read_json, save_atomic, write_json, write_text
 from fl_gym.baselines.hetero import (
     BalancedOraclePolicy,
     GreedyBySpeedPolicy,
+    HAPFLPolicy,
     InverseTimePolicy,
     RandomPolicy,
     UniformPolicy,
 )
-from fl_gym.training.atomic import read_json, save_atomic, write_json, write_text
+from fl_gym.training.cli import parse_ints
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
 
 # Paper (spec 7.2 / 7.3): HAPFL's reductions on MNIST, (straggling latency %, training time %).
 PAPER_MNIST = {"FedAvg": (35.2, 26.1), "FedProx": (47.6, 40.4), "pFedMe": (37.1, 27.7)}
 BASELINES = ("FedAvg", "FedProx", "pFedMe")
 CURVES = ("HAPFL PPO (fast)", "BalancedOracle", "FedAvg", "FedProx", "pFedMe")
-CURVE_METRICS = ("sim_time", "global_acc_lite", "global_acc_by_size/large", "acc_local")
+CURVE_METRICS = ("sim_time", "hetero/lite_accuracy", "accuracy", "hetero/mean_local_accuracy")
+JOINT, ALLOC, INTENSITY = "FLHetero-v0", "FLHeteroAlloc-v0", "FLHeteroIntensity-v0"
 
 
 @dataclass(frozen=True)
@@ -101,21 +107,23 @@ def _agents(cfg: ResultsConfig, say: Callable[[str], None]) -> dict[str, Any]:
     """Train (or load) each dual agent and the joint PPO; returns label -> (ppo1, ppo2) or model."""
     out, root = {}, Path(cfg.out_dir) / "agents"
     env_kwargs = {"dataset": cfg.dataset, "data_root": cfg.data_root}
+    recipe = find_recipe(JOINT, "hapfl")
     for preset in cfg.agents:
         folder = root / preset
-        if not is_dual_agent(folder):
+        if not is_recipe(folder):
             start = time.perf_counter()
-            steps = None if cfg.agent_steps is None else (cfg.agent_steps, cfg.agent_steps)
-            pair = train_dual_agent(env_kwargs, seed=cfg.train_seed, preset=yaml_preset(preset), steps=steps,
-                                    progress=lambda m, p=preset: say(f"[{p}] {m}"))
-            save_dual_agent(folder, *pair, {"preset": preset, "train_wall_s": time.perf_counter() - start,
-                                            "env_kwargs": env_kwargs, "seed": cfg.train_seed})
-        out[preset] = load_dual_agent(folder)
+            steps = None if cfg.agent_steps is None else {s.name: cfg.agent_steps for s in recipe.stages}
+            models = train_recipe(recipe, env_kwargs, seed=cfg.train_seed, preset=yaml_preset(preset), steps=steps,
+                                  progress=lambda m, p=preset: say(f"[{p}] {m}"))
+            save_recipe(folder, recipe, models, {"preset": preset, "train_wall_s": time.perf_counter() - start,
+                                                 "env_kwargs": env_kwargs, "seed": cfg.train_seed})
+        models = load_recipe(folder)[1]
+        out[preset] = (models["ppo1"], models["ppo2"])
     joint = root / "joint.zip"
     if not joint.is_file():
         say("joint PPO on FLHetero-v0")
-        h = load_hyperparams("FLHetero-v0")
-        model = build_agent(make_env("FLHetero-v0", int(h.get("n_envs", 1)), cfg.train_seed, env_kwargs=env_kwargs),
+        h = load_hyperparams(JOINT)
+        model = build_agent(make_env(JOINT, int(h.get("n_envs", 1)), cfg.train_seed, env_kwargs=env_kwargs),
                             h, seed=cfg.train_seed)
         model.learn(cfg.agent_steps or int(h["n_timesteps"]))
         save_atomic(model, joint)
@@ -131,7 +139,7 @@ def _rows(cfg: ResultsConfig, agents: dict[str, Any]) -> dict[str, tuple[dict, C
     rows: dict[str, tuple[dict, Callable[[gym.Env], Any]]] = {}
     for preset in cfg.agents:
         pair = agents[preset]
-        rows[f"HAPFL PPO ({preset})"] = (hapfl, lambda env, p=pair: hapfl_policy(env, *p))
+        rows[f"HAPFL PPO ({preset})"] = (hapfl, lambda env, p=pair: HAPFLPolicy(env, *p))
     rows["Joint PPO (one agent)"] = (hapfl, lambda env: agents["joint"])
     rows["BalancedOracle"] = (hapfl, BalancedOraclePolicy)
     rows["InverseTime (large)"] = (hapfl, InverseTimePolicy)
@@ -156,7 +164,7 @@ def _cached(cfg: ResultsConfig, kind: str, label: str, seed: int, compute: Calla
 def _measure(cfg: ResultsConfig, kind: str, label: str, env_kwargs: dict, policy: Callable, seeds: tuple[int, ...],
              rounds: int, say: Callable[[str], None]) -> list[dict[str, float]]:
     """Per-seed episode summaries, each cached as soon as it is done."""
-    make_env = lambda: gym.make("FLHetero-v0", **env_kwargs)  # noqa: E731
+    make_env = lambda: gym.make(JOINT, **env_kwargs)  # noqa: E731
     return [_cached(cfg, kind, label, seed, lambda s=seed: evaluate(make_env, policy, [s], rounds)[0].summary(), say)
             for seed in seeds]
 
@@ -175,7 +183,7 @@ def _curves(cfg: ResultsConfig, rows: dict[str, tuple[dict, Callable]], say: Cal
     def series(label: str) -> dict[str, list[float]]:
         kwargs, policy = rows[label]
         env_kwargs = _torch_kwargs(cfg, kwargs)
-        episode = evaluate(lambda: gym.make("FLHetero-v0", **env_kwargs), policy, [seed], cfg.acc_rounds)[0]
+        episode = evaluate(lambda: gym.make(JOINT, **env_kwargs), policy, [seed], cfg.acc_rounds)[0]
         return {m: episode.series(m) for m in CURVE_METRICS}
 
     curves = {label: _cached(cfg, "curves", label, seed, lambda lb=label: series(lb), say)
@@ -183,8 +191,8 @@ def _curves(cfg: ResultsConfig, rows: dict[str, tuple[dict, Callable]], say: Cal
     if curves:
         from fl_gym.training.plots import plot_xy
 
-        lines = {f"{label}: large": (c["sim_time"], c["global_acc_by_size/large"]) for label, c in curves.items()}
-        lines.update({f"{label}: LiteModel": (c["sim_time"], c["global_acc_lite"])
+        lines = {f"{label}: large": (c["sim_time"], c["accuracy"]) for label, c in curves.items()}
+        lines.update({f"{label}: LiteModel": (c["sim_time"], c["hetero/lite_accuracy"])
                       for label, c in curves.items() if label.startswith("HAPFL")})
         plot_xy(lines, "simulated time (s, log scale)", "global test accuracy",
                 f"{cfg.dataset}: accuracy against simulated time (seed {seed})",
@@ -200,8 +208,6 @@ def at_time(curve: dict[str, list[float]], metric: str, t: float) -> float:
 
 def _gap_closure(cfg: ResultsConfig, agents: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Spec check 10.9 on the evaluation seeds (timing backend, cheap: not cached)."""
-    from fl_gym.agents.hapfl import ALLOC_ID, INTENSITY_ID, Frozen
-
     base = {"dataset": cfg.dataset, "data_root": cfg.data_root, "rounds_per_episode": cfg.rounds}
 
     def mean_reward(env_id: str, policy: Callable, **kwargs: Any) -> float:
@@ -211,13 +217,13 @@ def _gap_closure(cfg: ResultsConfig, agents: dict[str, Any]) -> dict[str, dict[s
     out = {}
     for preset in cfg.agents:
         ppo1, ppo2 = agents[preset]
-        r1 = {"agent": mean_reward(ALLOC_ID, lambda env, p=ppo1: p),
-              "floor": mean_reward(ALLOC_ID, lambda env: RandomPolicy(env, seed=0)),
-              "reference": mean_reward(ALLOC_ID, BalancedOraclePolicy)}
+        r1 = {"agent": mean_reward(ALLOC, lambda env, p=ppo1: p),
+              "floor": mean_reward(ALLOC, lambda env: RandomPolicy(env, seed=0)),
+              "reference": mean_reward(ALLOC, BalancedOraclePolicy)}
         sizes = {"allocation_policy": Frozen(ppo1.policy)}
-        r2 = {"agent": mean_reward(INTENSITY_ID, lambda env, p=ppo2: p, **sizes),
-              "floor": mean_reward(INTENSITY_ID, UniformPolicy, **sizes),
-              "reference": mean_reward(INTENSITY_ID, InverseTimePolicy, **sizes)}
+        r2 = {"agent": mean_reward(INTENSITY, lambda env, p=ppo2: p, **sizes),
+              "floor": mean_reward(INTENSITY, UniformPolicy, **sizes),
+              "reference": mean_reward(INTENSITY, InverseTimePolicy, **sizes)}
         for name, r in (("PPO1", r1), ("PPO2", r2)):
             r["closed"] = (r["agent"] - r["floor"]) / (r["reference"] - r["floor"])
             out[f"{name} ({preset})"] = r
@@ -243,7 +249,7 @@ def run(cfg: ResultsConfig, say: Callable[[str], None] = print) -> dict[str, Any
     curves = _curves(cfg, rows, say)
     say("spec check 10.9")
     closure = _gap_closure(cfg, agents)
-    walls = {p: read_json(Path(cfg.out_dir) / "agents" / p / "hapfl.json").get("train_wall_s") for p in cfg.agents}
+    walls = {p: read_json(Path(cfg.out_dir) / "agents" / p / "recipe.json").get("train_wall_s") for p in cfg.agents}
     results = {"config": asdict(cfg), "timing": timing, "accuracy": accuracy, "curves": curves,
                "gap_closure": closure, "train_wall_s": walls}
     write_json(Path(cfg.out_dir) / "results.json", results)
@@ -262,7 +268,7 @@ def report(results: dict[str, Any]) -> str:
              "| policy | straggling latency (s) | total time (s) | mean R^1 | mean R^2 (s) |", "|---|---|---|---|---|"]
     for label, s in timing.items():
         lines.append(f"| {label} | {_pm(s.get('straggling_latency'))} | {_pm(s.get('sim_time'), 0)} | "
-                     f"{_pm(s.get('r1'), 2)} | {_pm(s.get('r2_raw'), 1)} |")
+                     f"{_pm(s.get('hetero/r1'), 2)} | {_pm(s.get('hetero/r2_seconds'), 1)} |")
     lines += ["", "### Reductions against the baselines (ours vs the paper's MNIST figures)", "",
               "| policy | vs | latency cut: ours | latency cut: paper | time cut: ours | time cut: paper |",
               "|---|---|---|---|---|---|"]
@@ -278,8 +284,8 @@ def report(results: dict[str, Any]) -> str:
                   "| policy | LiteModel (global) | small (global) | large (global) | local (personalised) | time (s) |",
                   "|---|---|---|---|---|---|"]
         for label, s in accuracy.items():
-            cells = [_pm(s.get(m), 1, 100) for m in ("global_acc_lite", "global_acc_by_size/small",
-                                                     "global_acc_by_size/large", "acc_local")]
+            cells = [_pm(s.get(m), 1, 100) for m in ("hetero/lite_accuracy", "hetero/global_accuracy/small",
+                                                     "accuracy", "hetero/mean_local_accuracy")]
             lines.append(f"| {label} | {' | '.join(cells)} | {_pm(s.get('sim_time'), 0)} |")
     curves = results.get("curves") or {}
     if "HAPFL PPO (fast)" in curves:
@@ -289,7 +295,7 @@ def report(results: dict[str, Any]) -> str:
                   "| policy | rounds done | large (global) | local (personalised) |", "|---|---|---|---|"]
         for label, c in curves.items():
             rounds = sum(t <= finish for t in c["sim_time"])
-            cells = [at_time(c, m, finish) for m in ("global_acc_by_size/large", "acc_local")]
+            cells = [at_time(c, m, finish) for m in ("accuracy", "hetero/mean_local_accuracy")]
             lines.append(f"| {label} | {rounds} | " + " | ".join("n/a" if v != v else f"{100 * v:.1f}" for v in cells)
                          + " |")
     if results.get("gap_closure"):
@@ -303,3 +309,37 @@ def report(results: dict[str, Any]) -> str:
     walls = ", ".join(f"{p}: {w:.0f} s" for p, w in results["train_wall_s"].items() if w)
     lines += ["", f"Dual-agent training wall time (timing backend, shared machine): {walls}."]
     return "\n".join(lines) + "\n"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The arguments of ``fl-gym reproduce hetero``."""
+    p = argparse.ArgumentParser(prog="fl-gym reproduce hetero", description="HAPFL against its baselines "
+                                "(resumable; see docs/hapfl.md)")
+    p.add_argument("--dataset", default="digits")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--out", default=None, help="output folder (default bench-results/hapfl-DATASET)")
+    p.add_argument("--train-seed", type=int, default=0)
+    p.add_argument("--eval-seeds", default="1000,1001,1002,1003,1004")
+    p.add_argument("--rounds", type=int, default=100, help="rounds per timing episode")
+    p.add_argument("--agents", default="fast,paper", help="dual-agent presets to train and compare")
+    p.add_argument("--acc-rounds", type=int, default=20)
+    p.add_argument("--acc-local-epochs", type=int, default=20)
+    p.add_argument("--acc-seeds", default=None, help="default: the evaluation seeds")
+    p.add_argument("--acc-policies", default=None, help="semicolon-separated policy labels (default: all)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--agent-steps", type=int, default=None, help="override every agent's training steps")
+    return p
+
+
+def reproduce(argv: list[str]) -> int:
+    """``fl-gym reproduce hetero [ARGS]``: run, print the report."""
+    args = parser().parse_args(argv)
+    cfg = ResultsConfig(
+        dataset=args.dataset, data_root=args.data_root, out_dir=args.out or f"bench-results/hapfl-{args.dataset}",
+        train_seed=args.train_seed, eval_seeds=parse_ints(args.eval_seeds), rounds=args.rounds,
+        agents=tuple(args.agents.split(",")), acc_rounds=args.acc_rounds, acc_local_epochs=args.acc_local_epochs,
+        acc_seeds=parse_ints(args.acc_seeds or args.eval_seeds),
+        acc_policies=tuple(args.acc_policies.split(";")) if args.acc_policies else None,
+        threads=args.threads, agent_steps=args.agent_steps)
+    print(report(run(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))))
+    return 0

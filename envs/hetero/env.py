@@ -1,0 +1,318 @@
+"""HAPFL as three Gymnasium views of one simulator (spec ``hapfl.md`` section 9).
+
+Each round, ``k`` of ``K`` clients are sampled and time one LiteModel epoch (the assessment
+``T^d``, the federation's probe). The server sees how fast each is relative to the fastest,
+picks a model size per client (PPO1) and splits the round's epoch budget over them (PPO2); the
+clients train (their local model and the LiteModel by mutual distillation, in the torch
+backend), and both rewards are timing-only. The envs differ in what the agent controls:
+
+* ``FLHetero-v0`` (:class:`FLHeteroEnv`): both, as one ``Box(-1, 1, (2k,))`` action;
+* ``FLHeteroAlloc-v0`` (:class:`FLHeteroAllocEnv`): the sizes, ``MultiDiscrete([delta]*k)``; the
+  split comes from an injected ``intensity_policy`` (default: uniform);
+* ``FLHeteroIntensity-v0`` (:class:`FLHeteroIntensityEnv`): the split, ``Box(-1, 1, (k,))``,
+  observing ``1 / S^2`` with ``S^2 = M(size) * S^1``; sizes come from an injected
+  ``allocation_policy`` (default: greedy by speed; the dual-agent recipe injects a frozen PPO1).
+
+The paper's state is the raw ratio ``S^1_i = T^d_i / min_j T^d_j >= 1``, unbounded; the
+observation is its inverse ``1 / S^1_i`` in ``(0, 1]`` (each client's speed relative to the
+round's fastest), which carries the same information with finite bounds.
+
+See ``docs/envs/flhetero.md`` for the tables of spaces, rewards, info keys and arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from fl_gym.clock import RoundLoad
+from fl_gym.envs.base import FLEnv, Predictor
+from fl_gym.envs.hetero.actions import HeteroSpec, integerize
+from fl_gym.envs.hetero.config import HeteroConfig
+from fl_gym.envs.registry import family_of
+from fl_gym.records import OpenedRound, RoundPlan, RoundReport
+from fl_gym.validation import require
+
+
+@dataclass(frozen=True)
+class HeteroRound:
+    """A HAPFL round waiting for the server's decision.
+
+    Attributes:
+        opened: the federation's opened round (candidates = the ``k`` sampled clients).
+        slots: ``(k,)`` the sampled client ids, ascending (the observation's slot order).
+        s1: ``(k,)`` ``T^d_i / min_j T^d_j``.
+        sizes: ``(k,)`` sizes chosen by the injected allocation policy (intensity view), else None.
+    """
+
+    opened: OpenedRound
+    slots: np.ndarray
+    s1: np.ndarray
+    sizes: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class HeteroDecision:
+    """What the server decided for the last round: sizes, epoch shares, whole epochs."""
+
+    sizes: np.ndarray
+    sigma: np.ndarray
+    epochs: np.ndarray
+
+
+class _HeteroEnv(FLEnv):
+    """Shared simulator, sampling, assessment, decoding, rewards and info of the three views."""
+
+    view = "joint"
+    family = "hetero"
+    config_class = HeteroConfig
+    config: HeteroConfig
+
+    def __init__(self, config: HeteroConfig | None = None, *, scenario_seed: int = 0,
+                 allocation_policy: Predictor | str | None = None, intensity_policy: Predictor | str | None = None,
+                 **kwargs: Any) -> None:
+        self._injected = {"alloc": allocation_policy or "greedy", "intensity": intensity_policy or "uniform"}
+        super().__init__(config, scenario_seed=scenario_seed, **kwargs)
+
+    def _setup(self) -> None:
+        cfg, fed = self.config, self.federation
+        mode = cfg.reward_mode
+        own = {"joint": None, "alloc": "r1", "intensity": "r2"}[self.view]
+        require(mode is None or own is None or mode == own, "reward_mode", mode,
+                f"None or {own!r} ({type(self).__name__} has one reward)")
+        self.reward_mode = mode or own or "joint"
+        self.k, self.num_sizes, self.total_epochs = cfg.clients_per_round, cfg.num_sizes, cfg.total_epochs
+        self.time_ratio = cfg.time_ratio
+        self.hetero = HeteroSpec(self.view, self.k, self.num_sizes, self.time_ratio)
+        self._intensity_view = self.hetero.with_view("intensity")
+        lite_epoch = fed.clock.epoch_time(fed.sizes, fed.probe_cost, RoundLoad.still(fed.num_clients))
+        self.t_scale = cfg.local_epochs * self.time_ratio[-1] * float(np.median(lite_epoch))
+        self._extras = np.stack([fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)])
+        width = self.k if cfg.obs_mode == "paper" else 4 * self.k
+        self.observation_space = spaces.Box(0.0, 1.0, (width,), np.float32)
+        self.action_space = self._action_space()
+        self._allocation = self._inner("alloc")
+        self._intensity = self._inner("intensity")
+        self._prev_size = np.full(fed.num_clients, -1)
+        self._lr = np.full(fed.num_clients, cfg.scenario.lr)
+        self._played: HeteroRound | None = None
+        self._decision: HeteroDecision | None = None
+
+    # ---- spaces and actions ------------------------------------------------------------------
+
+    def _action_space(self) -> spaces.Space:
+        return spaces.Box(-1.0, 1.0, (2 * self.k,), np.float32)
+
+    def encode_action(self, sizes: np.ndarray | None = None, sigma: np.ndarray | None = None) -> np.ndarray:
+        """The action of this env that gives ``sizes`` (``(k,)`` indices) and/or ``sigma`` (simplex)."""
+        return self.hetero.encode(sizes, sigma)
+
+    def _inner(self, view: str) -> Predictor:
+        policy = self._injected[view]
+        if not isinstance(policy, str):
+            return policy
+        fixed = family_of(self.spec_id(view)).fixed_policies(self.spec_id(view))
+        require(policy in fixed, f"{'allocation' if view == 'alloc' else 'intensity'}_policy", policy,
+                "a predictor or one of " + ", ".join(fixed))
+        return fixed[policy].build(self.hetero.with_view(view))
+
+    @staticmethod
+    def spec_id(view: str) -> str:
+        """The env id of a view."""
+        return {"joint": "FLHetero-v0", "alloc": "FLHeteroAlloc-v0", "intensity": "FLHeteroIntensity-v0"}[view]
+
+    # ---- the round ---------------------------------------------------------------------------
+
+    def _reset_state(self) -> None:
+        self._prev_size[:] = -1  # a new episode: no client has a previous size yet
+
+    def _prepare(self) -> HeteroRound:
+        """Open the next round: sample ``k`` clients, draw their load, time the LiteModel epoch."""
+        opened = self.federation.open_round(self.k)
+        slots = np.flatnonzero(opened.candidates)
+        t_d = opened.probe_time[slots]
+        pending = HeteroRound(opened, slots, t_d / t_d.min())
+        if self.view == "intensity":
+            sizes = self._predict(self._allocation, self._features(pending, pending.s1))
+            pending = HeteroRound(opened, slots, pending.s1, sizes)
+        return pending
+
+    def _observe(self, pending: HeteroRound) -> np.ndarray:
+        ratio = pending.s1 if pending.sizes is None else self.time_ratio[pending.sizes] * pending.s1
+        return self._features(pending, ratio)
+
+    def _features(self, pending: HeteroRound, ratio: np.ndarray) -> np.ndarray:
+        """``1 / ratio`` per slot (and, extended, size, label entropy and previous size)."""
+        if self.config.obs_mode == "paper":
+            return (1.0 / ratio).astype(np.float32)
+        slots = pending.slots
+        prev = (self._prev_size[slots] + 1) / self.num_sizes
+        return np.concatenate([1.0 / ratio, self._extras[0, slots], self._extras[1, slots], prev]).astype(np.float32)
+
+    @staticmethod
+    def _predict(policy: Predictor, obs: np.ndarray) -> np.ndarray:
+        action, _ = policy.predict(obs, deterministic=True)
+        return np.asarray(action)
+
+    def _decide(self, pending: HeteroRound, action: np.ndarray) -> HeteroDecision:
+        sizes, sigma = self.hetero.decode(action)
+        sizes = pending.sizes if sizes is None else sizes
+        if sigma is None:
+            s2 = self.time_ratio[sizes] * pending.s1
+            sigma = self._intensity_view.decode(self._predict(self._intensity, self._features(pending, s2)))[1]
+        tau = sigma * self.total_epochs if self.config.fractional_epochs else integerize(sigma, self.total_epochs)
+        return HeteroDecision(sizes, sigma, tau)
+
+    def _play(self, pending: HeteroRound, action: np.ndarray) -> RoundReport:
+        decision = self._decide(pending, action)
+        n, slots = self.federation.num_clients, pending.slots
+        model, epochs = np.zeros(n, np.int64), np.zeros(n)
+        model[slots], epochs[slots] = decision.sizes, decision.epochs
+        selected = pending.opened.candidates
+        plan = RoundPlan(selected.copy(), model, epochs, self._lr, selected.copy())
+        report = self.federation.finish_round(self.federation.train_round(pending.opened, plan))
+        self._prev_size[slots] = decision.sizes
+        self._played, self._decision = pending, decision
+        return report
+
+    # ---- reward, termination, info -------------------------------------------------------------
+
+    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
+        sel = self._played.slots
+        t_l = report.train_time[sel]
+        per_epoch = t_l / report.epochs[sel]
+        return {"r1": float(self.config.max_ratio - per_epoch.max() / per_epoch.min()),
+                "r2": float(t_l.min() - t_l.max()) / self.t_scale,
+                "neg_round_time": -report.round_time / self.t_scale}
+
+    def _reward_weights(self) -> dict[str, float]:
+        if self.reward_mode != "joint":
+            return {self.reward_mode: 1.0}
+        w1, w2 = self.config.reward_weights
+        return {"r1": w1 / self.config.max_ratio, "r2": w2}
+
+    def _accuracy(self, report: RoundReport) -> float:
+        """The global large model's test accuracy (every algorithm has it; NaN between evaluations)."""
+        return float(report.global_accuracy[-1])
+
+    def _is_terminated(self, report: RoundReport) -> bool:
+        target = self.config.target_accuracy
+        if target is None or self.config.backend != "torch":
+            return False
+        return bool(self._accuracy(report) >= target)
+
+    def _family_info(self, report: RoundReport) -> dict[str, Any]:
+        played, d = self._played, self._decision
+        sel = played.slots
+        t_c, t_l = report.compute_time[sel], report.train_time[sel]
+        info = {
+            "hetero/sizes": d.sizes.copy(), "hetero/epoch_share": d.sigma, "hetero/epochs": report.epochs[sel],
+            "hetero/probe_time": played.opened.probe_time[sel], "hetero/train_time": t_l,
+            "hetero/train_time_per_epoch": t_l / report.epochs[sel], "hetero/compute_time": t_c,
+            "hetero/straggling_compute": float(t_c.max() - t_c.min()),
+            "hetero/straggling_local": float(t_l.max() - t_l.min()),
+            "hetero/r1": self._reward_terms(report)["r1"], "hetero/r2_seconds": float(t_l.min() - t_l.max()),
+            "hetero/time_ratio": self.time_ratio.copy(), "hetero/cost_ratio": self.time_ratio[d.sizes] * played.s1,
+            "hetero/label_entropy": self.federation.label_entropy[sel]}
+        if self.config.backend == "torch":
+            info.update(self._learning_info(report, sel))
+        return info
+
+    def _learning_info(self, report: RoundReport, sel: np.ndarray) -> dict[str, Any]:
+        names = self.config.size_names
+        info = {"hetero/global_accuracy": dict(zip(names, report.global_accuracy.tolist(), strict=True)),
+                "hetero/weights": report.weights[sel], "hetero/local_accuracy": report.local_accuracy[sel],
+                "hetero/mean_local_accuracy": float(np.mean(report.local_accuracy[sel])),
+                "hetero/loss": report.loss[sel]}
+        if self.config.algorithm == "hapfl":
+            x = report.extras
+            info.update({"hetero/lite_accuracy": x["companion_global_accuracy"],
+                         "hetero/lite_weights": x["companion_weights"][sel],
+                         "hetero/lite_local_accuracy": x["companion_accuracy"][sel],
+                         "hetero/lite_loss": x["companion_loss"][sel]})
+        return info
+
+
+class FLHeteroEnv(_HeteroEnv):
+    """HAPFL with the joint action: model size and epoch share per sampled client.
+
+    ## Description
+    One step is one federated round of HAPFL (Chen et al.): ``k`` of ``K`` clients with
+    heterogeneous compute are sampled, each times one LiteModel epoch, and the agent chooses a
+    model size per client and how the round's ``k * E_loc`` epochs are split among them.
+
+    ## Action Space
+    ``Box(-1, 1, (2k,))``: ``a[:k]`` are ordinal size bins (``size = min(delta-1, floor((a+1)/2*delta))``),
+    ``a[k:]`` logits of the epoch split ``sigma = softmax(3 a)``. ``encode_action(sizes, sigma)``
+    builds one from semantic choices.
+
+    ## Observation Space
+    ``Box(0, 1, (k,))``: ``1 / S^1_i = min_j T^d_j / T^d_i``, each sampled client's speed relative
+    to the round's fastest, slots in ascending client id (``obs_mode="extended"`` appends data
+    size, label entropy and previous size, each in ``[0, 1]``: ``4k``).
+
+    ## Rewards
+    ``reward_mode="joint"``: ``w1 R^1 / MD + w2 R^2 / T_scale`` with ``R^1 = MD - max/min`` of
+    per-epoch training time and ``R^2 = min - max`` of training time; ``"r1"``, ``"r2"``
+    (scaled) and ``"neg_round_time"`` pick one term. Accuracy never enters the reward.
+
+    ## Episode End
+    Truncated after ``rounds_per_episode`` rounds; terminated only with the torch backend and
+    ``target_accuracy``.
+
+    ## Arguments
+    See :class:`~fl_gym.envs.hetero.config.HeteroConfig` and the shared
+    :class:`~fl_gym.envs.scenario.ScenarioConfig` (keyword arguments), plus ``scenario_seed``
+    and, for the one-lever views, ``allocation_policy`` / ``intensity_policy``.
+
+    ## Example
+    >>> import gymnasium as gym, fl_gym
+    >>> env = gym.make("FLHetero-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> obs.shape, env.action_space.shape
+    ((6,), (12,))
+    """
+
+    view = "joint"
+
+
+class FLHeteroAllocEnv(_HeteroEnv):
+    """HAPFL's PPO1 view: the agent picks a model size per sampled client.
+
+    Action ``MultiDiscrete([delta] * k)``; observation ``1 / S^1`` as in :class:`FLHeteroEnv`;
+    reward ``R^1 = MD - max_i(T^l_i/tau_i) / min_i(T^l_i/tau_i)`` (per-epoch, so independent of
+    the epoch split, which ``intensity_policy`` decides: ``"uniform"`` by default, ``"inverse"``,
+    or any predictor on ``FLHeteroIntensity-v0``'s spaces).
+    """
+
+    view = "alloc"
+
+    def _action_space(self) -> spaces.Space:
+        return spaces.MultiDiscrete([self.num_sizes] * self.k)
+
+    def action_masks(self) -> np.ndarray:
+        """Allowed sizes per slot, flattened, for sb3-contrib's ``MaskablePPO``.
+
+        Every size fits every client: the catalogue's models all meet HAPFL's minimum-capacity
+        constraint (14).
+        """
+        return np.ones(self.k * self.num_sizes, dtype=bool)
+
+
+class FLHeteroIntensityEnv(_HeteroEnv):
+    """HAPFL's PPO2 view: the agent splits the round's epochs; sizes come from ``allocation_policy``.
+
+    Action ``Box(-1, 1, (k,))`` (``sigma = softmax(3 a)``); observation ``1 / S^2_i`` with
+    ``S^2_i = M(size_i) * S^1_i``; reward ``R^2 / T_scale`` with ``R^2 = min_i T^l_i - max_i T^l_i``.
+    ``allocation_policy``: ``"greedy"`` (default), ``"large"``, ``"small"``, ``"oracle"``,
+    ``"random"``, or any predictor on ``FLHeteroAlloc-v0``'s spaces (a frozen PPO1).
+    """
+
+    view = "intensity"
+
+    def _action_space(self) -> spaces.Space:
+        return spaces.Box(-1.0, 1.0, (self.k,), np.float32)

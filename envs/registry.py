@@ -1,0 +1,185 @@
+"""The family registry: what each method family declares once, and what generic code reads.
+
+A family is one module per layer (env, fixed policies, optionally agents and results) plus one
+:func:`register_family` call. The command line, evaluation, TensorBoard callbacks, benchmarks and
+the generic tests read :data:`FAMILIES`; no generic module names a family. Everything a family
+points to outside ``fl_gym.envs`` (policies, recipes' composers, results) is an entry-point
+string ``"module:attribute"`` resolved on first use, as Gymnasium's ``entry_point`` is, so
+imports keep flowing one way (``fl_gym`` <- ``envs`` <- ``baselines``, ``agents`` <- ``training``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+
+def resolve(entry_point: str | Any) -> Any:
+    """The object an entry-point string ``"module:attribute"`` names (other values as they are)."""
+    if not isinstance(entry_point, str):
+        return entry_point
+    module, _, attribute = entry_point.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """A fixed policy of a family.
+
+    Attributes:
+        factory: ``factory(env, **kwargs) -> predictor`` (or its entry point).
+        doc: one line for ``fl-gym envs`` and the docs: what it does, its paper, its kwargs.
+        env_kwargs: the env variant it runs on (a baseline that is an algorithm variant, e.g.
+            FedProx's local solver); applied by ``compare`` before the user's ``--env-kwargs``.
+        env_ids: the ids it acts on (empty = every id of the family).
+    """
+
+    factory: Callable[..., Any] | str
+    doc: str
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    env_ids: tuple[str, ...] = ()
+
+    def build(self, env: gym.Env, **kwargs: Any) -> Any:
+        """The policy for ``env``."""
+        return resolve(self.factory)(env, **kwargs)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a multi-stage recipe: an agent trained with the earlier stages frozen in its env.
+
+    Attributes:
+        name: the stage's name (its folder and model file).
+        env_id: the env it trains on; its hyperparameters are the YAML block of this id.
+        inject: env kwarg -> earlier stage whose frozen policy the env gets under that kwarg.
+    """
+
+    name: str
+    env_id: str
+    inject: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A training recipe that composes several agents into one policy for ``target``.
+
+    Attributes:
+        name: ``fl-gym train TARGET --algo NAME``.
+        target: the env id the composed policy acts on.
+        stages: trained in order, stage ``k`` with stages ``< k`` frozen inside its env.
+        compose: ``compose(env, *stage_models) -> predictor`` on ``target`` (or its entry point).
+        doc: one line.
+    """
+
+    name: str
+    target: str
+    stages: tuple[Stage, ...]
+    compose: Callable[..., Any] | str
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """An ``info`` key a family's tables, plots and TensorBoard show.
+
+    Attributes:
+        key: the ``info`` key (scalar).
+        label: column label.
+        final: an episode is summarised by its last value (cumulative or accuracy metrics)
+            rather than its mean over rounds.
+    """
+
+    key: str
+    label: str
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything generic code needs to know about a method family.
+
+    Attributes:
+        name: short name (``fl-gym reproduce NAME``, the ``info`` namespace ``NAME/...``).
+        paper: the method and its paper.
+        envs: env id -> entry point of its class.
+        policies: fixed policy name -> :class:`PolicyEntry` (or the entry point of that mapping).
+        recipes: multi-stage training recipes.
+        metrics: the family's ``info`` keys for tables and TensorBoard, beside the generic ones.
+        accuracy_label: what the generic ``accuracy`` key measures in this family (column label).
+        bench: extra ``fl-gym bench`` env cases ``(env_id, kwargs, note)`` beside every id at its
+            defaults (e.g. real training where the default is timing only).
+        reproduce: entry point of ``reproduce(args: list[str]) -> int`` for ``fl-gym reproduce NAME``.
+        demo: entry point of the family's section of ``fl-gym demo``:
+            ``demo(out: Path, steps: int, episodes: int, accuracy_rounds: int) -> None``.
+        docs: the family's env documentation page.
+    """
+
+    name: str
+    paper: str
+    envs: Mapping[str, str]
+    policies: Mapping[str, PolicyEntry] | str = field(default_factory=dict)
+    recipes: tuple[Recipe, ...] = ()
+    metrics: tuple[Metric, ...] = ()
+    accuracy_label: str = "accuracy"
+    bench: tuple[tuple[str, Mapping[str, Any], str], ...] = ()
+    reproduce: str | None = None
+    demo: str | None = None
+    docs: str = ""
+
+    def fixed_policies(self, env_id: str) -> dict[str, PolicyEntry]:
+        """The fixed policies that act on ``env_id``."""
+        table = resolve(self.policies)
+        return {n: p for n, p in table.items() if not p.env_ids or env_id in p.env_ids}
+
+    def recipe(self, name: str) -> Recipe | None:
+        """The recipe called ``name``, if any."""
+        return next((r for r in self.recipes if r.name == name), None)
+
+
+GENERIC_METRICS = (Metric("return", "return"), Metric("round_time", "round time (s)"),
+                   Metric("straggling_latency", "straggling latency (s)"),
+                   Metric("sim_time", "total time (s)", final=True), Metric("uploads", "uploads", final=True),
+                   Metric("accuracy", "accuracy", final=True))
+FAMILIES: dict[str, Family] = {}
+
+
+def register_family(family: Family) -> None:
+    """Add ``family`` to the registry and register its env ids with Gymnasium (idempotent)."""
+    FAMILIES[family.name] = family
+    for env_id, entry_point in family.envs.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point)
+
+
+def env_ids() -> list[str]:
+    """Every registered fl-gym env id, family by family."""
+    return [env_id for family in FAMILIES.values() for env_id in family.envs]
+
+
+def family_of(env_id: str) -> Family:
+    """The family that registered ``env_id``.
+
+    Raises:
+        ValueError: ``env_id`` is no fl-gym id.
+    """
+    for family in FAMILIES.values():
+        if env_id in family.envs:
+            return family
+    raise ValueError(f"env_id={env_id!r} is not registered; allowed: {', '.join(env_ids())}")
+
+
+def recipes_for(env_id: str) -> dict[str, Recipe]:
+    """Recipes whose composed policy acts on ``env_id``."""
+    return {r.name: r for r in family_of(env_id).recipes if r.target == env_id}
+
+
+def metrics_for(env_id: str) -> tuple[Metric, ...]:
+    """The generic metrics (``accuracy`` labelled as the family says), then the family's."""
+    family = family_of(env_id)
+    generic = tuple(Metric(m.key, family.accuracy_label, m.final) if m.key == "accuracy" else m
+                    for m in GENERIC_METRICS)
+    return generic + family.metrics

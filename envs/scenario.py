@@ -1,0 +1,186 @@
+"""The scenario every family shares, and the base of every family's config.
+
+A family's config (a frozen dataclass deriving from :class:`EnvConfig`) holds its own fields
+plus one :class:`ScenarioConfig`: the data set, partition, clients, device clock, local
+optimiser, episode length, device and threads. ``gym.make(ID, **kwargs)`` takes the fields of
+both flat; :meth:`EnvConfig.from_kwargs` routes each to its place and rejects unknown names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+from fl_gym.clock import ClockConfig
+from fl_gym.config import FederationConfig
+from fl_gym.data.datasets import DATASETS
+from fl_gym.data.partition import KINDS, PartitionConfig
+from fl_gym.engine.optim import OptimizerConfig
+from fl_gym.validation import is_int_at_least, is_positive, require, require_choice
+
+SelfConfig = TypeVar("SelfConfig", bound="EnvConfig")
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    """The federation an env runs on (family-neutral).
+
+    Attributes:
+        dataset: data set (``digits`` and ``synthetic`` embedded; ``mnist``, ``cifar10`` ... by name).
+        data_root: folder of torchvision files (default ``$FL_GYM_DATA`` or ``~/.cache/fl_gym``).
+        num_clients: ``K``.
+        partition: how training data is split (:data:`fl_gym.data.partition.KINDS`).
+        alpha: Dirichlet concentration (smaller = more label skew).
+        min_size: smallest client, in training samples.
+        heterogeneity: ``H``, fastest/slowest static device speed.
+        sigma_dyn: log-std of per-round availability.
+        sigma_drift: log-std of drift between a round's probe and its training.
+        sigma_meas: log-std of timing noise.
+        seconds_per_unit: seconds per sample per unit of model cost on the fastest device.
+        bandwidth: upload bytes/s of the best link (``inf`` = communication is free).
+        lr: local learning rate.
+        batch_size: local minibatch size.
+        optimizer: local optimiser, ``sgd`` or ``adam``.
+        rounds_per_episode: rounds until ``truncated``.
+        eval_every: evaluate the global models every this many rounds (real training).
+        device: torch device of data and training.
+        num_threads: torch threads set when the env is built (None = leave as is).
+    """
+
+    dataset: str = "digits"
+    data_root: str | None = None
+    num_clients: int = 10
+    partition: str = "dirichlet"
+    alpha: float = 0.5
+    min_size: int = 10
+    heterogeneity: float = 10.0
+    sigma_dyn: float = 0.2
+    sigma_drift: float = 0.1
+    sigma_meas: float = 0.0
+    seconds_per_unit: float = 1e-3
+    bandwidth: float = float("inf")
+    lr: float = 0.05
+    batch_size: int = 10
+    optimizer: str = "sgd"
+    rounds_per_episode: int = 100
+    eval_every: int = 1
+    device: str = "cpu"
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        require_choice("dataset", self.dataset, DATASETS)
+        require(is_int_at_least(self.num_clients, 2), "num_clients", self.num_clients, "an integer >= 2")
+        require_choice("partition", self.partition, KINDS)
+        self.partition_config()
+        self.clock_config()
+        require(is_positive(self.lr), "lr", self.lr, "a float > 0")
+        require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
+        require_choice("optimizer", self.optimizer, ("sgd", "adam"))
+        require(is_int_at_least(self.rounds_per_episode, 1), "rounds_per_episode", self.rounds_per_episode,
+                "an integer >= 1")
+        require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
+        require(_is_device(self.device), "device", self.device, "a torch device such as 'cpu' or 'cuda:0'")
+        require(self.num_threads is None or is_int_at_least(self.num_threads, 1), "num_threads", self.num_threads,
+                "None or an integer >= 1")
+
+    def partition_config(self) -> PartitionConfig:
+        """The partitioner's config."""
+        return PartitionConfig(self.partition, alpha=self.alpha, min_size=self.min_size)
+
+    def clock_config(self) -> ClockConfig:
+        """The device cost model."""
+        return ClockConfig(seconds_per_unit=self.seconds_per_unit, heterogeneity=self.heterogeneity,
+                           sigma_dyn=self.sigma_dyn, sigma_drift=self.sigma_drift, sigma_meas=self.sigma_meas,
+                           bandwidth=self.bandwidth)
+
+    def federation_config(self, **family: Any) -> FederationConfig:
+        """The simulator's config: this scenario plus the family's fields (models, algorithm, ...)."""
+        return FederationConfig(
+            dataset=self.dataset, data_root=self.data_root, num_clients=self.num_clients,
+            partition=self.partition_config(), clock=self.clock_config(), batch_size=self.batch_size,
+            optimizer=OptimizerConfig(self.optimizer), eval_every=self.eval_every, device=self.device,
+            num_threads=self.num_threads, **family)
+
+
+def _is_device(name: object) -> bool:
+    if not isinstance(name, str):
+        return False
+    try:
+        torch.device(name)
+    except (RuntimeError, ValueError):
+        return False
+    return True
+
+
+SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(ScenarioConfig))
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Base of a family's config: its own fields (declared by the subclass) and the scenario.
+
+    Subclasses set :attr:`scenario_defaults` (their defaults for shared fields) or override
+    :meth:`default_scenario` when the defaults depend on their own fields (a preset). A
+    subclass's ``__post_init__`` calls ``super().__post_init__()`` before checks that read the
+    scenario.
+
+    Attributes:
+        scenario: the shared scenario; None = :meth:`default_scenario`.
+    """
+
+    scenario: ScenarioConfig | None = None
+    scenario_defaults: ClassVar[Mapping[str, Any]] = {}
+
+    def __post_init__(self) -> None:
+        if self.scenario is None:
+            own = {name: getattr(self, name) for name in self.own_fields()}
+            object.__setattr__(self, "scenario", ScenarioConfig(**self.default_scenario(own)))
+
+    @classmethod
+    def default_scenario(cls, own: Mapping[str, Any]) -> dict[str, Any]:
+        """Shared-field defaults of this family, given its own field values ``own`` (e.g. a preset)."""
+        return dict(cls.scenario_defaults)
+
+    @classmethod
+    def own_fields(cls) -> tuple[str, ...]:
+        """The family's own field names."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "scenario")
+
+    @classmethod
+    def from_kwargs(cls: type[SelfConfig], base: SelfConfig | None = None, **kwargs: Any) -> SelfConfig:
+        """A validated config from flat keyword arguments (family and scenario fields alike).
+
+        Args:
+            base: a config to start from (its values are the defaults).
+            kwargs: field values; ``scenario=ScenarioConfig(...)`` replaces the whole scenario.
+
+        Raises:
+            ValueError: an unknown argument (naming the allowed ones) or a value out of range.
+        """
+        own, shared = set(cls.own_fields()), set(SCENARIO_FIELDS)
+        unknown = sorted(set(kwargs) - own - shared - {"scenario"})
+        if unknown:
+            allowed = ", ".join((*cls.own_fields(), *SCENARIO_FIELDS, "scenario"))
+            raise ValueError(f"{cls.__name__}: argument {unknown[0]!r} is not accepted; allowed: {allowed}")
+        mine = {k: v for k, v in kwargs.items() if k in own}
+        scenario_kwargs = {k: v for k, v in kwargs.items() if k in shared}
+        if base is not None:
+            mine = {**{k: getattr(base, k) for k in own}, **mine}
+        start = kwargs.get("scenario") or (base.scenario if base is not None else None)
+        if start is None:
+            start = ScenarioConfig(**{**cls.default_scenario(mine), **scenario_kwargs})
+        elif scenario_kwargs:
+            start = dataclasses.replace(start, **scenario_kwargs)
+        return cls(scenario=start, **mine)
+
+    def federation_config(self) -> FederationConfig:
+        """The simulator the env runs on (families add their models, algorithm, ...)."""
+        return self.scenario.federation_config()
+
+    def replace(self: SelfConfig, **changes: Any) -> SelfConfig:
+        """A validated copy with some (family or scenario) fields changed."""
+        return type(self).from_kwargs(self, **changes)

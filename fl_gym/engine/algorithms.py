@@ -1,0 +1,160 @@
+"""Local algorithms: how a cohort's stacked clients take their local steps.
+
+Each algorithm is a small strategy object behind one interface, so the trainer's step loop is
+written once. :meth:`LocalAlgorithm.start` builds a member's per-round state (its optimiser,
+anchors, personal models) and receives the member's client ids, so a stateful algorithm
+(SCAFFOLD's control variates, FedDyn's dual variables, MOON's previous local models) can keep
+per-client state across rounds inside the object and read or write it there;
+:meth:`LocalAlgorithm.step` runs one local step of every member; :meth:`LocalAlgorithm.finish`
+closes the round. ``server_mix`` is the server's mixing rate for the global model (1 = replace
+it by the average).
+
+| algorithm | local step | reference |
+|---|---|---|
+| :class:`SGD` | one optimiser step on the loss | FedAvg (McMahan et al., 2017) |
+| :class:`FedProx` | adds ``mu (w - w_global)`` to the gradient | Li et al., 2020 |
+| :class:`PFedMe` | ``inner_steps`` personal-model steps, then ``w -= lr lam (w - theta)`` | Dinh et al., 2020 |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fl_gym.engine.optim import OptimizerConfig, StackOptimizer
+from fl_gym.models.architecture import Stack
+from fl_gym.validation import is_int_at_least, is_positive, require
+
+Gradients = Callable[[], dict[str, Tensor]]  # forward + backward of every live member; per-role losses
+
+
+@dataclass(frozen=True)
+class PFedMeConfig:
+    """pFedMe's local solver (Dinh et al., 2020; defaults as the specs' pFedMe baseline).
+
+    Attributes:
+        lam: Moreau-envelope regularisation ``lambda``.
+        inner_steps: personal-model steps per batch ``K``.
+        personal_lr: learning rate of the personal model.
+        beta: server mixing, ``w <- (1 - beta) w + beta * mean(w_i)``.
+    """
+
+    lam: float = 15.0
+    inner_steps: int = 5
+    personal_lr: float = 0.01
+    beta: float = 1.0
+
+    def __post_init__(self) -> None:
+        require(is_positive(self.lam), "pfedme.lam", self.lam, "a float > 0")
+        require(is_int_at_least(self.inner_steps, 1), "pfedme.inner_steps", self.inner_steps, "an integer >= 1")
+        require(is_positive(self.personal_lr), "pfedme.personal_lr", self.personal_lr, "a float > 0")
+        require(0 < self.beta <= 2, "pfedme.beta", self.beta, "a float in (0, 2]")
+
+
+class MemberRun:
+    """One member's training state for a round: what trains, its optimiser, a gradient buffer.
+
+    Attributes:
+        stack: the member's live parameters (what is uploaded).
+        trained: the stack the loss gradients are taken on (``stack`` itself, or pFedMe's ``theta``).
+        opt: the optimiser stepping ``trained``.
+        grad: flat gradient buffer in ``trained``'s layout.
+        active: member clients still stepping.
+    """
+
+    def __init__(self, stack: Stack, trained: Stack, opt: StackOptimizer) -> None:
+        self.stack, self.trained, self.opt = stack, trained, opt
+        self.grad = torch.zeros_like(trained.flat)
+        self.grad_blocks = trained.views(self.grad)
+        self.active = stack.k
+        self.extra: list[StackOptimizer] = []
+
+    def set_active(self, active: int) -> None:
+        """Step only the first ``active`` member clients from now on."""
+        self.active = active
+        for opt in (self.opt, *self.extra):
+            opt.set_active(active)
+
+
+class LocalAlgorithm:
+    """Plain local steps; subclasses change how a member trains (see the module docstring)."""
+
+    name = "sgd"
+    server_mix = 1.0
+
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, optimizer: OptimizerConfig) -> MemberRun:
+        """A member's state for this round; ``clients`` are its client ids in stack order."""
+        return MemberRun(stack, stack, StackOptimizer(stack, optimizer, lr))
+
+    def step(self, runs: list[MemberRun], gradients: Gradients) -> dict[str, Tensor]:
+        """One local step of every member; returns the per-role losses of the batch."""
+        losses = gradients()
+        for run in runs:
+            if run.active:
+                run.opt.step(run.grad)
+        return losses
+
+    def finish(self, runs: list[MemberRun], clients: list[np.ndarray]) -> None:
+        """Close the round (stateful algorithms update their per-client state here)."""
+
+
+class SGD(LocalAlgorithm):
+    """FedAvg's local solver: the optimiser alone (SGD, momentum or Adam per ``OptimizerConfig``)."""
+
+
+@dataclass(frozen=True)
+class FedProx(LocalAlgorithm):
+    """FedProx: the proximal term ``mu/2 ||w - w_global||^2`` pulls each client toward the round's start."""
+
+    mu: float = 0.01
+    name = "fedprox"
+
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, optimizer: OptimizerConfig) -> MemberRun:
+        """Plain steps with the proximal pull toward the stack's start (the global model)."""
+        return MemberRun(stack, stack, StackOptimizer(stack, optimizer, lr, self.mu))
+
+
+@dataclass(frozen=True)
+class PFedMe(LocalAlgorithm):
+    """pFedMe: a personal model ``theta`` per client, the local model pulled toward it.
+
+    Per batch, ``inner_steps`` updates of ``theta`` toward ``argmin f(theta) + lam/2 ||theta - w||^2``,
+    then ``w <- w - lr * lam * (w - theta)``.
+
+    The trained personal models are what local evaluation scores (:attr:`MemberRun.trained`).
+    """
+
+    config: PFedMeConfig = PFedMeConfig()
+    name = "pfedme"
+
+    @property
+    def server_mix(self) -> float:  # type: ignore[override]
+        """``beta``."""
+        return self.config.beta
+
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, optimizer: OptimizerConfig) -> MemberRun:
+        """``theta`` (plain SGD at ``personal_lr`` with the pull to ``w``) and ``w``'s own SGD step."""
+        cfg = self.config
+        theta = Stack(stack.arch, stack.flat.clone())
+        opt = StackOptimizer(theta, OptimizerConfig(), torch.full_like(lr, cfg.personal_lr), cfg.lam,
+                             anchor=stack.flat)
+        run = MemberRun(stack, theta, opt)
+        run.extra = [StackOptimizer(stack, OptimizerConfig(), lr)]  # w <- w - lr * lam * (w - theta)
+        return run
+
+    def step(self, runs: list[MemberRun], gradients: Gradients) -> dict[str, Tensor]:
+        """``inner_steps`` personal steps, then one step of ``w`` toward ``theta``."""
+        for _ in range(self.config.inner_steps):
+            losses = gradients()
+            for run in runs:
+                if run.active:
+                    run.opt.step(run.grad)
+        for run in runs:  # an SGD step of w on the gradient lam * (w - theta)
+            if run.active:
+                torch.sub(run.stack.flat, run.trained.flat, out=run.grad).mul_(self.config.lam)
+                run.extra[0].step(run.grad)
+        return losses

@@ -1,0 +1,112 @@
+"""Generic tests over every registered env id (the toy family of tests/toy_family.py included)."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env, data_equivalence
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import fl_gym  # noqa: F401  (registers the ids)
+from fl_gym.envs.registry import FAMILIES, env_ids, family_of
+
+IDS = env_ids()
+
+
+def test_the_toy_family_is_registered_without_a_generic_module_knowing_it():
+    assert "FLToy-v0" in IDS and "toy" in FAMILIES and family_of("FLToy-v0").name == "toy"
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_gymnasium_and_sb3_check_env_without_warnings(env_id):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env = gym.make(env_id)
+        check_env(env.unwrapped)
+        sb3_check_env(env.unwrapped)
+    assert [str(w.message) for w in caught] == []
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_same_seed_same_episode_bit_for_bit_and_truncation(env_id):
+    env_a, env_b = gym.make(env_id, rounds_per_episode=5), gym.make(env_id, rounds_per_episode=5)
+    env_a.action_space.seed(3)
+    actions = [env_a.action_space.sample() for _ in range(5)]
+    assert data_equivalence(env_a.reset(seed=42), env_b.reset(seed=42), exact=True)
+    for t, action in enumerate(actions):
+        out_a, out_b = env_a.step(action), env_b.step(action)
+        assert data_equivalence(out_a, out_b, exact=True)
+        assert out_a[3] == (t == 4) and out_a[2] is False
+    with pytest.raises(gym.error.ResetNeeded, match="after the episode ended"):
+        env_a.unwrapped.step(actions[0])
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_step_before_reset_is_a_clear_error(env_id):
+    with pytest.raises(gym.error.ResetNeeded, match="step\\(\\) before reset\\(\\)"):
+        gym.make(env_id).unwrapped.step(gym.make(env_id).action_space.sample())
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_unknown_kwargs_are_rejected_naming_the_allowed_ones(env_id):
+    allowed = "argument 'rounds_per_episdoe' is not accepted; allowed: .*rounds_per_episode,"
+    with pytest.raises(ValueError, match=allowed):
+        gym.make(env_id, rounds_per_episdoe=3)
+    with pytest.raises(ValueError, match="scenario_seed=-1"):
+        gym.make(env_id, scenario_seed=-1)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_fuzz_valid_actions_keep_the_spaces_and_info_keys(env_id, seed):
+    env = gym.make(env_id, rounds_per_episode=3)
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    family = family_of(env_id).name
+    for _ in range(3):
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        assert env.observation_space.contains(obs) and np.isfinite(reward)
+        assert {"round", "sim_time", "round_time", "straggling_latency", "uploads", "reward_terms"} <= set(info)
+        assert all("/" not in k or k.startswith(f"{family}/") for k in info)
+
+
+def _bad_actions(space: gym.Space) -> list[np.ndarray]:
+    good = np.asarray(space.sample())
+    return [np.full(good.shape, np.nan), np.full(good.shape, np.inf), np.zeros(good.size + 1, good.dtype),
+            np.array(["x"] * good.size), np.zeros((2, *good.shape), good.dtype)]
+
+
+@pytest.mark.parametrize("env_id", IDS)
+@settings(max_examples=10, deadline=None)
+@given(which=st.integers(0, 4))
+def test_fuzz_bad_actions_raise_a_value_error_naming_the_space(env_id, which):
+    env = gym.make(env_id).unwrapped
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="action") as err:
+        env.step(_bad_actions(env.action_space)[which])
+    assert str(env.action_space) in str(err.value)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_every_id_has_a_fixed_policy_that_acts_in_its_space(env_id):
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=0)
+    policies = family_of(env_id).fixed_policies(env_id)
+    assert policies
+    built = 0
+    for name, entry in policies.items():
+        try:
+            policy = entry.build(env)
+        except ValueError as err:  # a policy for other scenarios (e.g. a size this preset lacks) says so
+            assert "is out of range; allowed" in str(err), name
+            continue
+        action, _ = policy.predict(obs, deterministic=True)
+        assert env.action_space.contains(np.asarray(action).astype(env.action_space.dtype)), name
+        built += 1
+    assert built

@@ -1,0 +1,59 @@
+"""The package's layers import one way: fl_gym <- envs <- baselines, agents <- training."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+LAYERS = {"fl_gym": 0, "envs": 1, "baselines": 2, "agents": 2, "training": 3}
+PACKAGES = {"fl_gym.envs": "envs", "fl_gym.baselines": "baselines", "fl_gym.agents": "agents",
+            "fl_gym.training": "training"}
+GENERIC = ["fl_gym", "envs/base.py", "envs/registry.py", "envs/scenario.py", "agents", "training/cli.py",
+           "training/compare.py", "training/evaluation.py", "training/callbacks.py", "training/runs.py",
+           "training/bench.py", "training/plots.py"]
+
+
+def _layer_of(module: str) -> str:
+    for prefix, folder in PACKAGES.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return folder
+    return "fl_gym"
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):  # lazy imports inside functions count too
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out += [alias.name for alias in node.names]
+    return [m for m in out if m == "fl_gym" or m.startswith("fl_gym.")]
+
+
+def _files() -> list[Path]:
+    return [p for folder in LAYERS for p in (ROOT / folder).rglob("*.py")]
+
+
+@pytest.mark.parametrize("path", _files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_flow_one_way(path):
+    here = path.relative_to(ROOT).parts[0]
+    if path == ROOT / "fl_gym" / "__init__.py":  # importing the package registers the envs
+        return
+    for module in _imports(path):
+        there = _layer_of(module)
+        assert there == here or LAYERS[there] < LAYERS[here], f"{path.relative_to(ROOT)} imports {module}"
+
+
+def test_generic_modules_name_no_family():
+    """Families are reached through the registry: generic code names no env id, family or paper symbol."""
+    words = re.compile(r"\b(hapfl|hetero|T_d|LiteModel|FLHetero\w*)\b", re.IGNORECASE)  # as `git grep -w -i`
+    files = [p for entry in GENERIC for p in ((ROOT / entry).rglob("*.py") if (ROOT / entry).is_dir()
+                                               else [ROOT / entry])]
+    offenders = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files if p.name != "zoo.py"  # the model catalogue
+                 for m in words.finditer(p.read_text())]
+    assert offenders == []

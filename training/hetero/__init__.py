@@ -1,0 +1,1 @@
+"""HAPFL's results (``fl-gym reproduce hetero``) and demo section (``fl-gym demo``)."""
