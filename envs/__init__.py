@@ -31,7 +31,20 @@ HAPFL = Family(
     docs="docs/envs/flhetero.md",
 )
 
+SELECT = Family(
+    name="select",
+    paper="FedEntropy (Ling et al.): which trained clients are aggregated",
+    envs={"FLSelect-v0": "fl_gym.envs.select.env:FLSelectEnv"},
+    policies="fl_gym.baselines.select:POLICIES",
+    metrics=(Metric("select/val_accuracy", "validation acc.", final=True),
+             Metric("select/kept_share", "kept share"), Metric("select/entropy_kept", "kept entropy"),
+             Metric("select/cum_uplink_bytes", "uplink bytes", final=True)),
+    accuracy_label="test acc.",
+    docs="docs/envs/flselect.md",
+)
+
 
 def register_envs() -> None:
     """Register every fl-gym family and env id (idempotent)."""
     register_family(HAPFL)
+    register_family(SELECT)

@@ -36,6 +36,8 @@ class ScenarioConfig:
         partition: how training data is split (:data:`fl_gym.data.partition.KINDS`).
         alpha: Dirichlet concentration (smaller = more label skew).
         min_size: smallest client, in training samples.
+        classes_per_client: classes per client (``classes`` partition; 1 = one class each).
+        shards_per_client: label-sorted shards per client (``shards`` partition).
         heterogeneity: ``H``, fastest/slowest static device speed.
         sigma_dyn: log-std of per-round availability.
         sigma_drift: log-std of drift between a round's probe and its training.
@@ -45,6 +47,7 @@ class ScenarioConfig:
         lr: local learning rate.
         batch_size: local minibatch size.
         optimizer: local optimiser, ``sgd`` or ``adam``.
+        momentum: SGD momentum.
         rounds_per_episode: rounds until ``truncated``.
         eval_every: evaluate the global models every this many rounds (real training).
         device: torch device of data and training.
@@ -57,6 +60,8 @@ class ScenarioConfig:
     partition: str = "dirichlet"
     alpha: float = 0.5
     min_size: int = 10
+    classes_per_client: int = 2
+    shards_per_client: int = 2
     heterogeneity: float = 10.0
     sigma_dyn: float = 0.2
     sigma_drift: float = 0.1
@@ -66,6 +71,7 @@ class ScenarioConfig:
     lr: float = 0.05
     batch_size: int = 10
     optimizer: str = "sgd"
+    momentum: float = 0.0
     rounds_per_episode: int = 100
     eval_every: int = 1
     device: str = "cpu"
@@ -79,7 +85,7 @@ class ScenarioConfig:
         self.clock_config()
         require(is_positive(self.lr), "lr", self.lr, "a float > 0")
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
-        require_choice("optimizer", self.optimizer, ("sgd", "adam"))
+        OptimizerConfig(self.optimizer, self.momentum)
         require(is_int_at_least(self.rounds_per_episode, 1), "rounds_per_episode", self.rounds_per_episode,
                 "an integer >= 1")
         require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
@@ -89,7 +95,8 @@ class ScenarioConfig:
 
     def partition_config(self) -> PartitionConfig:
         """The partitioner's config."""
-        return PartitionConfig(self.partition, alpha=self.alpha, min_size=self.min_size)
+        return PartitionConfig(self.partition, alpha=self.alpha, min_size=self.min_size,
+                               classes_per_client=self.classes_per_client, shards_per_client=self.shards_per_client)
 
     def clock_config(self) -> ClockConfig:
         """The device cost model."""
@@ -102,7 +109,7 @@ class ScenarioConfig:
         return FederationConfig(
             dataset=self.dataset, data_root=self.data_root, num_clients=self.num_clients,
             partition=self.partition_config(), clock=self.clock_config(), batch_size=self.batch_size,
-            optimizer=OptimizerConfig(self.optimizer), eval_every=self.eval_every, device=self.device,
+            optimizer=OptimizerConfig(self.optimizer, self.momentum), eval_every=self.eval_every, device=self.device,
             num_threads=self.num_threads, **family)
 
 

@@ -34,6 +34,9 @@ class FederationConfig:
         local_test: each client's local test split: ``"matched"`` (test samples split like the
             client's training labels), ``"holdout"`` (a fraction of its training data) or ``"none"``.
         local_test_fraction: share held out with ``local_test="holdout"``.
+        validation_size: test samples held out as a validation set (stratified, drawn with the
+            scenario): ``RoundReport.val_accuracy`` is measured on them every round (an RL reward's
+            accuracy), and ``global_accuracy`` on the rest of the test set. 0 = off.
         server_data_fraction: share of the training set the server keeps, class-balanced and
             disjoint from every client (DDFL's ``G_D``; ``Federation.server_indices``). Off (0) by
             default: server-held data is a privacy choice a scenario must opt into.
@@ -79,6 +82,7 @@ class FederationConfig:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     local_test: str = "matched"
     local_test_fraction: float = 0.2
+    validation_size: int = 0
     server_data_fraction: float = 0.0
     models: tuple[str, ...] = ("mlp-small",)
     companion: str | None = None
@@ -107,6 +111,7 @@ class FederationConfig:
         require(is_int_at_least(self.num_clients, 1), "num_clients", self.num_clients, "an integer >= 1")
         require_choice("local_test", self.local_test, ("matched", "holdout", "none"))
         require(0 < self.local_test_fraction < 1, "local_test_fraction", self.local_test_fraction, "a float in (0, 1)")
+        require(is_int_at_least(self.validation_size, 0), "validation_size", self.validation_size, "an integer >= 0")
         require(0 <= self.server_data_fraction < 1, "server_data_fraction", self.server_data_fraction,
                 "a float in [0, 1)")
         require(self.server_data_fraction == 0 or self.partition.kind != "natural", "server_data_fraction",

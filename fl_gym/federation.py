@@ -35,7 +35,7 @@ from fl_gym.aggregation import ServerOptimizer, aggregation_weights, weighted_av
 from fl_gym.clock import Clock, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
 from fl_gym.data.datasets import TORCHVISION, Dataset, DatasetNotFoundError, label_only, load_dataset
-from fl_gym.data.partition import holdout_split, matched_test_split, partition
+from fl_gym.data.partition import holdout_split, matched_test_split, partition, stratified_subset
 from fl_gym.data.report import PartitionReport
 from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.allocator import keep_freed_memory
@@ -45,7 +45,15 @@ from fl_gym.engine.schedule import local_steps, make_schedule
 from fl_gym.engine.trainer import Member, TrainResult, train_cohort
 from fl_gym.models.architecture import Stack
 from fl_gym.models.zoo import build_model
-from fl_gym.records import Cohort, LocalStats, OpenedRound, RoundPlan, RoundReport, TrainedRound
+from fl_gym.records import (
+    Cohort,
+    LocalStats,
+    OpenedRound,
+    RoundPlan,
+    RoundReport,
+    TrainedRound,
+    check_aggregation,
+)
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
 
@@ -103,10 +111,33 @@ class Federation:
         self.clock = Clock(cfg.clock, self.profiles)
         self._free_comm = math.isinf(cfg.clock.bandwidth)
         self.probe_cost = self.companion_cost if cfg.probe_cost is None else cfg.probe_cost
+        self._split_validation(scenario)
+        nan = np.full(len(self.archs), math.nan)
+        nan.flags.writeable = False
+        self._not_evaluated = (nan, nan, math.nan, math.nan)  # shared by every report of a round without evaluation
         self.algorithm: LocalAlgorithm = cfg.local_algorithm()
         self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes, self.companion_arch is not None,
                                              read_only=True)
         self.reset(scenario_seed)
+
+    def _split_validation(self, rng: np.random.Generator) -> None:
+        """Global evaluation sets: the test set, or its rest beside a held-out validation set."""
+        self.x_eval, self.y_eval = self.x_test, self.y_test
+        self.x_val = self.y_val = None
+        if self.config.validation_size and self.config.train:
+            val = stratified_subset(self.y_test.cpu().numpy(), self.config.validation_size, rng)
+            rest = np.setdiff1d(np.arange(len(self.y_test)), val)
+            val_t, rest_t = (torch.as_tensor(i, device=self.device) for i in (val, rest))
+            self.x_val, self.y_val = self.x_test[val_t], self.y_test[val_t]
+            self.x_eval, self.y_eval = self.x_test[rest_t], self.y_test[rest_t]
+
+    def validation_accuracy(self) -> float:
+        """The first global model's accuracy on the validation set (NaN without one)."""
+        if self.x_val is None:
+            return math.nan
+        res = evaluate_models(Stack(self.archs[0], self.global_models[0]), self.x_val, self.y_val,
+                              self.config.eval_batch_size)
+        return float(res.accuracy[0])
 
     @staticmethod
     def _load(cfg: FederationConfig) -> Dataset:
@@ -219,6 +250,10 @@ class Federation:
         """Phase 2: time and train the clients ``plan`` selects (a subset of the candidates)."""
         self._check_pending(opened, "train_round")
         plan.validate(self.num_clients, len(self.archs))
+        return self._train_round(opened, plan)
+
+    def _train_round(self, opened: OpenedRound, plan: RoundPlan) -> TrainedRound:
+        """:meth:`train_round` for a plan already validated."""
         if (plan.selected & ~opened.candidates).any():
             chosen, allowed = np.flatnonzero(plan.selected).tolist(), np.flatnonzero(opened.candidates).tolist()
             raise ValueError(f"plan.selected={chosen} is out of range; allowed: a subset of round "
@@ -241,10 +276,12 @@ class Federation:
         """
         self._check_pending(trained.opened, "finish_round")
         plan = trained.plan
-        aggregate = plan.aggregate if aggregate is None else np.asarray(aggregate, bool)
-        weight = plan.weight if weight is None else np.asarray(weight, np.float64)
-        RoundPlan.make(self.num_clients, lr=1.0, selected=plan.selected, aggregate=aggregate,
-                       weight=weight).validate(self.num_clients, len(self.archs))
+        if aggregate is not None or weight is not None:  # the plan's own were checked by train_round
+            aggregate = plan.aggregate if aggregate is None else np.asarray(aggregate, bool)
+            weight = plan.weight if weight is None else np.asarray(weight, np.float64)
+            check_aggregation(plan.selected, aggregate, weight)
+        aggregate = plan.aggregate if aggregate is None else aggregate
+        weight = plan.weight if weight is None else weight
         comm = self._communication(trained, aggregate)
         self.round += 1
         self.elapsed += comm["round_time"]
@@ -256,13 +293,13 @@ class Federation:
             weights = self._aggregate(trained, aggregated, weight, extras)
         globals_ = self._evaluate_globals(extras)
         return RoundReport.of(trained, aggregated=aggregated, clock=self.elapsed, weights=weights, extras=extras,
-                              **comm, **globals_)
+                              val_accuracy=self.validation_accuracy(), **comm, **globals_)
 
     def run_round(self, plan: RoundPlan) -> RoundReport:
         """Open, train and finish one round under ``plan`` (plain FL: every decision made up front)."""
         plan.validate(self.num_clients, len(self.archs))  # before anything is drawn
         opened = self.open_round(plan.selected)
-        return self.finish_round(self.train_round(opened, plan))
+        return self.finish_round(self._train_round(opened, plan))
 
     def _check_pending(self, opened: OpenedRound, phase: str) -> None:
         if opened.round != self.round + 1:
@@ -277,9 +314,7 @@ class Federation:
         probe = opened.probe_time if self.companion_arch else np.zeros(self.num_clients)
         train = self.clock.train_time(self.sizes, epochs, cost, opened.load)
         download = np.zeros_like(train) if self._free_comm else self.clock.download_time(self._bytes(plan))
-        rows = np.stack([epochs, probe, train, probe + train, download])
-        rows[:, ~sel] = math.nan
-        return tuple(rows)
+        return tuple(np.where(sel, np.stack([epochs, probe, train, probe + train, download]), math.nan))
 
     def _bytes(self, plan: RoundPlan) -> np.ndarray:
         return self.model_bytes[plan.model] + self.companion_bytes
@@ -287,13 +322,12 @@ class Federation:
     def _communication(self, trained: TrainedRound, aggregate: np.ndarray) -> dict:
         sel = trained.plan.selected
         nbytes = self._bytes(trained.plan)
-        upload = np.zeros(self.num_clients) if self._free_comm else self.clock.upload_time(nbytes) * aggregate
-        upload = np.where(sel, upload, math.nan)
+        upload = np.where(sel, 0.0 if self._free_comm else self.clock.upload_time(nbytes) * aggregate, math.nan)
         client = trained.download_time + trained.compute_time + upload
         active = client[sel]
-        return dict(upload_time=upload, client_time=client,
-                    round_time=float(active.max()) + self.config.clock.aggregation_time,
-                    straggling_latency=float(active.max() - active.min()),
+        slowest, fastest = float(active.max()), float(active.min())
+        return dict(upload_time=upload, client_time=client, round_time=slowest + self.config.clock.aggregation_time,
+                    straggling_latency=slowest - fastest,
                     upload_bytes=float(nbytes @ (aggregate & (trained.steps > 0))))
 
     # ---- learning -------------------------------------------------------------------------------
@@ -414,15 +448,14 @@ class Federation:
 
     def _evaluate_globals(self, extras: dict) -> dict:
         due = self.config.train and (self.round % self.config.eval_every == 0 or self.round == 1)
-        n = len(self.archs)
-        values = self.evaluate() if due else (np.full(n, math.nan), np.full(n, math.nan), math.nan, math.nan)
+        values = self.evaluate() if due else self._not_evaluated
         if self.companion_arch:
             extras["companion_global_accuracy"], extras["companion_global_loss"] = values[2], values[3]
         return {"global_accuracy": values[0], "global_loss": values[1]}
     def evaluate(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         """Test accuracy and loss of every global model (``(M,)`` each), then of the companion (NaN if none)."""
         def one(arch, vec) -> tuple[float, float]:
-            res = evaluate_models(Stack(arch, vec), self.x_test, self.y_test, self.config.eval_batch_size)
+            res = evaluate_models(Stack(arch, vec), self.x_eval, self.y_eval, self.config.eval_batch_size)
             return float(res.accuracy[0]), float(res.loss[0])
         results = [one(a, v) for a, v in zip(self.archs, self.global_models, strict=True)]
         lite = one(self.companion_arch, self.companion_model) if self.companion_arch else (math.nan, math.nan)

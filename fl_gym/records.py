@@ -10,6 +10,7 @@ client-id order); clients that do not take part carry NaN (floats) or False (fla
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,10 +71,27 @@ class RoundPlan:
             raise ValueError(f"plan.epochs={epochs.tolist()} is out of range; allowed: floats >= 0")
         if not (np.isfinite(lr).all() and lr.min() > 0):
             raise ValueError(f"plan.lr={lr.tolist()} is out of range; allowed: floats > 0")
-        if (self.aggregate & ~sel).any():
-            raise ValueError("plan.aggregate marks unselected clients; allowed: a subset of plan.selected")
-        if self.weight is not None and not (np.isfinite(self.weight).all() and self.weight.min() >= 0):
-            raise ValueError(f"plan.weight={self.weight.tolist()} is out of range; allowed: floats >= 0")
+        check_aggregation(sel, self.aggregate, self.weight, "plan.")
+
+
+def check_aggregation(selected: np.ndarray, aggregate: np.ndarray, weight: np.ndarray | None, prefix: str = "") -> None:
+    """Raise ``ValueError`` unless the aggregation decision fits the selection.
+
+    ``aggregate`` must be a ``(K,)`` bool subset of ``selected``; ``weight`` None or ``(K,)``
+    finite floats >= 0.
+    """
+    k = selected.shape
+    if not isinstance(aggregate, np.ndarray) or aggregate.shape != k or aggregate.dtype != bool:
+        raise ValueError(f"{prefix}aggregate has shape {getattr(aggregate, 'shape', None)}; allowed: a bool array "
+                         f"of shape {k}")
+    if (aggregate & ~selected).any():
+        raise ValueError(f"{prefix}aggregate marks unselected clients; allowed: a subset of plan.selected")
+    if weight is None:
+        return
+    if not isinstance(weight, np.ndarray) or weight.shape != k:
+        raise ValueError(f"{prefix}weight has shape {getattr(weight, 'shape', None)}; allowed: None or shape {k}")
+    if not (np.isfinite(weight).all() and weight.min() >= 0):
+        raise ValueError(f"{prefix}weight={weight.tolist()} is out of range; allowed: floats >= 0")
 
 
 @dataclass(frozen=True)
@@ -217,7 +235,9 @@ class RoundReport(ClientResults):
         clock: simulated seconds since the episode began, this round included.
         upload_bytes: bytes sent to the server this round.
         weights: aggregation weight applied (0 where not aggregated).
-        global_accuracy: ``(M,)`` each global model on the test set; ``global_loss`` alike.
+        global_accuracy: ``(M,)`` each global model on the test set (less the validation set, if
+            any); ``global_loss`` alike. NaN in rounds without an evaluation.
+        val_accuracy: the first global model on the validation set, every round (NaN without one).
         extras: method-specific values: with a companion model ``companion_loss``,
             ``companion_accuracy``, ``companion_weights`` (per client) and
             ``companion_global_accuracy``, ``companion_global_loss`` (floats).
@@ -241,15 +261,15 @@ class RoundReport(ClientResults):
     weights: np.ndarray
     global_accuracy: np.ndarray
     global_loss: np.ndarray
+    val_accuracy: float = math.nan
     extras: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, trained: TrainedRound, **finished: Any) -> RoundReport:
         """The report of ``trained`` finished with ``finished`` (the fields phase 3 adds)."""
         plan, stats = trained.plan, trained.stats
-        carried = {f.name: getattr(trained, f.name) for f in dataclasses.fields(TrainedRound)
-                   if f.name in cls.__dataclass_fields__}
-        local = {f.name: getattr(stats, f.name) for f in dataclasses.fields(ClientResults)}
+        carried = {name: getattr(trained, name) for name in _CARRIED}
+        local = {name: getattr(stats, name) for name in _CLIENT_RESULTS}
         return cls(round=trained.opened.round, selected=plan.selected.copy(), model=plan.model.copy(),
                    **carried, **local, **finished)
 
@@ -257,3 +277,7 @@ class RoundReport(ClientResults):
     def accuracy(self) -> float:
         """Test accuracy of the first global model (NaN when not evaluated)."""
         return float(self.global_accuracy[0])
+
+
+_CARRIED = tuple(f.name for f in dataclasses.fields(TrainedRound) if f.name in RoundReport.__dataclass_fields__)
+_CLIENT_RESULTS = tuple(f.name for f in dataclasses.fields(ClientResults))

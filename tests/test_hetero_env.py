@@ -168,7 +168,7 @@ def test_extended_observation():
 @pytest.mark.parametrize("env_id,action,match", [
     ("FLHeteroAlloc-v0", np.full(6, 2), "action="), ("FLHeteroAlloc-v0", np.ones(5, np.int64), "action has shape"),
     ("FLHetero-v0", np.full(12, np.nan, np.float32), "is not finite"),
-    ("FLHetero-v0", np.array(["a"] * 12), "has dtype <U1"), ("FLHeteroAlloc-v0", np.ones(6), "integers of"),
+    ("FLHetero-v0", np.array(["a"] * 12), "has dtype <U1"), ("FLHeteroAlloc-v0", np.full(6, 0.5), "integers of"),
 ])
 def test_bad_actions(env_id, action, match):
     env = gym.make(env_id).unwrapped

@@ -68,7 +68,7 @@ class FLToyEnv(FLEnv):
     def _reward_weights(self) -> dict[str, float]:
         return {"neg_round_time": 1.0}
 
-    def _family_info(self, report: RoundReport) -> dict:
+    def _family_info(self, report: RoundReport, terms: dict[str, float]) -> dict:
         return {"toy/chosen": int(report.selected.sum()), "toy/repaired": self._repaired}
 
 

@@ -23,6 +23,7 @@ See ``docs/envs/flhetero.md`` for the tables of spaces, rewards, info keys and a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,7 +206,7 @@ class _HeteroEnv(FLEnv):
             return False
         return bool(self._accuracy(report) >= target)
 
-    def _family_info(self, report: RoundReport) -> dict[str, Any]:
+    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
         played, d = self._played, self._decision
         sel = played.slots
         t_c, t_l = report.compute_time[sel], report.train_time[sel]
@@ -215,7 +216,7 @@ class _HeteroEnv(FLEnv):
             "hetero/train_time_per_epoch": t_l / report.epochs[sel], "hetero/compute_time": t_c,
             "hetero/straggling_compute": float(t_c.max() - t_c.min()),
             "hetero/straggling_local": float(t_l.max() - t_l.min()),
-            "hetero/r1": self._reward_terms(report)["r1"], "hetero/r2_seconds": float(t_l.min() - t_l.max()),
+            "hetero/r1": terms["r1"], "hetero/r2_seconds": float(t_l.min() - t_l.max()),
             "hetero/time_ratio": self.time_ratio.copy(), "hetero/cost_ratio": self.time_ratio[d.sizes] * played.s1,
             "hetero/label_entropy": self.federation.label_entropy[sel]}
         if self.config.backend == "torch":

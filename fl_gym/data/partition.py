@@ -232,3 +232,16 @@ def holdout_split(parts: list[np.ndarray], fraction: float, rng: np.random.Gener
         test.append(np.sort(shuffled[:n_test]))
         train.append(np.sort(shuffled[n_test:]))
     return train, test
+
+
+def stratified_subset(labels: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` sorted indices whose class counts follow ``labels``' (largest remainders), drawn with ``rng``."""
+    labels = np.asarray(labels)
+    if not 1 <= size < len(labels):
+        raise ValueError(f"size={size} is out of range; allowed: 1..{len(labels) - 1} (the set has {len(labels)})")
+    classes, counts = np.unique(labels, return_counts=True)
+    share = size * counts / counts.sum()
+    take = np.floor(share).astype(np.int64)
+    take[np.argsort(-(share - take), kind="stable")[: size - take.sum()]] += 1
+    picked = [rng.choice(np.flatnonzero(labels == c), n, replace=False) for c, n in zip(classes, take, strict=True)]
+    return np.sort(np.concatenate(picked))

@@ -1,0 +1,109 @@
+"""Fixed policies for the selection env (spec ``fedentropy.md`` 8.6).
+
+Every policy reads the soft labels and sizes from the observation
+(:class:`~fl_gym.envs.select.spaces.SelectLayout`), has SB3's ``predict`` and accepts one
+observation or a batch.
+
+| policy | keeps | reproduces |
+|---|---|---|
+| :class:`MaxEntropyJudgePolicy` | FedEntropy's greedy maximum entropy judgement | FedEntropy (with the pools sampler) |
+| :class:`SelectAllPolicy` | every candidate | FedAvg (and FedProx with its local algorithm) |
+| :class:`RandomDropPolicy` | each candidate with probability ``q`` | the communication-matched control |
+| :class:`ExhaustiveMaxEntropyPolicy` | the subset of largest mixture entropy | greedy is not exhaustive (m <= 12) |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import Env
+
+from fl_gym.envs.registry import PolicyEntry
+from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
+from fl_gym.envs.select.spaces import SelectLayout
+
+
+class SelectPolicy:
+    """Base: decide a keep-mask per observation, encode it for the env's action space.
+
+    Args:
+        env: a selection env (or its :class:`~fl_gym.envs.select.spaces.SelectLayout`).
+    """
+
+    def __init__(self, env: Env | SelectLayout) -> None:
+        self.layout = env if isinstance(env, SelectLayout) else env.unwrapped.layout
+
+    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """Action(s) for one observation or a batch."""
+        obs = np.asarray(observation)
+        rows = obs if obs.ndim == 2 else obs[None]
+        actions = np.stack([np.asarray(self.layout.encode(self.keep(*self.layout.rows(row)))) for row in rows])
+        return (actions if obs.ndim == 2 else actions[0]), state
+
+    def keep(self, soft_labels: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """``(m,)`` bool: the candidates to aggregate."""
+        raise NotImplementedError
+
+
+class MaxEntropyJudgePolicy(SelectPolicy):
+    """FedEntropy (Ling et al.): the maximum entropy judgement (Algorithm 1, float64).
+
+    Candidates are dropped greedily while one removal raises the entropy of the size-weighted
+    soft-label mixture.
+    """
+
+    def keep(self, soft_labels, sizes):
+        mask = np.zeros(len(sizes), bool)
+        mask[judge(soft_labels, sizes)[0]] = True
+        return mask
+
+
+class SelectAllPolicy(SelectPolicy):
+    """Every candidate uploads: FedAvg (McMahan et al., 2017) on the selection env."""
+
+    def keep(self, soft_labels, sizes):
+        return np.ones(len(sizes), bool)
+
+
+class RandomDropPolicy(SelectPolicy):
+    """Each candidate kept with probability ``q`` (at least one): FedEntropy's upload rate without its judgement."""
+
+    def __init__(self, env: Env | SelectLayout, q: float = 0.8, seed: int = 0) -> None:
+        super().__init__(env)
+        if not 0 < q <= 1:
+            raise ValueError(f"q={q!r} is out of range; allowed: a float in (0, 1]")
+        self.q, self.rng = q, np.random.default_rng(seed)
+
+    def keep(self, soft_labels, sizes):
+        mask = self.rng.random(len(sizes)) < self.q
+        if not mask.any():
+            mask[self.rng.integers(len(sizes))] = True
+        return mask
+
+
+class ExhaustiveMaxEntropyPolicy(SelectPolicy):
+    """The non-empty subset of largest mixture entropy, by exhaustive search (``m <= 12``)."""
+
+    def keep(self, soft_labels, sizes):
+        mask = np.zeros(len(sizes), bool)
+        mask[exhaustive_max_entropy(soft_labels, sizes)] = True
+        return mask
+
+
+UNIFORM, PROX = {"sampler": "uniform"}, {"local_algorithm": "fedprox"}
+POLICIES = {
+    "fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "FedEntropy: maximum entropy judgement, pools sampler",
+                              {"sampler": "pools"}),
+    "fedentropy-nopools": PolicyEntry(MaxEntropyJudgePolicy, "the judgement with uniform candidates (the "
+                                      "paper's ablation)", UNIFORM),
+    "fedavg": PolicyEntry(SelectAllPolicy, "FedAvg: every uniform candidate uploads", UNIFORM),
+    "fedprox": PolicyEntry(SelectAllPolicy, "FedProx: FedAvg with the proximal local solver", {**UNIFORM, **PROX}),
+    "fedprox+fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "FedProx's local solver with FedEntropy",
+                                      {"sampler": "pools", **PROX}),
+    "all": PolicyEntry(SelectAllPolicy, "every candidate uploads, on the env's own sampler"),
+    "random-drop": PolicyEntry(RandomDropPolicy, "keep each candidate with probability q (kwargs q=0.8, seed=0): "
+                               "FedEntropy's upload rate without its judgement"),
+    "exhaustive": PolicyEntry(ExhaustiveMaxEntropyPolicy, "exhaustive maximum entropy subset (m <= 12)"),
+}

@@ -1,0 +1,104 @@
+"""Configuration of the client-selection family (spec ``fedentropy.md`` section 8).
+
+| preset | data | N | m | model | partition | E | rounds |
+|---|---|---|---|---|---|---|---|
+| ``tiny`` (default) | ``digits`` | 20 | 5 | ``mlp-small`` | Dirichlet(0.3) | 1 | 30 |
+| ``paper`` | ``cifar10`` | 100 | 10 | ``fedentropy-lenet`` | one class per client (case 1) | 5 | 1000 |
+
+``tiny`` is small enough for PPO on a 2-core CPU; ``paper`` is the paper's setup (spec 5.4:
+batch 50, SGD lr 0.01 momentum 0.5), for evaluation. Explicit arguments override the preset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fl_gym.config import FederationConfig
+from fl_gym.envs.scenario import EnvConfig
+from fl_gym.models.zoo import MODELS
+from fl_gym.validation import is_int_at_least, is_non_negative, require, require_choice
+
+PRESETS = {
+    "tiny": {"own": dict(clients_per_round=5, local_epochs=1, model="mlp-small", validation_size=150),
+             "scenario": dict(dataset="digits", num_clients=20, partition="dirichlet", alpha=0.3, lr=0.05,
+                              batch_size=10, rounds_per_episode=30)},
+    "paper": {"own": dict(clients_per_round=10, local_epochs=5, model="fedentropy-lenet", validation_size=2000),
+              "scenario": dict(dataset="cifar10", num_clients=100, partition="classes", classes_per_client=1,
+                               lr=0.01, momentum=0.5, batch_size=50, rounds_per_episode=1000)},
+}
+SAMPLERS = ("pools", "uniform")
+LOCAL_ALGORITHMS = ("fedavg", "fedprox")
+ENCODINGS = ("multibinary", "discrete")
+
+
+@dataclass(frozen=True)
+class SelectConfig(EnvConfig):
+    """Arguments of ``FLSelect-v0`` (and the shared scenario's, flat).
+
+    Attributes:
+        preset: ``tiny`` or ``paper``; sets the fields below marked (preset) and the scenario's.
+        clients_per_round: ``m`` candidates per round (preset).
+        local_epochs: ``E`` (preset).
+        model: architecture (preset).
+        validation_size: test samples held out for the reward's accuracy (preset).
+        sampler: ``pools`` (FedEntropy's epsilon-greedy pools) or ``uniform`` (from all clients).
+        p_positive: probability that the positive pool is drawn from first (the paper's epsilon).
+        local_algorithm: ``fedavg`` or ``fedprox``.
+        prox_mu: FedProx's ``mu``.
+        action_encoding: ``multibinary`` (one bit per candidate) or ``discrete`` (``2^m - 1``
+            non-empty masks; ``m <= 12``).
+        lambda_comm: weight of the uplink penalty (per episode: uploading everything every round
+            costs ``lambda_comm``).
+        lambda_entropy: weight of the selected mixture's normalised entropy (shaping; 0 = off).
+        lambda_repair: penalty of an all-zero action (repaired to the largest candidate).
+    """
+
+    preset: str = "tiny"
+    clients_per_round: int | None = None
+    local_epochs: float | None = None
+    model: str | None = None
+    validation_size: int | None = None
+    sampler: str = "pools"
+    p_positive: float = 0.8
+    local_algorithm: str = "fedavg"
+    prox_mu: float = 0.01
+    action_encoding: str = "multibinary"
+    lambda_comm: float = 0.05
+    lambda_entropy: float = 0.0
+    lambda_repair: float = 0.01
+
+    @classmethod
+    def default_scenario(cls, own: Mapping[str, Any]) -> dict[str, Any]:
+        """The preset's scenario."""
+        return dict(PRESETS.get(own.get("preset", "tiny"), PRESETS["tiny"])["scenario"])
+
+    def __post_init__(self) -> None:
+        require_choice("preset", self.preset, PRESETS)
+        for name, value in PRESETS[self.preset]["own"].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        super().__post_init__()
+        n = self.scenario.num_clients
+        require(is_int_at_least(self.clients_per_round, 1) and self.clients_per_round <= n, "clients_per_round",
+                self.clients_per_round, f"an integer in [1, num_clients={n}]")
+        require(is_non_negative(self.local_epochs) and self.local_epochs > 0, "local_epochs", self.local_epochs,
+                "a float > 0")
+        require_choice("model", self.model, MODELS)
+        require(is_int_at_least(self.validation_size, 1), "validation_size", self.validation_size, "an integer >= 1")
+        require_choice("sampler", self.sampler, SAMPLERS)
+        require(0 <= self.p_positive <= 1, "p_positive", self.p_positive, "a float in [0, 1]")
+        require_choice("local_algorithm", self.local_algorithm, LOCAL_ALGORITHMS)
+        require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
+        require_choice("action_encoding", self.action_encoding, ENCODINGS)
+        require(self.action_encoding != "discrete" or self.clients_per_round <= 12, "action_encoding",
+                self.action_encoding, "'multibinary' when clients_per_round > 12")
+        for name in ("lambda_comm", "lambda_entropy", "lambda_repair"):
+            require(is_non_negative(getattr(self, name)), name, getattr(self, name), "a float >= 0")
+
+    def federation_config(self) -> FederationConfig:
+        """Real training with soft labels and a validation set."""
+        return self.scenario.federation_config(
+            models=(self.model,), local_test="none", algorithm=self.local_algorithm, prox_mu=self.prox_mu,
+            soft_labels=True, validation_size=self.validation_size, train=True)

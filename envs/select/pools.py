@@ -1,0 +1,69 @@
+"""FedEntropy's positive and negative pools and its epsilon-greedy candidate draw (spec 2.4, 2.5).
+
+The pools partition the ``N`` clients; a client's pool is the verdict of its latest judgement
+(never judged = positive). Each round a coin with ``P(positive) = p_positive`` picks the primary
+pool; ``m`` candidates are drawn uniformly without replacement from it and topped up from the
+other pool when it holds fewer than ``m``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One round's candidates and how they were drawn.
+
+    Attributes:
+        candidates: ``(N,)`` bool.
+        positive_branch: the primary pool was the positive one (always True for a uniform draw).
+        was_negative: ``(N,)`` bool: in the negative pool when drawn.
+    """
+
+    candidates: np.ndarray
+    positive_branch: bool
+    was_negative: np.ndarray
+
+
+class Pools:
+    """The two pools of ``num_clients`` clients; all positive at the start.
+
+    Args:
+        num_clients: ``N``.
+        p_positive: probability that the positive pool is the primary one (the paper's
+            ``epsilon = 0.8``: the probability of exploiting, not of exploring).
+    """
+
+    def __init__(self, num_clients: int, p_positive: float = 0.8) -> None:
+        self.p_positive = p_positive
+        self.negative = np.zeros(num_clients, bool)
+
+    def draw(self, m: int, rng: np.random.Generator) -> Draw:
+        """Epsilon-greedy: ``m`` candidates from the primary pool, topped up from the other."""
+        positive = bool(rng.random() < self.p_positive)
+        primary = np.flatnonzero(~self.negative if positive else self.negative)
+        secondary = np.flatnonzero(self.negative if positive else ~self.negative)
+        if len(primary) >= m:
+            chosen = rng.choice(primary, m, replace=False)
+        else:
+            chosen = np.concatenate([primary, rng.choice(secondary, m - len(primary), replace=False)])
+        return Draw(_mask(len(self.negative), chosen), positive, self.negative.copy())
+
+    def uniform(self, m: int, rng: np.random.Generator) -> Draw:
+        """``m`` candidates uniformly from every client (the pool-free ablation); no coin is drawn."""
+        chosen = rng.choice(len(self.negative), m, replace=False)
+        return Draw(_mask(len(self.negative), chosen), True, self.negative.copy())
+
+    def update(self, kept: np.ndarray, removed: np.ndarray) -> None:
+        """Each judged client joins the pool of its verdict."""
+        self.negative[kept] = False
+        self.negative[removed] = True
+
+
+def _mask(n: int, ids: np.ndarray) -> np.ndarray:
+    mask = np.zeros(n, bool)
+    mask[ids] = True
+    return mask

@@ -1,0 +1,78 @@
+"""The selection family's observation layout and action encodings (spec ``fedentropy.md`` 8.3).
+
+The observation is flat: one row per candidate (ascending client id, row ``i`` = action bit
+``i``), then the global features.
+
+| part | width | content | range |
+|---|---|---|---|
+| row: soft label | ``c`` | mean softmax of the trained local model on its training data | [0, 1] |
+| row: size | 1 | ``l_k / 2^ceil(log2 max_j l_j)`` (a power of two: size ratios stay exact) | (0, 1] |
+| row: negative | 1 | 1 if the candidate was in the negative pool when drawn | {0, 1} |
+| row: selections | 1 | times selected so far / rounds per episode | [0, 1] |
+| row: leave-one-out gain | 1 | ``[H(mix(S - k)) - H(mix(S))] / log c`` | [-1, 1] |
+| global | 6 | see :data:`GLOBAL` | [0, 1] |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gymnasium import spaces
+
+GLOBAL = ("progress", "val_accuracy", "entropy", "negative_share", "positive_branch", "kept_share")
+"""Global features: round / rounds, last validation accuracy, ``H(mix(S)) / log c``, negative pool
+share, 1 if the positive pool was drawn from first, last round's kept share."""
+ROW_EXTRAS = ("size", "negative", "selections", "loo_gain")
+
+
+@dataclass(frozen=True)
+class SelectLayout:
+    """What a policy needs to read the observation and write the action.
+
+    Attributes:
+        candidates: ``m``.
+        num_classes: ``c``.
+        encoding: ``multibinary`` or ``discrete``.
+    """
+
+    candidates: int
+    num_classes: int
+    encoding: str = "multibinary"
+
+    @property
+    def row_width(self) -> int:
+        """Values per candidate row."""
+        return self.num_classes + len(ROW_EXTRAS)
+
+    def observation_space(self) -> spaces.Box:
+        """``Box`` with the bounds of the table above."""
+        low = np.zeros((self.candidates, self.row_width), np.float32)
+        low[:, -1] = -1.0
+        low = np.concatenate([low.ravel(), np.zeros(len(GLOBAL), np.float32)])
+        return spaces.Box(low, np.ones_like(low), dtype=np.float32)
+
+    def action_space(self) -> spaces.Space:
+        """``MultiBinary(m)`` or ``Discrete(2^m - 1)``."""
+        if self.encoding == "discrete":
+            return spaces.Discrete(2 ** self.candidates - 1)
+        return spaces.MultiBinary(self.candidates)
+
+    def rows(self, observation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(soft_labels (m, c), sizes (m,))`` of one flat observation."""
+        table = np.asarray(observation, np.float64)[: self.candidates * self.row_width]
+        table = table.reshape(self.candidates, self.row_width)
+        return table[:, : self.num_classes], table[:, self.num_classes]
+
+    def encode(self, keep: np.ndarray) -> np.ndarray | int:
+        """The action that keeps the candidates where ``keep`` is True."""
+        keep = np.asarray(keep, bool)
+        if self.encoding == "discrete":
+            return int(keep @ (1 << np.arange(self.candidates))) - 1
+        return keep.astype(np.int8)
+
+    def decode(self, action: np.ndarray | int) -> np.ndarray:
+        """The ``(m,)`` keep-mask of an action."""
+        if self.encoding == "discrete":
+            return ((int(action) + 1) >> np.arange(self.candidates)) & 1 == 1
+        return np.asarray(action).astype(bool)
