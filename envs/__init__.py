@@ -40,6 +40,7 @@ SELECT = Family(
              Metric("select/kept_share", "kept share"), Metric("select/entropy_kept", "kept entropy"),
              Metric("select/cum_uplink_bytes", "uplink bytes", final=True)),
     accuracy_label="test acc.",
+    demo="fl_gym.training.select.demo:run_demo",
     docs="docs/envs/flselect.md",
 )
 

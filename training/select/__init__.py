@@ -1,0 +1,1 @@
+"""The selection family's demo section (``fl-gym demo``)."""
