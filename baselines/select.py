@@ -92,7 +92,7 @@ class ExhaustiveMaxEntropyPolicy(SelectPolicy):
         return mask
 
 
-UNIFORM, PROX = {"sampler": "uniform"}, {"local_algorithm": "fedprox"}
+UNIFORM, PROX, SCAFFOLD = {"sampler": "uniform"}, {"local_algorithm": "fedprox"}, {"local_algorithm": "scaffold"}
 POLICIES = {
     "fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "FedEntropy: maximum entropy judgement, pools sampler",
                               {"sampler": "pools"}),
@@ -102,6 +102,10 @@ POLICIES = {
     "fedprox": PolicyEntry(SelectAllPolicy, "FedProx: FedAvg with the proximal local solver", {**UNIFORM, **PROX}),
     "fedprox+fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "FedProx's local solver with FedEntropy",
                                       {"sampler": "pools", **PROX}),
+    "scaffold": PolicyEntry(SelectAllPolicy, "SCAFFOLD: control variates, every uniform candidate uploads (twice "
+                            "the bytes)", {**UNIFORM, **SCAFFOLD}),
+    "scaffold+fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "SCAFFOLD's local solver with FedEntropy",
+                                       {"sampler": "pools", **SCAFFOLD}),
     "all": PolicyEntry(SelectAllPolicy, "every candidate uploads, on the env's own sampler"),
     "random-drop": PolicyEntry(RandomDropPolicy, "keep each candidate with probability q (kwargs q=0.8, seed=0): "
                                "FedEntropy's upload rate without its judgement"),

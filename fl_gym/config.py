@@ -11,13 +11,13 @@ from fl_gym.aggregation import WEIGHT_RULES, ServerConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.data.datasets import DATASETS
 from fl_gym.data.partition import PartitionConfig
-from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm, PFedMe, PFedMeConfig
+from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm, PFedMe, PFedMeConfig, Scaffold
 from fl_gym.engine.losses import MutualDistillation
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.models.zoo import MODELS
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice
 
-ALGORITHMS = ("fedavg", "fedprox", "pfedme")
+ALGORITHMS = ("fedavg", "fedprox", "pfedme", "scaffold")
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,9 @@ class FederationConfig:
             one. The clock charges the probe only with a companion model, whose training it is part of.
         batch_size: local minibatch size.
         optimizer: local optimiser (fresh each round).
-        algorithm: local algorithm: ``fedavg``, ``fedprox`` (proximal term ``prox_mu``) or
-            ``pfedme`` (``pfedme`` settings).
+        algorithm: local algorithm: ``fedavg``, ``fedprox`` (proximal term ``prox_mu``),
+            ``pfedme`` (``pfedme`` settings) or ``scaffold`` (control variates, per client across
+            rounds; :mod:`fl_gym.engine.algorithms`).
         prox_mu: FedProx's ``mu``.
         pfedme: pFedMe's local solver and server mixing.
         aggregation: default weight rule (:data:`fl_gym.aggregation.WEIGHT_RULES`).
@@ -128,7 +129,7 @@ class FederationConfig:
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
         require_choice("algorithm", self.algorithm, ALGORITHMS)
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
-        require(not (self.algorithm == "pfedme" and self.companion), "algorithm", self.algorithm,
+        require(not (self.algorithm in ("pfedme", "scaffold") and self.companion), "algorithm", self.algorithm,
                 "'fedavg' or 'fedprox' when a companion model is set")
         require_choice("aggregation", self.aggregation, WEIGHT_RULES)
         require(not (self.aggregation == "entropy_acc" and self.local_test == "none"), "aggregation",
@@ -146,6 +147,8 @@ class FederationConfig:
             return FedProx(self.prox_mu)
         if self.algorithm == "pfedme":
             return PFedMe(self.pfedme)
+        if self.algorithm == "scaffold":
+            return Scaffold(self.num_clients)
         return SGD()
 
     def replace(self, **changes: Any) -> FederationConfig:

@@ -211,6 +211,7 @@ class Federation:
             gen = self._torch_generator()
             self.global_models = [a.init(gen, self.device) for a in self.archs]
             self.companion_model = self.companion_arch.init(gen, self.device) if self.companion_arch else None
+        self.algorithm.reset()
         self._servers = [ServerOptimizer(cfg.server, self.algorithm.server_mix) for _ in self.archs]
         self._companion_server = ServerOptimizer(cfg.server)
         self.round, self.elapsed = 0, 0.0
@@ -291,6 +292,7 @@ class Federation:
             extras["companion_weights"] = np.zeros(self.num_clients)
         if trained.cohort is not None:
             weights = self._aggregate(trained, aggregated, weight, extras)
+            self.algorithm.commit(np.flatnonzero(aggregated))
         globals_ = self._evaluate_globals(extras)
         return RoundReport.of(trained, aggregated=aggregated, clock=self.elapsed, weights=weights, extras=extras,
                               val_accuracy=self.validation_accuracy(), **comm, **globals_)
@@ -321,7 +323,7 @@ class Federation:
 
     def _communication(self, trained: TrainedRound, aggregate: np.ndarray) -> dict:
         sel = trained.plan.selected
-        nbytes = self._bytes(trained.plan)
+        nbytes = self._bytes(trained.plan) * self.algorithm.upload_factor  # e.g. SCAFFOLD's control variate
         upload = np.where(sel, 0.0 if self._free_comm else self.clock.upload_time(nbytes) * aggregate, math.nan)
         client = trained.download_time + trained.compute_time + upload
         active = client[sel]

@@ -10,6 +10,7 @@ from fl_gym.engine import (
     Member,
     MutualDistillation,
     OptimizerConfig,
+    Scaffold,
     autograd_loss,
     cross_entropy,
     evaluate_stack,
@@ -203,3 +204,30 @@ def test_evaluate_stack_counts(digits):
     assert float(res.loss[0]) == pytest.approx(float(F.cross_entropy(out, digits.y_train[:30])), rel=1e-5)
     torch.testing.assert_close(res.soft_labels.sum(1), torch.ones(2))
     assert res.count.tolist() == [30, 5]
+
+
+def test_scaffold_matches_the_reference_and_commits_only_aggregated_clients(digits, digits_parts):
+    """Corrected steps equal the naive loop with ``g - c_i + c``; ``c_i+ = c_i - c + (w - w_i)/(K lr)``
+    for aggregated clients only, and ``c`` moves by their mean change over N."""
+    arch = build_model("mlp-small", digits.input_shape, 10)
+    schedule, _ = _cohort(digits_parts, [2, 1, 3])
+    k, n, p = 3, 10, arch.num_params
+    g = torch.Generator().manual_seed(0)
+    start = arch.init(g).expand(k, -1).clone()
+    algo = Scaffold(n)
+    algo.server["mlp-small"] = 0.01 * torch.randn(p, generator=g)
+    algo.clients["mlp-small"] = 0.01 * torch.randn(n, p, generator=g)
+    ids = np.array([7, 2, 5])
+    c, c_i = algo.server["mlp-small"].clone(), algo.clients["mlp-small"].clone()
+    lr = torch.tensor([0.05, 0.02, 0.04])
+    stack = Stack.from_rows(arch, start)
+    train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
+                 algorithm=algo, clients=ids)
+    ref_rows, _ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
+                                  correction=c - c_i[ids])
+    torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=1e-5)
+    delta = -c + (start - stack.rows()) / (torch.as_tensor(schedule.steps, dtype=torch.float32) * lr)[:, None]
+    algo.commit(np.array([7, 5]))  # client 2 (row 1) was not aggregated
+    torch.testing.assert_close(algo.clients["mlp-small"][[7, 5]], c_i[[7, 5]] + delta[[0, 2]])
+    torch.testing.assert_close(algo.clients["mlp-small"][2], c_i[2])
+    torch.testing.assert_close(algo.server["mlp-small"], c + delta[[0, 2]].sum(0) / n)

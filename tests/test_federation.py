@@ -175,7 +175,7 @@ def test_synthetic_natural_partition():
 
 @pytest.mark.parametrize("changes,param", [
     (dict(num_clients=0), "num_clients"), (dict(models=("resnet",)), "models"),
-    (dict(algorithm="scaffold"), "algorithm"),
+    (dict(algorithm="moon"), "algorithm"),
     (dict(batch_size=0), "batch_size"), (dict(aggregation="entropy_acc", local_test="none"), "aggregation"),
     (dict(model_costs=(1.0, 2.0)), "model_costs"), (dict(dataset="imagenet"), "dataset"),
     (dict(partition=PartitionConfig("natural")), "partition.kind"), (dict(local_test="all"), "local_test"),
@@ -276,3 +276,16 @@ def test_a_finished_round_cannot_be_finished_again(tiny_config):
     fed.finish_round(trained)
     with pytest.raises(ValueError, match="finish_round: round 1 is not pending"):
         fed.finish_round(trained)
+
+
+def test_scaffold_keeps_the_server_variate_the_mean_of_the_clients(tiny_config):
+    fed = Federation(tiny_config.replace(algorithm="scaffold"), scenario_seed=0)
+    plan = RoundPlan.make(4, lr=0.05, aggregate=np.array([1, 1, 0, 1], bool))
+    reports = [fed.run_round(plan) for _ in range(3)]
+    variates = fed.algorithm.clients["mlp-small"]
+    torch.testing.assert_close(fed.algorithm.server["mlp-small"], variates.mean(0))
+    assert torch.count_nonzero(variates[2]) == 0  # never aggregated: never committed
+    assert reports[-1].upload_bytes == 2 * 3 * fed.model_bytes[0]  # model and variate
+    assert reports[-1].accuracy > 0.3
+    fed.reset(seed=1)
+    assert fed.algorithm.server == {}  # a new episode starts from zero variates

@@ -204,3 +204,11 @@ def test_fedentropy_uploads_less_than_fedavg():
     fedavg, fedentropy = run(SelectAllPolicy, "uniform"), run(MaxEntropyJudgePolicy, "pools")
     assert fedentropy["uploads"] < fedavg["uploads"] == 50
     assert fedentropy["accuracy"] > 0.5 and fedavg["accuracy"] > 0.5
+
+
+def test_scaffold_variant_counts_two_uploads_per_kept_client():
+    env = gym.make("FLSelect-v0", local_algorithm="scaffold", rounds_per_episode=2)
+    env.reset(seed=0)
+    *_, info = env.step(np.array([1, 1, 0, 0, 1], np.int8))
+    assert info["select/uplink_models"] == 6
+    assert info["select/uplink_bytes"] == 6 * env.unwrapped.federation.model_bytes[0]

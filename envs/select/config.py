@@ -29,7 +29,7 @@ PRESETS = {
                                lr=0.01, momentum=0.5, batch_size=50, rounds_per_episode=1000)},
 }
 SAMPLERS = ("pools", "uniform")
-LOCAL_ALGORITHMS = ("fedavg", "fedprox")
+LOCAL_ALGORITHMS = ("fedavg", "fedprox", "scaffold")
 ENCODINGS = ("multibinary", "discrete")
 
 
@@ -45,7 +45,7 @@ class SelectConfig(EnvConfig):
         validation_size: test samples held out for the reward's accuracy (preset).
         sampler: ``pools`` (FedEntropy's epsilon-greedy pools) or ``uniform`` (from all clients).
         p_positive: probability that the positive pool is drawn from first (the paper's epsilon).
-        local_algorithm: ``fedavg`` or ``fedprox``.
+        local_algorithm: ``fedavg``, ``fedprox`` or ``scaffold`` (uploads its control variate too).
         prox_mu: FedProx's ``mu``.
         action_encoding: ``multibinary`` (one bit per candidate) or ``discrete`` (``2^m - 1``
             non-empty masks; ``m <= 12``).

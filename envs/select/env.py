@@ -182,7 +182,8 @@ class FLSelectEnv(FLEnv):
         played, keep = last.round, last.keep
         return {"select/kept": played.slots[keep], "select/removed": played.slots[~keep],
                 "select/kept_share": float(keep.mean()), "select/positive_branch": played.draw.positive_branch,
-                "select/repaired": last.repaired, "select/uplink_models": int(keep.sum()),
+                "select/repaired": last.repaired,
+                "select/uplink_models": int(keep.sum()) * self.federation.algorithm.upload_factor,
                 "select/uplink_bytes": report.upload_bytes, "select/soft_label_bytes": self._soft_label_bytes,
                 "select/downlink_models": self.m, "select/cum_uplink_bytes": self._uplink_bytes,
                 "select/entropy_candidates": played.entropy / self._log_c, "select/entropy_kept": last.kept_entropy,

@@ -2,18 +2,21 @@
 
 Each algorithm is a small strategy object behind one interface, so the trainer's step loop is
 written once. :meth:`LocalAlgorithm.start` builds a member's per-round state (its optimiser,
-anchors, personal models) and receives the member's client ids, so a stateful algorithm
-(SCAFFOLD's control variates, FedDyn's dual variables, MOON's previous local models) can keep
-per-client state across rounds inside the object and read or write it there;
-:meth:`LocalAlgorithm.step` runs one local step of every member; :meth:`LocalAlgorithm.finish`
-closes the round. ``server_mix`` is the server's mixing rate for the global model (1 = replace
-it by the average).
+anchors, personal models) and receives the member's client ids and local step counts, so a
+stateful algorithm (SCAFFOLD's control variates, FedDyn's dual variables, MOON's previous local
+models) keeps per-client state across rounds inside the object; :meth:`LocalAlgorithm.step` runs
+one local step of every member; :meth:`LocalAlgorithm.finish` closes the local training, and
+:meth:`LocalAlgorithm.commit` is told which clients the server aggregated (state that only
+aggregated clients may change is committed there). ``server_mix`` is the server's mixing rate
+for the global model (1 = replace it by the average); ``upload_factor`` counts model-sized
+uploads per aggregated client.
 
 | algorithm | local step | reference |
 |---|---|---|
 | :class:`SGD` | one optimiser step on the loss | FedAvg (McMahan et al., 2017) |
 | :class:`FedProx` | adds ``mu (w - w_global)`` to the gradient | Li et al., 2020 |
 | :class:`PFedMe` | ``inner_steps`` personal-model steps, then ``w -= lr lam (w - theta)`` | Dinh et al., 2020 |
+| :class:`Scaffold` | the gradient corrected by ``c - c_i`` (control variates) | Karimireddy et al., 2020 |
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class MemberRun:
         self.grad_blocks = trained.views(self.grad)
         self.active = stack.k
         self.extra: list[StackOptimizer] = []
+        self.state: dict[str, Tensor] = {}  # an algorithm's per-round tensors
 
     def set_active(self, active: int) -> None:
         """Step only the first ``active`` member clients from now on."""
@@ -85,9 +89,11 @@ class LocalAlgorithm:
 
     name = "sgd"
     server_mix = 1.0
+    upload_factor = 1
 
-    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, optimizer: OptimizerConfig) -> MemberRun:
-        """A member's state for this round; ``clients`` are its client ids in stack order."""
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+              ) -> MemberRun:
+        """A member's state for this round; ``clients`` and ``steps`` (local steps) are per stack row."""
         return MemberRun(stack, stack, StackOptimizer(stack, optimizer, lr))
 
     def step(self, runs: list[MemberRun], gradients: Gradients) -> dict[str, Tensor]:
@@ -99,7 +105,13 @@ class LocalAlgorithm:
         return losses
 
     def finish(self, runs: list[MemberRun], clients: list[np.ndarray]) -> None:
-        """Close the round (stateful algorithms update their per-client state here)."""
+        """Close the local training (stateful algorithms compute their clients' new state here)."""
+
+    def commit(self, aggregated: np.ndarray) -> None:
+        """The server aggregated ``aggregated`` (client ids) this round."""
+
+    def reset(self) -> None:
+        """Forget per-client state (a new episode)."""
 
 
 class SGD(LocalAlgorithm):
@@ -113,7 +125,8 @@ class FedProx(LocalAlgorithm):
     mu: float = 0.01
     name = "fedprox"
 
-    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, optimizer: OptimizerConfig) -> MemberRun:
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+              ) -> MemberRun:
         """Plain steps with the proximal pull toward the stack's start (the global model)."""
         return MemberRun(stack, stack, StackOptimizer(stack, optimizer, lr, self.mu))
 
@@ -136,7 +149,8 @@ class PFedMe(LocalAlgorithm):
         """``beta``."""
         return self.config.beta
 
-    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, optimizer: OptimizerConfig) -> MemberRun:
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+              ) -> MemberRun:
         """``theta`` (plain SGD at ``personal_lr`` with the pull to ``w``) and ``w``'s own SGD step."""
         cfg = self.config
         theta = Stack(stack.arch, stack.flat.clone())
@@ -158,3 +172,77 @@ class PFedMe(LocalAlgorithm):
                 torch.sub(run.stack.flat, run.trained.flat, out=run.grad).mul_(self.config.lam)
                 run.extra[0].step(run.grad)
         return losses
+
+
+class Scaffold(LocalAlgorithm):
+    """SCAFFOLD (Karimireddy et al., 2020), option II: control variates correct client drift.
+
+    Every local step descends ``g - c_i + c``. After ``K_i`` steps at rate ``lr_i`` from the global
+    ``w``, a client's new variate is ``c_i+ = c_i - c + (w - w_i) / (K_i lr_i)``; only the clients
+    the server aggregates commit it, and the server moves ``c += sum_aggregated (c_i+ - c_i) / N``,
+    which keeps ``c`` the mean of all ``N`` clients' variates (spec ``fedentropy.md`` 3.3). Each
+    aggregated client uploads its model and its variate change (``upload_factor = 2``). Variates
+    live per architecture (``(P,)`` server, ``(N, P)`` clients), zero at the start of an episode.
+
+    Args:
+        num_clients: ``N``.
+    """
+
+    name = "scaffold"
+    upload_factor = 2
+
+    def __init__(self, num_clients: int) -> None:
+        self.num_clients = num_clients
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero variates (created on first use per architecture)."""
+        self.server: dict[str, Tensor] = {}
+        self.clients: dict[str, Tensor] = {}
+        self._pending: list[tuple[str, np.ndarray, Tensor]] = []
+
+    def _variates(self, stack: Stack) -> tuple[Tensor, Tensor]:
+        key = stack.arch.name
+        if key not in self.server:
+            p = stack.arch.num_params
+            self.server[key] = stack.flat.new_zeros(p)
+            self.clients[key] = stack.flat.new_zeros(self.num_clients, p)
+        return self.server[key], self.clients[key]
+
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+              ) -> MemberRun:
+        """Plain steps; the run keeps the correction ``c - c_i`` (in the stack's layout) and the start."""
+        c, c_i = self._variates(stack)
+        run = MemberRun(stack, stack, StackOptimizer(stack, optimizer, lr))
+        ids = torch.as_tensor(clients, device=stack.flat.device)
+        run.state = {"correction": Stack.from_rows(stack.arch, c - c_i[ids]).flat, "start": stack.rows(),
+                     "scale": (torch.as_tensor(steps, dtype=lr.dtype, device=lr.device) * lr)[:, None], "ids": ids}
+        return run
+
+    def step(self, runs: list[MemberRun], gradients: Gradients) -> dict[str, Tensor]:
+        """One corrected step of every member."""
+        losses = gradients()
+        for run in runs:
+            if run.active:
+                run.grad.add_(run.state["correction"])  # rows past ``active`` are not stepped
+                run.opt.step(run.grad)
+        return losses
+
+    def finish(self, runs: list[MemberRun], clients: list[np.ndarray]) -> None:
+        """Each client's variate change, held until the server says who was aggregated."""
+        self._pending = []
+        for run, ids in zip(runs, clients, strict=True):
+            c, c_i = self._variates(run.stack)
+            st = run.state
+            delta = -c + (st["start"] - run.stack.rows()) / st["scale"]  # c_i+ - c_i
+            self._pending.append((run.stack.arch.name, ids, delta))
+
+    def commit(self, aggregated: np.ndarray) -> None:
+        """Aggregated clients take their new variate; the server's moves by their mean change over N."""
+        for key, ids, delta in self._pending:
+            keep = np.isin(ids, aggregated)
+            if keep.any():
+                rows = torch.as_tensor(ids[keep], device=delta.device)
+                self.clients[key][rows] += delta[torch.as_tensor(keep, device=delta.device)]
+                self.server[key] += delta[torch.as_tensor(keep, device=delta.device)].sum(0) / self.num_clients
+        self._pending = []

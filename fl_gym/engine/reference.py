@@ -20,7 +20,8 @@ from fl_gym.models.architecture import Architecture
 
 
 def reference_train(arch: Architecture, start: Tensor, x: Tensor, y: Tensor, schedule: BatchSchedule,
-                    lr: Tensor, optimizer: OptimizerConfig, prox_mu: float = 0.0) -> tuple[Tensor, Tensor]:
+                    lr: Tensor, optimizer: OptimizerConfig, prox_mu: float = 0.0,
+                    correction: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Train each cohort client in turn; return ``(k, P)`` final parameters and ``(k,)`` mean losses.
 
     Args:
@@ -32,6 +33,7 @@ def reference_train(arch: Architecture, start: Tensor, x: Tensor, y: Tensor, sch
         lr: ``(k,)`` learning rates.
         optimizer: local optimiser.
         prox_mu: FedProx weight: adds ``mu/2 ||w - w_start||^2`` to the loss.
+        correction: ``(k, P)`` added to each client's gradient every step (SCAFFOLD's ``c - c_i``).
     """
     module = arch.module().to(x.device)
     out_rows, mean_loss = [], []
@@ -50,6 +52,9 @@ def reference_train(arch: Architecture, start: Tensor, x: Tensor, y: Tensor, sch
                 pairs = zip(module.parameters(), anchor, strict=True)
                 loss = loss + prox_mu / 2 * sum(((p - a) ** 2).sum() for p, a in pairs)
             loss.backward()
+            if correction is not None:
+                grads = parameters_to_vector([p.grad for p in module.parameters()]) + correction[i]
+                vector_to_parameters(grads, [p.grad for p in module.parameters()])
             opt.step()
         out_rows.append(parameters_to_vector(module.parameters()).detach().clone())
         mean_loss.append(total / int(schedule.steps[i]))

@@ -88,7 +88,9 @@ def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSch
         raise ValueError(f"train_cohort: expected lr of shape ({k},), got {tuple(lr.shape)}")
     ids = np.arange(k) if clients is None else np.asarray(clients)
     member_clients = [ids if m.slots is None else ids[m.slots.cpu().numpy()] for m in members]
-    runs = [algorithm.start(m.stack, c, lr if m.slots is None else lr[m.slots], optimizer)
+    steps = np.asarray(schedule.steps)
+    runs = [algorithm.start(m.stack, c, lr if m.slots is None else lr[m.slots],
+                            steps if m.slots is None else steps[m.slots.cpu().numpy()], optimizer)
             for m, c in zip(members, member_clients, strict=True)]
     roles = sorted({m.role for m in members})
     history = {r: torch.zeros(schedule.num_steps, k, device=x.device) for r in roles}
@@ -106,11 +108,11 @@ def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSch
     algorithm.finish(runs, member_clients)
     for member, run in zip(members, runs, strict=True):
         member.personal = None if run.trained is run.stack else run.trained
-    steps = torch.as_tensor(schedule.steps, device=x.device, dtype=torch.float32)
-    last_start = steps - torch.as_tensor(schedule.batches_per_epoch, device=x.device, dtype=torch.float32)
+    total = torch.as_tensor(schedule.steps, device=x.device, dtype=torch.float32)
+    last_start = total - torch.as_tensor(schedule.batches_per_epoch, device=x.device, dtype=torch.float32)
     in_last = torch.arange(schedule.num_steps, device=x.device).unsqueeze(1) >= last_start
     last_n = in_last.sum(0).clamp_min(1)
-    return TrainResult({r: h.sum(0) / steps for r, h in history.items()},
+    return TrainResult({r: h.sum(0) / total for r, h in history.items()},
                        {r: (h * in_last).sum(0) / last_n for r, h in history.items()})
 
 
