@@ -39,7 +39,7 @@ SELECT = Family(
     metrics=(Metric("select/val_accuracy", "validation acc.", final=True),
              Metric("select/kept_share", "kept share"), Metric("select/entropy_kept", "kept entropy"),
              Metric("select/cum_uplink_bytes", "uplink bytes", final=True)),
-    accuracy_label="test acc.",
+    accuracy_label="global model acc.",
     demo="fl_gym.training.select.demo:run_demo",
     docs="docs/envs/flselect.md",
 )

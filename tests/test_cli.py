@@ -225,4 +225,4 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert (tmp_path / "hetero" / "compare-timing" / "results.md").is_file()
     assert (tmp_path / "hetero" / "compare-accuracy" / "accuracy.png").is_file()
     assert "oracle" in out and "hapfl:hapfl" in out and "fedprox" in out
-    assert (tmp_path / "select" / "compare" / "accuracy.png").is_file() and "fedentropy" in out
+    assert (tmp_path / "select" / "compare" / "accuracy_vs_uploads.png").is_file() and "fedentropy" in out

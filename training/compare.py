@@ -38,7 +38,7 @@ from fl_gym.training.plots import plot_bands
 from fl_gym.validation import is_int_at_least, require
 
 DEFAULT_SEEDS = tuple(range(10000, 10005))
-SERIES = ("accuracy", "round_time", "straggling_latency", "sim_time")
+SERIES = ("accuracy", "round_time", "straggling_latency", "sim_time", "uploads")
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,8 @@ def write_outputs(results: dict[str, Any], out_dir: Path) -> list[Path]:
 def _plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
     """Mean over the seeds with a ±1 std band.
 
-    Accuracy per round and against simulated time; round time and cumulative simulated time per round.
+    Accuracy per round, against simulated time and against cumulative uploads; round time and
+    cumulative simulated time per round.
     """
     series, env_id, n = results["series"], results["env_id"], len(results["seeds"])
     acc_label = results["columns"].get("accuracy", "accuracy")
@@ -178,9 +179,12 @@ def _plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
         if lines:
             out.append(plot_bands(lines, "round", ylabel, f"{env_id}: {ylabel}, mean of {n} seeds",
                                   out_dir / f"{metric}.png"))
-    timed = {label: (s["sim_time"]["mean"], s["accuracy"]) for label, s in series.items() if s["accuracy"]["mean"]}
-    if timed:
-        out.append(plot_bands(timed, "simulated time (s, log scale)", f"test accuracy ({acc_label})",
-                              f"{env_id}: accuracy at equal simulated time, mean of {n} seeds",
-                              out_dir / "accuracy_vs_time.png", logx=True))
+    for x, xlabel, name, logx in (("sim_time", "simulated time (s, log scale)", "time", True),
+                                  ("uploads", "models uploaded (cumulative)", "uploads", False)):
+        lines = {label: (s[x]["mean"], s["accuracy"]) for label, s in series.items()
+                 if s["accuracy"]["mean"] and s[x]["mean"]}
+        if lines:
+            out.append(plot_bands(lines, xlabel, f"test accuracy ({acc_label})",
+                                  f"{env_id}: accuracy against {xlabel.split(' (')[0]}, mean of {n} seeds",
+                                  out_dir / f"accuracy_vs_{name}.png", logx=logx))
     return out

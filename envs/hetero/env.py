@@ -130,6 +130,7 @@ class _HeteroEnv(FLEnv):
 
     def _reset_state(self) -> None:
         self._prev_size[:] = -1  # a new episode: no client has a previous size yet
+        self._sizes_used = np.zeros(self.num_sizes, bool)
 
     def _prepare(self) -> HeteroRound:
         """Open the next round: sample ``k`` clients, draw their load, time the LiteModel epoch."""
@@ -177,6 +178,7 @@ class _HeteroEnv(FLEnv):
         plan = RoundPlan(selected.copy(), model, epochs, self._lr, selected.copy())
         report = self.federation.finish_round(self.federation.train_round(pending.opened, plan))
         self._prev_size[slots] = decision.sizes
+        self._sizes_used[decision.sizes] = True
         self._played, self._decision = pending, decision
         return report
 
@@ -197,8 +199,11 @@ class _HeteroEnv(FLEnv):
         return {"r1": w1 / self.config.max_ratio, "r2": w2}
 
     def _accuracy(self, report: RoundReport) -> float:
-        """The global large model's test accuracy (every algorithm has it; NaN between evaluations)."""
-        return float(report.global_accuracy[-1])
+        """The global large model's test accuracy (every algorithm has it).
+
+        NaN between evaluations and while no client has trained it.
+        """
+        return float(report.global_accuracy[-1]) if self._sizes_used[-1] else math.nan
 
     def _is_terminated(self, report: RoundReport) -> bool:
         target = self.config.target_accuracy
@@ -225,7 +230,8 @@ class _HeteroEnv(FLEnv):
 
     def _learning_info(self, report: RoundReport, sel: np.ndarray) -> dict[str, Any]:
         names = self.config.size_names
-        info = {"hetero/global_accuracy": dict(zip(names, report.global_accuracy.tolist(), strict=True)),
+        accuracy = np.where(self._sizes_used, report.global_accuracy, np.nan)  # a size nobody trained: NaN
+        info = {"hetero/global_accuracy": dict(zip(names, accuracy.tolist(), strict=True)),
                 "hetero/weights": report.weights[sel], "hetero/local_accuracy": report.local_accuracy[sel],
                 "hetero/mean_local_accuracy": float(np.mean(report.local_accuracy[sel])),
                 "hetero/loss": report.loss[sel]}
