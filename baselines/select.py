@@ -10,6 +10,10 @@ observation or a batch.
 | :class:`SelectAllPolicy` | every candidate | FedAvg (and FedProx with its local algorithm) |
 | :class:`RandomDropPolicy` | each candidate with probability ``q`` | the communication-matched control |
 | :class:`ExhaustiveMaxEntropyPolicy` | the subset of largest mixture entropy | greedy is not exhaustive (m <= 12) |
+
+On ``FLSelectPick-v0`` (who trains, before training): :class:`PoolSamplerPolicy` (FedEntropy's
+epsilon-greedy draw, read from the observation's pool column), :class:`RandomPickPolicy` and
+:class:`StalestPickPolicy`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from gymnasium import Env
 
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
-from fl_gym.envs.select.spaces import SelectLayout
+from fl_gym.envs.select.spaces import PickLayout, SelectLayout
 
 
 class SelectPolicy:
@@ -92,22 +96,99 @@ class ExhaustiveMaxEntropyPolicy(SelectPolicy):
         return mask
 
 
+class PickPolicy:
+    """Base of the ``FLSelectPick-v0`` policies: a pick-mask per observation (client rows).
+
+    Args:
+        env: a pick env (or its :class:`~fl_gym.envs.select.spaces.PickLayout`, then ``m``).
+        seed: the policy's own generator (it never touches the env's).
+    """
+
+    def __init__(self, env: Env | PickLayout, m: int | None = None, seed: int = 0) -> None:
+        self.layout = env if isinstance(env, PickLayout) else env.unwrapped.layout
+        self.m = m if m is not None else env.unwrapped.m
+        self.rng = np.random.default_rng(seed)
+
+    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """Action(s) for one observation or a batch."""
+        obs = np.asarray(observation)
+        rows = obs if obs.ndim == 2 else obs[None]
+        actions = np.stack([self.pick(row).astype(np.int8) for row in rows])
+        return (actions if obs.ndim == 2 else actions[0]), state
+
+    def pick(self, observation: np.ndarray) -> np.ndarray:
+        """``(N,)`` bool: the clients that train."""
+        raise NotImplementedError
+
+    def _mask(self, ids: np.ndarray) -> np.ndarray:
+        mask = np.zeros(self.layout.num_clients, bool)
+        mask[ids] = True
+        return mask
+
+
+class PoolSamplerPolicy(PickPolicy):
+    """FedEntropy's epsilon-greedy draw from the pools the observation shows (spec 2.5).
+
+    ``m`` clients from the positive pool with probability ``p_positive``, else from the negative
+    one, topped up from the other.
+    """
+
+    def __init__(self, env: Env | PickLayout, m: int | None = None, seed: int = 0, p_positive: float | None = None
+                 ) -> None:
+        super().__init__(env, m, seed)
+        self.p_positive = p_positive if p_positive is not None else env.unwrapped.config.p_positive
+
+    def pick(self, observation):
+        negative = self.layout.column(observation, "negative") > 0.5
+        positive = self.rng.random() < self.p_positive
+        primary, secondary = (np.flatnonzero(~negative), np.flatnonzero(negative))[:: 1 if positive else -1]
+        if len(primary) >= self.m:
+            return self._mask(self.rng.choice(primary, self.m, replace=False))
+        return self._mask(np.concatenate([primary, self.rng.choice(secondary, self.m - len(primary), replace=False)]))
+
+
+class RandomPickPolicy(PickPolicy):
+    """``m`` clients uniformly: FedAvg's client sampling."""
+
+    def pick(self, observation):
+        return self._mask(self.rng.choice(self.layout.num_clients, self.m, replace=False))
+
+
+class StalestPickPolicy(PickPolicy):
+    """The ``m`` clients whose soft label is oldest (never trained first; lowest id on ties): round robin."""
+
+    def pick(self, observation):
+        stale = self.layout.column(observation, "staleness")
+        return self._mask(np.argsort(-stale, kind="stable")[: self.m])
+
+
 UNIFORM, PROX, SCAFFOLD = {"sampler": "uniform"}, {"local_algorithm": "fedprox"}, {"local_algorithm": "scaffold"}
+SELECT, PICK = ("FLSelect-v0",), ("FLSelectPick-v0",)
 POLICIES = {
     "fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "FedEntropy: maximum entropy judgement, pools sampler",
-                              {"sampler": "pools"}),
+                              {"sampler": "pools"}, SELECT),
     "fedentropy-nopools": PolicyEntry(MaxEntropyJudgePolicy, "the judgement with uniform candidates (the "
-                                      "paper's ablation)", UNIFORM),
-    "fedavg": PolicyEntry(SelectAllPolicy, "FedAvg: every uniform candidate uploads", UNIFORM),
-    "fedprox": PolicyEntry(SelectAllPolicy, "FedProx: FedAvg with the proximal local solver", {**UNIFORM, **PROX}),
+                                      "paper's ablation)", UNIFORM, SELECT),
+    "fedavg": PolicyEntry(SelectAllPolicy, "FedAvg: every uniform candidate uploads", UNIFORM, SELECT),
+    "fedprox": PolicyEntry(SelectAllPolicy, "FedProx: FedAvg with the proximal local solver", {**UNIFORM, **PROX},
+                           SELECT),
     "fedprox+fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "FedProx's local solver with FedEntropy",
-                                      {"sampler": "pools", **PROX}),
+                                      {"sampler": "pools", **PROX}, SELECT),
     "scaffold": PolicyEntry(SelectAllPolicy, "SCAFFOLD: control variates, every uniform candidate uploads (twice "
-                            "the bytes)", {**UNIFORM, **SCAFFOLD}),
+                            "the bytes)", {**UNIFORM, **SCAFFOLD}, SELECT),
     "scaffold+fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "SCAFFOLD's local solver with FedEntropy",
-                                       {"sampler": "pools", **SCAFFOLD}),
-    "all": PolicyEntry(SelectAllPolicy, "every candidate uploads, on the env's own sampler"),
+                                       {"sampler": "pools", **SCAFFOLD}, SELECT),
+    "all": PolicyEntry(SelectAllPolicy, "every candidate uploads, on the env's own sampler", {}, SELECT),
     "random-drop": PolicyEntry(RandomDropPolicy, "keep each candidate with probability q (kwargs q=0.8, seed=0): "
-                               "FedEntropy's upload rate without its judgement"),
-    "exhaustive": PolicyEntry(ExhaustiveMaxEntropyPolicy, "exhaustive maximum entropy subset (m <= 12)"),
+                               "FedEntropy's upload rate without its judgement", {}, SELECT),
+    "exhaustive": PolicyEntry(ExhaustiveMaxEntropyPolicy, "exhaustive maximum entropy subset (m <= 12)", {}, SELECT),
+    "pools": PolicyEntry(PoolSamplerPolicy, "FedEntropy's epsilon-greedy pool draw (kwargs seed, p_positive), "
+                         "judge filter: FedEntropy", {"post_filter": "judge"}, PICK),
+    "pools-all": PolicyEntry(PoolSamplerPolicy, "the pool draw, every picked client uploads", {"post_filter": "all"},
+                             PICK),
+    "random-pick": PolicyEntry(RandomPickPolicy, "m clients uniformly (kwarg seed), every one uploads: FedAvg",
+                               {"post_filter": "all"}, PICK),
+    "stalest": PolicyEntry(StalestPickPolicy, "the m stalest clients (round robin), judge filter",
+                           {"post_filter": "judge"}, PICK),
 }

@@ -34,7 +34,8 @@ HAPFL = Family(
 SELECT = Family(
     name="select",
     paper="FedEntropy (Ling et al.): which trained clients are aggregated",
-    envs={"FLSelect-v0": "fl_gym.envs.select.env:FLSelectEnv"},
+    envs={"FLSelect-v0": "fl_gym.envs.select.env:FLSelectEnv",
+          "FLSelectPick-v0": "fl_gym.envs.select.env:FLSelectPickEnv"},
     policies="fl_gym.baselines.select:POLICIES",
     metrics=(Metric("select/val_accuracy", "validation acc.", final=True),
              Metric("select/kept_share", "kept share"), Metric("select/entropy_kept", "kept entropy"),

@@ -212,3 +212,43 @@ def test_scaffold_variant_counts_two_uploads_per_kept_client():
     *_, info = env.step(np.array([1, 1, 0, 0, 1], np.int8))
     assert info["select/uplink_models"] == 6
     assert info["select/uplink_bytes"] == 6 * env.unwrapped.federation.model_bytes[0]
+
+
+def test_pick_env_fallback_trim_and_memory():
+    env = gym.make("FLSelectPick-v0", rounds_per_episode=4)
+    obs, _ = env.reset(seed=0)
+    layout = env.unwrapped.layout
+    assert np.all(layout.column(obs, "seen") == 0) and np.all(layout.column(obs, "staleness") == 1)
+    obs, _, _, _, info = env.step(np.zeros(20, np.int8))  # nobody picked: FedEntropy's pool draw
+    assert info["select/fallback"] and len(info["clients"]) == 5 and not info["select/trimmed"]
+    trained = info["clients"]
+    assert np.all(layout.column(obs, "seen")[trained] == 1)
+    np.testing.assert_allclose(layout.rows(obs)[trained, :10].sum(1), 1.0, atol=1e-5)  # their soft labels
+    assert np.all(layout.column(obs, "staleness")[trained] == pytest.approx(1 / 4))
+    _, reward, _, _, info = env.step(np.ones(20, np.int8))  # everyone picked: m of them, penalised
+    assert info["select/trimmed"] and len(info["clients"]) == 5 and info["reward_terms"]["repaired"] == 1.0
+    assert env.unwrapped.action_masks().shape == (40,)
+
+
+def test_stalest_policy_visits_every_client_in_n_over_m_rounds():
+    env = gym.make("FLSelectPick-v0", rounds_per_episode=4, post_filter="all")
+    from fl_gym.baselines.select import StalestPickPolicy
+
+    obs, _ = env.reset(seed=1)
+    policy, seen = StalestPickPolicy(env), set()
+    for _ in range(4):
+        obs, _, _, _, info = env.step(policy.predict(obs)[0])
+        seen |= set(info["clients"].tolist())
+        assert info["select/kept"].tolist() == info["clients"].tolist()  # post_filter="all"
+    assert seen == set(range(20))
+
+
+def test_favor_reward():
+    env = gym.make("FLSelectPick-v0", reward="favor", target_accuracy=0.8, rounds_per_episode=2)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(np.zeros(20, np.int8))
+    assert reward == pytest.approx(64.0 ** (info["select/val_accuracy"] - 0.8) - 1.0)
+    with pytest.raises(ValueError, match="reward='speed'"):
+        gym.make("FLSelectPick-v0", reward="speed")
+    with pytest.raises(ValueError, match="argument 'post_filter' is not accepted"):
+        gym.make("FLSelect-v0", post_filter="all")  # a pick-env argument on the other env: rejected

@@ -34,25 +34,22 @@ ENCODINGS = ("multibinary", "discrete")
 
 
 @dataclass(frozen=True)
-class SelectConfig(EnvConfig):
-    """Arguments of ``FLSelect-v0`` (and the shared scenario's, flat).
+class SelectionConfig(EnvConfig):
+    """What both selection envs share (their own configs add the rest).
 
     Attributes:
         preset: ``tiny`` or ``paper``; sets the fields below marked (preset) and the scenario's.
-        clients_per_round: ``m`` candidates per round (preset).
+        clients_per_round: ``m`` clients that train per round (preset).
         local_epochs: ``E`` (preset).
         model: architecture (preset).
         validation_size: test samples held out for the reward's accuracy (preset).
-        sampler: ``pools`` (FedEntropy's epsilon-greedy pools) or ``uniform`` (from all clients).
         p_positive: probability that the positive pool is drawn from first (the paper's epsilon).
         local_algorithm: ``fedavg``, ``fedprox`` or ``scaffold`` (uploads its control variate too).
         prox_mu: FedProx's ``mu``.
-        action_encoding: ``multibinary`` (one bit per candidate) or ``discrete`` (``2^m - 1``
-            non-empty masks; ``m <= 12``).
         lambda_comm: weight of the uplink penalty (per episode: uploading everything every round
             costs ``lambda_comm``).
         lambda_entropy: weight of the selected mixture's normalised entropy (shaping; 0 = off).
-        lambda_repair: penalty of an all-zero action (repaired to the largest candidate).
+        lambda_repair: penalty of an action the env had to repair (empty, or too many clients).
     """
 
     preset: str = "tiny"
@@ -60,11 +57,9 @@ class SelectConfig(EnvConfig):
     local_epochs: float | None = None
     model: str | None = None
     validation_size: int | None = None
-    sampler: str = "pools"
     p_positive: float = 0.8
     local_algorithm: str = "fedavg"
     prox_mu: float = 0.01
-    action_encoding: str = "multibinary"
     lambda_comm: float = 0.05
     lambda_entropy: float = 0.0
     lambda_repair: float = 0.01
@@ -87,13 +82,9 @@ class SelectConfig(EnvConfig):
                 "a float > 0")
         require_choice("model", self.model, MODELS)
         require(is_int_at_least(self.validation_size, 1), "validation_size", self.validation_size, "an integer >= 1")
-        require_choice("sampler", self.sampler, SAMPLERS)
         require(0 <= self.p_positive <= 1, "p_positive", self.p_positive, "a float in [0, 1]")
         require_choice("local_algorithm", self.local_algorithm, LOCAL_ALGORITHMS)
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
-        require_choice("action_encoding", self.action_encoding, ENCODINGS)
-        require(self.action_encoding != "discrete" or self.clients_per_round <= 12, "action_encoding",
-                self.action_encoding, "'multibinary' when clients_per_round > 12")
         for name in ("lambda_comm", "lambda_entropy", "lambda_repair"):
             require(is_non_negative(getattr(self, name)), name, getattr(self, name), "a float >= 0")
 
@@ -102,3 +93,46 @@ class SelectConfig(EnvConfig):
         return self.scenario.federation_config(
             models=(self.model,), local_test="none", algorithm=self.local_algorithm, prox_mu=self.prox_mu,
             soft_labels=True, validation_size=self.validation_size, train=True)
+
+
+@dataclass(frozen=True)
+class SelectConfig(SelectionConfig):
+    """Arguments of ``FLSelect-v0``: :class:`SelectionConfig`'s, the shared scenario's, and these.
+
+    Attributes:
+        sampler: ``pools`` (FedEntropy's epsilon-greedy pools) or ``uniform`` (from all clients).
+        action_encoding: ``multibinary`` (one bit per candidate) or ``discrete`` (``2^m - 1``
+            non-empty masks; ``m <= 12``).
+    """
+
+    sampler: str = "pools"
+    action_encoding: str = "multibinary"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_choice("sampler", self.sampler, SAMPLERS)
+        require_choice("action_encoding", self.action_encoding, ENCODINGS)
+        require(self.action_encoding != "discrete" or self.clients_per_round <= 12, "action_encoding",
+                self.action_encoding, "'multibinary' when clients_per_round > 12")
+
+
+@dataclass(frozen=True)
+class PickConfig(SelectionConfig):
+    """Arguments of ``FLSelectPick-v0``: :class:`SelectionConfig`'s, the shared scenario's, and these.
+
+    Attributes:
+        post_filter: after training, ``judge`` (FedEntropy's judgement keeps a subset) or ``all``.
+        reward: ``accuracy`` (validation accuracy gain minus the uplink penalty, as ``FLSelect-v0``)
+            or ``favor`` (FAVOR's ``64^(acc - target) - 1``, Wang et al., INFOCOM 2020).
+        target_accuracy: the ``favor`` reward's target.
+    """
+
+    post_filter: str = "judge"
+    reward: str = "accuracy"
+    target_accuracy: float = 0.9
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_choice("post_filter", self.post_filter, ("judge", "all"))
+        require_choice("reward", self.reward, ("accuracy", "favor"))
+        require(0 < self.target_accuracy <= 1, "target_accuracy", self.target_accuracy, "a float in (0, 1]")

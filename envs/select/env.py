@@ -1,11 +1,17 @@
-"""Client selection after training: FedEntropy's decision as a Gymnasium env (spec ``fedentropy.md`` 8).
+"""Client selection as Gymnasium envs (spec ``fedentropy.md`` 8 and 8.8).
 
-Each round, ``m`` candidates are drawn (FedEntropy's epsilon-greedy pools, or uniformly) and
-train; the agent sees them trained (soft labels, sizes, pool flags, selection counts, the
-leave-one-out entropy hint, global features) and decides which of them upload and are
-aggregated. FedEntropy's maximum entropy judgement is the fixed policy ``fedentropy``.
+* ``FLSelect-v0`` (:class:`FLSelectEnv`) decides after training: ``m`` candidates are drawn
+  (FedEntropy's epsilon-greedy pools, or uniformly) and train; the agent sees them trained (soft
+  labels, sizes, pool flags, selection counts, the leave-one-out entropy hint, global features)
+  and decides which of them upload and are aggregated. FedEntropy's maximum entropy judgement
+  is the fixed policy ``fedentropy``.
+* ``FLSelectPick-v0`` (:class:`FLSelectPickEnv`) decides before training: the agent picks up to
+  ``m`` of all ``N`` clients from per-client rows (last soft label, staleness, ``seen``), as the
+  earlier RL selection work (FAVOR) does; after training, FedEntropy's judgement (or nothing)
+  filters them.
 
-See ``docs/envs/flselect.md`` for spaces, rewards, info keys and arguments.
+Both share the pools, the aggregation of a kept subset, the reward and the ``select/`` info keys
+(:class:`_SelectionEnv`). See ``docs/envs/flselect.md``.
 """
 
 from __future__ import annotations
@@ -18,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from fl_gym.envs.base import FLEnv
-from fl_gym.envs.select.config import SelectConfig
-from fl_gym.envs.select.entropy import entropy, leave_one_out_gain, mixture
+from fl_gym.envs.select.config import PickConfig, SelectConfig, SelectionConfig
+from fl_gym.envs.select.entropy import entropy, judge, leave_one_out_gain, mixture
 from fl_gym.envs.select.pools import Draw, Pools
-from fl_gym.envs.select.spaces import SelectLayout
-from fl_gym.records import RoundPlan, RoundReport, TrainedRound
+from fl_gym.envs.select.spaces import PickLayout, SelectLayout
+from fl_gym.records import OpenedRound, RoundPlan, RoundReport, TrainedRound
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,87 @@ class Selection:
     kept_entropy: float
 
 
-class FLSelectEnv(FLEnv):
+class _SelectionEnv(FLEnv):
+    """Pools, the aggregation of a kept subset, the reward and the info of both selection envs."""
+
+    family = "select"
+    config: SelectionConfig
+
+    def _setup(self) -> None:
+        cfg, fed = self.config, self.federation
+        self.m = cfg.clients_per_round
+        self.pools = Pools(fed.num_clients, cfg.p_positive)
+        self._size_scale = 2.0 ** math.ceil(math.log2(fed.sizes.max()))  # a power of two: ratios stay exact
+        self._log_c = math.log(fed.num_classes)
+        self._lr = np.full(fed.num_clients, cfg.scenario.lr)
+
+    def _reset_state(self) -> None:
+        n = self.federation.num_clients
+        self.pools = Pools(n, self.config.p_positive)
+        self._selections = np.zeros(n)
+        self._last_acc = self.federation.validation_accuracy()
+        self._last_kept = 1.0
+        self._uplink_bytes = 0.0
+
+    def _train(self, opened: OpenedRound, draw: Draw) -> SelectRound:
+        """Train the drawn clients of ``opened``; their soft labels as observed (float32)."""
+        fed = self.federation
+        plan = RoundPlan.make(fed.num_clients, lr=self._lr, selected=draw.candidates, epochs=self.config.local_epochs)
+        trained = fed.train_round(opened, plan)
+        slots = np.flatnonzero(draw.candidates)
+        soft = trained.stats.soft_labels[slots].astype(np.float32)
+        return SelectRound(draw, trained, slots, soft, entropy(mixture(soft, fed.sizes[slots])))
+
+    def _global_features(self, entropy_now: float, positive_branch: bool) -> list[float]:
+        last_acc = 0.0 if math.isnan(self._last_acc) else self._last_acc
+        return [self._round / self.rounds_per_episode, last_acc, entropy_now / self._log_c,
+                float(self.pools.negative.mean()), float(positive_branch), self._last_kept]
+
+    def _keep(self, played: SelectRound, keep: np.ndarray, repaired: bool) -> RoundReport:
+        """Aggregate the kept rows of ``played``, update pools and bookkeeping."""
+        fed, slots = self.federation, played.slots
+        aggregate = np.zeros(fed.num_clients, bool)
+        aggregate[slots[keep]] = True
+        report = fed.finish_round(played.trained, aggregate=aggregate)
+        self.pools.update(slots[keep], slots[~keep])
+        self._selections[slots] += 1
+        kept_entropy = entropy(mixture(played.soft_labels[keep], fed.sizes[slots][keep])) / self._log_c
+        self._last = Selection(played, keep, repaired, report.val_accuracy - self._last_acc, kept_entropy)
+        self._last_acc, self._last_kept = report.val_accuracy, float(keep.mean())
+        self._uplink_bytes += report.upload_bytes + self._soft_label_bytes(len(slots))
+        return report
+
+    def _soft_label_bytes(self, candidates: int) -> int:
+        """``c`` float32 and one int32 per candidate."""
+        return candidates * (4 * self.federation.num_classes + 4)
+
+    # ---- reward and info -----------------------------------------------------------------------
+
+    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
+        last = self._last
+        return {"acc_gain": last.acc_gain, "uplink": last.keep.sum() / self.m, "entropy": last.kept_entropy,
+                "repaired": float(last.repaired)}
+
+    def _reward_weights(self) -> dict[str, float]:
+        cfg, horizon = self.config, self.rounds_per_episode
+        return {"acc_gain": 1.0, "uplink": -cfg.lambda_comm / horizon, "entropy": cfg.lambda_entropy / horizon,
+                "repaired": -cfg.lambda_repair}
+
+    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
+        last = self._last
+        played, keep = last.round, last.keep
+        return {"select/kept": played.slots[keep], "select/removed": played.slots[~keep],
+                "select/kept_share": float(keep.mean()), "select/positive_branch": played.draw.positive_branch,
+                "select/repaired": last.repaired,
+                "select/uplink_models": int(keep.sum()) * self.federation.algorithm.upload_factor,
+                "select/uplink_bytes": report.upload_bytes,
+                "select/soft_label_bytes": self._soft_label_bytes(len(played.slots)),
+                "select/downlink_models": len(played.slots), "select/cum_uplink_bytes": self._uplink_bytes,
+                "select/entropy_candidates": played.entropy / self._log_c, "select/entropy_kept": last.kept_entropy,
+                "select/val_accuracy": report.val_accuracy, "select/local_steps": played.trained.steps[played.slots]}
+
+
+class FLSelectEnv(_SelectionEnv):
     """FedEntropy's decision: which of this round's trained candidates upload and are aggregated.
 
     ## Description
@@ -100,42 +186,20 @@ class FLSelectEnv(FLEnv):
     ((76,), MultiBinary(5))
     """
 
-    family = "select"
     config_class = SelectConfig
     config: SelectConfig
 
     def _setup(self) -> None:
-        cfg, fed = self.config, self.federation
-        self.m = cfg.clients_per_round
-        self.layout = SelectLayout(self.m, fed.num_classes, cfg.action_encoding)
+        super()._setup()
+        self.layout = SelectLayout(self.m, self.federation.num_classes, self.config.action_encoding)
         self.observation_space = self.layout.observation_space()
         self.action_space = self.layout.action_space()
-        self.pools = Pools(fed.num_clients, cfg.p_positive)
-        self._size_scale = 2.0 ** math.ceil(math.log2(fed.sizes.max()))
-        self._log_c = math.log(fed.num_classes)
-        self._soft_label_bytes = self.m * (4 * fed.num_classes + 4)  # c float32 and one int32 per candidate
-        self._lr = np.full(fed.num_clients, cfg.scenario.lr)
-
-    def _reset_state(self) -> None:
-        self.pools = Pools(self.federation.num_clients, self.config.p_positive)
-        self._selections = np.zeros(self.federation.num_clients)
-        self._last_acc = self.federation.validation_accuracy()
-        self._last_kept = 1.0
-        self._uplink_bytes = 0.0
-
-    # ---- the round ---------------------------------------------------------------------------
 
     def _prepare(self) -> SelectRound:
         """Draw the candidates and train them."""
-        fed, cfg = self.federation, self.config
-        sample = self.pools.draw if cfg.sampler == "pools" else self.pools.uniform
+        sample = self.pools.draw if self.config.sampler == "pools" else self.pools.uniform
         draw = sample(self.m, self.np_random)
-        opened = fed.open_round(draw.candidates)
-        plan = RoundPlan.make(fed.num_clients, lr=self._lr, selected=draw.candidates, epochs=cfg.local_epochs)
-        trained = fed.train_round(opened, plan)
-        slots = np.flatnonzero(draw.candidates)
-        soft = trained.stats.soft_labels[slots].astype(np.float32)
-        return SelectRound(draw, trained, slots, soft, entropy(mixture(soft, fed.sizes[slots])))
+        return self._train(self.federation.open_round(draw.candidates), draw)
 
     def _observe(self, pending: SelectRound) -> np.ndarray:
         fed, slots = self.federation, pending.slots
@@ -143,48 +207,116 @@ class FLSelectEnv(FLEnv):
         rows = np.column_stack([pending.soft_labels, fed.sizes[slots] / self._size_scale,
                                 pending.draw.was_negative[slots], self._selections[slots] / self.rounds_per_episode,
                                 np.clip(gain, -1, 1)])
-        last_acc = 0.0 if math.isnan(self._last_acc) else self._last_acc
-        glob = [self._round / self.rounds_per_episode, last_acc, pending.entropy / self._log_c,
-                self.pools.negative.mean(), float(pending.draw.positive_branch), self._last_kept]
+        glob = self._global_features(pending.entropy, pending.draw.positive_branch)
         return np.concatenate([rows.ravel(), glob]).astype(np.float32)
 
     def _play(self, pending: SelectRound, action: np.ndarray) -> RoundReport:
-        fed, slots = self.federation, pending.slots
         keep = self.layout.decode(action)
         repaired = not keep.any()
         if repaired:  # at least one upload: the largest candidate (lowest id on ties)
-            keep[int(np.argmax(fed.sizes[slots]))] = True
-        aggregate = np.zeros(fed.num_clients, bool)
-        aggregate[slots[keep]] = True
-        report = fed.finish_round(pending.trained, aggregate=aggregate)
-        self.pools.update(slots[keep], slots[~keep])
-        self._selections[slots] += 1
-        kept_entropy = entropy(mixture(pending.soft_labels[keep], fed.sizes[slots][keep])) / self._log_c
-        self._last = Selection(pending, keep, repaired, report.val_accuracy - self._last_acc, kept_entropy)
-        self._last_acc, self._last_kept = report.val_accuracy, float(keep.mean())
-        self._uplink_bytes += report.upload_bytes + self._soft_label_bytes
-        return report
+            keep[int(np.argmax(self.federation.sizes[pending.slots]))] = True
+        return self._keep(pending, keep, repaired)
 
-    # ---- reward and info -----------------------------------------------------------------------
+
+class FLSelectPickEnv(_SelectionEnv):
+    """The server picks who trains: up to ``m`` of all ``N`` clients, before training.
+
+    ## Description
+    The shape of the earlier RL selection work (FAVOR, Wang et al., INFOCOM 2020), on
+    FedEntropy's federation (spec 8.8). The agent sees every client's last-known soft label, how
+    stale it is, whether it has ever trained, its size, pool and selection count, and picks the
+    clients that train this round; after training, ``post_filter="judge"`` runs FedEntropy's
+    judgement on them (``"all"``: every picked client uploads).
+
+    ## Action Space
+    ``MultiBinary(N)``. No client picked: FedEntropy's epsilon-greedy draw of ``m`` from the pools
+    (``info["select/fallback"]``, so the all-zero action *is* FedEntropy with the judge filter).
+    More than ``m``: ``m`` of them uniformly (``info["select/trimmed"]``, penalised as a repair).
+    ``action_masks()`` gives the available clients (all of them) for sb3-contrib's ``MaskablePPO``.
+
+    ## Observation Space
+    ``Box(0, 1, (N (c + 5) + 6,))``: :class:`~fl_gym.envs.select.spaces.PickLayout`.
+
+    ## Rewards
+    ``reward="accuracy"``: as ``FLSelect-v0``. ``reward="favor"``: ``64^(acc - target) - 1`` on the
+    validation accuracy (FAVOR's reward).
+
+    ## Episode End
+    Truncated after ``rounds_per_episode`` rounds.
+
+    ## Arguments
+    :class:`~fl_gym.envs.select.config.PickConfig` and the shared scenario, plus ``scenario_seed``.
+
+    ## Example
+    >>> import gymnasium as gym, fl_gym
+    >>> env = gym.make("FLSelectPick-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> obs.shape, env.action_space
+    ((306,), MultiBinary(20))
+    """
+
+    config_class = PickConfig
+    config: PickConfig
+
+    def _setup(self) -> None:
+        super()._setup()
+        self.layout = PickLayout(self.federation.num_clients, self.federation.num_classes)
+        self.observation_space = self.layout.observation_space()
+        self.action_space = self.layout.action_space()
+
+    def _reset_state(self) -> None:
+        super()._reset_state()
+        n, c = self.federation.num_clients, self.federation.num_classes
+        self._soft = np.zeros((n, c), np.float32)
+        self._last_round = np.full(n, -1)
+        self._last_entropy, self._last_branch = math.log(c), True
+
+    def action_masks(self) -> np.ndarray:
+        """``(2N,)``: both values of every client's bit are allowed (every client is available)."""
+        return np.ones(2 * self.federation.num_clients, dtype=bool)
+
+    def _prepare(self) -> OpenedRound:
+        """Open the round with every client a candidate; nothing trains before the agent picks."""
+        return self.federation.open_round()
+
+    def _observe(self, pending: OpenedRound) -> np.ndarray:
+        fed, horizon = self.federation, self.rounds_per_episode
+        seen = self._last_round >= 0
+        stale = np.where(seen, (self._round - self._last_round) / horizon, 1.0)
+        rows = np.column_stack([self._soft, seen, np.clip(stale, 0, 1), fed.sizes / self._size_scale,
+                                self.pools.negative, self._selections / horizon])
+        glob = self._global_features(self._last_entropy, self._last_branch)
+        return np.concatenate([rows.ravel(), glob]).astype(np.float32)
+
+    def _play(self, pending: OpenedRound, action: np.ndarray) -> RoundReport:
+        picked = np.flatnonzero(action)
+        self._fallback, self._trimmed = len(picked) == 0, len(picked) > self.m
+        if self._fallback:
+            draw = self.pools.draw(self.m, self.np_random)
+        else:
+            if self._trimmed:
+                picked = self.np_random.choice(picked, self.m, replace=False)
+            mask = np.zeros(self.federation.num_clients, bool)
+            mask[picked] = True
+            draw = Draw(mask, True, self.pools.negative.copy())
+        played = self._train(pending, draw)
+        self._soft[played.slots] = played.soft_labels
+        self._last_round[played.slots] = self._round
+        self._last_entropy, self._last_branch = played.entropy, draw.positive_branch
+        keep = np.ones(len(played.slots), bool)
+        if self.config.post_filter == "judge":
+            keep[:] = False
+            keep[judge(played.soft_labels, self.federation.sizes[played.slots])[0]] = True
+        return self._keep(played, keep, self._trimmed)
 
     def _reward_terms(self, report: RoundReport) -> dict[str, float]:
-        last = self._last
-        return {"acc_gain": last.acc_gain, "uplink": last.keep.sum() / self.m, "entropy": last.kept_entropy,
-                "repaired": float(last.repaired)}
+        terms = super()._reward_terms(report)
+        terms["favor"] = 64.0 ** (report.val_accuracy - self.config.target_accuracy) - 1.0
+        return terms
 
     def _reward_weights(self) -> dict[str, float]:
-        cfg, horizon = self.config, self.rounds_per_episode
-        return {"acc_gain": 1.0, "uplink": -cfg.lambda_comm / horizon, "entropy": cfg.lambda_entropy / horizon,
-                "repaired": -cfg.lambda_repair}
+        return {"favor": 1.0} if self.config.reward == "favor" else super()._reward_weights()
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
-        last = self._last
-        played, keep = last.round, last.keep
-        return {"select/kept": played.slots[keep], "select/removed": played.slots[~keep],
-                "select/kept_share": float(keep.mean()), "select/positive_branch": played.draw.positive_branch,
-                "select/repaired": last.repaired,
-                "select/uplink_models": int(keep.sum()) * self.federation.algorithm.upload_factor,
-                "select/uplink_bytes": report.upload_bytes, "select/soft_label_bytes": self._soft_label_bytes,
-                "select/downlink_models": self.m, "select/cum_uplink_bytes": self._uplink_bytes,
-                "select/entropy_candidates": played.entropy / self._log_c, "select/entropy_kept": last.kept_entropy,
-                "select/val_accuracy": report.val_accuracy, "select/local_steps": played.trained.steps[played.slots]}
+        return {**super()._family_info(report, terms), "select/fallback": self._fallback,
+                "select/trimmed": self._trimmed}

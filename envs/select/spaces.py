@@ -76,3 +76,46 @@ class SelectLayout:
         if self.encoding == "discrete":
             return ((int(action) + 1) >> np.arange(self.candidates)) & 1 == 1
         return np.asarray(action).astype(bool)
+
+
+PICK_ROW_EXTRAS = ("seen", "staleness", "size", "negative", "selections")
+
+
+@dataclass(frozen=True)
+class PickLayout:
+    """``FLSelectPick-v0``'s observation: one row per client (client id order), then the globals.
+
+    A row is the client's last-known soft label (``c``; zeros if never trained), ``seen`` (1 once
+    it has trained), staleness ``(t - t_last) / T`` (1 if never), size as in
+    :class:`SelectLayout`, 1 if in the negative pool, and times selected / T, all in ``[0, 1]``.
+    The global features are :data:`GLOBAL` (entropy: of the last round's trained clients).
+
+    Attributes:
+        num_clients: ``N``.
+        num_classes: ``c``.
+    """
+
+    num_clients: int
+    num_classes: int
+
+    @property
+    def row_width(self) -> int:
+        """Values per client row."""
+        return self.num_classes + len(PICK_ROW_EXTRAS)
+
+    def observation_space(self) -> spaces.Box:
+        """``Box(0, 1, (N (c + 5) + 6,))``."""
+        return spaces.Box(0.0, 1.0, (self.num_clients * self.row_width + len(GLOBAL),), np.float32)
+
+    def action_space(self) -> spaces.MultiBinary:
+        """``MultiBinary(N)``: bit ``i`` picks client ``i``."""
+        return spaces.MultiBinary(self.num_clients)
+
+    def rows(self, observation: np.ndarray) -> np.ndarray:
+        """The ``(N, c + 5)`` client rows of one flat observation."""
+        table = np.asarray(observation, np.float64)[: self.num_clients * self.row_width]
+        return table.reshape(self.num_clients, self.row_width)
+
+    def column(self, observation: np.ndarray, name: str) -> np.ndarray:
+        """One of :data:`PICK_ROW_EXTRAS` for every client."""
+        return self.rows(observation)[:, self.num_classes + PICK_ROW_EXTRAS.index(name)]
