@@ -25,7 +25,7 @@ from gymnasium import Env
 
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
-from fl_gym.envs.select.spaces import PickLayout, SelectLayout
+from fl_gym.envs.select.spaces import PickLayout, QueueLayout, SelectLayout
 
 
 class SelectPolicy:
@@ -163,8 +163,61 @@ class StalestPickPolicy(PickPolicy):
         return self._mask(np.argsort(-stale, kind="stable")[: self.m])
 
 
+class TopLambdaEntropyPolicy:
+    """DDFL (Ma et al.): aggregate the ``floor(lam K)`` devices of highest label entropy (spec 3.2).
+
+    Reads the entropy column of the observation; ties are broken by the policy's own seeded
+    permutation, so the lowest-entropy devices are dropped first.
+
+    Args:
+        env: a queue env (or its :class:`~fl_gym.envs.select.spaces.QueueLayout`).
+        lam: the kept fraction ``lambda`` (paper: 0.9 or 0.8).
+        seed: the tie-breaking generator's seed.
+    """
+
+    def __init__(self, env: Env | QueueLayout, lam: float = 0.9, seed: int = 0) -> None:
+        if not 0 < lam <= 1:
+            raise ValueError(f"lam={lam!r} is out of range; allowed: a float in (0, 1]")
+        self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
+        self.lam, self.rng = lam, np.random.default_rng(seed)
+
+    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """Action(s) for one observation or a batch."""
+        obs = np.asarray(observation)
+        rows = obs if obs.ndim == 2 else obs[None]
+        actions = np.stack([self.keep(row) for row in rows])
+        return (actions if obs.ndim == 2 else actions[0]), state
+
+    def keep(self, observation: np.ndarray) -> np.ndarray:
+        """``(K,)`` int8: the top ``floor(lam K)`` by entropy."""
+        k = self.layout.num_clients
+        m = max(1, min(k, int(np.floor(self.lam * k + 1e-9))))
+        entropy = self.layout.column(observation, "entropy")
+        tie = self.rng.permutation(k)
+        order = np.lexsort((tie, -entropy))  # entropy descending, ties by the random permutation
+        mask = np.zeros(k, np.int8)
+        mask[order[:m]] = 1
+        return mask
+
+
+class AggregateAllPolicy:
+    """Every device is aggregated: FedAvg on the queue env (DDFL with ``lambda = 1`` with server data)."""
+
+    def __init__(self, env: Env | QueueLayout) -> None:
+        self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
+
+    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """All ones, for one observation or a batch."""
+        obs = np.asarray(observation)
+        ones = np.ones((obs.shape[0] if obs.ndim == 2 else 1, self.layout.num_clients), np.int8)
+        return (ones if obs.ndim == 2 else ones[0]), state
+
+
 UNIFORM, PROX, SCAFFOLD = {"sampler": "uniform"}, {"local_algorithm": "fedprox"}, {"local_algorithm": "scaffold"}
-SELECT, PICK = ("FLSelect-v0",), ("FLSelectPick-v0",)
+SELECT, PICK, QUEUE = ("FLSelect-v0",), ("FLSelectPick-v0",), ("FLSelectQueue-v0",)
+SERVER_DATA = {"server_data_fraction": 0.1, "allow_server_data": True, "aggregation_weights": "entropy"}
 POLICIES = {
     "fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "FedEntropy: maximum entropy judgement, pools sampler",
                               {"sampler": "pools"}, SELECT),
@@ -191,4 +244,14 @@ POLICIES = {
                                {"post_filter": "all"}, PICK),
     "stalest": PolicyEntry(StalestPickPolicy, "the m stalest clients (round robin), judge filter",
                            {"post_filter": "judge"}, PICK),
+    "ddfl": PolicyEntry(TopLambdaEntropyPolicy, "DDFL: 10 % server data streamed to the devices, top 90 % by label "
+                        "entropy, entropy weights (kwargs lam, seed)", SERVER_DATA, QUEUE),
+    "ddfl-0.8": PolicyEntry(lambda env, seed=0: TopLambdaEntropyPolicy(env, 0.8, seed), "DDFL with lambda = 0.8",
+                            SERVER_DATA, QUEUE),
+    "queue-all": PolicyEntry(AggregateAllPolicy, "DDFL's queue and weights, every device aggregated (lambda = 1)",
+                             SERVER_DATA, QUEUE),
+    "fedavg-noniid": PolicyEntry(AggregateAllPolicy, "FedAvg on the one-class devices: no server data, data-size "
+                                 "weights", {"server_data_fraction": 0.0, "aggregation_weights": "data_size"}, QUEUE),
+    "top-entropy": PolicyEntry(TopLambdaEntropyPolicy, "DDFL's selection without server data (kwargs lam, seed)",
+                               {"server_data_fraction": 0.0}, QUEUE),
 }

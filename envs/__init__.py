@@ -33,9 +33,10 @@ HAPFL = Family(
 
 SELECT = Family(
     name="select",
-    paper="FedEntropy (Ling et al.): which trained clients are aggregated",
+    paper="FedEntropy (Ling et al.) and DDFL (Ma et al.): who trains and which trained clients are aggregated",
     envs={"FLSelect-v0": "fl_gym.envs.select.env:FLSelectEnv",
-          "FLSelectPick-v0": "fl_gym.envs.select.env:FLSelectPickEnv"},
+          "FLSelectPick-v0": "fl_gym.envs.select.env:FLSelectPickEnv",
+          "FLSelectQueue-v0": "fl_gym.envs.select.queue_env:FLSelectQueueEnv"},
     policies="fl_gym.baselines.select:POLICIES",
     metrics=(Metric("select/val_accuracy", "validation acc.", final=True),
              Metric("select/kept_share", "kept share"), Metric("select/entropy_kept", "kept entropy"),

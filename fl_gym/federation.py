@@ -159,14 +159,19 @@ class Federation:
 
         Sizes, label histograms and entropy follow; the clock and the next round use the new data.
         """
-        indices = np.asarray(indices)
-        if not 0 <= client < self.num_clients:
-            raise ValueError(f"client={client} is out of range; allowed: 0..{self.num_clients - 1}")
-        if indices.ndim != 1 or len(indices) == 0 or indices.min() < 0 or indices.max() >= len(self._labels):
-            raise ValueError(f"indices of client {client} are out of range; allowed: a non-empty 1-D array in "
-                             f"0..{len(self._labels) - 1}")
+        self.assign_many({client: indices})
+
+    def assign_many(self, assignment: dict[int, np.ndarray]) -> None:
+        """:meth:`assign_data` for several clients at once (one recount)."""
         parts = [p.cpu().numpy() for p in self.train_parts]
-        parts[client] = np.sort(indices)
+        for client, indices in assignment.items():
+            indices = np.asarray(indices)
+            if not 0 <= client < self.num_clients:
+                raise ValueError(f"client={client} is out of range; allowed: 0..{self.num_clients - 1}")
+            if indices.ndim != 1 or len(indices) == 0 or indices.min() < 0 or indices.max() >= len(self._labels):
+                raise ValueError(f"indices of client {client} are out of range; allowed: a non-empty 1-D array in "
+                                 f"0..{len(self._labels) - 1}")
+            parts[client] = np.sort(indices)
         self._set_train_parts(parts)
 
     @property

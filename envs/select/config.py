@@ -136,3 +136,90 @@ class PickConfig(SelectionConfig):
         require_choice("post_filter", self.post_filter, ("judge", "all"))
         require_choice("reward", self.reward, ("accuracy", "favor"))
         require(0 < self.target_accuracy <= 1, "target_accuracy", self.target_accuracy, "a float in (0, 1]")
+
+
+QUEUE_PRESETS = {
+    "tiny": {"own": dict(local_epochs=1, model="mlp-small", validation_size=150),
+             "scenario": dict(dataset="digits", num_clients=20, partition="one_class", lr=0.05, batch_size=10,
+                              rounds_per_episode=30)},
+    "paper": {"own": dict(local_epochs=1, model="ddfl-mnist-cnn", validation_size=5000),
+              "scenario": dict(dataset="mnist", num_clients=20, partition="one_class", lr=0.01, batch_size=100,
+                               rounds_per_episode=100)},
+}
+
+
+@dataclass(frozen=True)
+class QueueConfig(EnvConfig):
+    """Arguments of ``FLSelectQueue-v0`` (DDFL, spec ``ddfl.md`` 7), and the shared scenario's.
+
+    Attributes:
+        preset: ``tiny`` (digits, 20 one-class clients, 30 rounds) or ``paper`` (MNIST, 20 one-class
+            clients, DDFL's CNN, 100 rounds); sets the fields marked (preset) and the scenario's.
+        local_epochs: ``e`` (preset).
+        model: architecture (preset).
+        validation_size: test samples held out for the reward's accuracy (preset).
+        server_data_fraction: ``gamma``, the class-balanced share of the training set the server
+            holds and streams to the devices. 0 (default) = no server data.
+        allow_server_data: must be True for ``server_data_fraction > 0``: raw training samples are
+            sent to every device (a privacy choice, spec 6.P).
+        queue_mode: ``accumulate`` (segments pile up) or ``replace`` (the latest segment only).
+        segment_rho: segment size as a share of the mean initial device size (spec 2.4; 0.04 here
+            for a 30-round episode, the spec's 0.0037 is calibrated to 100 rounds).
+        segment_size: samples per segment, overriding ``segment_rho``.
+        queue_start_round: the first round whose working sets include a segment.
+        aggregation_weights: ``entropy`` (DDFL: weights proportional to label entropy, data size if
+            all kept devices have zero entropy) or ``data_size`` (FedAvg).
+        empty_action: an all-zero action ``skip`` s aggregation (the global model stays) or keeps ``all``.
+        lambda_comm: weight of the uplink penalty (0: DDFL-vs-PPO comparisons are pure accuracy).
+    """
+
+    preset: str = "tiny"
+    local_epochs: float | None = None
+    model: str | None = None
+    validation_size: int | None = None
+    server_data_fraction: float = 0.0
+    allow_server_data: bool = False
+    queue_mode: str = "accumulate"
+    segment_rho: float = 0.04
+    segment_size: int | None = None
+    queue_start_round: int = 2
+    aggregation_weights: str = "entropy"
+    empty_action: str = "skip"
+    lambda_comm: float = 0.0
+
+    @classmethod
+    def default_scenario(cls, own: Mapping[str, Any]) -> dict[str, Any]:
+        """The preset's scenario."""
+        return dict(QUEUE_PRESETS.get(own.get("preset", "tiny"), QUEUE_PRESETS["tiny"])["scenario"])
+
+    def __post_init__(self) -> None:
+        require_choice("preset", self.preset, QUEUE_PRESETS)
+        for name, value in QUEUE_PRESETS[self.preset]["own"].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        super().__post_init__()
+        require(is_non_negative(self.local_epochs) and self.local_epochs > 0, "local_epochs", self.local_epochs,
+                "a float > 0")
+        require_choice("model", self.model, MODELS)
+        require(is_int_at_least(self.validation_size, 1), "validation_size", self.validation_size, "an integer >= 1")
+        require(0 <= self.server_data_fraction < 1, "server_data_fraction", self.server_data_fraction,
+                "a float in [0, 1)")
+        require(self.server_data_fraction == 0 or self.allow_server_data is True, "server_data_fraction",
+                self.server_data_fraction, "0 unless allow_server_data=True: the server's raw training samples "
+                "are sent to every device")
+        require_choice("queue_mode", self.queue_mode, ("accumulate", "replace"))
+        require(is_non_negative(self.segment_rho) and self.segment_rho > 0, "segment_rho", self.segment_rho,
+                "a float > 0")
+        require(self.segment_size is None or is_int_at_least(self.segment_size, 1), "segment_size",
+                self.segment_size, "None or an integer >= 1")
+        require(is_int_at_least(self.queue_start_round, 1), "queue_start_round", self.queue_start_round,
+                "an integer >= 1")
+        require_choice("aggregation_weights", self.aggregation_weights, ("entropy", "data_size"))
+        require_choice("empty_action", self.empty_action, ("skip", "all"))
+        require(is_non_negative(self.lambda_comm), "lambda_comm", self.lambda_comm, "a float >= 0")
+
+    def federation_config(self) -> FederationConfig:
+        """Real training with a validation set and, opted in, the server's data share."""
+        return self.scenario.federation_config(
+            models=(self.model,), local_test="none", server_data_fraction=self.server_data_fraction,
+            validation_size=self.validation_size, train=True)

@@ -119,3 +119,37 @@ class PickLayout:
     def column(self, observation: np.ndarray, name: str) -> np.ndarray:
         """One of :data:`PICK_ROW_EXTRAS` for every client."""
         return self.rows(observation)[:, self.num_classes + PICK_ROW_EXTRAS.index(name)]
+
+
+QUEUE_ROW = ("entropy", "size", "bias", "selected", "selection_rate", "server_share")
+QUEUE_GLOBAL = ("progress", "val_accuracy", "undelivered")
+
+
+@dataclass(frozen=True)
+class QueueLayout:
+    """``FLSelectQueue-v0``'s observation: one row per device (device order), then the globals.
+
+    A row (:data:`QUEUE_ROW`): label entropy of the working set / ``log2 C``, size / largest,
+    distance of its label distribution to the population's (normalised, spec 2.6), selected last
+    round, selection rate, share of server samples in its working set. Globals
+    (:data:`QUEUE_GLOBAL`): round / rounds, last validation accuracy, mean undelivered share of
+    the server data. All in ``[0, 1]``.
+
+    Attributes:
+        num_clients: ``K``.
+    """
+
+    num_clients: int
+
+    def observation_space(self) -> spaces.Box:
+        """``Box(0, 1, (6K + 3,))``."""
+        return spaces.Box(0.0, 1.0, (self.num_clients * len(QUEUE_ROW) + len(QUEUE_GLOBAL),), np.float32)
+
+    def action_space(self) -> spaces.MultiBinary:
+        """``MultiBinary(K)``: bit ``k`` aggregates device ``k``."""
+        return spaces.MultiBinary(self.num_clients)
+
+    def column(self, observation: np.ndarray, name: str) -> np.ndarray:
+        """One of :data:`QUEUE_ROW` for every device."""
+        table = np.asarray(observation, np.float64)[: self.num_clients * len(QUEUE_ROW)]
+        return table.reshape(self.num_clients, len(QUEUE_ROW))[:, QUEUE_ROW.index(name)]

@@ -29,7 +29,7 @@ import numpy as np
 
 from fl_gym.validation import is_int_at_least, is_positive, require, require_choice
 
-KINDS = ("iid", "dirichlet", "shards", "classes", "mixed", "power_law", "natural")
+KINDS = ("iid", "dirichlet", "shards", "classes", "one_class", "mixed", "power_law", "natural")
 
 
 @dataclass(frozen=True)
@@ -91,12 +91,28 @@ def partition(labels: np.ndarray, num_clients: int, cfg: PartitionConfig, rng: n
         return shards_split(labels, num_clients, cfg.shards_per_client, rng)
     if cfg.kind == "power_law":
         return power_law_split(len(labels), num_clients, cfg, rng)
+    if cfg.kind == "one_class":
+        return one_class_split(labels, num_clients, rng, num_classes)
     if cfg.kind in ("classes", "mixed"):
         num_iid = cfg.num_iid if cfg.kind == "mixed" else 0
         require(num_iid <= num_clients, "num_iid", num_iid, f"at most num_clients={num_clients}")
         n = cfg.samples_per_client or len(labels) // num_clients
         return classes_split(labels, num_clients, cfg.classes_per_client, n, rng, num_iid, num_classes)
     raise ValueError("partition.kind='natural' comes from the data set; use Dataset.natural_split")
+
+
+def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
+                    ) -> list[np.ndarray]:
+    """DDFL's 1-class split: client ``k`` holds class ``k mod C`` only (spec ``ddfl.md`` 2.3).
+
+    Each class's samples are shuffled and cut into ``K / C`` near-equal shards; ``K`` must be a
+    multiple of ``C``.
+    """
+    require(num_clients % num_classes == 0, "num_clients", num_clients,
+            f"a multiple of the number of classes ({num_classes}) for partition 'one_class'")
+    per_class = num_clients // num_classes
+    shards = {c: np.array_split(rng.permutation(np.flatnonzero(labels == c)), per_class) for c in range(num_classes)}
+    return [np.sort(shards[k % num_classes][k // num_classes]).astype(np.int64) for k in range(num_clients)]
 
 
 def iid_split(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -1,0 +1,160 @@
+"""DDFL as a Gymnasium env: a server data queue and the choice of which trained devices are aggregated.
+
+**Server data is a privacy choice.** With ``server_data_fraction > 0`` (and the required
+``allow_server_data=True``) the server keeps a class-balanced share of the raw training data and
+sends it, sample by sample, to every device; each device also discloses the label entropy of its
+data every round. This is the only fl-gym env that moves server data to clients; by default it
+holds none and is plain FedAvg on one-class devices (spec ``ddfl.md`` 6.P).
+
+Each round every device trains on its working set (its own data, plus the segments of the
+server's queue it has received); the agent sees each device's label entropy, size, label bias,
+selection history and server share, and decides which trained devices are aggregated, weighted
+by label entropy (DDFL) or data size. DDFL's rule, the top ``lambda`` devices by entropy, is the
+fixed policy ``ddfl``. See ``docs/envs/flselect.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fl_gym.envs.base import FLEnv
+from fl_gym.envs.select.config import QueueConfig
+from fl_gym.envs.select.queue import DataQueue, bias, entropy_bits, segment_size
+from fl_gym.envs.select.spaces import QueueLayout
+from fl_gym.records import RoundPlan, RoundReport, TrainedRound
+
+
+@dataclass(frozen=True)
+class QueueRound:
+    """A trained round waiting for the aggregation decision.
+
+    Attributes:
+        trained: every device trained on its working set.
+        entropy: ``(K,)`` label entropy of each working set, bits.
+        bias: ``(K,)`` normalised distance of each label distribution to the population's.
+    """
+
+    trained: TrainedRound
+    entropy: np.ndarray
+    bias: np.ndarray
+
+
+class FLSelectQueueEnv(FLEnv):
+    """DDFL (Ma et al.): which trained devices are aggregated, with an opt-in server data queue.
+
+    ## Description
+    One step is one round: every device trains on its working set, the agent keeps a subset,
+    the kept devices are averaged (weights: label entropy, or data size), and, with server data,
+    every device then receives its next queue segment. Read the module docstring on privacy first.
+
+    ## Action Space
+    ``MultiBinary(K)``: bit ``k`` aggregates device ``k``. All zero: ``empty_action="skip"``
+    keeps the global model (flagged), ``"all"`` aggregates everyone.
+
+    ## Observation Space
+    ``Box(0, 1, (6K + 3,))``: :class:`~fl_gym.envs.select.spaces.QueueLayout`.
+
+    ## Rewards
+    Validation accuracy gain ``- lambda_comm / T * kept / K``.
+
+    ## Episode End
+    Truncated after ``rounds_per_episode`` rounds.
+
+    ## Arguments
+    :class:`~fl_gym.envs.select.config.QueueConfig` and the shared scenario, plus ``scenario_seed``.
+
+    ## Example
+    >>> import gymnasium as gym, fl_gym
+    >>> env = gym.make("FLSelectQueue-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> obs.shape, env.action_space
+    ((123,), MultiBinary(20))
+    """
+
+    family = "select"
+    config_class = QueueConfig
+    config: QueueConfig
+
+    def _setup(self) -> None:
+        cfg, fed = self.config, self.federation
+        self.layout = QueueLayout(fed.num_clients)
+        self.observation_space = self.layout.observation_space()
+        self.action_space = self.layout.action_space()
+        self._base = [p.cpu().numpy() for p in fed.train_parts]
+        self._population = np.bincount(fed.y_train.cpu().numpy(), minlength=fed.num_classes)
+        self._log2_c = math.log2(fed.num_classes)
+        self._lr = np.full(fed.num_clients, cfg.scenario.lr)
+        train = len(fed.y_train)
+        self.segment = cfg.segment_size or segment_size(cfg.segment_rho, len(fed.server_indices), fed.num_clients,
+                                                        train)
+        if len(fed.server_indices):
+            warnings.warn(f"FLSelectQueue-v0: the server holds {cfg.server_data_fraction:.0%} of the training data "
+                          f"({len(fed.server_indices)} raw samples) and sends it to every device", stacklevel=2)
+
+    def _reset_state(self) -> None:
+        fed = self.federation
+        fed.assign_many(dict(enumerate(self._base)))  # a new episode starts from the devices' own data
+        self.queue = DataQueue(fed.server_indices, self._base, self.segment, self.config.queue_mode, self.np_random)
+        self._selected_prev = np.zeros(fed.num_clients)
+        self._selections = np.zeros(fed.num_clients)
+        self._last_acc = fed.validation_accuracy()
+
+    def _prepare(self) -> QueueRound:
+        """Deliver this round's segments (from ``queue_start_round`` on), then train every device."""
+        fed = self.federation
+        if len(fed.server_indices) and self._round + 1 >= self.config.queue_start_round:
+            grown = self.queue.advance()
+            if grown:
+                fed.assign_many(grown)
+        plan = RoundPlan.make(fed.num_clients, lr=self._lr, epochs=self.config.local_epochs)
+        trained = fed.train_round(fed.open_round(), plan)
+        return QueueRound(trained, entropy_bits(fed.histogram), bias(fed.histogram, self._population))
+
+    def _observe(self, pending: QueueRound) -> np.ndarray:
+        fed = self.federation
+        rate = self._selections / max(1, self._round)
+        rows = np.column_stack([pending.entropy / self._log2_c, fed.sizes / fed.sizes.max(), pending.bias,
+                                self._selected_prev, rate, self.queue.received() / fed.sizes])
+        last_acc = 0.0 if math.isnan(self._last_acc) else self._last_acc
+        glob = [self._round / self.rounds_per_episode, last_acc, self.queue.undelivered()]
+        return np.concatenate([rows.ravel(), glob]).astype(np.float32)
+
+    def _play(self, pending: QueueRound, action: np.ndarray) -> RoundReport:
+        fed = self.federation
+        keep = np.asarray(action).astype(bool)
+        self._empty = not keep.any()
+        if self._empty and self.config.empty_action == "all":
+            keep[:] = True
+        weight = pending.entropy.copy() if self.config.aggregation_weights == "entropy" else fed.sizes.astype(float)
+        self._fallback = bool(keep.any() and weight[keep].sum() <= 1e-12)
+        if self._fallback:  # every kept device holds one class: data-size weights (spec 3.2)
+            weight = fed.sizes.astype(float)
+        report = fed.finish_round(pending.trained, aggregate=keep, weight=weight)
+        self._selected_prev = keep.astype(float)
+        self._selections += keep
+        self._gain, self._last_acc = report.val_accuracy - self._last_acc, report.val_accuracy
+        self._played, self._keep = pending, keep
+        return report
+
+    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
+        return {"acc_gain": self._gain, "uplink": float(self._keep.mean())}
+
+    def _reward_weights(self) -> dict[str, float]:
+        return {"acc_gain": 1.0, "uplink": -self.config.lambda_comm / self.rounds_per_episode}
+
+    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
+        played, keep = self._played, self._keep
+        return {"select/kept": np.flatnonzero(keep), "select/kept_share": float(keep.mean()),
+                "select/entropy_bits": played.entropy,
+                "select/mean_entropy": float(played.entropy.mean() / self._log2_c),
+                "select/mean_bias": float(played.bias.mean()), "select/weights": report.weights,
+                "select/fallback_weights": self._fallback, "select/empty_selection": self._empty,
+                "select/val_accuracy": report.val_accuracy, "select/samples_sent": int(self.queue.sent),
+                "select/privacy": {"server_data_fraction": self.config.server_data_fraction,
+                                   "raw_samples_sent_total": int(self.queue.sent), "label_stats_exposed": "entropy"}}
