@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from fl_gym.config import FederationConfig
 from fl_gym.envs.scenario import EnvConfig
@@ -28,21 +28,59 @@ PRESETS = {
               "scenario": dict(dataset="cifar10", num_clients=100, partition="classes", classes_per_client=1,
                                lr=0.01, momentum=0.5, batch_size=50, rounds_per_episode=1000)},
 }
+QUEUE_PRESETS = {
+    "tiny": {"own": dict(local_epochs=1, model="mlp-small", validation_size=150),
+             "scenario": dict(dataset="digits", num_clients=20, partition="one_class", lr=0.05, batch_size=10,
+                              rounds_per_episode=30)},
+    "paper": {"own": dict(local_epochs=1, model="ddfl-mnist-cnn", validation_size=5000),
+              "scenario": dict(dataset="mnist", num_clients=20, partition="one_class", lr=0.01, batch_size=100,
+                               rounds_per_episode=100)},
+}
 SAMPLERS = ("pools", "uniform")
 LOCAL_ALGORITHMS = ("fedavg", "fedprox", "scaffold")
 ENCODINGS = ("multibinary", "discrete")
 
 
 @dataclass(frozen=True)
-class SelectionConfig(EnvConfig):
-    """What both selection envs share (their own configs add the rest).
+class PresetConfig(EnvConfig):
+    """A selection env's preset, and the training fields every one of them sets.
 
     Attributes:
-        preset: ``tiny`` or ``paper``; sets the fields below marked (preset) and the scenario's.
-        clients_per_round: ``m`` clients that train per round (preset).
-        local_epochs: ``E`` (preset).
+        preset: a key of :attr:`presets`; sets the fields marked (preset) and the scenario's.
+        local_epochs: local epochs (preset).
         model: architecture (preset).
         validation_size: test samples held out for the reward's accuracy (preset).
+    """
+
+    presets: ClassVar[Mapping[str, Mapping[str, dict]]] = PRESETS
+    preset: str = "tiny"
+    local_epochs: float | None = None
+    model: str | None = None
+    validation_size: int | None = None
+
+    @classmethod
+    def default_scenario(cls, own: Mapping[str, Any]) -> dict[str, Any]:
+        """The preset's scenario."""
+        return dict(cls.presets.get(own.get("preset", "tiny"), cls.presets["tiny"])["scenario"])
+
+    def __post_init__(self) -> None:
+        require_choice("preset", self.preset, self.presets)
+        for name, value in self.presets[self.preset]["own"].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        super().__post_init__()
+        require(is_non_negative(self.local_epochs) and self.local_epochs > 0, "local_epochs", self.local_epochs,
+                "a float > 0")
+        require_choice("model", self.model, MODELS)
+        require(is_int_at_least(self.validation_size, 1), "validation_size", self.validation_size, "an integer >= 1")
+
+
+@dataclass(frozen=True)
+class SelectionConfig(PresetConfig):
+    """What ``FLSelect-v0`` and ``FLSelectPick-v0`` share (their own configs add the rest).
+
+    Attributes:
+        clients_per_round: ``m`` clients that train per round (preset).
         p_positive: probability that the positive pool is drawn from first (the paper's epsilon).
         local_algorithm: ``fedavg``, ``fedprox`` or ``scaffold`` (uploads its control variate too).
         prox_mu: FedProx's ``mu``.
@@ -52,11 +90,7 @@ class SelectionConfig(EnvConfig):
         lambda_repair: penalty of an action the env had to repair (empty, or too many clients).
     """
 
-    preset: str = "tiny"
     clients_per_round: int | None = None
-    local_epochs: float | None = None
-    model: str | None = None
-    validation_size: int | None = None
     p_positive: float = 0.8
     local_algorithm: str = "fedavg"
     prox_mu: float = 0.01
@@ -64,24 +98,11 @@ class SelectionConfig(EnvConfig):
     lambda_entropy: float = 0.0
     lambda_repair: float = 0.01
 
-    @classmethod
-    def default_scenario(cls, own: Mapping[str, Any]) -> dict[str, Any]:
-        """The preset's scenario."""
-        return dict(PRESETS.get(own.get("preset", "tiny"), PRESETS["tiny"])["scenario"])
-
     def __post_init__(self) -> None:
-        require_choice("preset", self.preset, PRESETS)
-        for name, value in PRESETS[self.preset]["own"].items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
         super().__post_init__()
         n = self.scenario.num_clients
         require(is_int_at_least(self.clients_per_round, 1) and self.clients_per_round <= n, "clients_per_round",
                 self.clients_per_round, f"an integer in [1, num_clients={n}]")
-        require(is_non_negative(self.local_epochs) and self.local_epochs > 0, "local_epochs", self.local_epochs,
-                "a float > 0")
-        require_choice("model", self.model, MODELS)
-        require(is_int_at_least(self.validation_size, 1), "validation_size", self.validation_size, "an integer >= 1")
         require(0 <= self.p_positive <= 1, "p_positive", self.p_positive, "a float in [0, 1]")
         require_choice("local_algorithm", self.local_algorithm, LOCAL_ALGORITHMS)
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
@@ -138,26 +159,14 @@ class PickConfig(SelectionConfig):
         require(0 < self.target_accuracy <= 1, "target_accuracy", self.target_accuracy, "a float in (0, 1]")
 
 
-QUEUE_PRESETS = {
-    "tiny": {"own": dict(local_epochs=1, model="mlp-small", validation_size=150),
-             "scenario": dict(dataset="digits", num_clients=20, partition="one_class", lr=0.05, batch_size=10,
-                              rounds_per_episode=30)},
-    "paper": {"own": dict(local_epochs=1, model="ddfl-mnist-cnn", validation_size=5000),
-              "scenario": dict(dataset="mnist", num_clients=20, partition="one_class", lr=0.01, batch_size=100,
-                               rounds_per_episode=100)},
-}
-
-
 @dataclass(frozen=True)
-class QueueConfig(EnvConfig):
+class QueueConfig(PresetConfig):
     """Arguments of ``FLSelectQueue-v0`` (DDFL, spec ``ddfl.md`` 7), and the shared scenario's.
 
+    ``preset``: ``tiny`` (digits, 20 one-class clients, 30 rounds) or ``paper`` (MNIST, 20
+    one-class clients, DDFL's CNN, 100 rounds), with :class:`PresetConfig`'s fields.
+
     Attributes:
-        preset: ``tiny`` (digits, 20 one-class clients, 30 rounds) or ``paper`` (MNIST, 20 one-class
-            clients, DDFL's CNN, 100 rounds); sets the fields marked (preset) and the scenario's.
-        local_epochs: ``e`` (preset).
-        model: architecture (preset).
-        validation_size: test samples held out for the reward's accuracy (preset).
         server_data_fraction: ``gamma``, the class-balanced share of the training set the server
             holds and streams to the devices. 0 (default) = no server data.
         allow_server_data: must be True for ``server_data_fraction > 0``: raw training samples are
@@ -173,10 +182,7 @@ class QueueConfig(EnvConfig):
         lambda_comm: weight of the uplink penalty (0: DDFL-vs-PPO comparisons are pure accuracy).
     """
 
-    preset: str = "tiny"
-    local_epochs: float | None = None
-    model: str | None = None
-    validation_size: int | None = None
+    presets: ClassVar[Mapping[str, Mapping[str, dict]]] = QUEUE_PRESETS
     server_data_fraction: float = 0.0
     allow_server_data: bool = False
     queue_mode: str = "accumulate"
@@ -187,21 +193,8 @@ class QueueConfig(EnvConfig):
     empty_action: str = "skip"
     lambda_comm: float = 0.0
 
-    @classmethod
-    def default_scenario(cls, own: Mapping[str, Any]) -> dict[str, Any]:
-        """The preset's scenario."""
-        return dict(QUEUE_PRESETS.get(own.get("preset", "tiny"), QUEUE_PRESETS["tiny"])["scenario"])
-
     def __post_init__(self) -> None:
-        require_choice("preset", self.preset, QUEUE_PRESETS)
-        for name, value in QUEUE_PRESETS[self.preset]["own"].items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
         super().__post_init__()
-        require(is_non_negative(self.local_epochs) and self.local_epochs > 0, "local_epochs", self.local_epochs,
-                "a float > 0")
-        require_choice("model", self.model, MODELS)
-        require(is_int_at_least(self.validation_size, 1), "validation_size", self.validation_size, "an integer >= 1")
         require(0 <= self.server_data_fraction < 1, "server_data_fraction", self.server_data_fraction,
                 "a float in [0, 1)")
         require(self.server_data_fraction == 0 or self.allow_server_data is True, "server_data_fraction",
