@@ -79,7 +79,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         self.config = self._build_config(config, kwargs)
         self.scenario_seed = int(scenario_seed)
         self.federation = Federation(self.config.federation_config(), self.scenario_seed)
-        self._round, self._uploads = 0, 0
+        self._round, self._uploads, self._ended = 0, 0, False
         self._pending: Any = None
         self._setup()
 
@@ -98,7 +98,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         """Play the pending round under ``action``; return the next round's observation."""
         if self._pending is None:
             raise gym.error.ResetNeeded("step() before reset(); call reset() first")
-        if self._round >= self.rounds_per_episode:
+        if self._ended:
             raise gym.error.ResetNeeded("step() after the episode ended; call reset()")
         report = self._play(self._pending, self._check_action(action))
         self._round += 1
@@ -108,6 +108,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         terminated = self._is_terminated(report)
         truncated = self._round >= self.rounds_per_episode and not terminated
         info = self._info(report, terms)
+        self._ended = terminated or truncated
         self._pending = self._prepare()
         return self._observe(self._pending), float(reward), terminated, truncated, info
 
@@ -116,7 +117,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         """Start an episode: fresh models and dynamics, same scenario; observe round 1."""
         super().reset(seed=seed)
         self.federation.reset(seed=int(self.np_random.integers(2**63 - 1)), sampler=self.np_random)
-        self._round, self._uploads = 0, 0
+        self._round, self._uploads, self._ended = 0, 0, False
         self._reset_state()
         self._pending = self._prepare()
         return self._observe(self._pending), {"round": 0}

@@ -269,3 +269,13 @@ def test_torch_smoke_on_real_mnist():
     infos, _ = _rollout(env, BalancedOraclePolicy(env), 3, seed=0)
     assert infos[2]["hetero/lite_accuracy"] > infos[0]["hetero/lite_accuracy"]
     assert infos[2]["hetero/mean_local_accuracy"] > 0.9
+
+
+def test_a_terminated_episode_needs_a_reset():
+    env = gym.make("FLHetero-v0", backend="torch", local_epochs=1, lr=3e-3, target_accuracy=0.01,
+                   rounds_per_episode=5).unwrapped
+    obs, _ = env.reset(seed=0)
+    *_, terminated, truncated, info = env.step(BalancedOraclePolicy(env).predict(obs)[0])
+    assert terminated and not truncated and info["accuracy"] >= 0.01
+    with pytest.raises(gym.error.ResetNeeded, match="after the episode ended"):
+        env.step(obs)
