@@ -52,6 +52,17 @@ def _threads(n: int) -> None:
 # ---- commands ------------------------------------------------------------------------------
 
 
+def _space(space: Any) -> str:
+    """A space's repr, with a ``Box``'s per-entry bounds summarised as ``[min, max]``."""
+    import numpy as np
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Box) and not (np.all(space.low == space.low.flat[0])
+                                             and np.all(space.high == space.high.flat[0])):
+        return f"Box([{space.low.min()}, {space.high.max()}], {space.shape}, {space.dtype})"
+    return str(space)
+
+
 def cmd_envs(args: argparse.Namespace) -> int:
     """List the registered families and env ids with their spaces, arguments, policies and recipes."""
     import gymnasium as gym
@@ -64,7 +75,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
             env = gym.make(env_id)
             cls = type(env.unwrapped)
             print(f"{env_id}: {(cls.__doc__ or '').strip().splitlines()[0]}")
-            print(f"  observation: {env.observation_space}")
+            print(f"  observation: {_space(env.observation_space)}")
             print(f"  action:      {env.action_space}")
             print(f"  arguments:   {', '.join(cls.config_class.own_fields())}, and the shared scenario's")
             print(f"  policies:    {', '.join(family.fixed_policies(env_id))}")
