@@ -43,6 +43,7 @@ SELECT = Family(
              Metric("select/cum_uplink_bytes", "uplink bytes", final=True)),
     accuracy_label="global model acc.",
     demo="fl_gym.training.select.demo:run_demo",
+    reproduce="fl_gym.training.select.results:reproduce",
     docs="docs/envs/flselect.md",
 )
 

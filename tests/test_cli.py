@@ -228,3 +228,22 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert (tmp_path / "hetero" / "compare-accuracy" / "accuracy.png").is_file()
     assert "oracle" in out and "hapfl:hapfl" in out and "fedprox" in out
     assert (tmp_path / "select" / "compare" / "accuracy_vs_uploads.png").is_file() and "fedentropy" in out
+
+
+def test_reproduce_select_writes_every_section_and_resumes(tmp_path, capsys):
+    args = ["reproduce", "select", "--out", tmp_path, "--seeds", "10000", "--env-kwargs", "rounds_per_episode=4"]
+    assert run_cli(args, capsys)[0] == 0
+    report = (tmp_path / "report.md").read_text()
+    for part in ("## fedentropy", "## matched", "## x-fedentropy", "## ddfl", "random-drop[q=", "scaffold+fedentropy"):
+        assert part in report
+    stamp = (tmp_path / "ddfl" / "results.json").stat().st_mtime
+    assert run_cli(args, capsys)[0] == 0 and (tmp_path / "ddfl" / "results.json").stat().st_mtime == stamp
+
+
+def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
+    code, out, _ = run_cli(["compare", "FLSelect-v0", "--policies", "random-drop[q=0.5,seed=3]", "--seeds", 10000,
+                            "--rounds", 2, "--out", tmp_path, "--no-progress"], capsys)
+    assert code == 0 and "random-drop[q=0.5,seed=3]" in out
+    code, _, err = run_cli(["compare", "FLSelect-v0", "--policies", "random-drop[q=2]", "--rounds", 2, "--no-progress",
+                            "--out", tmp_path], capsys)
+    assert code == 2 and "q=2 is out of range" in err

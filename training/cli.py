@@ -9,6 +9,7 @@ with status 2; Ctrl-C during training exits with 130 after saying how to resume.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from fl_gym.training.compare import compare, markdown_table
 
     _threads(args.threads)
-    specs = [s for s in args.policies.split(",") if s]
+    specs = [s for s in re.split(r",(?![^\[]*\])", args.policies) if s]  # commas inside [...] are kwargs
     out = Path(args.out or Path(args.runs_dir) / args.env_id / f"compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     results = compare(args.env_id, specs, parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs"),
                       args.rounds, out, progress=not args.no_progress)
@@ -251,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="evaluate policies on the same seeds, write tables and plots")
     p.add_argument("env_id")
-    p.add_argument("--policies", required=True, help="comma-separated: fixed names and/or ALGO:PATH")
+    p.add_argument("--policies", required=True, help="comma-separated: fixed names (NAME[k=v,...] with kwargs) "
+                   "and/or ALGO:PATH")
     p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds (apart from training's)")
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
     p.add_argument("--rounds", type=int, default=None, help="rounds per episode (default: the env's)")

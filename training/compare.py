@@ -2,9 +2,10 @@
 
 Policy specs:
 
-* a fixed policy's name for the env's family (``fl-gym envs`` lists them); a baseline that is an
-  env variant (a local algorithm such as FedProx) runs on its variant, so one call gives a
-  paper's whole table;
+* a fixed policy's name for the env's family (``fl-gym envs`` lists them), optionally with its
+  keyword arguments in brackets (``random-drop[q=0.84,seed=1]``); a baseline that is an env
+  variant (a local algorithm such as FedProx) runs on its variant, so one call gives a paper's
+  whole table;
 * ``ppo:PATH`` (also ``recurrent-ppo:``, ``maskable-ppo:``): a saved model ``.zip`` or a run
   folder of ``fl-gym train``; a folder holding a training recipe (``fl-gym train --algo NAME``)
   becomes the recipe's composed policy, also as ``NAME:PATH``.
@@ -59,12 +60,13 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
     """
     algo, sep, path = spec.partition(":")
     if not sep:
+        name, kwargs = _with_kwargs(spec)
         fixed = family_of(env_id).fixed_policies(env_id)
-        if spec not in fixed:
-            raise ValueError(f"policy {spec!r} is not known for {env_id}; allowed: {', '.join(fixed) or 'none'}, "
+        if name not in fixed:
+            raise ValueError(f"policy {name!r} is not known for {env_id}; allowed: {', '.join(fixed) or 'none'}, "
                              f"or ALGO:PATH with ALGO in {', '.join((*ALGOS, *recipes_for(env_id)))}")
-        entry = fixed[spec]
-        return PolicySpec(spec, entry.build, dict(entry.env_kwargs))
+        entry = fixed[name]
+        return PolicySpec(spec, lambda env: entry.build(env, **kwargs), dict(entry.env_kwargs))
     recipes = recipes_for(env_id)
     if algo not in ALGOS and algo not in recipes:
         raise ValueError(f"policy {spec!r}: algorithm {algo!r} is out of range; allowed: "
@@ -83,6 +85,18 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
     _warn_seed_overlap(model_path.parent, eval_seeds)
     model = ALGOS[algo].load(model_path, device="cpu")
     return PolicySpec(label, lambda env: model)
+
+
+def _with_kwargs(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"name[a=1,b=x]"`` -> ``("name", {"a": 1, "b": "x"})``."""
+    from fl_gym.training.cli import parse_kv
+
+    name, sep, rest = spec.partition("[")
+    if not sep:
+        return spec, {}
+    if not rest.endswith("]"):
+        raise ValueError(f"policy {spec!r}: expected NAME[key=value,...]")
+    return name, parse_kv([kv for kv in rest[:-1].split(",") if kv], f"policy {spec!r}")
 
 
 def _warn_seed_overlap(run_dir: Path, eval_seeds: tuple[int, ...]) -> None:
