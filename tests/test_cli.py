@@ -231,10 +231,12 @@ def test_demo_end_to_end(tmp_path, capsys):
 
 
 def test_reproduce_select_writes_every_section_and_resumes(tmp_path, capsys):
-    args = ["reproduce", "select", "--out", tmp_path, "--seeds", "10000", "--env-kwargs", "rounds_per_episode=4"]
+    args = ["reproduce", "select", "--out", tmp_path, "--seeds", "10000", "--env-kwargs", "rounds_per_episode=4",
+            "--agent-steps", 240]
     assert run_cli(args, capsys)[0] == 0
     report = (tmp_path / "report.md").read_text()
-    for part in ("## fedentropy", "## matched", "## x-fedentropy", "## ddfl", "random-drop[q=", "scaffold+fedentropy"):
+    for part in ("## fedentropy", "## matched", "## x-fedentropy", "## ddfl", "random-drop[q=", "scaffold+fedentropy",
+                 "## ppo-FLSelectPick-v0", "## ppo-FLSelectQueue-v0", "ppo:ppo"):
         assert part in report
     stamp = (tmp_path / "ddfl" / "results.json").stat().st_mtime
     assert run_cli(args, capsys)[0] == 0 and (tmp_path / "ddfl" / "results.json").stat().st_mtime == stamp

@@ -83,7 +83,7 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
     if not model_path.is_file():
         raise FileNotFoundError(f"policy {spec!r}: no model at {model_path}")
     _warn_seed_overlap(model_path.parent, eval_seeds)
-    model = ALGOS[algo].load(model_path, device="cpu")
+    model = ALGOS[_run_algo(model_path.parent, algo)].load(model_path, device="cpu")
     return PolicySpec(label, lambda env: model)
 
 
@@ -97,6 +97,13 @@ def _with_kwargs(spec: str) -> tuple[str, dict[str, Any]]:
     if not rest.endswith("]"):
         raise ValueError(f"policy {spec!r}: expected NAME[key=value,...]")
     return name, parse_kv([kv for kv in rest[:-1].split(",") if kv], f"policy {spec!r}")
+
+
+def _run_algo(run_dir: Path, algo: str) -> str:
+    """The algorithm a run folder's ``config.yml`` records (a MaskablePPO run given as ``ppo:``), else ``algo``."""
+    config = run_dir / "config.yml"
+    recorded = yaml.safe_load(config.read_text()).get("algo") if config.is_file() else None
+    return recorded if recorded in ALGOS else algo
 
 
 def _warn_seed_overlap(run_dir: Path, eval_seeds: tuple[int, ...]) -> None:
