@@ -215,7 +215,8 @@ class AggregateAllPolicy:
         return (ones if obs.ndim == 2 else ones[0]), state
 
 
-UNIFORM, PROX, SCAFFOLD = {"sampler": "uniform"}, {"local_algorithm": "fedprox"}, {"local_algorithm": "scaffold"}
+UNIFORM, PROX, SCAFFOLD, MOON = ({"sampler": "uniform"}, {"local_algorithm": "fedprox"},
+                                 {"local_algorithm": "scaffold"}, {"local_algorithm": "moon"})
 SELECT, PICK, QUEUE = ("FLSelect-v0",), ("FLSelectPick-v0",), ("FLSelectQueue-v0",)
 SERVER_DATA = {"server_data_fraction": 0.1, "allow_server_data": True, "aggregation_weights": "entropy"}
 POLICIES = {
@@ -232,6 +233,10 @@ POLICIES = {
                             "the bytes)", {**UNIFORM, **SCAFFOLD}, SELECT),
     "scaffold+fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "SCAFFOLD's local solver with FedEntropy",
                                        {"sampler": "pools", **SCAFFOLD}, SELECT),
+    "moon": PolicyEntry(SelectAllPolicy, "MOON: model-contrastive local training, every uniform candidate uploads",
+                        {**UNIFORM, **MOON}, SELECT),
+    "moon+fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "MOON's local solver with FedEntropy",
+                                   {"sampler": "pools", **MOON}, SELECT),
     "all": PolicyEntry(SelectAllPolicy, "every candidate uploads, on the env's own sampler", {}, SELECT),
     "random-drop": PolicyEntry(RandomDropPolicy, "keep each candidate with probability q (kwargs q=0.8, seed=0): "
                                "FedEntropy's upload rate without its judgement", {}, SELECT),

@@ -11,13 +11,13 @@ from fl_gym.aggregation import WEIGHT_RULES, ServerConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.data.datasets import DATASETS
 from fl_gym.data.partition import PartitionConfig
-from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm, PFedMe, PFedMeConfig, Scaffold
+from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm, Moon, PFedMe, PFedMeConfig, Scaffold
 from fl_gym.engine.losses import MutualDistillation
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.models.zoo import MODELS
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice
 
-ALGORITHMS = ("fedavg", "fedprox", "pfedme", "scaffold")
+ALGORITHMS = ("fedavg", "fedprox", "pfedme", "scaffold", "moon")
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,11 @@ class FederationConfig:
         batch_size: local minibatch size.
         optimizer: local optimiser (fresh each round).
         algorithm: local algorithm: ``fedavg``, ``fedprox`` (proximal term ``prox_mu``),
-            ``pfedme`` (``pfedme`` settings) or ``scaffold`` (control variates, per client across
-            rounds; :mod:`fl_gym.engine.algorithms`).
+            ``pfedme`` (``pfedme`` settings), ``scaffold`` (control variates, per client across
+            rounds) or ``moon`` (model-contrastive term, ``moon_mu``, ``moon_tau``;
+            :mod:`fl_gym.engine.algorithms`).
+        moon_mu: MOON's weight of the contrastive term (spec: 0.1).
+        moon_tau: MOON's temperature (spec: 0.5).
         prox_mu: FedProx's ``mu``.
         pfedme: pFedMe's local solver and server mixing.
         aggregation: default weight rule (:data:`fl_gym.aggregation.WEIGHT_RULES`).
@@ -94,6 +97,8 @@ class FederationConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     algorithm: str = "fedavg"
     prox_mu: float = 0.01
+    moon_mu: float = 0.1
+    moon_tau: float = 0.5
     pfedme: PFedMeConfig = field(default_factory=PFedMeConfig)
     aggregation: str = "datasize"
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -129,7 +134,9 @@ class FederationConfig:
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
         require_choice("algorithm", self.algorithm, ALGORITHMS)
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
-        require(not (self.algorithm in ("pfedme", "scaffold") and self.companion), "algorithm", self.algorithm,
+        require(is_non_negative(self.moon_mu), "moon_mu", self.moon_mu, "a float >= 0")
+        require(is_positive(self.moon_tau), "moon_tau", self.moon_tau, "a float > 0")
+        require(not (self.algorithm in ("pfedme", "scaffold", "moon") and self.companion), "algorithm", self.algorithm,
                 "'fedavg' or 'fedprox' when a companion model is set")
         require_choice("aggregation", self.aggregation, WEIGHT_RULES)
         require(not (self.aggregation == "entropy_acc" and self.local_test == "none"), "aggregation",
@@ -149,6 +156,8 @@ class FederationConfig:
             return PFedMe(self.pfedme)
         if self.algorithm == "scaffold":
             return Scaffold(self.num_clients)
+        if self.algorithm == "moon":
+            return Moon(self.num_clients, self.moon_mu, self.moon_tau)
         return SGD()
 
     def replace(self, **changes: Any) -> FederationConfig:

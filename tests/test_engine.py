@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from fl_gym.engine import (
     FedProx,
     Member,
+    Moon,
     MutualDistillation,
     OptimizerConfig,
     Scaffold,
@@ -231,3 +232,53 @@ def test_scaffold_matches_the_reference_and_commits_only_aggregated_clients(digi
     torch.testing.assert_close(algo.clients["mlp-small"][[7, 5]], c_i[[7, 5]] + delta[[0, 2]])
     torch.testing.assert_close(algo.clients["mlp-small"][2], c_i[2])
     torch.testing.assert_close(algo.server["mlp-small"], c + delta[[0, 2]].sum(0) / n)
+
+
+def _moon_reference(arch, start, prev, x, y, schedule, lr, mu, tau):
+    """Each client in turn with torch.nn and autograd: CE + mu * l_con on the penultimate layer."""
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+    def module(vec):
+        net = arch.module()
+        vector_to_parameters(vec.clone(), net.parameters())
+        return net
+
+    rows = []
+    for i in range(start.shape[0]):
+        net, glob, old = module(start[i]), module(start[i]), module(prev[i])
+        opt = torch.optim.SGD(net.parameters(), lr=float(lr[i]))
+        for s in range(int(schedule.steps[i])):
+            ids = schedule.idx[s, i][schedule.weight[s, i] > 0]
+            xb = x[ids]
+            z = net[:-1](xb)
+            with torch.no_grad():
+                zg, zp = glob[:-1](xb), old[:-1](xb)
+            sims = torch.stack([F.cosine_similarity(z, zg, dim=-1), F.cosine_similarity(z, zp, dim=-1)], -1) / tau
+            contrast = F.cross_entropy(sims, torch.zeros(len(ids), dtype=torch.long))
+            loss = F.cross_entropy(net[-1](z), y[ids]) + mu * contrast
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        rows.append(parameters_to_vector(net.parameters()).detach())
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("name", ["mlp-small", "cnn-small"])
+def test_moon_matches_the_reference_and_keeps_previous_models(digits, digits_parts, name):
+    arch = build_model(name, digits.input_shape, 10)
+    schedule, _ = _cohort(digits_parts, [2, 1, 2])
+    g = torch.Generator().manual_seed(0)
+    start = arch.init(g).expand(3, -1).clone()
+    algo = Moon(10, mu=1.0, tau=0.5)
+    ids = np.array([4, 1, 8])
+    algo.previous[name] = torch.stack([arch.init(torch.Generator().manual_seed(s)) for s in range(10)])
+    algo.seen[name] = np.array([i in (4, 8) for i in range(10)])  # client 1 has no previous model yet
+    prev = torch.stack([algo.previous[name][4], start[1], algo.previous[name][8]])
+    lr = torch.tensor([0.05, 0.03, 0.04])
+    stack = Stack.from_rows(arch, start)
+    train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
+                 algorithm=algo, clients=ids)
+    ref = _moon_reference(arch, start, prev, digits.x_train, digits.y_train, schedule, lr, 1.0, 0.5)
+    torch.testing.assert_close(stack.rows(), ref, rtol=0, atol=2e-5)
+    torch.testing.assert_close(algo.previous[name][ids], stack.rows())  # every trained client's model is kept
+    assert algo.seen[name][ids].all()

@@ -175,7 +175,7 @@ def test_synthetic_natural_partition():
 
 @pytest.mark.parametrize("changes,param", [
     (dict(num_clients=0), "num_clients"), (dict(models=("resnet",)), "models"),
-    (dict(algorithm="moon"), "algorithm"),
+    (dict(algorithm="feddyn"), "algorithm"),
     (dict(batch_size=0), "batch_size"), (dict(aggregation="entropy_acc", local_test="none"), "aggregation"),
     (dict(model_costs=(1.0, 2.0)), "model_costs"), (dict(dataset="imagenet"), "dataset"),
     (dict(partition=PartitionConfig("natural")), "partition.kind"), (dict(local_test="all"), "local_test"),
@@ -289,3 +289,12 @@ def test_scaffold_keeps_the_server_variate_the_mean_of_the_clients(tiny_config):
     assert reports[-1].accuracy > 0.3
     fed.reset(seed=1)
     assert fed.algorithm.server == {}  # a new episode starts from zero variates
+
+
+def test_moon_runs_learns_and_forgets_previous_models_per_episode(tiny_config):
+    fed = Federation(tiny_config.replace(algorithm="moon"), scenario_seed=0)
+    reports = [fed.run_round(RoundPlan.make(4, lr=0.05, epochs=2)) for _ in range(3)]
+    assert reports[-1].accuracy > 0.3 and fed.algorithm.seen["mlp-small"].all()
+    assert reports[-1].upload_bytes == 4 * fed.model_bytes[0]  # one model each, as FedAvg
+    fed.reset(seed=1)
+    assert fed.algorithm.previous == {}

@@ -181,7 +181,7 @@ def test_bad_actions(env_id, action, match):
     (dict(preset="paper5"), "preset"), (dict(clients_per_round=11), "clients_per_round"),
     (dict(num_sizes=4), "num_sizes"),
     (dict(backend="jax"), "backend"), (dict(alpha=0), "alpha"), (dict(reward_mode="acc"), "reward_mode"),
-    (dict(model_costs={"lite": 1.0}), "model_costs"), (dict(algorithm="moon"), "algorithm"),
+    (dict(model_costs={"lite": 1.0}), "model_costs"), (dict(algorithm="feddyn"), "algorithm"),
     (dict(scenario_seed=-1), "scenario_seed"), (dict(scenario_seed="a"), "scenario_seed"),
     (dict(device="nope"), "device"), (dict(num_clients=1), "num_clients"), (dict(lr=-1.0), "lr"),
 ])

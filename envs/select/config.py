@@ -37,7 +37,7 @@ QUEUE_PRESETS = {
                                rounds_per_episode=100)},
 }
 SAMPLERS = ("pools", "uniform")
-LOCAL_ALGORITHMS = ("fedavg", "fedprox", "scaffold")
+LOCAL_ALGORITHMS = ("fedavg", "fedprox", "scaffold", "moon")
 ENCODINGS = ("multibinary", "discrete")
 
 
@@ -82,7 +82,8 @@ class SelectionConfig(PresetConfig):
     Attributes:
         clients_per_round: ``m`` clients that train per round (preset).
         p_positive: probability that the positive pool is drawn from first (the paper's epsilon).
-        local_algorithm: ``fedavg``, ``fedprox`` or ``scaffold`` (uploads its control variate too).
+        local_algorithm: ``fedavg``, ``fedprox``, ``scaffold`` (uploads its control variate too) or
+            ``moon`` (contrastive term, mu 0.1, tau 0.5).
         prox_mu: FedProx's ``mu``.
         lambda_comm: weight of the uplink penalty (per episode: uploading everything every round
             costs ``lambda_comm``).

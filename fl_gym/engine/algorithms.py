@@ -17,6 +17,7 @@ uploads per aggregated client.
 | :class:`FedProx` | adds ``mu (w - w_global)`` to the gradient | Li et al., 2020 |
 | :class:`PFedMe` | ``inner_steps`` personal-model steps, then ``w -= lr lam (w - theta)`` | Dinh et al., 2020 |
 | :class:`Scaffold` | the gradient corrected by ``c - c_i`` (control variates) | Karimireddy et al., 2020 |
+| :class:`Moon` | adds a model-contrastive term on the penultimate representation | Li et al., 2021 |
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import torch
 from torch import Tensor
 
 from fl_gym.engine.optim import OptimizerConfig, StackOptimizer
-from fl_gym.models.architecture import Stack
-from fl_gym.validation import is_int_at_least, is_positive, require
+from fl_gym.models.architecture import Stack, prefix
+from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require
 
 Gradients = Callable[[], dict[str, Tensor]]  # forward + backward of every live member; per-role losses
 
@@ -90,6 +91,7 @@ class LocalAlgorithm:
     name = "sgd"
     server_mix = 1.0
     upload_factor = 1
+    uses_representation = False
 
     def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
               ) -> MemberRun:
@@ -103,6 +105,14 @@ class LocalAlgorithm:
             if run.active:
                 run.opt.step(run.grad)
         return losses
+
+    def representation_gradient(self, run: MemberRun, x: Tensor, z: Tensor, w: Tensor) -> Tensor:
+        """Gradient ``(k_active, B, F)`` of an extra loss on the penultimate representation ``z``.
+
+        Called every step when :attr:`uses_representation`; ``x`` is the batch in the
+        architecture's layout, ``w`` the ``(k_active, B)`` sample weights (``1/b``, 0 on padding).
+        """
+        raise NotImplementedError
 
     def finish(self, runs: list[MemberRun], clients: list[np.ndarray]) -> None:
         """Close the local training (stateful algorithms compute their clients' new state here)."""
@@ -246,3 +256,69 @@ class Scaffold(LocalAlgorithm):
                 self.clients[key][rows] += delta[torch.as_tensor(keep, device=delta.device)]
                 self.server[key] += delta[torch.as_tensor(keep, device=delta.device)].sum(0) / self.num_clients
         self._pending = []
+
+
+class Moon(LocalAlgorithm):
+    """MOON (Li, He and Song, 2021): model-contrastive learning on the penultimate representation.
+
+    Each local step adds ``mu * l_con`` to the cross-entropy, with
+    ``l_con = -log(e^{cos(z, z_glob)/tau} / (e^{cos(z, z_glob)/tau} + e^{cos(z, z_prev)/tau}))``:
+    ``z`` is the training model's representation of the sample, ``z_glob`` the round's global
+    model's and ``z_prev`` the client's previous local model's (the global model for a client that
+    has not trained yet). Every client that trains keeps its model as the next round's previous
+    one, aggregated or not (spec ``fedentropy.md`` 3.3). The reported loss is the cross-entropy.
+
+    Args:
+        num_clients: ``N``.
+        mu: weight of the contrastive term.
+        tau: its temperature.
+    """
+
+    name = "moon"
+    uses_representation = True
+
+    def __init__(self, num_clients: int, mu: float = 0.1, tau: float = 0.5) -> None:
+        require(is_non_negative(mu), "moon.mu", mu, "a float >= 0")
+        require(is_positive(tau), "moon.tau", tau, "a float > 0")
+        self.num_clients, self.mu, self.tau = num_clients, mu, tau
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the previous local models."""
+        self.previous: dict[str, Tensor] = {}
+        self.seen: dict[str, np.ndarray] = {}
+
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+              ) -> MemberRun:
+        """Plain steps; the run keeps the round's global model and the clients' previous models."""
+        key, arch = stack.arch.name, stack.arch
+        start = stack.rows()
+        if key not in self.previous:
+            self.previous[key] = start.new_zeros(self.num_clients, arch.num_params)
+            self.seen[key] = np.zeros(self.num_clients, bool)
+        seen = torch.as_tensor(self.seen[key][clients], device=start.device)[:, None]
+        prev = torch.where(seen, self.previous[key][torch.as_tensor(clients, device=start.device)], start)
+        run = MemberRun(stack, stack, StackOptimizer(stack, optimizer, lr))
+        run.state = {"global": Stack.from_rows(arch, start), "previous": Stack.from_rows(arch, prev)}
+        return run
+
+    def representation_gradient(self, run: MemberRun, x: Tensor, z: Tensor, w: Tensor) -> Tensor:
+        """``mu * d l_con / dz``, each client's term its own batch mean (the weights ``w``)."""
+        arch, a = run.stack.arch, run.active
+        with torch.no_grad():
+            z_glob = arch.representation(arch.forward(prefix(run.state["global"].blocks, a), x, False)[1])
+            z_prev = arch.representation(arch.forward(prefix(run.state["previous"].blocks, a), x, False)[1])
+        z = z.detach().requires_grad_(True)
+        with torch.enable_grad():
+            sims = torch.stack([torch.cosine_similarity(z, z_glob, dim=-1),
+                                torch.cosine_similarity(z, z_prev, dim=-1)], dim=-1) / self.tau
+            loss = -(sims.log_softmax(-1)[..., 0] * w).sum()
+            (grad,) = torch.autograd.grad(self.mu * loss, z)
+        return grad
+
+    def finish(self, runs: list[MemberRun], clients: list[np.ndarray]) -> None:
+        """Every trained client's model becomes its previous model."""
+        for run, ids in zip(runs, clients, strict=True):
+            key = run.stack.arch.name
+            self.previous[key][torch.as_tensor(ids, device=run.stack.flat.device)] = run.stack.rows()
+            self.seen[key][ids] = True

@@ -102,7 +102,8 @@ def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSch
             prev_active = a
         idx, w = schedule.idx[s, :a], schedule.weight[s, :a]
         yb = y[idx]
-        losses = algorithm.step(runs, lambda: _gradients(members, runs, x, idx, yb, w, a, loss_fn, gen))  # noqa: B023
+        losses = algorithm.step(runs, lambda: _gradients(members, runs, x, idx, yb, w, a, loss_fn, gen,  # noqa: B023
+                                                         algorithm))
         for r, v in losses.items():
             history[r][s, :a] = v
     algorithm.finish(runs, member_clients)
@@ -117,8 +118,12 @@ def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSch
 
 
 def _gradients(members: list[Member], runs: list[MemberRun], x: Tensor, idx: Tensor, yb: Tensor, w: Tensor, a: int,
-               loss_fn: LossFn, gen: torch.Generator | None) -> dict[str, Tensor]:
-    """Forward every active member, call the loss once, backpropagate into each ``run.grad``."""
+               loss_fn: LossFn, gen: torch.Generator | None, algorithm: LocalAlgorithm = PLAIN) -> dict[str, Tensor]:
+    """Forward every active member, call the loss once, backpropagate into each ``run.grad``.
+
+    An algorithm with a representation term (:meth:`LocalAlgorithm.representation_gradient`)
+    adds its gradient at the penultimate layer.
+    """
     live = [(m, run) for m, run in zip(members, runs, strict=True) if run.active]
     logits: dict[str, Tensor] = {}
     tapes = []
@@ -126,8 +131,12 @@ def _gradients(members: list[Member], runs: list[MemberRun], x: Tensor, idx: Ten
         arch = run.trained.arch
         params = prefix(run.trained.blocks, run.active)
         ids = idx if m.slots is None else idx[m.slots[: run.active]]
-        out, tape = arch.forward(params, arch.gather(x, ids), True, gen)
-        tapes.append((params, tape))
+        xb = arch.gather(x, ids)
+        out, tape = arch.forward(params, xb, True, gen)
+        rows = slice(None) if m.slots is None else m.slots[: run.active]
+        extra = algorithm.representation_gradient(run, xb, arch.representation(tape), w[rows]) \
+            if algorithm.uses_representation else None
+        tapes.append((params, tape, extra))
         if m.slots is None:
             logits[m.role] = out
         else:
@@ -135,7 +144,7 @@ def _gradients(members: list[Member], runs: list[MemberRun], x: Tensor, idx: Ten
                 logits[m.role] = out.new_empty((a, *out.shape[1:]))
             logits[m.role][m.slots[: run.active]] = out
     losses, dlogits = loss_fn(logits, yb, w)
-    for (m, run), (params, tape) in zip(live, tapes, strict=True):
+    for (m, run), (params, tape, extra) in zip(live, tapes, strict=True):
         d = dlogits[m.role] if m.slots is None else dlogits[m.role][m.slots[: run.active]]
-        run.trained.arch.backward(params, tape, d, prefix(run.grad_blocks, run.active))
+        run.trained.arch.backward(params, tape, d, prefix(run.grad_blocks, run.active), extra)
     return losses

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from fl_gym.models.layers import Conv2d, Layer, MaxPool2d, ReLU, conv_layout
+from fl_gym.models.layers import Conv2d, Layer, Linear, MaxPool2d, ReLU, conv_layout
 
 
 class Architecture:
@@ -102,13 +102,26 @@ class Architecture:
             tape.append(saved)
         return x, tape
 
-    def backward(self, params: list[Tensor], tape: list[object], dlogits: Tensor, grads: list[Tensor]) -> None:
-        """Write the gradients of the loss into ``grads`` (same views as ``params``)."""
+    def representation(self, tape: list[object]) -> Tensor:
+        """The penultimate representation ``(K, B, F)`` of a forward pass: the final linear layer's input."""
+        if not isinstance(self._exec[-1], Linear):
+            raise ValueError(f"Architecture.representation: {self.name!r} does not end in a linear layer")
+        return tape[-1]
+
+    def backward(self, params: list[Tensor], tape: list[object], dlogits: Tensor, grads: list[Tensor],
+                 drepresentation: Tensor | None = None) -> None:
+        """Write the gradients of the loss into ``grads`` (same views as ``params``).
+
+        ``drepresentation`` adds a loss term's gradient with respect to :meth:`representation`
+        (MOON's contrastive term) where the backward pass reaches it.
+        """
         dy = dlogits
-        stop = self._first_param_layer
-        for i in range(len(self._exec) - 1, stop - 1, -1):
+        stop, last = self._first_param_layer, len(self._exec) - 1
+        for i in range(last, stop - 1, -1):
             lo, hi = self._spans[i]
             dy = self._exec[i].backward(dy, params[lo:hi], tape[i], grads[lo:hi], i > stop)
+            if i == last and drepresentation is not None and dy is not None:
+                dy = dy + drepresentation
 
     def module(self) -> nn.Sequential:
         """The same network as a plain single-client ``nn.Sequential`` (the reference)."""

@@ -75,7 +75,8 @@ def reproduce(argv: list[str]) -> int:
     tables["fedentropy"] = first
     tables["matched"] = _section(out, "matched", "FLSelect-v0", [f"random-drop[q={rate:.3f}]"], seeds, base, say)
     tables["x-fedentropy"] = _section(out, "x-fedentropy", "FLSelect-v0",
-                                      ["fedprox", "fedprox+fedentropy", "scaffold", "scaffold+fedentropy"], seeds,
+                                      ["fedprox", "fedprox+fedentropy", "scaffold", "scaffold+fedentropy", "moon",
+                                       "moon+fedentropy"], seeds,
                                       base, say)
     tables["ddfl"] = _section(out, "ddfl", "FLSelectQueue-v0", ["fedavg-noniid", "top-entropy", "queue-all", "ddfl"],
                               seeds, base, say)
