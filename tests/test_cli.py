@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from pathlib import Path
 
@@ -236,10 +237,23 @@ def test_reproduce_select_writes_every_section_and_resumes(tmp_path, capsys):
     assert run_cli(args, capsys)[0] == 0
     report = (tmp_path / "report.md").read_text()
     for part in ("## fedentropy", "## matched", "## x-fedentropy", "## ddfl", "random-drop[q=", "scaffold+fedentropy",
-                 "## ppo-FLSelectPick-v0", "## ppo-FLSelectQueue-v0", "ppo:ppo"):
+                 "moon+fedentropy", "## ppo-FLSelectPick-v0", "## ppo-FLSelectQueue-v0", "ppo:ppo", "rounds to target"):
         assert part in report
     stamp = (tmp_path / "ddfl" / "results.json").stat().st_mtime
     assert run_cli(args, capsys)[0] == 0 and (tmp_path / "ddfl" / "results.json").stat().st_mtime == stamp
+
+
+def test_rounds_to_target_by_hand():
+    from fl_gym.training.compare import _to_target
+    from fl_gym.training.evaluation import Episode
+
+    def episode(accs):
+        return Episode(0, rewards=[0.0] * len(accs), rounds=[{"accuracy": a} for a in accs])
+
+    stats = _to_target([episode([0.2, 0.6, 0.7]), episode([0.1, math.nan, 0.55]), episode([0.1, 0.2, 0.3])], 0.5)
+    assert stats["rounds_to_target"][0] == pytest.approx((2 + 3 + 4) / 3)  # never reached: length + 1
+    assert stats["reached"][0] == pytest.approx(2 / 3)
+    assert _to_target([episode([0.9])], None) == {}
 
 
 def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):

@@ -122,7 +122,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     specs = [s for s in re.split(r",(?![^\[]*\])", args.policies) if s]  # commas inside [...] are kwargs
     out = Path(args.out or Path(args.runs_dir) / args.env_id / f"compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     results = compare(args.env_id, specs, parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs"),
-                      args.rounds, out, progress=not args.no_progress)
+                      args.rounds, out, progress=not args.no_progress, target=args.target)
     print(markdown_table(results))
     print(f"tables and plots in {out}")
     return 0
@@ -257,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds (apart from training's)")
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
     p.add_argument("--rounds", type=int, default=None, help="rounds per episode (default: the env's)")
+    p.add_argument("--target", type=float, default=None, help="accuracy target: adds rounds to reach it")
     p.add_argument("--out", default=None, help="default: runs/ENV_ID/compare-TIMESTAMP")
     p.add_argument("--runs-dir", default="runs")
     p.add_argument("--threads", type=int, default=1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,12 +117,17 @@ def _warn_seed_overlap(run_dir: Path, eval_seeds: tuple[int, ...]) -> None:
 
 
 def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEEDS, env_kwargs: dict | None = None,
-            rounds: int | None = None, out_dir: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+            rounds: int | None = None, out_dir: str | Path | None = None, progress: bool = True,
+            target: float | None = None) -> dict[str, Any]:
     """Evaluate every policy on the same seeds; write tables and plots to ``out_dir``; return the results.
 
-    ``env_kwargs`` apply to every policy; a baseline's own env variant is applied on top.
+    ``env_kwargs`` apply to every policy; a baseline's own env variant is applied on top. With a
+    ``target`` accuracy the table adds ``rounds_to_target``: the first round whose ``accuracy``
+    reaches it (an episode that never does counts as its length + 1) and ``reached``, the share
+    of episodes that did.
     """
     require(rounds is None or is_int_at_least(rounds, 1), "--rounds", rounds, "an integer >= 1")
+    require(target is None or 0 < target <= 1, "--target", target, "None or a float in (0, 1]")
     require(len(seeds) >= 1, "--seeds", seeds, "at least one seed")
     parsed = [policy_spec(spec, env_id, tuple(seeds)) for spec in specs]  # bad specs fail before any work
     labels = [p.label for p in parsed]
@@ -141,11 +147,27 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
     results = {"env_id": env_id, "env_kwargs": env_kwargs or {}, "seeds": list(seeds),
                "variants": {p.label: p.env_kwargs for p in parsed},
                "columns": {m.key: m.label for m in metrics_for(env_id)},
-               "summary": {s: aggregate(e) for s, e in episodes.items()},
+               "summary": {s: {**aggregate(e), **_to_target(e, target)} for s, e in episodes.items()},
                "series": {s: {m: _series(e, m) for m in SERIES} for s, e in episodes.items()}}
     if out_dir is not None:
         write_outputs(results, Path(out_dir))
     return results
+
+
+def _to_target(episodes: list[Episode], target: float | None) -> dict[str, tuple[float, float]]:
+    """``rounds_to_target`` and ``reached`` (mean, std) over episodes; empty without a target."""
+    if target is None:
+        return {}
+    hits = []
+    for e in episodes:
+        acc = np.asarray(e.series("accuracy"), dtype=float)
+        reached = np.flatnonzero(acc >= target)
+        hits.append(float(reached[0] + 1) if len(reached) else math.nan)
+    horizon = [len(e.rounds) + 1.0 for e in episodes]
+    counted = [h if not math.isnan(h) else n for h, n in zip(hits, horizon, strict=True)]
+    share = [0.0 if math.isnan(h) else 1.0 for h in hits]
+    return {"rounds_to_target": (float(np.mean(counted)), float(np.std(counted, ddof=1)) if len(hits) > 1 else 0.0),
+            "reached": (float(np.mean(share)), float(np.std(share, ddof=1)) if len(hits) > 1 else 0.0)}
 
 
 def _series(episodes: list[Episode], metric: str) -> dict[str, list[float]]:
@@ -161,7 +183,8 @@ def _series(episodes: list[Episode], metric: str) -> dict[str, list[float]]:
 
 def markdown_table(results: dict[str, Any]) -> str:
     """Mean ± std of the family's metrics, one row per policy (columns no policy reports are left out)."""
-    summary, names = results["summary"], results["columns"]
+    summary = results["summary"]
+    names = {**results["columns"], "rounds_to_target": "rounds to target", "reached": "reached target"}
     columns = [(k, name) for k, name in names.items() if any(k in s for s in summary.values())]
     lines = ["| policy | " + " | ".join(name for _, name in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for spec, stats in summary.items():

@@ -39,16 +39,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="10000,10001,10002", help="evaluation seeds")
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help="for every env, e.g. dataset=mnist")
     p.add_argument("--agent-steps", type=int, default=0, help="PPO steps per env id (0: no agents)")
+    p.add_argument("--target", type=float, default=0.9, help="accuracy target for the rounds-to-target column")
     return p
 
 
 def _section(out: Path, name: str, env_id: str, policies: list[str], seeds: tuple[int, ...],
-             env_kwargs: dict[str, Any], say) -> dict[str, Any]:
+             env_kwargs: dict[str, Any], say, target: float) -> dict[str, Any]:
     folder = out / name
     if (folder / "results.json").is_file():
         return read_json(folder / "results.json")
     say(f"{name}: {env_id}, {', '.join(policies)} on seeds {list(seeds)}")
-    return compare(env_id, policies, seeds, env_kwargs, out_dir=folder, progress=False)
+    return compare(env_id, policies, seeds, env_kwargs, out_dir=folder, progress=False, target=target)
 
 
 def _agent(out: Path, env_id: str, steps: int, env_kwargs: dict[str, Any], say) -> Path:
@@ -69,23 +70,21 @@ def reproduce(argv: list[str]) -> int:
     base = parse_kv(args.env_kwargs, "--env-kwargs")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables = {}
-    first = _section(out, "fedentropy", "FLSelect-v0", ["fedentropy", "fedavg", "fedentropy-nopools"], seeds, base,
-                     say)
-    rate = first["summary"]["fedentropy"]["select/kept_share"][0]
-    tables["fedentropy"] = first
-    tables["matched"] = _section(out, "matched", "FLSelect-v0", [f"random-drop[q={rate:.3f}]"], seeds, base, say)
-    tables["x-fedentropy"] = _section(out, "x-fedentropy", "FLSelect-v0",
-                                      ["fedprox", "fedprox+fedentropy", "scaffold", "scaffold+fedentropy", "moon",
-                                       "moon+fedentropy"], seeds,
-                                      base, say)
-    tables["ddfl"] = _section(out, "ddfl", "FLSelectQueue-v0", ["fedavg-noniid", "top-entropy", "queue-all", "ddfl"],
-                              seeds, base, say)
+
+    def section(name: str, env_id: str, policies: list[str], kwargs: dict[str, Any] = base) -> dict[str, Any]:
+        return _section(out, name, env_id, policies, seeds, kwargs, say, args.target)
+
+    tables["fedentropy"] = section("fedentropy", "FLSelect-v0", ["fedentropy", "fedavg", "fedentropy-nopools"])
+    rate = tables["fedentropy"]["summary"]["fedentropy"]["select/kept_share"][0]
+    tables["matched"] = section("matched", "FLSelect-v0", [f"random-drop[q={rate:.3f}]"])
+    tables["x-fedentropy"] = section("x-fedentropy", "FLSelect-v0", ["fedprox", "fedprox+fedentropy", "scaffold",
+                                                                     "scaffold+fedentropy", "moon", "moon+fedentropy"])
+    tables["ddfl"] = section("ddfl", "FLSelectQueue-v0", ["fedavg-noniid", "top-entropy", "queue-all", "ddfl"])
     if args.agent_steps > 0:
         for env_id, fixed in AGENT_POLICIES.items():
             kwargs = {**base, **(SERVER if env_id == "FLSelectQueue-v0" else {})}
             agent = _agent(out, env_id, args.agent_steps, kwargs, say)
-            tables[f"ppo-{env_id}"] = _section(out, f"ppo-{env_id}", env_id, [*fixed, f"ppo:{agent}"], seeds,
-                                               kwargs, say)
+            tables[f"ppo-{env_id}"] = section(f"ppo-{env_id}", env_id, [*fixed, f"ppo:{agent}"], kwargs)
     text = "\n".join(f"## {name}\n\n{markdown_table(r)}" for name, r in tables.items())
     write_text(out / "report.md", f"# Selection results, seeds {list(seeds)}, env kwargs {base}\n\n{text}")
     print(text)
