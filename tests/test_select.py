@@ -362,3 +362,13 @@ def test_ddfl_beats_non_iid_fedavg_on_one_class_digits():
 
     summary = compare("FLSelectQueue-v0", ["fedavg-noniid", "ddfl"], (10000,), progress=False)["summary"]
     assert summary["ddfl"]["accuracy"][0] > summary["fedavg-noniid"]["accuracy"][0] + 0.02
+
+
+def test_queue_paper_preset_follows_the_spec():
+    from fl_gym.envs.select.config import QueueConfig
+
+    cfg = QueueConfig(preset="paper")
+    s = cfg.scenario
+    assert (s.dataset, s.num_clients, s.partition, s.batch_size, s.momentum, s.rounds_per_episode) == (
+        "mnist", 100, "one_class", 100, 0.9, 100)
+    assert (cfg.segment_rho, cfg.model, QueueConfig().segment_rho) == (0.0037, "ddfl-mnist-cnn", 0.04)

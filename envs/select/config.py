@@ -29,12 +29,12 @@ PRESETS = {
                                lr=0.01, momentum=0.5, batch_size=50, rounds_per_episode=1000)},
 }
 QUEUE_PRESETS = {
-    "tiny": {"own": dict(local_epochs=1, model="mlp-small", validation_size=150),
+    "tiny": {"own": dict(local_epochs=1, model="mlp-small", validation_size=150, segment_rho=0.04),
              "scenario": dict(dataset="digits", num_clients=20, partition="one_class", lr=0.05, batch_size=10,
                               rounds_per_episode=30)},
-    "paper": {"own": dict(local_epochs=1, model="ddfl-mnist-cnn", validation_size=5000),
-              "scenario": dict(dataset="mnist", num_clients=20, partition="one_class", lr=0.01, batch_size=100,
-                               rounds_per_episode=100)},
+    "paper": {"own": dict(local_epochs=1, model="ddfl-mnist-cnn", validation_size=5000, segment_rho=0.0037),
+              "scenario": dict(dataset="mnist", num_clients=100, partition="one_class", lr=0.01, momentum=0.9,
+                               batch_size=100, rounds_per_episode=100)},
 }
 SAMPLERS = ("pools", "uniform")
 LOCAL_ALGORITHMS = ("fedavg", "fedprox", "scaffold", "moon")
@@ -164,8 +164,10 @@ class PickConfig(SelectionConfig):
 class QueueConfig(PresetConfig):
     """Arguments of ``FLSelectQueue-v0`` (DDFL, spec ``ddfl.md`` 7), and the shared scenario's.
 
-    ``preset``: ``tiny`` (digits, 20 one-class clients, 30 rounds) or ``paper`` (MNIST, 20
-    one-class clients, DDFL's CNN, 100 rounds), with :class:`PresetConfig`'s fields.
+    ``preset``: ``tiny`` (digits, 20 one-class clients, 30 rounds, ``segment_rho`` 0.04) or
+    ``paper`` (spec 4.4-4.5, Approach 02: MNIST, 100 one-class clients, DDFL's CNN, batch 100,
+    SGD 0.01 with momentum 0.9, 100 rounds, ``segment_rho`` 0.0037), with :class:`PresetConfig`'s
+    fields.
 
     Attributes:
         server_data_fraction: ``gamma``, the class-balanced share of the training set the server
@@ -173,8 +175,8 @@ class QueueConfig(PresetConfig):
         allow_server_data: must be True for ``server_data_fraction > 0``: raw training samples are
             sent to every device (a privacy choice, spec 6.P).
         queue_mode: ``accumulate`` (segments pile up) or ``replace`` (the latest segment only).
-        segment_rho: segment size as a share of the mean initial device size (spec 2.4; 0.04 here
-            for a 30-round episode, the spec's 0.0037 is calibrated to 100 rounds).
+        segment_rho: segment size as a share of the mean initial device size (spec 2.4; preset:
+            0.04 for ``tiny``'s 30 rounds, the spec's 0.0037, calibrated to 100 rounds, for ``paper``).
         segment_size: samples per segment, overriding ``segment_rho``.
         queue_start_round: the first round whose working sets include a segment.
         aggregation_weights: ``entropy`` (DDFL: weights proportional to label entropy, data size if
@@ -187,7 +189,7 @@ class QueueConfig(PresetConfig):
     server_data_fraction: float = 0.0
     allow_server_data: bool = False
     queue_mode: str = "accumulate"
-    segment_rho: float = 0.04
+    segment_rho: float | None = None
     segment_size: int | None = None
     queue_start_round: int = 2
     aggregation_weights: str = "entropy"
