@@ -47,8 +47,19 @@ SELECT = Family(
     docs="docs/envs/flselect.md",
 )
 
+AGGREGATE = Family(
+    name="aggregate",
+    paper="FedAdp (Wu and Wang): per-client aggregation weights from the update angles",
+    envs={"FLAggregate-v0": "fl_gym.envs.aggregate.env:FLAggregateEnv"},
+    policies="fl_gym.baselines.aggregate:POLICIES",
+    metrics=(Metric("aggregate/val_accuracy", "validation acc.", final=True),),
+    accuracy_label="global model acc.",
+    docs="docs/envs/flaggregate.md",
+)
+
 
 def register_envs() -> None:
     """Register every fl-gym family and env id (idempotent)."""
     register_family(HAPFL)
     register_family(SELECT)
+    register_family(AGGREGATE)

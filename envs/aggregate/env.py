@@ -1,0 +1,129 @@
+"""FedAdp's decision as a Gymnasium env: the aggregation weights of this round's trained updates.
+
+Each round every client trains; the agent sees each update's angle to the round's mean update
+(and the clients' smoothed angles, their Gompertz values, data shares, update norms, losses) and
+sets the weights; ``a = 0`` is exactly FedAvg. See ``docs/envs/flaggregate.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from fl_gym.envs.aggregate.config import AggregateConfig
+from fl_gym.envs.aggregate.gompertz import AngleTracker, gompertz
+from fl_gym.envs.base import FLEnv
+from fl_gym.records import RoundPlan, RoundReport, TrainedRound
+
+ROW = ("participating", "cos", "smoothed_angle", "gompertz", "data_share", "norm_ratio", "last_loss")
+GLOBAL = ("progress", "val_accuracy", "lr_ratio")
+
+
+def action_weights(action: np.ndarray, sizes: np.ndarray, scale: float) -> np.ndarray:
+    """Weights proportional to ``D_i exp(L a_i)`` (the federation normalises them).
+
+    At ``a = 0`` they are the data sizes themselves, so the round is FedAvg's bit for bit.
+    """
+    z = scale * np.clip(np.asarray(action, np.float64), -1, 1)
+    return np.exp(z - z.max()) * np.asarray(sizes, np.float64)
+
+
+class FLAggregateEnv(FLEnv):
+    """FedAdp (Wu and Wang): per-client aggregation weights from this round's update angles.
+
+    ## Description
+    One step is one round: every client has trained from the global model; the agent weights
+    their updates; the weighted average becomes the next global model.
+
+    ## Action Space
+    ``Box(-1, 1, (N,))``, one slot per client id: weights ``D_i exp(L a_i)`` normalised
+    (``L = action_scale``). The zero action is FedAvg; FedAdp is ``a_i = f(theta~_i) / L``.
+
+    ## Observation Space
+    ``Box(-1, 3, (7N + 3,))``: per client (:data:`ROW`) participation, cosine of its update with
+    the round's data-weighted mean update, smoothed angle / pi, Gompertz value / alpha, data share,
+    update norm / mean norm (clipped at 3), last-epoch loss / ln C (clipped at 3); then
+    (:data:`GLOBAL`) round / rounds, last validation accuracy, learning rate / initial.
+
+    ## Rewards
+    Validation accuracy gain of the round.
+
+    ## Episode End
+    Truncated after ``rounds_per_episode`` rounds.
+
+    ## Arguments
+    :class:`~fl_gym.envs.aggregate.config.AggregateConfig` and the shared scenario.
+
+    ## Example
+    >>> import gymnasium as gym, fl_gym
+    >>> env = gym.make("FLAggregate-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> obs.shape, env.action_space.shape
+    ((73,), (10,))
+    """
+
+    family = "aggregate"
+    config_class = AggregateConfig
+    config: AggregateConfig
+
+    def _setup(self) -> None:
+        n = self.federation.num_clients
+        low = np.tile(np.array([0, -1, 0, 0, 0, 0, 0], np.float32), n)
+        high = np.tile(np.array([1, 1, 1, 1, 1, 3, 3], np.float32), n)
+        self.observation_space = spaces.Box(np.r_[low, np.zeros(3, np.float32)], np.r_[high, np.ones(3, np.float32)],
+                                            dtype=np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (n,), np.float32)
+        self._log_c = math.log(self.federation.num_classes)
+
+    def _reset_state(self) -> None:
+        self.tracker = AngleTracker(self.federation.num_clients)
+        self._last_acc = self.federation.validation_accuracy()
+
+    def _lr_ratio(self) -> float:
+        return self.config.lr_decay ** self._round
+
+    def _prepare(self) -> TrainedRound:
+        """Train every client from the global model; fold the angles into the tracker."""
+        fed = self.federation
+        plan = RoundPlan.make(fed.num_clients, lr=self.config.scenario.lr * self._lr_ratio(),
+                              epochs=self.config.local_epochs)
+        trained = fed.train_round(fed.open_round(), plan)
+        clients = np.flatnonzero(trained.steps > 0)
+        self.tracker.update(clients, trained.stats.update_angle[clients])
+        return trained
+
+    def _observe(self, pending: TrainedRound) -> np.ndarray:
+        fed, stats = self.federation, pending.stats
+        part = pending.steps > 0
+        norm = np.nan_to_num(stats.update_norm)
+        rows = np.column_stack([
+            part, np.where(part, np.cos(np.nan_to_num(stats.update_angle)), 0.0), self.tracker.smoothed / np.pi,
+            gompertz(self.tracker.smoothed, self.config.gompertz_alpha) / self.config.gompertz_alpha,
+            fed.sizes / fed.sizes.sum(), np.clip(norm / max(norm[part].mean(), 1e-12), 0, 3),
+            np.clip(np.nan_to_num(stats.last_epoch_loss) / self._log_c, 0, 3)])
+        last_acc = 0.0 if math.isnan(self._last_acc) else self._last_acc
+        glob = [self._round / self.rounds_per_episode, last_acc, self._lr_ratio()]
+        return np.clip(np.concatenate([rows.ravel(), glob]), self.observation_space.low,
+                       self.observation_space.high).astype(np.float32)
+
+    def _play(self, pending: TrainedRound, action: np.ndarray) -> RoundReport:
+        weight = action_weights(action, self.federation.sizes, self.config.action_scale)
+        report = self.federation.finish_round(pending, weight=weight)
+        self._gain, self._last_acc = report.val_accuracy - self._last_acc, report.val_accuracy
+        self._played = pending
+        return report
+
+    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
+        return {"acc_gain": self._gain}
+
+    def _reward_weights(self) -> dict[str, float]:
+        return {"acc_gain": 1.0}
+
+    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
+        return {"aggregate/weights": report.weights, "aggregate/angles": self._played.stats.update_angle,
+                "aggregate/smoothed_angles": self.tracker.smoothed.copy(),
+                "aggregate/val_accuracy": report.val_accuracy}
