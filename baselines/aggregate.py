@@ -9,48 +9,43 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from gymnasium import Env
 
+from fl_gym.baselines.base import RowPolicy
 from fl_gym.envs.aggregate.env import ROW
 from fl_gym.envs.aggregate.gompertz import gompertz
 from fl_gym.envs.registry import PolicyEntry
 
 
-class WeightsPolicy:
-    """Base: an action per observation from the client rows."""
+class WeightsPolicy(RowPolicy):
+    """Base: an action per observation from the ``(N, 7)`` client rows (:meth:`offsets`)."""
 
     def __init__(self, env: Env) -> None:
         u = env.unwrapped
         self.n, self.scale = u.federation.num_clients, u.config.action_scale
 
-    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> tuple[np.ndarray, Any]:
-        """Action(s) for one observation or a batch."""
-        obs = np.asarray(observation, np.float64)
-        rows = obs if obs.ndim == 2 else obs[None]
-        actions = np.stack([self.act(r[: self.n * len(ROW)].reshape(self.n, len(ROW))) for r in rows])
-        actions = np.clip(actions, -1, 1).astype(np.float32)
-        return (actions if obs.ndim == 2 else actions[0]), state
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """The offsets of the client rows, clipped to the action space."""
+        rows = observation[: self.n * len(ROW)].reshape(self.n, len(ROW))
+        return np.clip(self.offsets(rows), -1, 1).astype(np.float32)
 
-    def act(self, rows: np.ndarray) -> np.ndarray:
-        """``(N,)`` action from the ``(N, 7)`` client rows."""
+    def offsets(self, rows: np.ndarray) -> np.ndarray:
+        """``(N,)`` logit offsets ``a`` from the client rows."""
         raise NotImplementedError
 
 
 class FedAvgWeightsPolicy(WeightsPolicy):
     """Zeros: data-size weights, FedAvg (McMahan et al., 2017)."""
 
-    def act(self, rows):
+    def offsets(self, rows):
         return np.zeros(self.n)
 
 
 class UniformWeightsPolicy(WeightsPolicy):
     """Equal weights: ``a_i = -ln(share_i) / L``, centred."""
 
-    def act(self, rows):
+    def offsets(self, rows):
         a = -np.log(rows[:, ROW.index("data_share")])
         return (a - a.mean()) / self.scale
 
@@ -62,7 +57,7 @@ class FedAdpPolicy(WeightsPolicy):
         super().__init__(env)
         self.alpha = alpha
 
-    def act(self, rows):
+    def offsets(self, rows):
         theta = np.pi * rows[:, ROW.index("smoothed_angle")]
         f = gompertz(theta, self.alpha)
         return np.where(rows[:, ROW.index("participating")] > 0.5, f - self.alpha / 2, 0.0) / self.scale

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from gymnasium import Env
 
+from fl_gym.baselines.base import RowPolicy
 from fl_gym.envs.hetero.actions import HeteroSpec
 from fl_gym.envs.hetero.config import SIZE_NAMES
 from fl_gym.envs.registry import PolicyEntry
@@ -32,7 +33,7 @@ def _spec(env_or_spec: Env | HeteroSpec) -> HeteroSpec:
     return env_or_spec if isinstance(env_or_spec, HeteroSpec) else env_or_spec.unwrapped.hetero
 
 
-class HeteroPolicy:
+class HeteroPolicy(RowPolicy):
     """Base of the fixed HAPFL policies: sizes from ``S^1``, split from ``S^2``, encoded for the view.
 
     Args:
@@ -42,15 +43,8 @@ class HeteroPolicy:
     def __init__(self, env: Env | HeteroSpec) -> None:
         self.hetero = _spec(env)
 
-    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> tuple[np.ndarray, Any]:
-        """Action(s) for one observation ``(d,)`` or a batch ``(n, d)``."""
-        obs = np.asarray(observation, dtype=np.float64)
-        rows = obs if obs.ndim == 2 else obs[None]
-        actions = np.stack([self._act(row) for row in rows])
-        return (actions if obs.ndim == 2 else actions[0]), state
-
-    def _act(self, row: np.ndarray) -> np.ndarray:
+    def act(self, row: np.ndarray) -> np.ndarray:
+        """Sizes from ``S^1``, the split from ``S^2``, encoded for the view."""
         h = self.hetero
         base = 1.0 / row[: h.clients_per_round]  # the observation is 1 / ratio
         if h.view == "intensity":
@@ -184,7 +178,8 @@ class HAPFLPolicy(HeteroPolicy):
         self.ppo1, self.ppo2 = ppo1, ppo2
         self._intensity = h.with_view("intensity")
 
-    def _act(self, row: np.ndarray) -> np.ndarray:
+    def act(self, row: np.ndarray) -> np.ndarray:
+        """PPO1's sizes, then PPO2's split on the implied ``S^2``."""
         h = self.hetero
         k = h.clients_per_round
         sizes = np.asarray(self.ppo1.predict(row.astype(np.float32), deterministic=True)[0], dtype=np.int64)

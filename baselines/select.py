@@ -18,17 +18,16 @@ epsilon-greedy draw, read from the observation's pool column), :class:`RandomPic
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from gymnasium import Env
 
+from fl_gym.baselines.base import RowPolicy
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
 from fl_gym.envs.select.spaces import PickLayout, QueueLayout, SelectLayout
 
 
-class SelectPolicy:
+class SelectPolicy(RowPolicy):
     """Base: decide a keep-mask per observation, encode it for the env's action space.
 
     Args:
@@ -38,13 +37,9 @@ class SelectPolicy:
     def __init__(self, env: Env | SelectLayout) -> None:
         self.layout = env if isinstance(env, SelectLayout) else env.unwrapped.layout
 
-    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> tuple[np.ndarray, Any]:
-        """Action(s) for one observation or a batch."""
-        obs = np.asarray(observation)
-        rows = obs if obs.ndim == 2 else obs[None]
-        actions = np.stack([np.asarray(self.layout.encode(self.keep(*self.layout.rows(row)))) for row in rows])
-        return (actions if obs.ndim == 2 else actions[0]), state
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """The keep-mask of the observation's rows, encoded for the action space."""
+        return self.layout.encode(self.keep(*self.layout.rows(observation)))
 
     def keep(self, soft_labels: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """``(m,)`` bool: the candidates to aggregate."""
@@ -96,7 +91,7 @@ class ExhaustiveMaxEntropyPolicy(SelectPolicy):
         return mask
 
 
-class PickPolicy:
+class PickPolicy(RowPolicy):
     """Base of the ``FLSelectPick-v0`` policies: a pick-mask per observation (client rows).
 
     Args:
@@ -109,13 +104,9 @@ class PickPolicy:
         self.m = m if m is not None else env.unwrapped.m
         self.rng = np.random.default_rng(seed)
 
-    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> tuple[np.ndarray, Any]:
-        """Action(s) for one observation or a batch."""
-        obs = np.asarray(observation)
-        rows = obs if obs.ndim == 2 else obs[None]
-        actions = np.stack([self.pick(row).astype(np.int8) for row in rows])
-        return (actions if obs.ndim == 2 else actions[0]), state
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """The pick-mask as ``MultiBinary`` bits."""
+        return self.pick(observation).astype(np.int8)
 
     def pick(self, observation: np.ndarray) -> np.ndarray:
         """``(N,)`` bool: the clients that train."""
@@ -163,7 +154,7 @@ class StalestPickPolicy(PickPolicy):
         return self._mask(np.argsort(-stale, kind="stable")[: self.m])
 
 
-class TopLambdaEntropyPolicy:
+class TopLambdaEntropyPolicy(RowPolicy):
     """DDFL (Ma et al.): aggregate the ``floor(lam K)`` devices of highest label entropy (spec 3.2).
 
     Reads the entropy column of the observation; ties are broken by the policy's own seeded
@@ -181,15 +172,7 @@ class TopLambdaEntropyPolicy:
         self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
         self.lam, self.rng = lam, np.random.default_rng(seed)
 
-    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> tuple[np.ndarray, Any]:
-        """Action(s) for one observation or a batch."""
-        obs = np.asarray(observation)
-        rows = obs if obs.ndim == 2 else obs[None]
-        actions = np.stack([self.keep(row) for row in rows])
-        return (actions if obs.ndim == 2 else actions[0]), state
-
-    def keep(self, observation: np.ndarray) -> np.ndarray:
+    def act(self, observation: np.ndarray) -> np.ndarray:
         """``(K,)`` int8: the top ``floor(lam K)`` by entropy."""
         k = self.layout.num_clients
         m = max(1, min(k, int(np.floor(self.lam * k + 1e-9))))
@@ -201,18 +184,15 @@ class TopLambdaEntropyPolicy:
         return mask
 
 
-class AggregateAllPolicy:
+class AggregateAllPolicy(RowPolicy):
     """Every device is aggregated: FedAvg on the queue env (DDFL with ``lambda = 1`` with server data)."""
 
     def __init__(self, env: Env | QueueLayout) -> None:
         self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
 
-    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> tuple[np.ndarray, Any]:
-        """All ones, for one observation or a batch."""
-        obs = np.asarray(observation)
-        ones = np.ones((obs.shape[0] if obs.ndim == 2 else 1, self.layout.num_clients), np.int8)
-        return (ones if obs.ndim == 2 else ones[0]), state
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """All ones."""
+        return np.ones(self.layout.num_clients, np.int8)
 
 
 UNIFORM, PROX, SCAFFOLD, MOON = ({"sampler": "uniform"}, {"local_algorithm": "fedprox"},

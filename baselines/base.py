@@ -1,0 +1,28 @@
+"""The shape every fixed policy shares: SB3's ``predict`` over one observation or a batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class RowPolicy:
+    """A fixed policy that decides each observation on its own (:meth:`act`).
+
+    ``predict`` has SB3's signature and accepts one observation ``(d,)`` or a batch ``(n, d)``,
+    so one evaluation loop runs fixed and learned policies alike. Observations reach
+    :meth:`act` as float64.
+    """
+
+    def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """Action(s) for one observation or a batch."""
+        obs = np.asarray(observation, np.float64)
+        rows = obs if obs.ndim == 2 else obs[None]
+        actions = np.stack([np.asarray(self.act(row)) for row in rows])
+        return (actions if obs.ndim == 2 else actions[0]), state
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """The action for one observation."""
+        raise NotImplementedError
