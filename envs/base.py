@@ -35,6 +35,7 @@ Generic ``info`` keys, the same meaning in every family:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol
 
@@ -187,6 +188,26 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
             info["accuracy"] = self._accuracy(report)
         info.update(self._family_info(report, terms))  # keys "<family>/..." (checked by tests/test_envs.py)
         return info
+
+
+class ValidationGain:
+    """The validation accuracy an accuracy-gain reward is measured from.
+
+    For a federation with a validation split: read at the episode's start, moved on by every report.
+    """
+
+    def __init__(self, federation: Federation) -> None:
+        self.last = federation.validation_accuracy()
+
+    def update(self, report: RoundReport) -> float:
+        """This round's gain; the report's accuracy becomes the reference."""
+        gain, self.last = report.val_accuracy - self.last, report.val_accuracy
+        return gain
+
+    @property
+    def observed(self) -> float:
+        """The last accuracy as an observation feature (0 if there is none)."""
+        return 0.0 if math.isnan(self.last) else self.last
 
 
 def _short(a: np.ndarray) -> str:

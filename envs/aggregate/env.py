@@ -16,7 +16,7 @@ from gymnasium import spaces
 
 from fl_gym.envs.aggregate.config import AggregateConfig
 from fl_gym.envs.aggregate.gompertz import AngleTracker, gompertz
-from fl_gym.envs.base import FLEnv
+from fl_gym.envs.base import FLEnv, ValidationGain
 from fl_gym.records import RoundPlan, RoundReport, TrainedRound
 
 ROW = ("participating", "cos", "smoothed_angle", "gompertz", "data_share", "norm_ratio", "last_loss")
@@ -81,7 +81,7 @@ class FLAggregateEnv(FLEnv):
 
     def _reset_state(self) -> None:
         self.tracker = AngleTracker(self.federation.num_clients)
-        self._last_acc = self.federation.validation_accuracy()
+        self._validation = ValidationGain(self.federation)
 
     def _lr_ratio(self) -> float:
         return self.config.lr_decay ** self._round
@@ -105,15 +105,14 @@ class FLAggregateEnv(FLEnv):
             gompertz(self.tracker.smoothed, self.config.gompertz_alpha) / self.config.gompertz_alpha,
             fed.sizes / fed.sizes.sum(), np.clip(norm / max(norm[part].mean(), 1e-12), 0, 3),
             np.clip(np.nan_to_num(stats.last_epoch_loss) / self._log_c, 0, 3)])
-        last_acc = 0.0 if math.isnan(self._last_acc) else self._last_acc
-        glob = [self._round / self.rounds_per_episode, last_acc, self._lr_ratio()]
+        glob = [self._round / self.rounds_per_episode, self._validation.observed, self._lr_ratio()]
         return np.clip(np.concatenate([rows.ravel(), glob]), self.observation_space.low,
                        self.observation_space.high).astype(np.float32)
 
     def _play(self, pending: TrainedRound, action: np.ndarray) -> RoundReport:
         weight = action_weights(action, self.federation.sizes, self.config.action_scale)
         report = self.federation.finish_round(pending, weight=weight)
-        self._gain, self._last_acc = report.val_accuracy - self._last_acc, report.val_accuracy
+        self._gain = self._validation.update(report)
         self._played = pending
         return report
 

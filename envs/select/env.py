@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_gym.envs.base import FLEnv
+from fl_gym.envs.base import FLEnv, ValidationGain
 from fl_gym.envs.select.config import PickConfig, SelectConfig, SelectionConfig
 from fl_gym.envs.select.entropy import entropy, judge, leave_one_out_gain, mixture
 from fl_gym.envs.select.pools import Draw, Pools
@@ -87,7 +87,7 @@ class _SelectionEnv(FLEnv):
         n = self.federation.num_clients
         self.pools = Pools(n, self.config.p_positive)
         self._selections = np.zeros(n)
-        self._last_acc = self.federation.validation_accuracy()
+        self._validation = ValidationGain(self.federation)
         self._last_kept = 1.0
         self._uplink_bytes = 0.0
 
@@ -101,8 +101,7 @@ class _SelectionEnv(FLEnv):
         return SelectRound(draw, trained, slots, soft, entropy(mixture(soft, fed.sizes[slots])))
 
     def _global_features(self, entropy_now: float, positive_branch: bool) -> list[float]:
-        last_acc = 0.0 if math.isnan(self._last_acc) else self._last_acc
-        return [self._round / self.rounds_per_episode, last_acc, entropy_now / self._log_c,
+        return [self._round / self.rounds_per_episode, self._validation.observed, entropy_now / self._log_c,
                 float(self.pools.negative.mean()), float(positive_branch), self._last_kept]
 
     def _keep(self, played: SelectRound, keep: np.ndarray, repaired: bool) -> RoundReport:
@@ -114,8 +113,8 @@ class _SelectionEnv(FLEnv):
         self.pools.update(slots[keep], slots[~keep])
         self._selections[slots] += 1
         kept_entropy = entropy(mixture(played.soft_labels[keep], fed.sizes[slots][keep])) / self._log_c
-        self._last = Selection(played, keep, repaired, report.val_accuracy - self._last_acc, kept_entropy)
-        self._last_acc, self._last_kept = report.val_accuracy, float(keep.mean())
+        self._last = Selection(played, keep, repaired, self._validation.update(report), kept_entropy)
+        self._last_kept = float(keep.mean())
         self._uplink_bytes += report.upload_bytes + self._soft_label_bytes(len(slots))
         return report
 

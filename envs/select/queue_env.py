@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_gym.envs.base import FLEnv
+from fl_gym.envs.base import FLEnv, ValidationGain
 from fl_gym.envs.select.config import QueueConfig
 from fl_gym.envs.select.queue import DataQueue, bias, entropy_bits, segment_size
 from fl_gym.envs.select.spaces import QueueLayout
@@ -103,7 +103,7 @@ class FLSelectQueueEnv(FLEnv):
         self.queue = DataQueue(fed.server_indices, self._base, self.segment, self.config.queue_mode, self.np_random)
         self._selected_prev = np.zeros(fed.num_clients)
         self._selections = np.zeros(fed.num_clients)
-        self._last_acc = fed.validation_accuracy()
+        self._validation = ValidationGain(fed)
 
     def _prepare(self) -> QueueRound:
         """Deliver this round's segments (from ``queue_start_round`` on), then train every device."""
@@ -121,8 +121,7 @@ class FLSelectQueueEnv(FLEnv):
         rate = self._selections / max(1, self._round)
         rows = np.column_stack([pending.entropy / self._log2_c, fed.sizes / fed.sizes.max(), pending.bias,
                                 self._selected_prev, rate, self.queue.received() / fed.sizes])
-        last_acc = 0.0 if math.isnan(self._last_acc) else self._last_acc
-        glob = [self._round / self.rounds_per_episode, last_acc, self.queue.undelivered()]
+        glob = [self._round / self.rounds_per_episode, self._validation.observed, self.queue.undelivered()]
         return np.concatenate([rows.ravel(), glob]).astype(np.float32)
 
     def _play(self, pending: QueueRound, action: np.ndarray) -> RoundReport:
@@ -138,7 +137,7 @@ class FLSelectQueueEnv(FLEnv):
         report = fed.finish_round(pending.trained, aggregate=keep, weight=weight)
         self._selected_prev = keep.astype(float)
         self._selections += keep
-        self._gain, self._last_acc = report.val_accuracy - self._last_acc, report.val_accuracy
+        self._gain = self._validation.update(report)
         self._played, self._keep = pending, keep
         return report
 
