@@ -76,15 +76,17 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
     label = f"{algo}:{target.stem if target.suffix == '.zip' else target.name}"
     if is_recipe(target):
         recipe, models = load_recipe(target)
-        _warn_seed_overlap(target, eval_seeds)
+        _warn_seed_overlap(target, _run_config(target), eval_seeds)
         return PolicySpec(label, lambda env: compose(recipe, env, models))
     if algo in recipes:
         raise FileNotFoundError(f"policy {spec!r}: no finished {algo} recipe at {target} (recipe.json)")
     model_path = target / "model.zip" if target.is_dir() else target
     if not model_path.is_file():
         raise FileNotFoundError(f"policy {spec!r}: no model at {model_path}")
-    _warn_seed_overlap(model_path.parent, eval_seeds)
-    model = ALGOS[_run_algo(model_path.parent, algo)].load(model_path, device="cpu")
+    run = _run_config(model_path.parent)
+    _warn_seed_overlap(model_path.parent, run, eval_seeds)
+    recorded = run.get("algo")  # a MaskablePPO run given as ``ppo:`` loads as what it is
+    model = ALGOS[recorded if recorded in ALGOS else algo].load(model_path, device="cpu")
     return PolicySpec(label, lambda env: model)
 
 
@@ -100,18 +102,15 @@ def _with_kwargs(spec: str) -> tuple[str, dict[str, Any]]:
     return name, parse_kv([kv for kv in rest[:-1].split(",") if kv], f"policy {spec!r}")
 
 
-def _run_algo(run_dir: Path, algo: str) -> str:
-    """The algorithm a run folder's ``config.yml`` records (a MaskablePPO run given as ``ppo:``), else ``algo``."""
+def _run_config(run_dir: Path) -> dict[str, Any]:
+    """A run folder's ``config.yml`` (empty when the model is not in one)."""
     config = run_dir / "config.yml"
-    recorded = yaml.safe_load(config.read_text()).get("algo") if config.is_file() else None
-    return recorded if recorded in ALGOS else algo
+    return yaml.safe_load(config.read_text()) if config.is_file() else {}
 
 
-def _warn_seed_overlap(run_dir: Path, eval_seeds: tuple[int, ...]) -> None:
-    config = run_dir / "config.yml"
-    if config.is_file():
-        cfg = yaml.safe_load(config.read_text())
-        used = set(range(cfg["seed"], cfg["seed"] + cfg["n_envs"] + 1)) & set(eval_seeds)
+def _warn_seed_overlap(run_dir: Path, run: dict[str, Any], eval_seeds: tuple[int, ...]) -> None:
+    if run:
+        used = set(range(run["seed"], run["seed"] + run["n_envs"] + 1)) & set(eval_seeds)
         if used:
             warnings.warn(f"evaluation seeds {sorted(used)} were used to train {run_dir}", stacklevel=3)
 
