@@ -7,9 +7,14 @@ Weight rules (renormalised over the clients aggregated into one model population
 * ``entropy_acc``: ``(softmax(H) + softmax(acc)) / 2`` over label entropy in bits and post-training
   local accuracy as a fraction (Chen et al., Eq. 38).
 
-Server rules: ``average`` (``w <- sum_i W_i w_i``, or pFedMe's ``(1-beta) w + beta sum_i W_i w_i``)
-and ``fedadam`` (Reddi et al., 2021, as in the FedEnt spec: ``m0 = 0``, ``v0 = tau^2``, no bias
-correction).
+Server rules, each a step on the pseudo-gradient ``delta = sum_i W_i w_i - w``:
+
+* ``average``: ``w <- w + delta`` (or pFedMe's ``w + beta delta``);
+* ``fedavgm`` (Hsu et al., 2019): ``v <- momentum v + delta``, ``w <- w + lr v`` (``v0 = 0``;
+  ``lr = 1``, ``momentum = 0`` is ``average``);
+* ``fedadam`` (Reddi et al., 2021, as in the FedEnt spec 6.5): ``m <- b1 m + (1-b1) delta``,
+  ``v <- b2 v + (1-b2) delta^2``, ``w <- w + lr m / (sqrt(v) + tau)`` with ``m0 = 0``,
+  ``v0 = tau^2``, no bias correction.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from torch import Tensor
 from fl_gym.validation import is_positive, require, require_choice
 
 WEIGHT_RULES = ("datasize", "uniform", "entropy_acc")
+SERVER_RULES = ("average", "fedavgm", "fedadam")
 
 
 def _softmax(v: np.ndarray) -> np.ndarray:
@@ -54,27 +60,39 @@ class ServerConfig:
     """How the server turns the clients' average into the next global model.
 
     Attributes:
-        name: ``"average"`` or ``"fedadam"``.
-        lr: FedAdam's server learning rate ``eta_s``.
+        name: one of :data:`SERVER_RULES`.
+        lr: the server learning rate ``eta_s`` (FedAdam, FedAvgM); None = 0.01 for FedAdam (the
+            FedEnt spec's default), 1 for FedAvgM.
         betas: FedAdam's ``(beta1, beta2)``.
         tau: FedAdam's adaptivity ``tau``.
+        momentum: FedAvgM's server momentum ``beta``.
     """
 
     name: str = "average"
-    lr: float = 0.01
+    lr: float | None = None
     betas: tuple[float, float] = (0.9, 0.99)
     tau: float = 1e-3
+    momentum: float = 0.9
 
     def __post_init__(self) -> None:
-        require_choice("server", self.name, ("average", "fedadam"))
-        require(is_positive(self.lr), "server_lr", self.lr, "a float > 0")
+        require_choice("server", self.name, SERVER_RULES)
+        require(self.lr is None or is_positive(self.lr), "server_lr", self.lr, "None or a float > 0")
+        require(0 <= self.momentum < 1, "server_momentum", self.momentum, "a float in [0, 1)")
         require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "server_betas", self.betas,
                 "two floats in [0, 1)")
         require(is_positive(self.tau), "tau", self.tau, "a float > 0")
 
 
+    @property
+    def rate(self) -> float:
+        """``eta_s`` with the rule's default filled in."""
+        if self.lr is not None:
+            return self.lr
+        return 0.01 if self.name == "fedadam" else 1.0
+
+
 class ServerOptimizer:
-    """Server update for one global model; holds FedAdam's moments across rounds."""
+    """Server update for one global model; holds FedAvgM's and FedAdam's moments across rounds."""
 
     def __init__(self, cfg: ServerConfig, mix: float = 1.0) -> None:
         self.cfg, self.mix = cfg, mix
@@ -83,13 +101,17 @@ class ServerOptimizer:
 
     def apply(self, global_vec: Tensor, average: Tensor) -> Tensor:
         """The next global model from the current one and the clients' weighted average."""
-        if self.cfg.name == "average":
+        cfg = self.cfg
+        if cfg.name == "average":
             return average if self.mix == 1.0 else torch.lerp(global_vec, average, self.mix)
         delta = average - global_vec
         if self.m is None:
             self.m = torch.zeros_like(delta)
-            self.v = torch.full_like(delta, self.cfg.tau ** 2)
-        b1, b2 = self.cfg.betas
+            self.v = torch.full_like(delta, cfg.tau ** 2)
+        if cfg.name == "fedavgm":
+            self.m.mul_(cfg.momentum).add_(delta)
+            return global_vec + cfg.rate * self.m
+        b1, b2 = cfg.betas
         self.m.mul_(b1).add_(delta, alpha=1 - b1)
         self.v.mul_(b2).addcmul_(delta, delta, value=1 - b2)
-        return global_vec + self.cfg.lr * self.m / (self.v.sqrt() + self.cfg.tau)
+        return global_vec + cfg.rate * self.m / (self.v.sqrt() + cfg.tau)

@@ -11,13 +11,13 @@ from fl_gym.aggregation import WEIGHT_RULES, ServerConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.data.datasets import DATASETS
 from fl_gym.data.partition import PartitionConfig
-from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm, Moon, PFedMe, PFedMeConfig, Scaffold
+from fl_gym.engine.algorithms import SGD, FedDyn, FedProx, LocalAlgorithm, Moon, PFedMe, PFedMeConfig, Scaffold
 from fl_gym.engine.losses import MutualDistillation
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.models.zoo import MODELS
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice
 
-ALGORITHMS = ("fedavg", "fedprox", "pfedme", "scaffold", "moon")
+ALGORITHMS = ("fedavg", "fedprox", "pfedme", "scaffold", "moon", "feddyn")
 
 
 @dataclass(frozen=True)
@@ -54,10 +54,11 @@ class FederationConfig:
         optimizer: local optimiser (fresh each round).
         algorithm: local algorithm: ``fedavg``, ``fedprox`` (proximal term ``prox_mu``),
             ``pfedme`` (``pfedme`` settings), ``scaffold`` (control variates, per client across
-            rounds) or ``moon`` (model-contrastive term, ``moon_mu``, ``moon_tau``;
-            :mod:`fl_gym.engine.algorithms`).
+            rounds), ``moon`` (model-contrastive term, ``moon_mu``, ``moon_tau``) or ``feddyn``
+            (dual variables per client, ``feddyn_alpha``; :mod:`fl_gym.engine.algorithms`).
         moon_mu: MOON's weight of the contrastive term (spec: 0.1).
         moon_tau: MOON's temperature (spec: 0.5).
+        feddyn_alpha: FedDyn's ``alpha`` (FedEnt spec 6.5: 0.001).
         prox_mu: FedProx's ``mu``.
         pfedme: pFedMe's local solver and server mixing.
         aggregation: default weight rule (:data:`fl_gym.aggregation.WEIGHT_RULES`).
@@ -99,6 +100,7 @@ class FederationConfig:
     prox_mu: float = 0.01
     moon_mu: float = 0.1
     moon_tau: float = 0.5
+    feddyn_alpha: float = 0.001
     pfedme: PFedMeConfig = field(default_factory=PFedMeConfig)
     aggregation: str = "datasize"
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -136,7 +138,9 @@ class FederationConfig:
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
         require(is_non_negative(self.moon_mu), "moon_mu", self.moon_mu, "a float >= 0")
         require(is_positive(self.moon_tau), "moon_tau", self.moon_tau, "a float > 0")
-        require(not (self.algorithm in ("pfedme", "scaffold", "moon") and self.companion), "algorithm", self.algorithm,
+        require(is_positive(self.feddyn_alpha), "feddyn_alpha", self.feddyn_alpha, "a float > 0")
+        stateful = self.algorithm in ("pfedme", "scaffold", "moon", "feddyn")
+        require(not (stateful and self.companion), "algorithm", self.algorithm,
                 "'fedavg' or 'fedprox' when a companion model is set")
         require_choice("aggregation", self.aggregation, WEIGHT_RULES)
         require(not (self.aggregation == "entropy_acc" and self.local_test == "none"), "aggregation",
@@ -158,6 +162,8 @@ class FederationConfig:
             return Scaffold(self.num_clients)
         if self.algorithm == "moon":
             return Moon(self.num_clients, self.moon_mu, self.moon_tau)
+        if self.algorithm == "feddyn":
+            return FedDyn(self.num_clients, self.feddyn_alpha)
         return SGD()
 
     def replace(self, **changes: Any) -> FederationConfig:

@@ -296,8 +296,8 @@ class Federation:
         if self.companion_arch:
             extras["companion_weights"] = np.zeros(self.num_clients)
         if trained.cohort is not None:
+            self.algorithm.commit(np.flatnonzero(aggregated))  # before the server correction reads it
             weights = self._aggregate(trained, aggregated, weight, extras)
-            self.algorithm.commit(np.flatnonzero(aggregated))
         globals_ = self._evaluate_globals(extras)
         return RoundReport.of(trained, aggregated=aggregated, clock=self.elapsed, weights=weights, extras=extras,
                               val_accuracy=self.validation_accuracy(), **comm, **globals_)
@@ -450,6 +450,7 @@ class Federation:
                 self.companion_model = self._companion_server.apply(old, average)
             else:
                 m = int(plan.model[clients[0]])
+                average = self.algorithm.server_correction(member.stack.arch.name, average)
                 self.global_models[m] = self._servers[m].apply(old, average)
         return weights
 

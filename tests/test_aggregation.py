@@ -54,13 +54,30 @@ def test_fedadam_by_hand():
     torch.testing.assert_close(server.apply(w0, avg), expected)
 
 
+def test_fedavgm_by_hand_over_two_rounds():
+    server = ServerOptimizer(ServerConfig("fedavgm", lr=0.5, momentum=0.9))
+    w0 = torch.tensor([1.0, 2.0])
+    w1 = server.apply(w0, torch.tensor([2.0, 2.0]))  # delta (1, 0): v = (1, 0), w = w0 + 0.5 v
+    torch.testing.assert_close(w1, torch.tensor([1.5, 2.0]))
+    w2 = server.apply(w1, torch.tensor([1.5, 3.0]))  # delta (0, 1): v = (0.9, 1)
+    torch.testing.assert_close(w2, torch.tensor([1.95, 2.5]))
+
+
+def test_fedavgm_without_momentum_at_rate_one_is_the_average():
+    server = ServerOptimizer(ServerConfig("fedavgm", momentum=0.0))
+    avg = torch.tensor([0.3, -0.7])
+    for _ in range(2):
+        torch.testing.assert_close(server.apply(torch.zeros(2), avg), avg)
+
+
 def test_pfedme_mixing():
     server = ServerOptimizer(ServerConfig(), mix=0.5)
     torch.testing.assert_close(server.apply(torch.zeros(3), torch.ones(3)), torch.full((3,), 0.5))
 
 
 @pytest.mark.parametrize("kwargs,param", [(dict(name="sgd"), "server"), (dict(lr=-1), "server_lr"),
-                                          (dict(tau=math.nan), "tau")])
+                                          (dict(tau=math.nan), "tau"),
+                                          (dict(momentum=1.0), "server_momentum")])
 def test_bad_server_config(kwargs, param):
     with pytest.raises(ValueError, match=f"{param}="):
         ServerConfig(**kwargs)

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from fl_gym.engine import (
+    FedDyn,
     FedProx,
     Member,
     Moon,
@@ -232,6 +233,36 @@ def test_scaffold_matches_the_reference_and_commits_only_aggregated_clients(digi
     torch.testing.assert_close(algo.clients["mlp-small"][[7, 5]], c_i[[7, 5]] + delta[[0, 2]])
     torch.testing.assert_close(algo.clients["mlp-small"][2], c_i[2])
     torch.testing.assert_close(algo.server["mlp-small"], c + delta[[0, 2]].sum(0) / n)
+
+
+def test_feddyn_matches_the_reference_and_moves_the_duals_of_aggregated_clients(digits, digits_parts):
+    """Local steps equal the naive loop on ``F_i - <h_i, w> + alpha/2 ||w - w(t)||^2``; aggregated
+    clients move ``h_i -= alpha (w_i - w(t))``, the server ``h -= alpha/N sum``, and the global
+    model is the average minus ``h / alpha``."""
+    arch = build_model("mlp-small", digits.input_shape, 10)
+    schedule, _ = _cohort(digits_parts, [2, 1, 3])
+    n, alpha = 10, 0.1
+    g = torch.Generator().manual_seed(1)
+    start = arch.init(g).expand(3, -1).clone()
+    algo = FedDyn(n, alpha)
+    algo.server["mlp-small"] = 0.01 * torch.randn(arch.num_params, generator=g)
+    algo.clients["mlp-small"] = 0.01 * torch.randn(n, arch.num_params, generator=g)
+    h, h_i = algo.server["mlp-small"].clone(), algo.clients["mlp-small"].clone()
+    ids, lr = np.array([3, 9, 0]), torch.tensor([0.05, 0.02, 0.04])
+    stack = Stack.from_rows(arch, start)
+    train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
+                 algorithm=algo, clients=ids)
+    ref_rows, _ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
+                                  prox_mu=alpha, correction=-h_i[ids])
+    torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=1e-5)
+    drift = stack.rows() - start
+    algo.commit(np.array([3, 0]))  # client 9 (row 1) was not aggregated
+    torch.testing.assert_close(algo.clients["mlp-small"][[3, 0]], h_i[[3, 0]] - alpha * drift[[0, 2]])
+    torch.testing.assert_close(algo.clients["mlp-small"][9], h_i[9])
+    h_new = h - alpha / n * drift[[0, 2]].sum(0)
+    torch.testing.assert_close(algo.server["mlp-small"], h_new)
+    average = torch.ones(arch.num_params)
+    torch.testing.assert_close(algo.server_correction("mlp-small", average), average - h_new / alpha)
 
 
 def _moon_reference(arch, start, prev, x, y, schedule, lr, mu, tau):

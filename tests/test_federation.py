@@ -135,6 +135,8 @@ def test_soft_labels_and_local_accuracy(tiny_config):
     dict(algorithm="fedprox", prox_mu=0.1),
     dict(algorithm="pfedme", eval_local=True),
     dict(server=ServerConfig("fedadam", lr=0.01)),
+    dict(server=ServerConfig("fedavgm", momentum=0.5)),
+    dict(algorithm="feddyn", feddyn_alpha=0.01),
     dict(optimizer=OptimizerConfig("adam"), aggregation="uniform"),
     dict(companion="mlp-small", models=("mlp-small", "mlp-medium"), aggregation="entropy_acc"),
     dict(models=("cnn-small",), local_test="holdout"),
@@ -175,7 +177,7 @@ def test_synthetic_natural_partition():
 
 @pytest.mark.parametrize("changes,param", [
     (dict(num_clients=0), "num_clients"), (dict(models=("resnet",)), "models"),
-    (dict(algorithm="feddyn"), "algorithm"),
+    (dict(algorithm="fedsgd"), "algorithm"), (dict(algorithm="feddyn", feddyn_alpha=0.0), "feddyn_alpha"),
     (dict(batch_size=0), "batch_size"), (dict(aggregation="entropy_acc", local_test="none"), "aggregation"),
     (dict(model_costs=(1.0, 2.0)), "model_costs"), (dict(dataset="imagenet"), "dataset"),
     (dict(partition=PartitionConfig("natural")), "partition.kind"), (dict(local_test="all"), "local_test"),
@@ -289,6 +291,23 @@ def test_scaffold_keeps_the_server_variate_the_mean_of_the_clients(tiny_config):
     assert reports[-1].accuracy > 0.3
     fed.reset(seed=1)
     assert fed.algorithm.server == {}  # a new episode starts from zero variates
+
+
+def test_feddyn_keeps_the_server_dual_the_mean_of_the_clients_and_corrects_the_average(tiny_config):
+    fed = Federation(tiny_config.replace(algorithm="feddyn", feddyn_alpha=0.1), scenario_seed=0)
+    fed.run_round(RoundPlan.make(4, lr=0.05))
+    start = fed.global_models[0].clone()
+    trained = fed.train_round(fed.open_round(), RoundPlan.make(4, lr=0.05, aggregate=np.array([1, 0, 1, 1], bool)))
+    report = fed.finish_round(trained)
+    duals = fed.algorithm.clients["mlp-small"]
+    h = fed.algorithm.server["mlp-small"]
+    torch.testing.assert_close(h, duals.mean(0))
+    rows = {int(c): trained.cohort.members[0].stack.rows()[j] for j, c in enumerate(trained.cohort.order)}
+    average = sum(report.weights[c] * rows[c] for c in (0, 2, 3))
+    torch.testing.assert_close(fed.global_models[0], average - h / 0.1)
+    assert not torch.equal(fed.global_models[0], start)
+    fed.reset(seed=1)
+    assert fed.algorithm.server == {}
 
 
 def test_moon_runs_learns_and_forgets_previous_models_per_episode(tiny_config):

@@ -18,6 +18,11 @@ uploads per aggregated client.
 | :class:`PFedMe` | ``inner_steps`` personal-model steps, then ``w -= lr lam (w - theta)`` | Dinh et al., 2020 |
 | :class:`Scaffold` | the gradient corrected by ``c - c_i`` (control variates) | Karimireddy et al., 2020 |
 | :class:`Moon` | adds a model-contrastive term on the penultimate representation | Li et al., 2021 |
+| :class:`FedDyn` | adds the gradient of ``-<h_i, w> + alpha/2 ||w - w_global||^2`` | Acar et al., 2021 |
+
+An algorithm may also correct the server's average (:meth:`LocalAlgorithm.server_correction`,
+FedDyn's ``- h / alpha``); the federation commits before it aggregates, so the correction sees
+this round's state.
 """
 
 from __future__ import annotations
@@ -118,7 +123,11 @@ class LocalAlgorithm:
         """Close the local training (stateful algorithms compute their clients' new state here)."""
 
     def commit(self, aggregated: np.ndarray) -> None:
-        """The server aggregated ``aggregated`` (client ids) this round."""
+        """The server aggregates ``aggregated`` (client ids) this round (called before it averages)."""
+
+    def server_correction(self, arch_name: str, average: Tensor) -> Tensor:
+        """The global model from the clients' weighted ``average`` (default: the average itself)."""
+        return average
 
     def reset(self) -> None:
         """Forget per-client state (a new episode)."""
@@ -184,7 +193,60 @@ class PFedMe(LocalAlgorithm):
         return losses
 
 
-class Scaffold(LocalAlgorithm):
+class Corrected(LocalAlgorithm):
+    """Base of algorithms whose local step adds a fixed per-client vector to the gradient.
+
+    ``start`` stores it as ``run.state["correction"]`` (the stack's layout) with the start rows;
+    per-client state lives in ``(N, P)`` tables per architecture, created on first use.
+    """
+
+    def __init__(self, num_clients: int) -> None:
+        self.num_clients = num_clients
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero state (created on first use per architecture)."""
+        self.server: dict[str, Tensor] = {}
+        self.clients: dict[str, Tensor] = {}
+        self._pending: list[tuple[str, np.ndarray, Tensor]] = []
+
+    def _tables(self, stack: Stack) -> tuple[Tensor, Tensor]:
+        """``(P,)`` server and ``(N, P)`` client state of the stack's architecture."""
+        key = stack.arch.name
+        if key not in self.server:
+            p = stack.arch.num_params
+            self.server[key] = stack.flat.new_zeros(p)
+            self.clients[key] = stack.flat.new_zeros(self.num_clients, p)
+        return self.server[key], self.clients[key]
+
+    def _run(self, stack: Stack, clients: np.ndarray, opt: StackOptimizer, correction: Tensor) -> MemberRun:
+        run = MemberRun(stack, stack, opt)
+        run.state = {"correction": Stack.from_rows(stack.arch, correction).flat, "start": stack.rows(),
+                     "ids": torch.as_tensor(clients, device=stack.flat.device)}
+        return run
+
+    def step(self, runs: list[MemberRun], gradients: Gradients) -> dict[str, Tensor]:
+        """One corrected step of every member."""
+        losses = gradients()
+        for run in runs:
+            if run.active:
+                run.grad.add_(run.state["correction"])  # rows past ``active`` are not stepped
+                run.opt.step(run.grad)
+        return losses
+
+    def _aggregated(self, aggregated: np.ndarray) -> list[tuple[str, Tensor, Tensor]]:
+        """``(architecture, client rows, pending change rows)`` of the aggregated clients; clears pending."""
+        out = []
+        for key, ids, delta in self._pending:
+            keep = np.isin(ids, aggregated)
+            if keep.any():
+                out.append((key, torch.as_tensor(ids[keep], device=delta.device),
+                            delta[torch.as_tensor(keep, device=delta.device)]))
+        self._pending = []
+        return out
+
+
+class Scaffold(Corrected):
     """SCAFFOLD (Karimireddy et al., 2020), option II: control variates correct client drift.
 
     Every local step descends ``g - c_i + c``. After ``K_i`` steps at rate ``lr_i`` from the global
@@ -201,61 +263,74 @@ class Scaffold(LocalAlgorithm):
     name = "scaffold"
     upload_factor = 2
 
-    def __init__(self, num_clients: int) -> None:
-        self.num_clients = num_clients
-        self.reset()
-
-    def reset(self) -> None:
-        """Zero variates (created on first use per architecture)."""
-        self.server: dict[str, Tensor] = {}
-        self.clients: dict[str, Tensor] = {}
-        self._pending: list[tuple[str, np.ndarray, Tensor]] = []
-
-    def _variates(self, stack: Stack) -> tuple[Tensor, Tensor]:
-        key = stack.arch.name
-        if key not in self.server:
-            p = stack.arch.num_params
-            self.server[key] = stack.flat.new_zeros(p)
-            self.clients[key] = stack.flat.new_zeros(self.num_clients, p)
-        return self.server[key], self.clients[key]
-
     def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
               ) -> MemberRun:
-        """Plain steps; the run keeps the correction ``c - c_i`` (in the stack's layout) and the start."""
-        c, c_i = self._variates(stack)
-        run = MemberRun(stack, stack, StackOptimizer(stack, optimizer, lr))
-        ids = torch.as_tensor(clients, device=stack.flat.device)
-        run.state = {"correction": Stack.from_rows(stack.arch, c - c_i[ids]).flat, "start": stack.rows(),
-                     "scale": (torch.as_tensor(steps, dtype=lr.dtype, device=lr.device) * lr)[:, None], "ids": ids}
+        """Plain steps corrected by ``c - c_i``; the run keeps ``K_i lr_i`` for the new variate."""
+        c, c_i = self._tables(stack)
+        run = self._run(stack, clients, StackOptimizer(stack, optimizer, lr),
+                        c - c_i[torch.as_tensor(clients, device=stack.flat.device)])
+        run.state["scale"] = (torch.as_tensor(steps, dtype=lr.dtype, device=lr.device) * lr)[:, None]
         return run
-
-    def step(self, runs: list[MemberRun], gradients: Gradients) -> dict[str, Tensor]:
-        """One corrected step of every member."""
-        losses = gradients()
-        for run in runs:
-            if run.active:
-                run.grad.add_(run.state["correction"])  # rows past ``active`` are not stepped
-                run.opt.step(run.grad)
-        return losses
 
     def finish(self, runs: list[MemberRun], clients: list[np.ndarray]) -> None:
         """Each client's variate change, held until the server says who was aggregated."""
         self._pending = []
         for run, ids in zip(runs, clients, strict=True):
-            c, c_i = self._variates(run.stack)
+            c, _ = self._tables(run.stack)
             st = run.state
             delta = -c + (st["start"] - run.stack.rows()) / st["scale"]  # c_i+ - c_i
             self._pending.append((run.stack.arch.name, ids, delta))
 
     def commit(self, aggregated: np.ndarray) -> None:
         """Aggregated clients take their new variate; the server's moves by their mean change over N."""
-        for key, ids, delta in self._pending:
-            keep = np.isin(ids, aggregated)
-            if keep.any():
-                rows = torch.as_tensor(ids[keep], device=delta.device)
-                self.clients[key][rows] += delta[torch.as_tensor(keep, device=delta.device)]
-                self.server[key] += delta[torch.as_tensor(keep, device=delta.device)].sum(0) / self.num_clients
-        self._pending = []
+        for key, rows, delta in self._aggregated(aggregated):
+            self.clients[key][rows] += delta
+            self.server[key] += delta.sum(0) / self.num_clients
+
+
+class FedDyn(Corrected):
+    """FedDyn (Acar et al., 2021), as the FedEnt spec 6.5 states it.
+
+    Client ``i`` minimises ``F_i(w) - <h_i, w> + alpha/2 ||w - w(t)||^2``: each local step adds
+    ``-h_i + alpha (w - w(t))`` to the gradient. An aggregated client then moves its dual
+    ``h_i <- h_i - alpha (w_i - w(t))``; the server's ``h <- h - alpha/N sum_aggregated (w_i - w(t))``
+    and the next global model is the clients' average minus ``h / alpha``. Duals live per
+    architecture, zero at the start of an episode.
+
+    Args:
+        num_clients: ``N``.
+        alpha: the dynamic regulariser's weight.
+    """
+
+    name = "feddyn"
+
+    def __init__(self, num_clients: int, alpha: float = 0.001) -> None:
+        require(is_positive(alpha), "feddyn_alpha", alpha, "a float > 0")
+        self.alpha = alpha
+        super().__init__(num_clients)
+
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+              ) -> MemberRun:
+        """Steps with the proximal pull ``alpha (w - w(t))`` and the linear term ``-h_i``."""
+        _, h_i = self._tables(stack)
+        return self._run(stack, clients, StackOptimizer(stack, optimizer, lr, self.alpha),
+                         -h_i[torch.as_tensor(clients, device=stack.flat.device)])
+
+    def finish(self, runs: list[MemberRun], clients: list[np.ndarray]) -> None:
+        """Each client's drift ``w_i - w(t)``, held until the server says who was aggregated."""
+        self._pending = [(run.stack.arch.name, ids, run.stack.rows() - run.state["start"])
+                         for run, ids in zip(runs, clients, strict=True)]
+
+    def commit(self, aggregated: np.ndarray) -> None:
+        """Aggregated clients' duals and the server's ``h`` move by their drifts."""
+        for key, rows, drift in self._aggregated(aggregated):
+            self.clients[key][rows] -= self.alpha * drift
+            self.server[key] -= self.alpha / self.num_clients * drift.sum(0)
+
+    def server_correction(self, arch_name: str, average: Tensor) -> Tensor:
+        """``average - h / alpha``."""
+        h = self.server.get(arch_name)
+        return average if h is None else average - h / self.alpha
 
 
 class Moon(LocalAlgorithm):
