@@ -5,6 +5,7 @@
 | :class:`FedAvgWeightsPolicy` | 0 | data size (FedAvg) |
 | :class:`UniformWeightsPolicy` | ``-ln(share) / L`` (centred) | equal |
 | :class:`FedAdpPolicy` | ``f(theta~) / L`` | FedAdp's Gompertz weights |
+| :class:`FedCosPolicy` | ``(ln cos - ln D) / L`` (centred) | ``cos(w_i, w)``, FedEnt's figure baseline |
 """
 
 from __future__ import annotations
@@ -63,8 +64,26 @@ class FedAdpPolicy(WeightsPolicy):
         return np.where(rows[:, ROW.index("participating")] > 0.5, f - self.alpha / 2, 0.0) / self.scale
 
 
+class FedCosPolicy(WeightsPolicy):
+    """FedCos (FedEnt spec 6.5, Eq. 51): weights ``cos(w_i(t), w(t))``, normalised.
+
+    The cosine of each local model with the global model is read from the env's exact
+    statistics (the observation holds the update's angle, not the model's).
+    """
+
+    def __init__(self, env: Env) -> None:
+        super().__init__(env)
+        self.env = env.unwrapped
+
+    def offsets(self, rows):
+        cos = np.clip(np.nan_to_num(self.env.round_stats.model_cosine), 1e-6, 1)
+        a = np.log(cos) - np.log(rows[:, ROW.index("data_share")])
+        return (a - a.mean()) / self.scale
+
+
 POLICIES = {
     "fedavg": PolicyEntry(FedAvgWeightsPolicy, "FedAvg: data-size weights (the zero action)"),
     "uniform": PolicyEntry(UniformWeightsPolicy, "equal weights for every client"),
     "fedadp": PolicyEntry(FedAdpPolicy, "FedAdp: Gompertz weights of the smoothed angles (kwarg alpha=5)"),
+    "fedcos": PolicyEntry(FedCosPolicy, "FedCos: weights = cosine of each local model with the global model"),
 }

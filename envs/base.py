@@ -16,7 +16,7 @@ pending round with it, score it, prepare the next round, observe. A family overr
 
 ``reset(seed=...)`` seeds everything the episode draws (candidates, device dynamics, model
 initialisation, data order); the static scenario (who holds which data on which device) comes
-from ``scenario_seed``.
+from ``scenario_seed``, except that ``redraw_partition=True`` draws the partition per episode.
 
 Generic ``info`` keys, the same meaning in every family:
 
@@ -118,6 +118,8 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         """Start an episode: fresh models and dynamics, same scenario; observe round 1."""
         super().reset(seed=seed)
         self.federation.reset(seed=int(self.np_random.integers(2**63 - 1)), sampler=self.np_random)
+        if self.config.scenario.redraw_partition:
+            self.federation.redraw_partition(int(self.np_random.integers(2**63 - 1)))
         self._round, self._uploads, self._ended = 0, 0, False
         self._reset_state()
         self._pending = self._prepare()

@@ -38,6 +38,12 @@ class ScenarioConfig:
         min_size: smallest client, in training samples.
         classes_per_client: classes per client (``classes`` partition; 1 = one class each).
         shards_per_client: label-sorted shards per client (``shards`` partition).
+        num_iid: IID clients listed first (``mixed`` partition: the rest hold ``classes_per_client``
+            classes each).
+        samples_per_client: samples per client (``classes`` and ``mixed``; None = an equal share).
+        redraw_partition: draw a new partition of the same kind at every ``reset`` from the
+            episode seed (clients and devices stay), so a policy cannot learn which client id
+            holds what; costs one partition per reset.
         heterogeneity: ``H``, fastest/slowest static device speed.
         sigma_dyn: log-std of per-round availability.
         sigma_drift: log-std of drift between a round's probe and its training.
@@ -62,6 +68,9 @@ class ScenarioConfig:
     min_size: int = 10
     classes_per_client: int = 2
     shards_per_client: int = 2
+    num_iid: int = 0
+    samples_per_client: int | None = None
+    redraw_partition: bool = False
     heterogeneity: float = 10.0
     sigma_dyn: float = 0.2
     sigma_drift: float = 0.1
@@ -82,6 +91,8 @@ class ScenarioConfig:
         require(is_int_at_least(self.num_clients, 2), "num_clients", self.num_clients, "an integer >= 2")
         require_choice("partition", self.partition, KINDS)
         self.partition_config()
+        require(self.num_iid <= self.num_clients, "num_iid", self.num_iid, f"at most num_clients={self.num_clients}")
+        require(isinstance(self.redraw_partition, bool), "redraw_partition", self.redraw_partition, "True or False")
         self.clock_config()
         require(is_positive(self.lr), "lr", self.lr, "a float > 0")
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
@@ -96,7 +107,8 @@ class ScenarioConfig:
     def partition_config(self) -> PartitionConfig:
         """The partitioner's config."""
         return PartitionConfig(self.partition, alpha=self.alpha, min_size=self.min_size,
-                               classes_per_client=self.classes_per_client, shards_per_client=self.shards_per_client)
+                               classes_per_client=self.classes_per_client, shards_per_client=self.shards_per_client,
+                               num_iid=self.num_iid, samples_per_client=self.samples_per_client)
 
     def clock_config(self) -> ClockConfig:
         """The device cost model."""

@@ -41,6 +41,7 @@ from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.allocator import keep_freed_memory
 from fl_gym.engine.evaluate import evaluate_models, evaluate_stack
 from fl_gym.engine.losses import cross_entropy
+from fl_gym.engine.probe import Probe, probe_gradients
 from fl_gym.engine.schedule import local_steps, make_schedule
 from fl_gym.engine.trainer import Member, TrainResult, train_cohort
 from fl_gym.models.architecture import Stack
@@ -88,7 +89,7 @@ class Federation:
             torch.set_num_threads(cfg.num_threads)
         if cfg.train and cfg.keep_freed_memory and self.device.type == "cpu":
             keep_freed_memory()
-        data = dataset if dataset is not None else self._load(cfg)
+        data = self._dataset = dataset if dataset is not None else self._load(cfg)
         self.num_classes = data.num_classes
         scenario = np.random.default_rng(scenario_seed)
         self.server_indices = np.zeros(0, np.int64)
@@ -209,7 +210,9 @@ class Federation:
                 ``np_random``); default: the episode generator.
         """
         cfg = self.config
-        self.rng = np.random.default_rng(seed)
+        seeds = np.random.SeedSequence(seed)
+        self.rng = np.random.default_rng(seeds)
+        self._probe_gen = torch.Generator(device=self.device).manual_seed(int(seeds.spawn(1)[0].generate_state(1)[0]))
         self.sampler = self.rng if sampler is None else sampler
         self.global_models, self.companion_model = [], None
         if cfg.train:  # a timing-only federation has no models
@@ -220,6 +223,34 @@ class Federation:
         self._servers = [ServerOptimizer(cfg.server, self.algorithm.server_mix) for _ in self.archs]
         self._companion_server = ServerOptimizer(cfg.server)
         self.round, self.elapsed = 0, 0.0
+
+    def redraw_partition(self, seed: int) -> None:
+        """Split the training data afresh from ``seed`` (same kind, same clients and devices).
+
+        For envs that redraw the partition per episode, so a policy cannot learn client ids.
+        """
+        rng = np.random.default_rng(seed)
+        train_parts, test_parts = self._split(self._dataset, rng)
+        order = rng.permutation(self.num_clients)  # kinds listed in order (mixed: IID first) move too
+        self._set_train_parts([train_parts[i] for i in order])
+        self.test_parts = [torch.as_tensor(test_parts[i], device=self.device) for i in order]
+
+    def probe(self, clients: np.ndarray, models: torch.Tensor | None = None) -> Probe:
+        """One minibatch gradient per client (``batch_size`` samples, evaluation mode).
+
+        Batches come from the episode's probe stream, separate from training's, so probing never
+        changes what the clients train on.
+
+        Args:
+            clients: ``(k,)`` client ids.
+            models: ``(k, P)`` the models to take the gradients at; default the first global model.
+        """
+        clients = np.asarray(clients, np.int64)
+        arch = self.archs[0]
+        if models is None:
+            models = self.global_models[0].expand(len(clients), -1)
+        return probe_gradients(arch, models, self.x_train, self.y_train, [self.train_parts[i] for i in clients],
+                               self.config.batch_size, self._probe_gen)
 
     def _torch_generator(self) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(int(self.rng.integers(2**62)))
@@ -405,13 +436,17 @@ class Federation:
         return self.companion_model if member.role == LITE else self.global_models[plan.model[clients[0]]]
 
     def _update_stats(self, plan: RoundPlan, cohort: Cohort, stats: LocalStats) -> None:
-        """Norm of each update and its angle to the data-size-weighted mean update of its population."""
+        """Each update's norm and angle to its population's mean update; each model's cosine to the global."""
         for member in cohort.members:
             if member.role == LITE:
                 continue
             clients = cohort.clients(member)
-            delta = member.stack.rows() - self._start_vector(member, plan, clients)
+            start, rows = self._start_vector(member, plan, clients), member.stack.rows()
+            delta = rows - start
             norm = delta.norm(dim=1)
+            model_norm = rows.norm(dim=1)
+            stats.model_cosine[clients] = ((rows @ start) / (model_norm * start.norm()).clamp_min(1e-12)).cpu().numpy()
+            stats.model_norm[clients] = model_norm.cpu().numpy()
             share = torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(), device=self.device)
             mean_update = weighted_average(delta, share)
             cos = (delta @ mean_update) / (norm * mean_update.norm()).clamp_min(1e-12)

@@ -123,6 +123,9 @@ class ClientResults:
         update_norm: ``(K,)`` ``||w_i - w_global||``.
         update_angle: ``(K,)`` angle (radians) between the update and the data-size-weighted mean
             update of the client's model population.
+        model_cosine: ``(K,)`` cosine between the trained local model and the global model it
+            started from (FedCos's weight).
+        model_norm: ``(K,)`` ``||w_i||`` of the trained local model (FedEnt's shares).
     """
 
     loss: np.ndarray
@@ -131,6 +134,8 @@ class ClientResults:
     soft_labels: np.ndarray
     update_norm: np.ndarray
     update_angle: np.ndarray
+    model_cosine: np.ndarray
+    model_norm: np.ndarray
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +157,8 @@ class LocalStats(ClientResults):
         extras = {"companion_loss": nan(num_clients), "companion_accuracy": nan(num_clients)} if companion else {}
         stats = cls(loss=nan(num_clients), last_epoch_loss=nan(num_clients), local_accuracy=nan(num_clients),
                     soft_labels=nan(num_clients, num_classes), update_norm=nan(num_clients),
-                    update_angle=nan(num_clients), extras=extras)
+                    update_angle=nan(num_clients), model_cosine=nan(num_clients),
+                    model_norm=nan(num_clients), extras=extras)
         if read_only:  # shared by every timing-only round
             for value in [*extras.values(), *(getattr(stats, f.name) for f in dataclasses.fields(ClientResults))]:
                 value.flags.writeable = False

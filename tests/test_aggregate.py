@@ -10,7 +10,7 @@ import pytest
 
 import fl_gym  # noqa: F401
 from fl_gym import Federation, RoundPlan
-from fl_gym.baselines.aggregate import FedAdpPolicy, FedAvgWeightsPolicy, UniformWeightsPolicy
+from fl_gym.baselines.aggregate import FedAdpPolicy, FedAvgWeightsPolicy, FedCosPolicy, UniformWeightsPolicy
 from fl_gym.envs.aggregate import AggregateConfig, AngleTracker, fedadp_weights, gompertz
 
 
@@ -75,3 +75,77 @@ def test_uniform_policy_weights_everyone_equally():
     obs, _ = env.reset(seed=0)
     *_, info = env.step(UniformWeightsPolicy(env).predict(obs)[0])
     np.testing.assert_allclose(info["aggregate/weights"], np.full(10, 0.1), rtol=1e-5)
+
+
+def test_fedadp_policy_on_the_env_is_a_standalone_fedadp_loop_bit_for_bit():
+    """Spec 7.2's equivalence for FedAdp: train, track the angles, weight by Gompertz, aggregate."""
+    from gymnasium.utils.seeding import np_random
+
+    env = gym.make("FLAggregate-v0", rounds_per_episode=3)
+    obs, _ = env.reset(seed=5)
+    policy = FedAdpPolicy(env)
+    for _ in range(3):
+        obs, *_ = env.step(policy.predict(obs)[0])
+    cfg = AggregateConfig.from_kwargs(rounds_per_episode=3)
+    fed = Federation(cfg.federation_config(), scenario_seed=0)
+    rng, _ = np_random(5)
+    fed.reset(seed=int(rng.integers(2**63 - 1)), sampler=rng)
+    tracker = AngleTracker(10)
+    for t in range(3):
+        plan = RoundPlan.make(10, lr=cfg.scenario.lr * cfg.lr_decay ** t, epochs=cfg.local_epochs)
+        trained = fed.train_round(fed.open_round(), plan)
+        tracker.update(np.arange(10), trained.stats.update_angle)
+        fed.finish_round(trained, weight=fedadp_weights(tracker.smoothed, fed.sizes))
+    np.testing.assert_allclose(env.unwrapped.federation.global_models[0].numpy(), fed.global_models[0].numpy(),
+                               rtol=0, atol=1e-6)
+
+
+def test_fedcos_policy_weights_by_the_cosine_of_local_and_global_models():
+    env = gym.make("FLAggregate-v0", rounds_per_episode=2)
+    obs, _ = env.reset(seed=0)
+    cos = env.unwrapped.round_stats.model_cosine.copy()
+    *_, info = env.step(FedCosPolicy(env).predict(obs)[0])
+    assert np.all((cos > 0.5) & (cos <= 1))
+    np.testing.assert_allclose(info["aggregate/weights"], cos / cos.sum(), rtol=1e-5)
+
+
+def test_rounds_reward_stops_at_the_target_and_reports_rounds_to_target():
+    env = gym.make("FLAggregate-v0", reward="rounds", target_accuracy=0.5, stop_at_target=True)
+    obs, _ = env.reset(seed=0)
+    rewards, terminated, info = [], False, {}
+    while not terminated:
+        obs, r, terminated, truncated, info = env.step(np.zeros(10, np.float32))
+        rewards.append(r)
+        assert not truncated
+    assert set(rewards) == {-1.0} and info["aggregate/val_accuracy"] >= 0.5
+    assert info["reward_terms"]["favor"] == pytest.approx(64 ** (info["aggregate/val_accuracy"] - 0.5) - 1)
+    reached = info["aggregate/rounds_to_target"]
+    assert reached is None or 1 <= reached <= info["round"]
+
+
+def test_redrawn_partition_differs_per_episode_and_repeats_per_seed():
+    env = gym.make("FLAggregate-v0", redraw_partition=True, partition="mixed", num_iid=3, classes_per_client=1,
+                   samples_per_client=50)
+    fed = env.unwrapped.federation
+
+    def parts(seed):
+        env.reset(seed=seed)
+        return [p.numpy().copy() for p in fed.train_parts]
+
+    a, b, a_again = parts(0), parts(1), parts(0)
+    assert all(np.array_equal(x, y) for x, y in zip(a, a_again, strict=True))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    iid = [np.flatnonzero((fed.histogram[i] > 0)).size == 10 for i in range(10)]
+    assert sum(iid) == 3 and fed.sizes.tolist() == [50] * 10
+
+
+def test_paper_presets_set_the_papers_setup():
+    cfg = AggregateConfig.from_kwargs(preset="paper_mnist_cnn")
+    s = cfg.scenario
+    assert (s.dataset, s.partition, s.num_iid, s.classes_per_client, s.samples_per_client) == ("mnist", "mixed", 5, 1,
+                                                                                                 600)
+    assert (cfg.model, s.batch_size, s.lr, s.rounds_per_episode, cfg.target_accuracy) == ("fedadp-cnn", 32, 0.01,
+                                                                                           300, 0.95)
+    assert AggregateConfig.from_kwargs(preset="paper_mnist_cnn", rounds_per_episode=20).scenario.rounds_per_episode == 20
+    with pytest.raises(ValueError, match="preset="):
+        AggregateConfig.from_kwargs(preset="paper")

@@ -20,6 +20,7 @@ from fl_gym.engine import (
     make_schedule,
     train_cohort,
 )
+from fl_gym.engine.probe import probe_gradients
 from fl_gym.engine.reference import reference_train
 from fl_gym.models import Stack, build_model
 
@@ -313,3 +314,24 @@ def test_moon_matches_the_reference_and_keeps_previous_models(digits, digits_par
     torch.testing.assert_close(stack.rows(), ref, rtol=0, atol=2e-5)
     torch.testing.assert_close(algo.previous[name][ids], stack.rows())  # every trained client's model is kept
     assert algo.seen[name][ids].all()
+
+
+@pytest.mark.parametrize("name", ["mlp-small", "cnn-small"])
+def test_probe_gradients_match_autograd_and_leave_the_models_alone(digits, digits_parts, name):
+    arch = build_model(name, digits.input_shape, 10)
+    g = torch.Generator().manual_seed(3)
+    models = torch.stack([arch.init(g) for _ in range(3)])
+    before = models.clone()
+    parts = [torch.as_tensor(p) for p in digits_parts[:3]]
+    probe = probe_gradients(arch, models, digits.x_train, digits.y_train, parts, 7, torch.Generator().manual_seed(0))
+    batches = make_schedule(parts, np.ones(3, np.int64), 7, torch.Generator().manual_seed(0))
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+    for i in range(3):
+        net = arch.module().eval()
+        vector_to_parameters(models[i].clone(), net.parameters())
+        ids = batches.idx[0, i][batches.weight[0, i] > 0]
+        loss = F.cross_entropy(net(digits.x_train[ids]), digits.y_train[ids])
+        grad = torch.autograd.grad(loss, list(net.parameters()))
+        assert float(probe.loss[i]) == pytest.approx(loss.item(), rel=1e-5)
+        torch.testing.assert_close(probe.grad[i], parameters_to_vector(grad), rtol=1e-4, atol=1e-6)
+    assert torch.equal(models, before)

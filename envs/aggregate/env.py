@@ -16,8 +16,9 @@ from gymnasium import spaces
 
 from fl_gym.envs.aggregate.config import AggregateConfig
 from fl_gym.envs.aggregate.gompertz import AngleTracker, gompertz
-from fl_gym.envs.base import FLEnv, ValidationGain
-from fl_gym.records import RoundPlan, RoundReport, TrainedRound
+from fl_gym.envs.base import FLEnv
+from fl_gym.envs.learning import TargetReward
+from fl_gym.records import LocalStats, RoundPlan, RoundReport, TrainedRound
 
 ROW = ("participating", "cos", "smoothed_angle", "gompertz", "data_share", "norm_ratio", "last_loss")
 GLOBAL = ("progress", "val_accuracy", "lr_ratio")
@@ -50,10 +51,12 @@ class FLAggregateEnv(FLEnv):
     (:data:`GLOBAL`) round / rounds, last validation accuracy, learning rate / initial.
 
     ## Rewards
-    Validation accuracy gain of the round.
+    ``reward``: validation accuracy gain (default), ``rounds`` (-1 per round) or ``favor``
+    (:mod:`fl_gym.envs.learning`).
 
     ## Episode End
-    Truncated after ``rounds_per_episode`` rounds.
+    Terminated at the target accuracy with ``stop_at_target``; truncated after
+    ``rounds_per_episode`` rounds.
 
     ## Arguments
     :class:`~fl_gym.envs.aggregate.config.AggregateConfig` and the shared scenario.
@@ -81,7 +84,7 @@ class FLAggregateEnv(FLEnv):
 
     def _reset_state(self) -> None:
         self.tracker = AngleTracker(self.federation.num_clients)
-        self._validation = ValidationGain(self.federation)
+        self._target = TargetReward(self.federation, self.config)
 
     def _lr_ratio(self) -> float:
         return self.config.lr_decay ** self._round
@@ -105,24 +108,33 @@ class FLAggregateEnv(FLEnv):
             gompertz(self.tracker.smoothed, self.config.gompertz_alpha) / self.config.gompertz_alpha,
             fed.sizes / fed.sizes.sum(), np.clip(norm / max(norm[part].mean(), 1e-12), 0, 3),
             np.clip(np.nan_to_num(stats.last_epoch_loss) / self._log_c, 0, 3)])
-        glob = [self._round / self.rounds_per_episode, self._validation.observed, self._lr_ratio()]
+        glob = [self._round / self.rounds_per_episode, self._target.validation.observed, self._lr_ratio()]
         return np.clip(np.concatenate([rows.ravel(), glob]), self.observation_space.low,
                        self.observation_space.high).astype(np.float32)
 
     def _play(self, pending: TrainedRound, action: np.ndarray) -> RoundReport:
         weight = action_weights(action, self.federation.sizes, self.config.action_scale)
         report = self.federation.finish_round(pending, weight=weight)
-        self._gain = self._validation.update(report)
+        self._terms = self._target.update(report)
         self._played = pending
         return report
 
-    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
-        return {"acc_gain": self._gain}
+    @property
+    def round_stats(self) -> LocalStats:
+        """The pending round's exact local statistics (for fixed policies such as FedCos)."""
+        return self._pending.stats
 
-    def _reward_weights(self) -> dict[str, float]:
-        return {"acc_gain": 1.0}
+    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
+        return self._terms
+
+    def _reward_weights(self) -> Mapping[str, float]:
+        return self._target.weights()
+
+    def _is_terminated(self, report: RoundReport) -> bool:
+        return self._target.terminated
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
         return {"aggregate/weights": report.weights, "aggregate/angles": self._played.stats.update_angle,
                 "aggregate/smoothed_angles": self.tracker.smoothed.copy(),
-                "aggregate/val_accuracy": report.val_accuracy}
+                "aggregate/val_accuracy": report.val_accuracy,
+                "aggregate/rounds_to_target": self._target.rounds_to_target}

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from fl_gym.config import FederationConfig
-from fl_gym.envs.scenario import EnvConfig
-from fl_gym.models.zoo import MODELS
+from fl_gym.envs.presets import PresetConfig
 from fl_gym.validation import is_int_at_least, is_non_negative, require, require_choice
 
 PRESETS = {
@@ -42,42 +41,10 @@ ENCODINGS = ("multibinary", "discrete")
 
 
 @dataclass(frozen=True)
-class PresetConfig(EnvConfig):
-    """A selection env's preset, and the training fields every one of them sets.
-
-    Attributes:
-        preset: a key of :attr:`presets`; sets the fields marked (preset) and the scenario's.
-        local_epochs: local epochs (preset).
-        model: architecture (preset).
-        validation_size: test samples held out for the reward's accuracy (preset).
-    """
-
-    presets: ClassVar[Mapping[str, Mapping[str, dict]]] = PRESETS
-    preset: str = "tiny"
-    local_epochs: float | None = None
-    model: str | None = None
-    validation_size: int | None = None
-
-    @classmethod
-    def default_scenario(cls, own: Mapping[str, Any]) -> dict[str, Any]:
-        """The preset's scenario."""
-        return dict(cls.presets.get(own.get("preset", "tiny"), cls.presets["tiny"])["scenario"])
-
-    def __post_init__(self) -> None:
-        require_choice("preset", self.preset, self.presets)
-        for name, value in self.presets[self.preset]["own"].items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
-        super().__post_init__()
-        require(is_non_negative(self.local_epochs) and self.local_epochs > 0, "local_epochs", self.local_epochs,
-                "a float > 0")
-        require_choice("model", self.model, MODELS)
-        require(is_int_at_least(self.validation_size, 1), "validation_size", self.validation_size, "an integer >= 1")
-
-
-@dataclass(frozen=True)
 class SelectionConfig(PresetConfig):
     """What ``FLSelect-v0`` and ``FLSelectPick-v0`` share (their own configs add the rest).
+
+    ``preset``: ``tiny`` (default) or ``paper`` (the module table), with :class:`PresetConfig`'s fields.
 
     Attributes:
         clients_per_round: ``m`` clients that train per round (preset).
@@ -91,6 +58,8 @@ class SelectionConfig(PresetConfig):
         lambda_repair: penalty of an action the env had to repair (empty, or too many clients).
     """
 
+    presets: ClassVar[Mapping[str, Mapping[str, dict]]] = PRESETS
+    preset: str = "tiny"
     clients_per_round: int | None = None
     p_positive: float = 0.8
     local_algorithm: str = "fedavg"
@@ -186,6 +155,7 @@ class QueueConfig(PresetConfig):
     """
 
     presets: ClassVar[Mapping[str, Mapping[str, dict]]] = QUEUE_PRESETS
+    preset: str = "tiny"
     server_data_fraction: float = 0.0
     allow_server_data: bool = False
     queue_mode: str = "accumulate"

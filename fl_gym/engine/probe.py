@@ -1,0 +1,54 @@
+"""Probe gradients: one minibatch gradient per client at given models, as one stacked batch.
+
+A server that sets per-client learning rates before local training (FedEnt) asks each sampled
+client for one minibatch gradient at the broadcast model. The probe runs the forward pass in
+evaluation mode (no dropout, spec ``fedent.md`` 5.4) and never changes the models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fl_gym.engine.losses import cross_entropy
+from fl_gym.engine.schedule import make_schedule
+from fl_gym.models.architecture import Architecture, Stack
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Per-client results of a probe.
+
+    Attributes:
+        loss: ``(k,)`` mean cross-entropy of each client's probe batch.
+        grad: ``(k, P)`` gradient of that loss at the client's model.
+    """
+
+    loss: Tensor
+    grad: Tensor
+
+
+def probe_gradients(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, parts: list[Tensor],
+                    batch_size: int, gen: torch.Generator) -> Probe:
+    """One minibatch of up to ``batch_size`` samples per client, drawn with ``gen``.
+
+    Args:
+        arch: the architecture.
+        models: ``(k, P)`` the model each client's gradient is taken at.
+        x: training inputs of the whole data set.
+        y: its labels.
+        parts: each client's training indices.
+        batch_size: ``B``.
+        gen: the generator of the batches (a stream of its own, so training batches do not move).
+    """
+    schedule = make_schedule(parts, np.ones(len(parts), np.int64), batch_size, gen)
+    idx, w = schedule.idx[0], schedule.weight[0]
+    stack = Stack.from_rows(arch, models)
+    grad = torch.zeros_like(stack.flat)
+    out, tape = arch.forward(stack.blocks, arch.gather(x, idx), False)
+    losses, dlogits = cross_entropy({"model": out}, y[idx], w)
+    arch.backward(stack.blocks, tape, dlogits["model"], stack.views(grad), None)
+    return Probe(losses["model"], Stack(arch, grad).rows())
