@@ -158,6 +158,7 @@ def mean_field_offline(gradient: Gradient, w0: Tensor, schedule: Sequence[np.nda
         w0: the initial model ``w(0)``.
         schedule: ``S_t`` for ``t = 0..T-1``.
         thetas: the data shares within each ``S_t``.
+        cfg: FedEnt's constants.
         eps: ``epsilon_1 = epsilon_2``; the sweeps stop when both hold.
         max_sweeps: ``K_max``.
         gauss_seidel: base each round on this sweep's ``phi1(t)`` (default) or the last sweep's (Jacobi).

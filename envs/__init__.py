@@ -58,8 +58,21 @@ AGGREGATE = Family(
 )
 
 
+RATES = Family(
+    name="rates",
+    paper="FedEnt (Zheng et al.): per-client learning rates from a mean-field entropy objective",
+    envs={"FLLearningRate-v0": "fl_gym.envs.rates.env:FLLearningRateEnv"},
+    policies="fl_gym.baselines.rates:POLICIES",
+    metrics=(Metric("rates/val_accuracy", "validation acc.", final=True),
+             Metric("rates/share_entropy", "share entropy")),
+    accuracy_label="global model acc.",
+    docs="docs/envs/fllearningrate.md",
+)
+
+
 def register_envs() -> None:
     """Register every fl-gym family and env id (idempotent)."""
     register_family(HAPFL)
     register_family(SELECT)
     register_family(AGGREGATE)
+    register_family(RATES)

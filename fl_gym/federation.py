@@ -235,7 +235,8 @@ class Federation:
         self._set_train_parts([train_parts[i] for i in order])
         self.test_parts = [torch.as_tensor(test_parts[i], device=self.device) for i in order]
 
-    def probe(self, clients: np.ndarray, models: torch.Tensor | None = None) -> Probe:
+    def probe(self, clients: np.ndarray, models: torch.Tensor | None = None, gen: torch.Generator | None = None
+              ) -> Probe:
         """One minibatch gradient per client (``batch_size`` samples, evaluation mode).
 
         Batches come from the episode's probe stream, separate from training's, so probing never
@@ -244,13 +245,14 @@ class Federation:
         Args:
             clients: ``(k,)`` client ids.
             models: ``(k, P)`` the models to take the gradients at; default the first global model.
+            gen: the batches' generator instead of the probe stream (fixed batches per key).
         """
         clients = np.asarray(clients, np.int64)
         arch = self.archs[0]
         if models is None:
             models = self.global_models[0].expand(len(clients), -1)
         return probe_gradients(arch, models, self.x_train, self.y_train, [self.train_parts[i] for i in clients],
-                               self.config.batch_size, self._probe_gen)
+                               self.config.batch_size, self._probe_gen if gen is None else gen)
 
     def _torch_generator(self) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(int(self.rng.integers(2**62)))

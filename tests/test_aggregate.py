@@ -135,7 +135,7 @@ def test_redrawn_partition_differs_per_episode_and_repeats_per_seed():
     a, b, a_again = parts(0), parts(1), parts(0)
     assert all(np.array_equal(x, y) for x, y in zip(a, a_again, strict=True))
     assert not all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    iid = [np.flatnonzero((fed.histogram[i] > 0)).size == 10 for i in range(10)]
+    iid = [np.flatnonzero(fed.histogram[i] > 0).size == 10 for i in range(10)]
     assert sum(iid) == 3 and fed.sizes.tolist() == [50] * 10
 
 
@@ -146,6 +146,7 @@ def test_paper_presets_set_the_papers_setup():
                                                                                                  600)
     assert (cfg.model, s.batch_size, s.lr, s.rounds_per_episode, cfg.target_accuracy) == ("fedadp-cnn", 32, 0.01,
                                                                                            300, 0.95)
-    assert AggregateConfig.from_kwargs(preset="paper_mnist_cnn", rounds_per_episode=20).scenario.rounds_per_episode == 20
+    shorter = AggregateConfig.from_kwargs(preset="paper_mnist_cnn", rounds_per_episode=20)
+    assert shorter.scenario.rounds_per_episode == 20
     with pytest.raises(ValueError, match="preset="):
         AggregateConfig.from_kwargs(preset="paper")

@@ -89,7 +89,7 @@ def test_resume_of_a_damaged_config_is_one_line(tmp_path, capsys, text, message)
     ("FLHetero-v0", "recurrent-ppo", []), ("FLHeteroAlloc-v0", "maskable-ppo", []), ("FLSelect-v0", "ppo", []),
     ("FLSelectPick-v0", "maskable-ppo", []),
     ("FLSelectQueue-v0", "ppo", ["--env-kwargs", "server_data_fraction=0.1", "allow_server_data=true"]),
-    ("FLAggregate-v0", "ppo", []),
+    ("FLAggregate-v0", "ppo", []), ("FLLearningRate-v0", "ppo", []),
     ("FLHeteroAlloc-v0", "ppo", ["--n-envs", 2, "--vec-env", "subproc"]),
 ])
 def test_other_algorithms_and_vec_envs(env_id, algo, extra, tmp_path, capsys):

@@ -1,0 +1,151 @@
+"""Fixed policies for ``FLLearningRate-v0`` (spec ``fedent.md`` 9.6).
+
+| policy | rate of client ``i`` this round |
+|---|---|
+| :class:`ConstantLRPolicy` | ``eta0`` (FedAvg; with an algorithm variant, FedProx, FedDyn, FedAvgM, FedAdam) |
+| :class:`FedEntPolicy` | ``gamma last_i + (1 - gamma) eta_raw_i``, ``eta_raw`` FedEnt's closed form |
+| :class:`DecayOnlyPolicy` | ``gamma last_i`` (FedEnt with ``eta_raw = 0``: the ablation of the adaptive part) |
+
+FedEnt reads the env's exact statistics (:attr:`~fl_gym.envs.rates.FLLearningRateEnv.round_stats`);
+the observation carries the same information, normalised (:func:`stats_from_observation`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from gymnasium import Env
+
+from fl_gym.baselines.base import RowPolicy
+from fl_gym.baselines.fedent import FedEntSettings, MeanField, joint_solve, mean_field_offline, solve_eta
+from fl_gym.envs.rates.env import GLOBAL, ROW, RoundStats, unit_of
+from fl_gym.envs.registry import PolicyEntry
+from fl_gym.validation import require
+
+
+class RatePolicy(RowPolicy):
+    """Base: rates from the env's pending round (:meth:`rates`), as actions of the env's mode."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env.unwrapped
+        self.cfg = self.env.config
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """The action of :meth:`rates` (FedEnt's Eq. 37 share-weighted mean in ``shared`` mode)."""
+        st = self.env.round_stats
+        lr = self.rates(st)
+        if self.cfg.action_mode == "shared":
+            lr = np.array([float(st.theta @ lr)])
+        return unit_of(lr, self.cfg.lr_min, self.cfg.lr_max).astype(np.float32)
+
+    def rates(self, st: RoundStats) -> np.ndarray:
+        """``(m,)`` rates of the pending round's clients."""
+        raise NotImplementedError
+
+
+class ConstantLRPolicy(RatePolicy):
+    """FedAvg's constant rate ``lr`` (default: the scenario's ``lr``, which is ``eta0``)."""
+
+    def __init__(self, env: Env, lr: float | None = None) -> None:
+        super().__init__(env)
+        self.lr = self.cfg.scenario.lr if lr is None else lr
+
+    def rates(self, st):
+        return np.full(len(st.clients), self.lr)
+
+
+class DecayOnlyPolicy(RatePolicy):
+    """``gamma * last rate``: FedEnt's smoothing with ``eta_raw = 0`` (spec 9.6's ablation)."""
+
+    def __init__(self, env: Env, gamma: float = 0.99) -> None:
+        super().__init__(env)
+        require(0 <= gamma <= 1, "gamma", gamma, "a float in [0, 1]")
+        self.gamma = gamma
+
+    def rates(self, st):
+        return self.gamma * st.last_lr
+
+
+class FedEntPolicy(DecayOnlyPolicy):
+    """FedEnt: ``gamma last + (1 - gamma) eta_raw`` with ``eta_raw`` from the closed form (Eq. 21).
+
+    Args:
+        env: the env (its exact statistics are read each round).
+        beta: entropy weight.
+        gamma: smoothing of Eq. (31).
+        eta_max: clamp of the raw rate.
+        mode: ``online`` (Mode B: the one-round mean-field fixed point at the real ``w(t)``,
+            default) or ``offline`` (Mode A: the paper's Algorithm 1 at every reset, then
+            ``phi1(t)``, ``phi2(t+1)`` from it; for small configurations).
+        solver: ``foc`` (the paper's root) or ``argmin``.
+        denominator: ``sq_norm`` or ``norm`` (the printed Eq. 22).
+
+    Attributes:
+        last: the last round's :class:`~fl_gym.baselines.fedent.Solution` (online) for logging.
+        mean_field: Algorithm 1's output of this episode (offline).
+    """
+
+    def __init__(self, env: Env, beta: float = 0.99, gamma: float = 0.99, eta_max: float = 1.0, mode: str = "online",
+                 solver: str = "foc", denominator: str = "sq_norm") -> None:
+        super().__init__(env, gamma)
+        require(mode in ("online", "offline"), "mode", mode, "'online' or 'offline'")
+        self.settings = FedEntSettings(beta, eta_max, denominator, solver)
+        self.mode = mode
+        self.last = None
+        self.mean_field: MeanField | None = None
+        self._episode: object = None
+
+    def rates(self, st):
+        return self.gamma * st.last_lr + (1 - self.gamma) * self.raw(st)
+
+    def raw(self, st: RoundStats) -> np.ndarray:
+        """``(m,)`` raw rates of the pending round."""
+        if self.mode == "online":
+            self.last = joint_solve(st.theta, st.s, st.a, st.b, self.settings)
+            return self.last.eta
+        if self._episode is not self.env.schedule:  # a new episode: run Algorithm 1 once
+            self._episode = self.env.schedule
+            self.mean_field = self._algorithm1()
+        t = st.round - 1
+        phi1, phi2 = self.mean_field.phi1[t], self.mean_field.phi2[t + 1]
+        a = (st.grad.double() @ phi1.to(st.grad.device)).cpu().numpy()
+        s = float(phi1 @ phi1)
+        return np.array([solve_eta(th, s, ai, bi, phi2, self.settings)
+                         for th, ai, bi in zip(st.theta, a, st.b, strict=True)])
+
+    def _algorithm1(self) -> MeanField:
+        env = self.env
+        fed = env.federation
+        thetas = [fed.sizes[c] / fed.sizes[c].sum() for c in env.schedule]
+        return mean_field_offline(env.client_gradients, fed.global_models[0].cpu(), env.schedule, thetas,
+                                  self.settings)
+
+
+def stats_from_observation(observation: np.ndarray, m: int) -> dict[str, np.ndarray | float]:
+    """Recover FedEnt's inputs from the observation (spec 9.5: the agent sees the same information).
+
+    Returns ``theta``, ``s``, ``a``, ``b`` and ``last_unit`` (the last rates as actions), exact up to
+    float32 rounding while ``||g_i||`` lies in ``[1e-4, 1e4]`` and ``||w||^2 < 1e40``.
+    """
+    rows = np.asarray(observation, np.float64)[: m * len(ROW)].reshape(m, len(ROW))
+    glob = np.asarray(observation, np.float64)[m * len(ROW):]
+    s = 10 ** (4 * glob[GLOBAL.index("model_norm")])
+    b = (10 ** (4 * rows[:, ROW.index("grad_norm")])) ** 2
+    a = rows[:, ROW.index("cosine")] * math.sqrt(s) * np.sqrt(b)
+    return {"theta": rows[:, ROW.index("share")] / m, "s": s, "a": a, "b": b,
+            "last_unit": rows[:, ROW.index("last_rate")]}
+
+
+POLICIES = {
+    "fedavg": PolicyEntry(ConstantLRPolicy, "FedAvg: every client at the constant rate lr (kwarg lr)"),
+    "fedprox": PolicyEntry(ConstantLRPolicy, "FedProx (mu=0.01) at the constant rate", {"local_algorithm": "fedprox"}),
+    "feddyn": PolicyEntry(ConstantLRPolicy, "FedDyn (alpha=0.001) at the constant rate", {"local_algorithm": "feddyn"}),
+    "fedadam": PolicyEntry(ConstantLRPolicy, "FedAdam on the server (eta_s=0.01) at the constant rate",
+                           {"server": "fedadam"}),
+    "fedavgm": PolicyEntry(ConstantLRPolicy, "FedAvgM: server momentum 0.9 at the constant rate",
+                           {"server": "fedavgm"}),
+    "fedent": PolicyEntry(FedEntPolicy, "FedEnt, online mean-field (kwargs beta, gamma, mode=online|offline, "
+                                        "solver=foc|argmin)"),
+    "decay": PolicyEntry(DecayOnlyPolicy, "FedEnt's smoothing alone: gamma * last rate (kwarg gamma=0.99)"),
+}

@@ -1,0 +1,230 @@
+"""FedEnt's decision as a Gymnasium env: the learning rate of every sampled client, before it trains.
+
+Each round ``m`` clients are sampled (the whole episode's schedule is drawn at ``reset``, as
+FedEnt's Algorithm 1 needs it); each computes one probe minibatch gradient at the global model
+(its own random stream, so training batches never move); the agent sets their rates; they train
+and the server aggregates. See ``docs/envs/fllearningrate.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from fl_gym.envs.base import FLEnv
+from fl_gym.envs.learning import TargetReward
+from fl_gym.envs.rates.config import RateConfig
+from fl_gym.records import OpenedRound, RoundPlan, RoundReport
+
+ROW = ("share", "size", "label_entropy", "last_rate", "participation", "probe_loss", "cosine", "grad_norm")
+GLOBAL = ("progress", "val_accuracy", "probe_loss", "val_gain", "model_norm", "share_entropy", "mean_rate")
+BOUND = 10.0
+
+
+def rate_of(u: np.ndarray, lr_min: float, lr_max: float) -> np.ndarray:
+    """The rate of action ``u`` in ``[-1, 1]``, log-uniform between ``lr_min`` and ``lr_max`` (spec 9.2)."""
+    lo, hi = math.log(lr_min), math.log(lr_max)
+    return np.exp(lo + (np.clip(np.asarray(u, np.float64), -1, 1) + 1) / 2 * (hi - lo))
+
+
+def unit_of(lr: np.ndarray, lr_min: float, lr_max: float) -> np.ndarray:
+    """The action of rate ``lr`` (inverse of :func:`rate_of`, clipped to ``[-1, 1]``)."""
+    lo, hi = math.log(lr_min), math.log(lr_max)
+    return np.clip(2 * (np.log(np.asarray(lr, np.float64)) - lo) / (hi - lo) - 1, -1, 1)
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """The exact statistics of the pending round's clients (spec 9.5), in slot order.
+
+    Attributes:
+        round: the round about to be played (1-based).
+        clients: ``(m,)`` client ids, ascending.
+        theta: ``(m,)`` data shares within the round.
+        s: ``||w(t)||^2`` of the global model.
+        a: ``(m,)`` ``w(t)^T g_i``.
+        b: ``(m,)`` ``||g_i||^2``.
+        last_lr: ``(m,)`` each client's last rate (``lr`` before its first round).
+        probe_loss: ``(m,)`` the probe batch's loss at ``w(t)``.
+        grad: ``(m, P)`` the probe gradients (for Algorithm 1's ``phi1(t)^T g_i``).
+    """
+
+    round: int
+    clients: np.ndarray
+    theta: np.ndarray
+    s: float
+    a: np.ndarray
+    b: np.ndarray
+    last_lr: np.ndarray
+    probe_loss: np.ndarray
+    grad: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A round opened and probed, waiting for its rates."""
+
+    opened: OpenedRound
+    stats: RoundStats
+
+
+class FLLearningRateEnv(FLEnv):
+    """FedEnt (Zheng et al., TMC 2024): per-client learning rates set before local training.
+
+    ## Description
+    One step is one round: the agent sets the rate of each of the ``m`` sampled clients (slots in
+    ascending client id), they train ``local_epochs`` epochs of SGD at those rates, and the server
+    aggregates (FedAvg, or the configured variant).
+
+    ## Action Space
+    ``Box(-1, 1, (m,))`` (``action_mode="per_client"``) or ``Box(-1, 1, (1,))`` (``"shared"``):
+    rates log-uniform in ``[lr_min, lr_max]`` (:func:`rate_of`). FedAvg is ``unit_of(lr)``.
+
+    ## Observation Space
+    ``Box(-10, 10, (8m + 7,))``: per slot (:data:`ROW`) ``m theta_i``, ``D_i / mean D``, label
+    entropy / log2 C, ``unit_of(last rate)``, participations / (T m / N), probe loss / ln C,
+    ``cos(w, g_i)``, ``log10 ||g_i|| / 4`` (clipped to [-1, 1]); then (:data:`GLOBAL`) round / T,
+    validation accuracy, mean probe loss / ln C, last validation gain, ``log10 ||w||^2 / 4``,
+    normalised entropy of last round's shares ``theta_j ||w_j||^2`` (1 before the first round),
+    mean ``unit_of`` of last round's rates. :attr:`round_stats` holds the exact values.
+
+    ## Rewards
+    ``reward``: validation accuracy gain (default), ``rounds`` or ``favor``
+    (:mod:`fl_gym.envs.learning`).
+
+    ## Episode End
+    Terminated at the target accuracy with ``stop_at_target``; truncated after
+    ``rounds_per_episode`` rounds.
+
+    ## Arguments
+    :class:`~fl_gym.envs.rates.config.RateConfig` and the shared scenario.
+
+    ## Example
+    >>> import gymnasium as gym, fl_gym
+    >>> env = gym.make("FLLearningRate-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> obs.shape, env.action_space.shape
+    ((47,), (5,))
+    """
+
+    family = "rates"
+    config_class = RateConfig
+    config: RateConfig
+
+    def _setup(self) -> None:
+        cfg, fed = self.config, self.federation
+        m = cfg.clients_per_round
+        self.observation_space = spaces.Box(-BOUND, BOUND, (len(ROW) * m + len(GLOBAL),), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (m if cfg.action_mode == "per_client" else 1,), np.float32)
+        self._log_c = math.log(fed.num_classes)
+        self._expected = self.rounds_per_episode * m / fed.num_clients  # participations per client per episode
+
+    def _reset_state(self) -> None:
+        cfg, fed = self.config, self.federation
+        n, m = fed.num_clients, cfg.clients_per_round
+        self.schedule = [np.sort(self.np_random.permutation(n)[:m]) for _ in range(self.rounds_per_episode)]
+        self._gradient_key = int(self.np_random.integers(2**62))
+        self.last_lr = np.full(n, cfg.scenario.lr)
+        self.participations = np.zeros(n, np.int64)
+        self._target = TargetReward(fed, cfg)
+        self._last_gain, self._share_entropy = 0.0, 1.0
+        self._mean_unit = float(unit_of(cfg.scenario.lr, cfg.lr_min, cfg.lr_max))
+
+    def _prepare(self) -> Pending:
+        """Open the scheduled round and probe its clients at the global model."""
+        fed = self.federation
+        clients = self.schedule[min(self._round, len(self.schedule) - 1)]  # past the end: a round never played
+        mask = np.zeros(fed.num_clients, bool)
+        mask[clients] = True
+        opened = fed.open_round(mask)
+        probe = fed.probe(clients)
+        w = fed.global_models[0]
+        grad = probe.grad
+        sizes = fed.sizes[clients].astype(np.float64)
+        stats = RoundStats(round=opened.round, clients=clients, theta=sizes / sizes.sum(), s=float(w @ w),
+                           a=(grad @ w).double().cpu().numpy(), b=(grad * grad).sum(1).double().cpu().numpy(),
+                           last_lr=self.last_lr[clients].copy(), probe_loss=probe.loss.double().cpu().numpy(),
+                           grad=grad)
+        return Pending(opened, stats)
+
+    def client_gradients(self, clients: np.ndarray, w: torch.Tensor, t: int) -> torch.Tensor:
+        """``(k, P)`` minibatch gradients of ``clients`` at model ``w``, batches fixed per (episode, ``t``).
+
+        The hook of FedEnt's Algorithm 1 (it re-evaluates round ``t`` at every sweep).
+        """
+        fed = self.federation
+        key = np.random.SeedSequence([self._gradient_key, t]).generate_state(1)[0]
+        gen = torch.Generator(device=fed.device).manual_seed(int(key))
+        model = w.to(device=fed.device, dtype=fed.global_models[0].dtype)
+        return fed.probe(clients, model.expand(len(clients), -1), gen).grad
+
+    @property
+    def round_stats(self) -> RoundStats:
+        """The pending round's exact statistics (what FedEnt's closed form reads)."""
+        return self._pending.stats
+
+    def _observe(self, pending: Pending) -> np.ndarray:
+        cfg, fed, st = self.config, self.federation, pending.stats
+        m = len(st.clients)
+        g_norm = np.sqrt(st.b)
+        rows = np.column_stack([
+            m * st.theta, fed.sizes[st.clients] / fed.sizes.mean(),
+            fed.label_entropy[st.clients] / math.log2(fed.num_classes),
+            unit_of(st.last_lr, cfg.lr_min, cfg.lr_max), self.participations[st.clients] / self._expected,
+            st.probe_loss / self._log_c, st.a / np.maximum(math.sqrt(st.s) * g_norm, 1e-12),
+            np.clip(np.log10(np.maximum(g_norm, 1e-12)) / 4, -1, 1)])
+        glob = [self._round / self.rounds_per_episode, self._target.validation.observed,
+                float(st.probe_loss.mean()) / self._log_c, self._last_gain,
+                math.log10(max(st.s, 1e-12)) / 4, self._share_entropy, self._mean_unit]
+        return np.clip(np.concatenate([rows.ravel(), glob]), -BOUND, BOUND).astype(np.float32)
+
+    def rates(self, action: np.ndarray) -> np.ndarray:
+        """``(m,)`` rates of the pending round's slots under ``action``."""
+        cfg = self.config
+        lr = rate_of(action, cfg.lr_min, cfg.lr_max)
+        return np.broadcast_to(lr, (cfg.clients_per_round,)).copy()
+
+    def _play(self, pending: Pending, action: np.ndarray) -> RoundReport:
+        cfg, fed, st = self.config, self.federation, pending.stats
+        lr = np.ones(fed.num_clients)
+        lr[st.clients] = self.rates(action)
+        plan = RoundPlan.make(fed.num_clients, lr=lr, selected=pending.opened.candidates, epochs=cfg.local_epochs)
+        trained = fed.train_round(pending.opened, plan)
+        report = fed.finish_round(trained)
+        self.last_lr[st.clients] = lr[st.clients]
+        self.participations[st.clients] += 1
+        self._terms = self._target.update(report)
+        self._last_gain = self._terms["acc_gain"]
+        self._share_entropy = _share_entropy(st.theta, trained.stats.model_norm[st.clients])
+        self._mean_unit = float(unit_of(lr[st.clients], cfg.lr_min, cfg.lr_max).mean())
+        self._played = (st, lr[st.clients])
+        return report
+
+    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
+        return self._terms
+
+    def _reward_weights(self) -> Mapping[str, float]:
+        return self._target.weights()
+
+    def _is_terminated(self, report: RoundReport) -> bool:
+        return self._target.terminated
+
+    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
+        st, lrs = self._played
+        return {"rates/clients": st.clients, "rates/lrs": lrs, "rates/val_accuracy": report.val_accuracy,
+                "rates/share_entropy": self._share_entropy, "rates/rounds_to_target": self._target.rounds_to_target}
+
+
+def _share_entropy(theta: np.ndarray, norms: np.ndarray) -> float:
+    """``-sum p ln p / ln m`` of the shares ``p_j ~ theta_j ||w_j||^2`` (1 for one client)."""
+    p = theta * norms ** 2
+    p = p / p.sum()
+    if len(p) < 2:
+        return 1.0
+    return float(-(p * np.log(np.maximum(p, 1e-300))).sum() / math.log(len(p)))

@@ -1,0 +1,208 @@
+"""FedEnt's closed form and the learning-rate env (spec fedent.md section 10)."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import fl_gym  # noqa: F401
+from fl_gym import Federation, RoundPlan
+from fl_gym.baselines.fedent import FedEntSettings, joint_solve, mean_field_offline, solve_eta
+from fl_gym.baselines.rates import ConstantLRPolicy, DecayOnlyPolicy, FedEntPolicy, stats_from_observation
+from fl_gym.envs.rates import RateConfig, rate_of, unit_of
+
+
+def test_check2_scalar_reduction():
+    g = torch.Generator().manual_seed(0)
+    w, grad = torch.randn(500, generator=g, dtype=torch.float64), torch.randn(500, generator=g, dtype=torch.float64)
+    s, a, b = float(w @ w), float(w @ grad), float(grad @ grad)
+    for eta in (0.0, 0.1, 1.0):
+        assert float((w - eta * grad).square().sum()) == pytest.approx(s - 2 * eta * a + eta * eta * b, rel=1e-12)
+
+
+def test_check3_frozen_share_by_hand():
+    """With p frozen at 0.5 (theta = 0.5, Phi = 1 and s chosen so that n(eta) = 1 at the root)."""
+    k = 0.5 * 0.5 * (1 + math.log(0.5)) / 0.5
+    assert k == pytest.approx(0.1534264, abs=1e-7)
+    assert k * 2 / (1 + k * 4) == pytest.approx(0.1901541, abs=1e-7)
+    assert 2 / (1 / k + 2) == pytest.approx(0.2348029, abs=1e-7)  # the printed Eq. (22)
+
+
+def test_check5_joint_solve_case_b():
+    sol = joint_solve([0.5, 0.5], 2.0, [1, 1], [1, 0.5], FedEntSettings(beta=0.5))
+    np.testing.assert_allclose(sol.eta, [0.0770909, 0.0792267], atol=1e-7)
+    assert sol.phi2 == pytest.approx(1.8482232, abs=1e-7)
+    w, g = np.array([1.0, 1.0]), np.array([[1.0, 0.0], [0.5, 0.5]])
+    assert 0.5 * sum(np.sum((w - e * gi) ** 2) for e, gi in zip(sol.eta, g, strict=True)) == pytest.approx(sol.phi2)
+    for e, theta, a, b in zip(sol.eta, [0.5, 0.5], [1, 1], [1, 0.5], strict=True):  # Eq. (21) residual
+        p = theta * (2 - 2 * e * a + e * e * b) / sol.phi2
+        k = 0.5 * theta * (1 + math.log(p)) / (0.5 * sol.phi2)
+        assert abs(e - k * (a - e * b)) < 1e-9  # the Picard iteration stops at |d eta| < 1e-10 (spec 3.4)
+    clamped = joint_solve([0.75, 0.25], 2.0, [1, 1], [1, 0.5], FedEntSettings(beta=0.5))
+    np.testing.assert_allclose(clamped.eta, [0.2232142, 0.0], atol=1e-7)
+    assert clamped.phi2 == pytest.approx(1.7025472, abs=1e-7)
+
+
+def test_check6_single_client():
+    sol = joint_solve([1.0], 2.0, [1.0], [1.0], FedEntSettings(beta=0.5))
+    assert sol.eta[0] == pytest.approx(0.4301597, abs=1e-7) and sol.phi2 == pytest.approx(1.3247180, abs=1e-7)
+
+
+def test_check7_deep_net_regime_and_the_spurious_root():
+    args = ([0.25] * 4, 200.0, [1, -1, -3, 0.5], [2, 2, 8, 30])
+    foc = joint_solve(*args, FedEntSettings())
+    np.testing.assert_allclose(foc.eta, [0, 0.052993, 0.225222, 0.054643], atol=1e-6)
+    assert foc.phi2 == pytest.approx(200.475918, abs=1e-6)
+    assert foc.foc_not_min.tolist() == [False, False, False, True]
+    argmin = joint_solve(*args, FedEntSettings(solver="argmin"))
+    np.testing.assert_allclose(argmin.eta, [0, 0.056155, 0.245035, 1.0], atol=1e-5)
+    assert argmin.phi2 == pytest.approx(207.767291, abs=1e-3)
+
+
+def _quadratic_toy():
+    centres = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]], dtype=torch.float64)
+    return (lambda clients, w, t: w - centres[clients]), [np.arange(3)] * 20, [np.array([0.5, 0.3, 0.2])] * 20
+
+
+@pytest.mark.parametrize("gauss_seidel,sweeps", [(True, 13), (False, 31)])
+def test_check8_algorithm1_on_the_quadratic_toy(gauss_seidel, sweeps):
+    grad, schedule, thetas = _quadratic_toy()
+    w0 = torch.tensor([2.0, 2.0], dtype=torch.float64)
+    mf = mean_field_offline(grad, w0, schedule, thetas, FedEntSettings(beta=0.5), gauss_seidel=gauss_seidel)
+    assert mf.converged and mf.sweeps == sweeps
+    assert mf.phi2[1] == pytest.approx(7.4923, abs=5e-3) and mf.phi2[20] == pytest.approx(2.894, abs=5e-3)
+    torch.testing.assert_close(mf.phi1[20], torch.tensor([1.447, 0.894], dtype=torch.float64), atol=5e-3, rtol=0)
+
+
+def test_check12_online_mode_on_the_offline_trajectory_reproduces_algorithm1():
+    grad, schedule, thetas = _quadratic_toy()
+    cfg = FedEntSettings(beta=0.5)
+    mf = mean_field_offline(grad, torch.tensor([2.0, 2.0], dtype=torch.float64), schedule, thetas, cfg)
+    for t in range(20):
+        base, g = mf.phi1[t], grad(schedule[t], mf.phi1[t], t)
+        sol = joint_solve(thetas[t], float(base @ base), (g @ base).tolist(), (g * g).sum(1).tolist(), cfg)
+        assert sol.phi2 == pytest.approx(mf.phi2[t + 1], abs=1e-3)
+        step = base - torch.as_tensor(thetas[t] * sol.eta) @ g
+        torch.testing.assert_close(step, mf.phi1[t + 1], atol=1e-3, rtol=0)
+
+
+def test_solver_falls_back_to_argmin_and_stays_in_range():
+    cfg = FedEntSettings()
+    for a, b in [(-5.0, 1e6), (3.0, 1e-9), (-1e3, 1.0)]:
+        eta = solve_eta(0.2, 100.0, a, b, 100.0, cfg)
+        assert 0.0 <= eta <= cfg.eta_max and math.isfinite(eta)
+
+
+def test_action_map_is_log_uniform_and_inverts():
+    assert rate_of(-1, 1e-4, 1.0) == pytest.approx(1e-4) and rate_of(1, 1e-4, 1.0) == pytest.approx(1.0)
+    assert rate_of(0, 1e-4, 1.0) == pytest.approx(1e-2)
+    np.testing.assert_allclose(rate_of(unit_of([0.003, 0.05, 0.9], 1e-4, 1.0), 1e-4, 1.0), [0.003, 0.05, 0.9])
+    assert unit_of(10.0, 1e-4, 1.0) == 1.0
+
+
+def _run(env, policy, seed=0, rounds=None):
+    obs, _ = env.reset(seed=seed)
+    infos = []
+    for _ in range(rounds or env.unwrapped.rounds_per_episode):
+        obs, _, _, _, info = env.step(policy.predict(obs)[0])
+        infos.append(info)
+    return infos
+
+
+def test_check9_decay_only_is_gamma_to_the_participations():
+    env = gym.make("FLLearningRate-v0", rounds_per_episode=8)
+    infos = _run(env, DecayOnlyPolicy(env, gamma=0.9))
+    u = env.unwrapped
+    eta0 = u.config.scenario.lr
+    np.testing.assert_allclose(u.last_lr, eta0 * 0.9 ** u.participations, rtol=1e-5)
+    for info in infos:
+        assert np.all(info["rates/lrs"] <= eta0 * 0.9 * (1 + 1e-5))
+
+
+def test_check9_fedent_with_gamma_one_is_constant_lr_bit_for_bit():
+    env = gym.make("FLLearningRate-v0", rounds_per_episode=4)
+    _run(env, FedEntPolicy(env, gamma=1.0))
+    fedent = env.unwrapped.federation.global_models[0].clone()
+    _run(env, ConstantLRPolicy(env))
+    assert torch.equal(fedent, env.unwrapped.federation.global_models[0])
+
+
+def test_check10_constant_lr_is_a_standalone_fedavg_loop_and_probes_do_not_move_training():
+    from gymnasium.utils.seeding import np_random
+
+    env = gym.make("FLLearningRate-v0", rounds_per_episode=3)
+    _run(env, ConstantLRPolicy(env), seed=7)
+    cfg = RateConfig.from_kwargs(rounds_per_episode=3)
+    fed = Federation(cfg.federation_config(), scenario_seed=0)
+    rng, _ = np_random(7)
+    fed.reset(seed=int(rng.integers(2**63 - 1)), sampler=rng)
+    schedule = [np.sort(rng.permutation(20)[:5]) for _ in range(3)]
+    for clients in schedule:  # no probe at all in this loop
+        mask = np.isin(np.arange(20), clients)
+        fed.run_round(RoundPlan.make(20, lr=cfg.scenario.lr, selected=mask, epochs=cfg.local_epochs))
+    np.testing.assert_allclose(env.unwrapped.federation.global_models[0].numpy(), fed.global_models[0].numpy(),
+                               rtol=0, atol=1e-6)
+
+
+def test_the_observation_holds_what_fedent_reads():
+    env = gym.make("FLLearningRate-v0", rounds_per_episode=5)
+    obs, _ = env.reset(seed=1)
+    policy = FedEntPolicy(env)
+    for _ in range(3):
+        st = env.unwrapped.round_stats
+        seen = stats_from_observation(obs, 5)
+        np.testing.assert_allclose(seen["theta"], st.theta, rtol=1e-6)
+        assert seen["s"] == pytest.approx(st.s, rel=1e-5)
+        np.testing.assert_allclose(seen["a"], st.a, rtol=1e-4, atol=1e-6 * np.abs(st.a).max())
+        np.testing.assert_allclose(seen["b"], st.b, rtol=1e-4)
+        np.testing.assert_allclose(rate_of(seen["last_unit"], 1e-4, 1.0), st.last_lr, rtol=1e-5)
+        exact = joint_solve(st.theta, st.s, st.a, st.b, policy.settings).eta
+        recovered = joint_solve(seen["theta"], seen["s"], seen["a"], seen["b"], policy.settings).eta
+        np.testing.assert_allclose(recovered, exact, atol=1e-4)
+        obs, *_ = env.step(policy.predict(obs)[0])
+
+
+def test_fedent_rates_are_finite_smoothed_and_logged():
+    env = gym.make("FLLearningRate-v0", rounds_per_episode=6)
+    policy = FedEntPolicy(env)
+    obs, _ = env.reset(seed=2)
+    for _ in range(6):
+        st = env.unwrapped.round_stats
+        action, _ = policy.predict(obs)
+        raw = policy.last.eta
+        expected = 0.99 * st.last_lr + 0.01 * raw
+        np.testing.assert_allclose(rate_of(action, 1e-4, 1.0), expected, rtol=1e-5)
+        assert np.all((raw >= 0) & (raw <= 1)) and policy.last.iterations >= 1
+        obs, _, _, _, info = env.step(action)
+        assert np.all(np.isfinite(info["rates/lrs"])) and 0 <= info["rates/share_entropy"] <= 1 + 1e-9
+
+
+def test_shared_mode_gives_every_client_one_rate():
+    env = gym.make("FLLearningRate-v0", action_mode="shared", rounds_per_episode=2)
+    assert env.action_space.shape == (1,)
+    infos = _run(env, FedEntPolicy(env))
+    assert len(set(np.round(infos[-1]["rates/lrs"], 12))) == 1
+
+
+def test_offline_mode_runs_algorithm1_once_per_episode():
+    env = gym.make("FLLearningRate-v0", rounds_per_episode=4)
+    policy = FedEntPolicy(env, mode="offline")
+    _run(env, policy)
+    first = policy.mean_field
+    assert first.phi1.shape == (5, env.unwrapped.federation.archs[0].num_params) and np.all(np.isfinite(first.phi2))
+    _run(env, policy, seed=1)
+    assert policy.mean_field is not first
+
+
+def test_bad_arguments_name_the_parameter():
+    for kwargs, name in [(dict(clients_per_round=21), "clients_per_round"), (dict(action_mode="global"), "action_mode"),
+                         (dict(lr_max=1e-5), "lr_max"), (dict(server="fedyogi"), "server"),
+                         (dict(reward="loss"), "reward"), (dict(local_algorithm="scaffold"), "local_algorithm")]:
+        with pytest.raises(ValueError, match=f"{name}="):
+            gym.make("FLLearningRate-v0", **kwargs)
+    with pytest.raises(ValueError, match="mode="):
+        FedEntPolicy(gym.make("FLLearningRate-v0"), mode="lagged")
