@@ -54,6 +54,8 @@ AGGREGATE = Family(
     policies="fl_gym.baselines.aggregate:POLICIES",
     metrics=(Metric("aggregate/val_accuracy", "validation acc.", final=True),),
     accuracy_label="global model acc.",
+    demo="fl_gym.training.learning.demo:run_weights_demo",
+    reproduce="fl_gym.training.learning.results:reproduce_weights",
     docs="docs/envs/flaggregate.md",
 )
 
@@ -66,6 +68,8 @@ RATES = Family(
     metrics=(Metric("rates/val_accuracy", "validation acc.", final=True),
              Metric("rates/share_entropy", "share entropy")),
     accuracy_label="global model acc.",
+    demo="fl_gym.training.learning.demo:run_rates_demo",
+    reproduce="fl_gym.training.learning.results:reproduce_rates",
     docs="docs/envs/fllearningrate.md",
 )
 

@@ -230,6 +230,8 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert (tmp_path / "hetero" / "compare-accuracy" / "accuracy.png").is_file()
     assert "oracle" in out and "hapfl:hapfl" in out and "fedprox" in out
     assert (tmp_path / "select" / "compare" / "accuracy_vs_uploads.png").is_file() and "fedentropy" in out
+    assert (tmp_path / "rates" / "compare" / "accuracy.png").is_file() and "fedent" in out
+    assert (tmp_path / "aggregate" / "compare" / "results.md").is_file() and "fedadp" in out
 
 
 def test_reproduce_select_writes_every_section_and_resumes(tmp_path, capsys):
@@ -242,6 +244,21 @@ def test_reproduce_select_writes_every_section_and_resumes(tmp_path, capsys):
         assert part in report
     stamp = (tmp_path / "ddfl" / "results.json").stat().st_mtime
     assert run_cli(args, capsys)[0] == 0 and (tmp_path / "ddfl" / "results.json").stat().st_mtime == stamp
+
+
+@pytest.mark.parametrize("family,kwargs,sections", [
+    ("rates", ["dataset=digits", "model=mlp-small", "rounds_per_episode=2", "validation_size=50", "num_clients=20",
+               "clients_per_round=5"],
+     ["## mnist-pathological", "## mnist-dirichlet", "fedavg[lr=0.03]", "feddyn", "decay", "fedent"]),
+    ("aggregate", ["dataset=digits", "model=mlp-small", "rounds_per_episode=2", "validation_size=50",
+                   "samples_per_client=50"], ["## mnist-5iid-5oneclass", "## mnist-mlr", "fedadp", "fedcos"]),
+])
+def test_reproduce_learning_families_write_every_section(tmp_path, capsys, family, kwargs, sections):
+    args = ["reproduce", family, "--out", tmp_path, "--seeds", "0", "--env-kwargs", *kwargs]
+    assert run_cli(args, capsys)[0] == 0
+    report = (tmp_path / "report.md").read_text()
+    for part in [*sections, "rounds to target"]:
+        assert part in report
 
 
 def test_rounds_to_target_by_hand():

@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fl_gym.atomic import read_json, write_text
-from fl_gym.training import runs
+from fl_gym.atomic import write_text
 from fl_gym.training.cli import parse_ints, parse_kv
-from fl_gym.training.compare import compare, markdown_table
+from fl_gym.training.compare import markdown_table
+from fl_gym.training.sections import agent, section
 
 SERVER = {"server_data_fraction": 0.1, "allow_server_data": True}
 AGENT_POLICIES = {"FLSelect-v0": ["fedentropy", "fedavg"], "FLSelectPick-v0": ["pools", "random-pick"],
@@ -43,26 +43,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _section(out: Path, name: str, env_id: str, policies: list[str], seeds: tuple[int, ...],
-             env_kwargs: dict[str, Any], say, target: float) -> dict[str, Any]:
-    folder = out / name
-    if (folder / "results.json").is_file():
-        return read_json(folder / "results.json")
-    say(f"{name}: {env_id}, {', '.join(policies)} on seeds {list(seeds)}")
-    return compare(env_id, policies, seeds, env_kwargs, out_dir=folder, progress=False, target=target)
-
-
-def _agent(out: Path, env_id: str, steps: int, env_kwargs: dict[str, Any], say) -> Path:
-    folder = out / "agents" / env_id / "ppo"
-    if not (folder / "config.yml").is_file():
-        cfg = runs.resolve(env_id, "maskable-ppo" if env_id == "FLSelectPick-v0" else "ppo", env_kwargs=env_kwargs,
-                           total_timesteps=steps, save_freq=max(steps // 4, 240))
-        folder = runs.new_run_dir(cfg, out / "agents", "ppo")
-    say(f"training PPO on {env_id} ({steps} steps)")
-    runs.train(folder, progress=False, say=say)
-    return folder
-
-
 def reproduce(argv: list[str]) -> int:
     """``fl-gym reproduce select [ARGS]``: run the sections, write and print ``report.md``."""
     args = parser().parse_args(argv)
@@ -71,20 +51,21 @@ def reproduce(argv: list[str]) -> int:
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables = {}
 
-    def section(name: str, env_id: str, policies: list[str], kwargs: dict[str, Any] = base) -> dict[str, Any]:
-        return _section(out, name, env_id, policies, seeds, kwargs, say, args.target)
+    def run(name: str, env_id: str, policies: list[str], kwargs: dict[str, Any] = base) -> dict[str, Any]:
+        return section(out, name, env_id, policies, seeds, kwargs, say, args.target)
 
-    tables["fedentropy"] = section("fedentropy", "FLSelect-v0", ["fedentropy", "fedavg", "fedentropy-nopools"])
+    tables["fedentropy"] = run("fedentropy", "FLSelect-v0", ["fedentropy", "fedavg", "fedentropy-nopools"])
     rate = tables["fedentropy"]["summary"]["fedentropy"]["select/kept_share"][0]
-    tables["matched"] = section("matched", "FLSelect-v0", [f"random-drop[q={rate:.3f}]"])
-    tables["x-fedentropy"] = section("x-fedentropy", "FLSelect-v0", ["fedprox", "fedprox+fedentropy", "scaffold",
+    tables["matched"] = run("matched", "FLSelect-v0", [f"random-drop[q={rate:.3f}]"])
+    tables["x-fedentropy"] = run("x-fedentropy", "FLSelect-v0", ["fedprox", "fedprox+fedentropy", "scaffold",
                                                                      "scaffold+fedentropy", "moon", "moon+fedentropy"])
-    tables["ddfl"] = section("ddfl", "FLSelectQueue-v0", ["fedavg-noniid", "top-entropy", "queue-all", "ddfl"])
+    tables["ddfl"] = run("ddfl", "FLSelectQueue-v0", ["fedavg-noniid", "top-entropy", "queue-all", "ddfl"])
     if args.agent_steps > 0:
         for env_id, fixed in AGENT_POLICIES.items():
             kwargs = {**base, **(SERVER if env_id == "FLSelectQueue-v0" else {})}
-            agent = _agent(out, env_id, args.agent_steps, kwargs, say)
-            tables[f"ppo-{env_id}"] = section(f"ppo-{env_id}", env_id, [*fixed, f"ppo:{agent}"], kwargs)
+            algo = "maskable-ppo" if env_id == "FLSelectPick-v0" else "ppo"
+            folder = agent(out, env_id, args.agent_steps, kwargs, say, algo)
+            tables[f"ppo-{env_id}"] = run(f"ppo-{env_id}", env_id, [*fixed, f"{algo}:{folder}"], kwargs)
     text = "\n".join(f"## {name}\n\n{markdown_table(r)}" for name, r in tables.items())
     write_text(out / "report.md", f"# Selection results, seeds {list(seeds)}, env kwargs {base}\n\n{text}")
     print(text)

@@ -1,0 +1,77 @@
+"""The learning-rate and weight families' comparisons (docs/lr-weights.md).
+
+``fl-gym reproduce rates`` and ``fl-gym reproduce aggregate``: each section is one resumable
+``fl-gym compare`` call under ``OUT/<section>/`` (:mod:`fl_gym.training.sections`), and
+``--agent-steps N`` adds PPO trained on the small default preset, evaluated on seeds apart from
+training's. By default the paper presets run at reduced scale (a smaller CNN, one local epoch
+for FedEnt, fewer rounds), which a 2-core CPU finishes in minutes; ``--paper-scale`` keeps the
+papers' models, epochs and rounds. ``OUT/report.md`` collects the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from fl_gym.atomic import write_text
+from fl_gym.training.cli import parse_ints, parse_kv
+from fl_gym.training.compare import markdown_table
+from fl_gym.training.sections import agent, section
+
+RATE_POLICIES = ["fedavg", "fedavg[lr=0.03]", "fedavg[lr=0.1]", "fedadam", "fedprox", "feddyn", "decay", "fedent"]
+RATES = {  # section -> (env kwargs, reduced-scale kwargs, target)
+    "mnist-pathological": ({"preset": "paper_mnist_pathological"}, {"model": "cnn-small", "local_epochs": 1}, 0.9),
+    "mnist-dirichlet": ({"preset": "paper_mnist_dirichlet"}, {"model": "cnn-small", "local_epochs": 1}, 0.9),
+}
+WEIGHTS = {
+    "mnist-5iid-5oneclass": ({"preset": "paper_mnist_cnn"}, {"model": "cnn-small", "rounds_per_episode": 150}, 0.95),
+    "mnist-5iid-5twoclass": ({"preset": "paper_mnist_cnn", "classes_per_client": 2},
+                             {"model": "cnn-small", "rounds_per_episode": 150}, 0.95),
+    "mnist-mlr": ({"preset": "paper_mlr"}, {}, 0.85),
+}
+WEIGHT_POLICIES = ["fedavg", "fedadp", "fedcos"]
+AGENT_POLICIES = {"FLLearningRate-v0": ["fedavg", "fedent", "decay", "fedadam", "fedprox", "feddyn"],
+                  "FLAggregate-v0": ["fedavg", "uniform", "fedadp", "fedcos"]}
+
+
+def parser(family: str) -> argparse.ArgumentParser:
+    """The arguments of ``fl-gym reproduce FAMILY``."""
+    p = argparse.ArgumentParser(prog=f"fl-gym reproduce {family}", description="the paper presets against their "
+                                "baselines, and PPO on the small preset (resumable; docs/lr-weights.md)")
+    p.add_argument("--out", default=f"bench-results/{family}", help="output folder")
+    p.add_argument("--seeds", default="0,1", help="evaluation seeds (paired: every policy sees each one)")
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help="for every section, e.g. data_root=/data")
+    p.add_argument("--paper-scale", action="store_true", help="the papers' models, epochs and rounds")
+    p.add_argument("--agent-steps", type=int, default=0, help="PPO steps on the small preset (0: no agent)")
+    p.add_argument("--agent-seeds", default="1000,1001,1002,1003,1004", help="the agent's evaluation seeds")
+    return p
+
+
+def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], argv: list[str]) -> int:
+    args = parser(family).parse_args(argv)
+    out, seeds, base = Path(args.out), parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs")
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    tables: dict[str, dict[str, Any]] = {}
+    for name, (kwargs, reduced, target) in sections.items():
+        kwargs = {**kwargs, **({} if args.paper_scale else reduced), **base}
+        tables[name] = section(out, name, env_id, policies, seeds, kwargs, say, target)
+    if args.agent_steps > 0:
+        folder = agent(out, env_id, args.agent_steps, {}, say)
+        tables["ppo-small"] = section(out, "ppo-small", env_id, [*AGENT_POLICIES[env_id], f"ppo:{folder}"],
+                                      parse_ints(args.agent_seeds), {}, say)
+    text = "\n".join(f"## {name}\n\n{markdown_table(r)}" for name, r in tables.items())
+    write_text(out / "report.md", f"# {env_id}, seeds {list(seeds)}, env kwargs {base}\n\n{text}")
+    print(text)
+    return 0
+
+
+def reproduce_rates(argv: list[str]) -> int:
+    """``fl-gym reproduce rates``: FedEnt against FedAvg (three rates), FedAdam, FedProx, FedDyn, decay-only."""
+    return _reproduce("rates", "FLLearningRate-v0", RATES, RATE_POLICIES, argv)
+
+
+def reproduce_weights(argv: list[str]) -> int:
+    """``fl-gym reproduce aggregate``: FedAdp and FedCos against FedAvg on the paper's node mixes."""
+    return _reproduce("aggregate", "FLAggregate-v0", WEIGHTS, WEIGHT_POLICIES, argv)
