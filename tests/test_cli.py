@@ -255,10 +255,14 @@ def test_reproduce_select_writes_every_section_and_resumes(tmp_path, capsys):
 ])
 def test_reproduce_learning_families_write_every_section(tmp_path, capsys, family, kwargs, sections):
     args = ["reproduce", family, "--out", tmp_path, "--seeds", "0", "--env-kwargs", *kwargs]
+    if family == "rates":  # and one agent, with the plot of its decisions
+        args += ["--agent-steps", 160, "--agent-seeds", "1000"]
     assert run_cli(args, capsys)[0] == 0
     report = (tmp_path / "report.md").read_text()
     for part in [*sections, "rounds to target"]:
         assert part in report
+    if family == "rates":
+        assert "## ppo-small" in report and (tmp_path / "ppo-small" / "decisions.png").is_file()
 
 
 def test_rounds_to_target_by_hand():

@@ -3,9 +3,10 @@
 ``fl-gym reproduce rates`` and ``fl-gym reproduce aggregate``: each section is one resumable
 ``fl-gym compare`` call under ``OUT/<section>/`` (:mod:`fl_gym.training.sections`), and
 ``--agent-steps N`` adds PPO trained on the small default preset, evaluated on seeds apart from
-training's. By default the paper presets run at reduced scale (a smaller CNN, one local epoch
-for FedEnt, fewer rounds), which a 2-core CPU finishes in minutes; ``--paper-scale`` keeps the
-papers' models, epochs and rounds. ``OUT/report.md`` collects the tables.
+training's, with a plot of one episode's rates or weights per round (``ppo-small/decisions.png``).
+By default the paper presets run at reduced scale (a smaller CNN, one local epoch for FedEnt,
+fewer rounds), which a 2-core CPU finishes in minutes; ``--paper-scale`` keeps the papers'
+models, epochs and rounds. ``OUT/report.md`` collects the tables.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fl_gym.atomic import write_text
 from fl_gym.training.cli import parse_ints, parse_kv
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
+from fl_gym.training.trace import decision_trace
 
 RATE_POLICIES = ["fedavg", "fedavg[lr=0.03]", "fedavg[lr=0.1]", "fedadam", "fedprox", "feddyn", "decay", "fedent"]
 RATES = {  # section -> (env kwargs, reduced-scale kwargs, target)
@@ -32,8 +34,11 @@ WEIGHTS = {
     "mnist-mlr": ({"preset": "paper_mlr"}, {}, 0.85),
 }
 WEIGHT_POLICIES = ["fedavg", "fedadp", "fedcos"]
-AGENT_POLICIES = {"FLLearningRate-v0": ["fedavg", "fedent", "decay", "fedadam", "fedprox", "feddyn"],
+AGENT_POLICIES = {"FLLearningRate-v0": ["fedavg", "fedavg[lr=0.1]", "fedavg[lr=0.2]", "fedent", "decay", "fedadam",
+                                        "fedprox", "feddyn"],
                   "FLAggregate-v0": ["fedavg", "uniform", "fedadp", "fedcos"]}
+TRACE = {"FLLearningRate-v0": ("rates/lrs", "learning rate", ["fedavg", "fedent", "decay"]),
+         "FLAggregate-v0": ("aggregate/weights", "aggregation weight", ["fedavg", "fedadp", "fedcos"])}
 
 
 def parser(family: str) -> argparse.ArgumentParser:
@@ -59,8 +64,12 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
         tables[name] = section(out, name, env_id, policies, seeds, kwargs, say, target)
     if args.agent_steps > 0:
         folder = agent(out, env_id, args.agent_steps, {}, say)
+        agent_seeds = parse_ints(args.agent_seeds)
         tables["ppo-small"] = section(out, "ppo-small", env_id, [*AGENT_POLICIES[env_id], f"ppo:{folder}"],
-                                      parse_ints(args.agent_seeds), {}, say)
+                                      agent_seeds, {}, say)
+        key, label, fixed = TRACE[env_id]
+        decision_trace(env_id, [*fixed, f"ppo:{folder}"], agent_seeds[0], key, out / "ppo-small" / "decisions.png",
+                       label)
     text = "\n".join(f"## {name}\n\n{markdown_table(r)}" for name, r in tables.items())
     write_text(out / "report.md", f"# {env_id}, seeds {list(seeds)}, env kwargs {base}\n\n{text}")
     print(text)
