@@ -263,6 +263,7 @@ def test_reproduce_learning_families_write_every_section(tmp_path, capsys, famil
         assert part in report
     if family == "rates":
         assert "## ppo-small" in report and (tmp_path / "ppo-small" / "decisions.png").is_file()
+        assert "## FedEnt's closed form, mnist-pathological" in report and "| 2 |" in report
 
 
 def test_rounds_to_target_by_hand():

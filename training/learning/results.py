@@ -16,7 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
+
 from fl_gym.atomic import write_text
+from fl_gym.baselines.rates import FedEntPolicy
 from fl_gym.training.cli import parse_ints, parse_kv
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
@@ -59,9 +63,12 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
     out, seeds, base = Path(args.out), parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables: dict[str, dict[str, Any]] = {}
+    logs = {}
     for name, (kwargs, reduced, target) in sections.items():
         kwargs = {**kwargs, **({} if args.paper_scale else reduced), **base}
         tables[name] = section(out, name, env_id, policies, seeds, kwargs, say, target)
+        if env_id == "FLLearningRate-v0":
+            logs[name] = fedent_log(kwargs, seeds[0], out / name / "fedent-log.md")
     if args.agent_steps > 0:
         folder = agent(out, env_id, args.agent_steps, {}, say)
         agent_seeds = parse_ints(args.agent_seeds)
@@ -71,9 +78,39 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
         decision_trace(env_id, [*fixed, f"ppo:{folder}"], agent_seeds[0], key, out / "ppo-small" / "decisions.png",
                        label)
     text = "\n".join(f"## {name}\n\n{markdown_table(r)}" for name, r in tables.items())
+    text += "".join(f"\n## FedEnt's closed form, {name}, seed {seeds[0]}\n\n{log}" for name, log in logs.items())
     write_text(out / "report.md", f"# {env_id}, seeds {list(seeds)}, env kwargs {base}\n\n{text}")
     print(text)
     return 0
+
+
+def fedent_log(env_kwargs: dict[str, Any], seed: int, path: Path) -> str:
+    """One FedEnt episode's closed form, round by round (spec 3.8's predictions, checked in the log).
+
+    Per round: the share of clients whose raw rate is 0, the mean raw and used rates, the mean
+    ``k`` sign (``k < 0`` is the deep-net regime), roots that are not minimisers, and the test
+    accuracy. Written as a Markdown table to ``path`` and returned.
+    """
+    if path.is_file():
+        return path.read_text()
+    env = gym.make("FLLearningRate-v0", **env_kwargs)
+    policy = FedEntPolicy(env)
+    obs, _ = env.reset(seed=seed)
+    rows = ["| round | raw = 0 | mean raw | mean rate used | k < 0 | root not a minimum | test acc. |",
+            "|---|---|---|---|---|---|---|"]
+    done = False
+    while not done:
+        st = env.unwrapped.round_stats
+        action, _ = policy.predict(obs)
+        sol = policy.last
+        p = np.maximum(st.theta * (st.s - 2 * sol.eta * st.a + sol.eta ** 2 * st.b) / sol.phi2, 1e-12)
+        obs, _, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        rows.append(f"| {st.round} | {np.mean(sol.eta == 0):.2f} | {sol.eta.mean():.4f} | "
+                    f"{info['rates/lrs'].mean():.5f} | {np.mean(1 + np.log(p) < 0):.2f} | "
+                    f"{int(sol.foc_not_min.sum())} | {info['accuracy']:.4f} |")
+    env.close()
+    return write_text(path, "\n".join(rows) + "\n").read_text()
 
 
 def reproduce_rates(argv: list[str]) -> int:
