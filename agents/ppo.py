@@ -24,6 +24,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from fl_gym.agents.features import FEATURE_EXTRACTORS
+from fl_gym.envs.vector import BatchedVecEnv
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive
 
 ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO, "maskable-ppo": MaskablePPO}
@@ -45,15 +46,20 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+VEC_ENVS = ("dummy", "subproc", "batched")
+
+
 def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str = "dummy",
              env_kwargs: dict[str, Any] | None = None, monitor_dir: str | Path | None = None) -> VecEnv:
-    """``n_envs`` copies of ``env_id``, each in a ``Monitor``, in a ``DummyVecEnv`` or ``SubprocVecEnv``.
+    """``n_envs`` copies of ``env_id``, each in a ``Monitor``, in a vector env of kind ``vec_env``.
 
+    ``vec_env``: ``dummy`` (SB3's, one after the other), ``subproc`` (SB3's, one process each) or
+    ``batched`` (:class:`~fl_gym.envs.vector.BatchedVecEnv`: the copies' rounds as one engine call).
     Copy ``i`` is seeded ``seed + i`` on its first reset; with ``monitor_dir`` each writes
     ``<monitor_dir>/<i>.monitor.csv``.
     """
-    if vec_env not in ("dummy", "subproc"):
-        raise ValueError(f"vec_env={vec_env!r} is out of range; allowed: 'dummy' or 'subproc'")
+    if vec_env not in VEC_ENVS:
+        raise ValueError(f"vec_env={vec_env!r} is out of range; allowed: {', '.join(map(repr, VEC_ENVS))}")
     kwargs = dict(env_kwargs or {})
     if monitor_dir is not None:
         Path(monitor_dir).mkdir(parents=True, exist_ok=True)
@@ -66,7 +72,8 @@ def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str
             return Monitor(gym.make(env_id, **kwargs), filename=path)
         return build
 
-    venv = (SubprocVecEnv if vec_env == "subproc" else DummyVecEnv)([factory(i) for i in range(n_envs)])
+    kind = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv, "batched": BatchedVecEnv}[vec_env]
+    venv = kind([factory(i) for i in range(n_envs)])
     if seed is not None:
         venv.seed(seed)
     return venv

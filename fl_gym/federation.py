@@ -39,12 +39,13 @@ from fl_gym.data.partition import holdout_split, matched_test_split, partition, 
 from fl_gym.data.report import PartitionReport
 from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.allocator import keep_freed_memory
-from fl_gym.engine.evaluate import evaluate_models, evaluate_stack
+from fl_gym.engine.batcher import CohortBatcher, EvalRequest, ProbeRequest, TrainRequest
+from fl_gym.engine.evaluate import EvalResult, evaluate_stack
 from fl_gym.engine.losses import cross_entropy
-from fl_gym.engine.probe import Probe, probe_gradients
+from fl_gym.engine.probe import Probe, probe_batches
 from fl_gym.engine.schedule import local_steps, make_schedule
-from fl_gym.engine.trainer import Member, TrainResult, train_cohort
-from fl_gym.models.architecture import Stack
+from fl_gym.engine.trainer import Member, TrainResult
+from fl_gym.models.architecture import Architecture, Stack
 from fl_gym.models.zoo import build_model
 from fl_gym.records import (
     Cohort,
@@ -80,6 +81,10 @@ class Federation:
         global_models: one ``(P_m,)`` parameter vector per entry of ``config.models``.
         companion_model: the companion's ``(P,)`` vector, or None.
         algorithm: the local algorithm's strategy object (:mod:`fl_gym.engine.algorithms`).
+        batcher: None, or the :class:`~fl_gym.engine.batcher.CohortBatcher` a batched vector env
+            shares among its copies (training and evaluation then run merged with theirs).
+        val_indices: test-set indices of the validation split (None without one).
+        eval_indices: test-set indices the reported accuracy is measured on.
     """
 
     def __init__(self, config: FederationConfig, scenario_seed: int = 0, dataset: Dataset | None = None) -> None:
@@ -117,28 +122,31 @@ class Federation:
         nan.flags.writeable = False
         self._not_evaluated = (nan, nan, math.nan, math.nan)  # shared by every report of a round without evaluation
         self.algorithm: LocalAlgorithm = cfg.local_algorithm()
+        self.batcher: CohortBatcher | None = None  # set by a batched vector env
         self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes, self.companion_arch is not None,
                                              read_only=True)
         self.reset(scenario_seed)
 
     def _split_validation(self, rng: np.random.Generator) -> None:
-        """Global evaluation sets: the test set, or its rest beside a held-out validation set."""
-        self.x_eval, self.y_eval = self.x_test, self.y_test
-        self.x_val = self.y_val = None
+        """Global evaluation sets (test-set indices): the test set, or its rest beside a held-out validation set."""
+        everyone = np.arange(len(self.y_test))
+        self.val_indices, self.eval_indices = None, torch.as_tensor(everyone, device=self.device)
         if self.config.validation_size and self.config.train:
             val = stratified_subset(self.y_test.cpu().numpy(), self.config.validation_size, rng)
-            rest = np.setdiff1d(np.arange(len(self.y_test)), val)
-            val_t, rest_t = (torch.as_tensor(i, device=self.device) for i in (val, rest))
-            self.x_val, self.y_val = self.x_test[val_t], self.y_test[val_t]
-            self.x_eval, self.y_eval = self.x_test[rest_t], self.y_test[rest_t]
+            self.val_indices = torch.as_tensor(val, device=self.device)
+            self.eval_indices = torch.as_tensor(np.setdiff1d(everyone, val), device=self.device)
+
+    def _evaluate_models(self, arch: Architecture, vectors: list[torch.Tensor], indices: torch.Tensor) -> EvalResult:
+        """Models of one architecture on the same test-set samples (through the batcher if there is one)."""
+        request = EvalRequest(Stack.from_rows(arch, torch.stack(vectors)), self.x_test, self.y_test,
+                              [indices] * len(vectors), self.config.eval_batch_size)
+        return self.batcher.evaluate(request) if self.batcher else request.run()
 
     def validation_accuracy(self) -> float:
         """The first global model's accuracy on the validation set (NaN without one)."""
-        if self.x_val is None:
+        if self.val_indices is None:
             return math.nan
-        res = evaluate_models(Stack(self.archs[0], self.global_models[0]), self.x_val, self.y_val,
-                              self.config.eval_batch_size)
-        return float(res.accuracy[0])
+        return float(self._evaluate_models(self.archs[0], [self.global_models[0]], self.val_indices).accuracy[0])
 
     @staticmethod
     def _load(cfg: FederationConfig) -> Dataset:
@@ -248,11 +256,12 @@ class Federation:
             gen: the batches' generator instead of the probe stream (fixed batches per key).
         """
         clients = np.asarray(clients, np.int64)
-        arch = self.archs[0]
         if models is None:
             models = self.global_models[0].expand(len(clients), -1)
-        return probe_gradients(arch, models, self.x_train, self.y_train, [self.train_parts[i] for i in clients],
-                               self.config.batch_size, self._probe_gen if gen is None else gen)
+        idx, weight = probe_batches([self.train_parts[i] for i in clients], self.config.batch_size,
+                                    self._probe_gen if gen is None else gen)
+        request = ProbeRequest(self.archs[0], models, self.x_train, self.y_train, idx, weight)
+        return self.batcher.probe(request) if self.batcher else request.run()
 
     def _torch_generator(self) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(int(self.rng.integers(2**62)))
@@ -407,8 +416,9 @@ class Federation:
         members = self._members(plan, order)
         lr = torch.as_tensor(plan.lr[order], dtype=torch.float32, device=self.device)
         loss_fn = cfg.distillation if self.companion_arch else cross_entropy
-        result: TrainResult = train_cohort(members, self.x_train, self.y_train, schedule, lr, cfg.optimizer,
-                                           loss_fn=loss_fn, algorithm=self.algorithm, clients=order, gen=gen)
+        request = TrainRequest(members, self.x_train, self.y_train, schedule, lr, cfg.optimizer, loss_fn,
+                               self.algorithm, order, gen)
+        result: TrainResult = self.batcher.train(request) if self.batcher else request.run()
         stats.loss[order] = result.mean_loss[self._role].cpu().numpy()
         stats.last_epoch_loss[order] = result.last_epoch_loss[self._role].cpu().numpy()
         if self.companion_arch:
@@ -500,7 +510,7 @@ class Federation:
     def evaluate(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         """Test accuracy and loss of every global model (``(M,)`` each), then of the companion (NaN if none)."""
         def one(arch, vec) -> tuple[float, float]:
-            res = evaluate_models(Stack(arch, vec), self.x_eval, self.y_eval, self.config.eval_batch_size)
+            res = self._evaluate_models(arch, [vec], self.eval_indices)
             return float(res.accuracy[0]), float(res.loss[0])
         results = [one(a, v) for a, v in zip(self.archs, self.global_models, strict=True)]
         lite = one(self.companion_arch, self.companion_model) if self.companion_arch else (math.nan, math.nan)

@@ -91,6 +91,7 @@ def test_resume_of_a_damaged_config_is_one_line(tmp_path, capsys, text, message)
     ("FLSelectQueue-v0", "ppo", ["--env-kwargs", "server_data_fraction=0.1", "allow_server_data=true"]),
     ("FLAggregate-v0", "ppo", []), ("FLLearningRate-v0", "ppo", []),
     ("FLHeteroAlloc-v0", "ppo", ["--n-envs", 2, "--vec-env", "subproc"]),
+    ("FLAggregate-v0", "ppo", ["--n-envs", 2, "--vec-env", "batched"]),
 ])
 def test_other_algorithms_and_vec_envs(env_id, algo, extra, tmp_path, capsys):
     code, _, err = run_cli(["train", env_id, "--algo", algo, "--n-timesteps", 32, "--runs-dir", tmp_path, "--run-id",
@@ -170,6 +171,14 @@ def test_bench_engine_section(capsys):
                             "--loop-repeats", 1], capsys)
     assert code == 0
     assert re.search(r"\| S3 \| mlp-small \| 10 \| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+x", out)
+
+
+def test_bench_vec_section(capsys):
+    code, out, _ = run_cli(["bench", "--sections", "vec", "--vec-envs", "2"], capsys)
+    assert code == 0
+    for env_id in ("FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"):
+        assert re.search(rf"\| {env_id} \| 2 \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \| [\d.]+ \| [\d.]+ \|", out)
+    assert "FLHetero-v0" not in out  # the timing backend trains nothing
 
 
 @pytest.mark.parametrize("args,message", [

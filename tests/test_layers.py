@@ -12,9 +12,10 @@ ROOT = Path(__file__).parents[1]
 LAYERS = {"fl_gym": 0, "envs": 1, "baselines": 2, "agents": 2, "training": 3}
 PACKAGES = {"fl_gym.envs": "envs", "fl_gym.baselines": "baselines", "fl_gym.agents": "agents",
             "fl_gym.training": "training"}
-GENERIC = ["fl_gym", "envs/base.py", "envs/registry.py", "envs/scenario.py", "agents", "training/cli.py",
-           "training/compare.py", "training/evaluation.py", "training/callbacks.py", "training/runs.py",
-           "training/bench.py", "training/plots.py"]
+GENERIC = ["fl_gym", "envs/base.py", "envs/registry.py", "envs/scenario.py", "envs/presets.py", "envs/learning.py",
+           "envs/vector.py", "agents", "training/cli.py", "training/compare.py", "training/evaluation.py",
+           "training/callbacks.py", "training/runs.py", "training/bench.py", "training/plots.py",
+           "training/agent_demo.py", "training/sections.py", "training/trace.py"]
 
 
 def _layer_of(module: str) -> str:
@@ -57,3 +58,16 @@ def test_generic_modules_name_no_family():
     offenders = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files if p.name != "zoo.py"  # the model catalogue
                  for m in words.finditer(p.read_text())]
     assert offenders == []
+
+
+def test_every_package_is_listed_for_installation():
+    """A sub-package missing from pyproject's list imports in an editable install but not from a wheel."""
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(cfg["packages"])
+    for name, folder in cfg["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            package = ".".join([name, *rel.parts])
+            assert package in listed, f"{package} ({init.parent}) is missing from pyproject's packages"

@@ -133,9 +133,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fl_gym.training import bench
 
     sections = args.sections.split(",")
-    unknown = sorted(set(sections) - {"engine", "envs", "recipes"})
+    unknown = sorted(set(sections) - {"engine", "envs", "recipes", "vec"})
     if unknown:
-        raise ValueError(f"--sections={unknown} is out of range; allowed: engine, envs, recipes")
+        raise ValueError(f"--sections={unknown} is out of range; allowed: engine, envs, recipes, vec")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if "engine" in sections:
         scenarios = args.scenarios.split(",")
@@ -149,6 +149,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(bench.env_table(bench.env_benchmark(progress=say)) + "\n")
     if "recipes" in sections:
         print(bench.recipe_table(bench.recipe_benchmark(progress=say)) + "\n")
+    if "vec" in sections:
+        from fl_gym.training import vec_bench
+
+        counts = tuple(parse_ints(args.vec_envs))
+        print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, progress=say)) + "\n")
     return 0
 
 
@@ -239,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help="env constructor arguments")
     p.add_argument("--n-timesteps", type=int, default=None, help="default: n_timesteps of the YAML block")
     p.add_argument("--n-envs", type=int, default=None, help="default: n_envs of the YAML block, else 1")
-    p.add_argument("--vec-env", choices=["dummy", "subproc"], default="dummy")
+    p.add_argument("--vec-env", choices=["dummy", "subproc", "batched"], default="dummy",
+                   help="batched: the copies' FL rounds as one engine call (fl_gym.make_vec)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-freq", type=int, default=10000, help="checkpoint every this many steps")
     p.add_argument("--tensorboard-log", default=None, help="default: RUN_DIR/tb")
@@ -265,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
-    p.add_argument("--sections", default="engine,envs,recipes")
+    p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec")
+    p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec section")
     p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (engine)")
     p.add_argument("--device", default="cpu")

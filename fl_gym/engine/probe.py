@@ -31,6 +31,22 @@ class Probe:
     grad: Tensor
 
 
+def probe_batches(parts: list[Tensor], batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """``(k, B)`` indices and loss weights of one minibatch of up to ``batch_size`` samples per client."""
+    schedule = make_schedule(parts, np.ones(len(parts), np.int64), batch_size, gen)
+    return schedule.idx[0], schedule.weight[0]
+
+
+def gradients_at(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, idx: Tensor, w: Tensor) -> Probe:
+    """Each row of ``models`` on its batch ``idx`` (weights ``w``): the loss and its gradient, evaluation mode."""
+    stack = Stack.from_rows(arch, models)
+    grad = torch.zeros_like(stack.flat)
+    out, tape = arch.forward(stack.blocks, arch.gather(x, idx), False)
+    losses, dlogits = cross_entropy({"model": out}, y[idx], w)
+    arch.backward(stack.blocks, tape, dlogits["model"], stack.views(grad), None)
+    return Probe(losses["model"], Stack(arch, grad).rows())
+
+
 def probe_gradients(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, parts: list[Tensor],
                     batch_size: int, gen: torch.Generator) -> Probe:
     """One minibatch of up to ``batch_size`` samples per client, drawn with ``gen``.
@@ -44,11 +60,4 @@ def probe_gradients(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, pa
         batch_size: ``B``.
         gen: the generator of the batches (a stream of its own, so training batches do not move).
     """
-    schedule = make_schedule(parts, np.ones(len(parts), np.int64), batch_size, gen)
-    idx, w = schedule.idx[0], schedule.weight[0]
-    stack = Stack.from_rows(arch, models)
-    grad = torch.zeros_like(stack.flat)
-    out, tape = arch.forward(stack.blocks, arch.gather(x, idx), False)
-    losses, dlogits = cross_entropy({"model": out}, y[idx], w)
-    arch.backward(stack.blocks, tape, dlogits["model"], stack.views(grad), None)
-    return Probe(losses["model"], Stack(arch, grad).rows())
+    return gradients_at(arch, models, x, y, *probe_batches(parts, batch_size, gen))

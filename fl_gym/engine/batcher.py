@@ -1,0 +1,271 @@
+"""Many federations' cohorts as one stacked batch: the engine side of a native vector env.
+
+A vector env steps its ``N`` copies in ``N`` threads. Each copy's federation hands its local
+training and its evaluations to one shared :class:`CohortBatcher` instead of running them; the
+batcher waits until every copy still stepping is waiting on it, then runs all compatible
+requests as one engine call (``N x k`` clients in one cohort, ``N`` global models in one
+evaluation, every copy's probe gradients in one pass) and hands each copy its share. Python
+work of the copies overlaps nothing (the GIL); what gains is the engine, whose per-step cost
+grows far slower than the clients it stacks.
+
+Requests are compatible when they train the same architecture in one role with the same local
+optimiser, batch size, loss and a stateless local algorithm (SGD or FedProx with one ``mu``) on
+the same data tensors; anything else (several model groups, a companion model, SCAFFOLD, MOON,
+FedDyn, pFedMe) runs alone, unchanged. Merged training draws dropout masks from the first
+request's generator, so models with dropout differ from a stand-alone run in their masks only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm
+from fl_gym.engine.evaluate import EvalResult, evaluate_stack
+from fl_gym.engine.losses import cross_entropy
+from fl_gym.engine.probe import Probe, gradients_at
+from fl_gym.engine.schedule import BatchSchedule
+from fl_gym.engine.trainer import Member, TrainResult, train_cohort
+from fl_gym.models.architecture import Architecture, Stack
+
+
+@dataclass(eq=False)
+class TrainRequest:
+    """The arguments of one :func:`~fl_gym.engine.trainer.train_cohort` call."""
+
+    members: list[Member]
+    x: Tensor
+    y: Tensor
+    schedule: BatchSchedule
+    lr: Tensor
+    optimizer: Any
+    loss_fn: Callable
+    algorithm: LocalAlgorithm
+    clients: np.ndarray
+    gen: torch.Generator | None
+
+    def key(self) -> tuple | None:
+        """Requests with equal keys merge; None = run alone."""
+        if len(self.members) != 1 or self.members[0].slots is not None or self.loss_fn is not cross_entropy:
+            return None
+        algo = self.algorithm
+        if type(algo) not in (SGD, FedProx):
+            return None
+        return ("train", self.members[0].stack.arch.name, self.members[0].role, self.optimizer,
+                getattr(algo, "mu", 0.0), id(self.x), id(self.y), self.schedule.idx.shape[-1])
+
+    def run(self) -> TrainResult:
+        """Alone."""
+        return train_cohort(self.members, self.x, self.y, self.schedule, self.lr, self.optimizer,
+                            loss_fn=self.loss_fn, algorithm=self.algorithm, clients=self.clients, gen=self.gen)
+
+
+@dataclass(eq=False)
+class EvalRequest:
+    """One :func:`~fl_gym.engine.evaluate.evaluate_stack` call."""
+
+    stack: Stack
+    x: Tensor
+    y: Tensor
+    parts: list[Tensor]
+    batch_size: int
+
+    def key(self) -> tuple:
+        """Evaluations of one architecture on the same data tensors merge."""
+        return ("eval", self.stack.arch.name, id(self.x), id(self.y), self.batch_size)
+
+    def run(self) -> EvalResult:
+        """Alone."""
+        return evaluate_stack(self.stack, self.x, self.y, self.parts, self.batch_size)
+
+
+@dataclass(eq=False)
+class ProbeRequest:
+    """One :func:`~fl_gym.engine.probe.gradients_at` call (batches already drawn by the federation)."""
+
+    arch: Architecture
+    models: Tensor
+    x: Tensor
+    y: Tensor
+    idx: Tensor
+    weight: Tensor
+
+    def key(self) -> tuple:
+        """Probes of one architecture with one batch size on the same data tensors merge."""
+        return ("probe", self.arch.name, id(self.x), id(self.y), self.idx.shape[-1])
+
+    def run(self) -> Probe:
+        """Alone."""
+        return gradients_at(self.arch, self.models, self.x, self.y, self.idx, self.weight)
+
+
+Request = TrainRequest | EvalRequest | ProbeRequest
+
+
+@dataclass(eq=False)
+class _Pending:
+    request: Request
+    copy: int
+    result: Any = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclass
+class CohortBatcher:
+    """The rendezvous of the copies of one vector env (see the module docstring).
+
+    Use: :meth:`open` with the number of copies about to step, then each copy's thread calls
+    :meth:`enter` with its copy index, :meth:`train` / :meth:`evaluate` / :meth:`probe`
+    (blocking) and :meth:`leave` when its step is over. Merged requests are ordered by copy
+    index, whatever order the threads arrive in, so a batched run is reproducible bit for bit.
+
+    Attributes:
+        flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
+    """
+
+    flushes: int = 0
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _live: int = 0
+    _pending: list[_Pending] = field(default_factory=list)
+    _local: threading.local = field(default_factory=threading.local)
+
+    def open(self, copies: int) -> None:
+        """``copies`` threads are about to step."""
+        with self._cond:
+            self._live, self._pending = copies, []
+
+    def enter(self, copy: int) -> None:
+        """The calling thread steps copy ``copy``."""
+        self._local.copy = copy
+
+    def leave(self) -> None:
+        """The calling copy's step is over (successfully or not)."""
+        with self._cond:
+            self._live -= 1
+            if self._pending and len(self._pending) >= self._live:
+                self._flush()
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        """Run ``request`` with the others' compatible ones; its own result."""
+        return self._submit(request)
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        """Run ``request`` with the others' compatible ones; its own result."""
+        return self._submit(request)
+
+    def probe(self, request: ProbeRequest) -> Probe:
+        """Run ``request`` with the others' compatible ones; its own result."""
+        return self._submit(request)
+
+    def _submit(self, request: Request) -> Any:
+        item = _Pending(request, getattr(self._local, "copy", 0))
+        with self._cond:
+            self._pending.append(item)
+            if len(self._pending) >= self._live:
+                self._flush()
+            while not item.done:
+                self._cond.wait()
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    def _flush(self) -> None:
+        """Run every pending request (merged by key) and wake their threads; holds the lock."""
+        pending, self._pending = sorted(self._pending, key=lambda it: it.copy), []
+        groups: dict[Any, list[_Pending]] = {}
+        for i, item in enumerate(pending):
+            key = item.request.key()
+            groups.setdefault(("alone", i) if key is None else key, []).append(item)
+        for items in groups.values():
+            self.flushes += 1
+            try:
+                results = _run_group([it.request for it in items])
+                for it, res in zip(items, results, strict=True):
+                    it.result = res
+            except BaseException as exc:  # noqa: BLE001 - every waiting copy gets the error
+                for it in items:
+                    it.error = exc
+            for it in items:
+                it.done = True
+        self._cond.notify_all()
+
+
+def _run_group(requests: list[Request]) -> list[Any]:
+    if len(requests) == 1:
+        return [requests[0].run()]
+    if isinstance(requests[0], EvalRequest):
+        return _evaluate_merged(requests)
+    if isinstance(requests[0], ProbeRequest):
+        return _probe_merged(requests)
+    return _train_merged(requests)
+
+
+def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
+    first = requests[0]
+    res = gradients_at(first.arch, torch.cat([r.models for r in requests]), first.x, first.y,
+                       torch.cat([r.idx for r in requests]), torch.cat([r.weight for r in requests]))
+    out, lo = [], 0
+    for r in requests:
+        k = len(r.models)
+        out.append(Probe(res.loss[lo: lo + k], res.grad[lo: lo + k]))
+        lo += k
+    return out
+
+
+def _evaluate_merged(requests: list[EvalRequest]) -> list[EvalResult]:
+    first = requests[0]
+    arch = first.stack.arch
+    rows = torch.cat([r.stack.rows() for r in requests])
+    parts = [p for r in requests for p in r.parts]
+    res = evaluate_stack(Stack.from_rows(arch, rows), first.x, first.y, parts, first.batch_size)
+    out, lo = [], 0
+    for r in requests:
+        k = r.stack.k
+        out.append(EvalResult(res.loss[lo: lo + k], res.accuracy[lo: lo + k], res.soft_labels[lo: lo + k],
+                              res.count[lo: lo + k]))
+        lo += k
+    return out
+
+
+def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
+    """One cohort of every request's clients, ordered by local steps (most first), then split back."""
+    first = requests[0]
+    arch, role = first.members[0].stack.arch, first.members[0].role
+    steps = np.concatenate([r.schedule.steps for r in requests])
+    order = np.argsort(-steps, kind="stable")
+    schedule = _merge_schedules([r.schedule for r in requests], order)
+    rows = torch.cat([r.members[0].stack.rows() for r in requests])[torch.as_tensor(order)]
+    member = Member(role, Stack.from_rows(arch, rows))
+    lr = torch.cat([r.lr for r in requests])[torch.as_tensor(order, device=first.lr.device)]
+    result = train_cohort([member], first.x, first.y, schedule, lr, first.optimizer, loss_fn=first.loss_fn,
+                          algorithm=first.algorithm, gen=first.gen)
+    back = np.argsort(order, kind="stable")  # merged position of each concatenated client
+    trained = member.stack.rows()
+    out, lo = [], 0
+    for r in requests:
+        k = len(r.schedule.steps)
+        pos = torch.as_tensor(back[lo: lo + k], device=trained.device)
+        r.members[0].stack.flat.copy_(Stack.from_rows(arch, trained[pos]).flat)
+        out.append(TrainResult({role: result.mean_loss[role][pos]}, {role: result.last_epoch_loss[role][pos]}))
+        lo += k
+    return out
+
+
+def _merge_schedules(schedules: list[BatchSchedule], order: np.ndarray) -> BatchSchedule:
+    """The schedules side by side (padded to the longest), clients permuted by ``order``."""
+    num_steps = max(s.num_steps for s in schedules)
+    pad = lambda t: torch.nn.functional.pad(t, (0, 0, 0, 0, 0, num_steps - t.shape[0]))  # noqa: E731
+    perm = torch.as_tensor(order, device=schedules[0].idx.device)
+    idx = torch.cat([pad(s.idx) for s in schedules], dim=1)[:, perm]
+    weight = torch.cat([pad(s.weight) for s in schedules], dim=1)[:, perm]
+    steps = np.concatenate([s.steps for s in schedules])[order]
+    per_epoch = np.concatenate([s.batches_per_epoch for s in schedules])[order]
+    active = (steps[None, :] > np.arange(num_steps)[:, None]).sum(axis=1).tolist()
+    return BatchSchedule(idx.contiguous(), weight.contiguous(), steps, per_epoch, active)

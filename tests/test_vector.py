@@ -1,0 +1,111 @@
+"""The batched vector env: copies equal stand-alone envs, SB3's VecEnv contract, bad arguments."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+import fl_gym
+from fl_gym.envs.registry import env_ids
+
+IDS = env_ids()
+
+
+def _actions(space: gym.Space, n: int, rng: np.random.Generator) -> np.ndarray:
+    space.seed(int(rng.integers(2**31)))
+    return np.stack([space.sample() for _ in range(n)])
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_each_copy_plays_the_episode_of_a_standalone_env(env_id):
+    """Different actions per copy, through an auto-reset. Tolerance: merged training stacks the
+    copies' clients into larger batched matrix products, whose float32 rounding may differ in the
+    last bit; a 1e-5 difference in the observation is rounding, a wrong partner would be O(1)."""
+    n, rounds = 3, 3
+    vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, rounds_per_episode=rounds)
+    solo = [gym.make(env_id, rounds_per_episode=rounds) for _ in range(n)]
+    obs = vec.reset()
+    for i, env in enumerate(solo):
+        np.testing.assert_allclose(obs[i], env.reset(seed=5 + i)[0], rtol=0, atol=1e-5)
+    rng = np.random.default_rng(0)
+    for _ in range(rounds + 2):
+        actions = _actions(vec.action_space, n, rng)
+        obs, rewards, dones, infos = vec.step(actions)
+        for i, env in enumerate(solo):
+            o, r, terminated, truncated, _ = env.step(actions[i])
+            assert dones[i] == (terminated or truncated)
+            if dones[i]:
+                np.testing.assert_allclose(infos[i]["terminal_observation"], o, rtol=0, atol=1e-5)
+                assert infos[i]["TimeLimit.truncated"] == (truncated and not terminated)
+                o, _ = env.reset()
+            np.testing.assert_allclose(obs[i], o, rtol=0, atol=1e-5)
+            assert rewards[i] == pytest.approx(r, abs=1e-5)
+    vec.close()
+
+
+def test_training_and_evaluation_are_merged_across_copies():
+    vec = fl_gym.make_vec("FLAggregate-v0", 4, seed=0, rounds_per_episode=2)
+    vec.reset()
+    before = vec.batcher.flushes
+    vec.step(np.zeros((4, 10), np.float32))
+    # one merged training, then the merged evaluations (validation, test), not 4 of each
+    assert vec.batcher.flushes - before <= 4
+
+
+def test_seeds_give_each_copy_a_distinct_reproducible_stream():
+    a = fl_gym.make_vec("FLLearningRate-v0", 3, seed=11).reset()
+    b = fl_gym.make_vec("FLLearningRate-v0", 3, seed=11).reset()
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a[0], a[1]) and not np.array_equal(a[1], a[2])
+
+
+def test_vec_env_contract_attributes_methods_and_masks():
+    vec = fl_gym.make_vec("FLSelectPick-v0", 2, seed=0, rounds_per_episode=2)
+    vec.reset()
+    assert vec.get_attr("family") == ["select", "select"]
+    vec.set_attr("probe_attribute", 3, indices=[1])
+    assert vec.get_attr("probe_attribute", indices=[1]) == [3]
+    masks = vec.env_method("action_masks")
+    assert len(masks) == 2 and masks[0].dtype == bool
+    from stable_baselines3.common.monitor import Monitor
+    assert vec.env_is_wrapped(Monitor) == [True, True]
+
+
+@pytest.mark.parametrize("algo", ["ppo", "maskable-ppo"])
+def test_sb3_agents_learn_on_the_batched_env(algo):
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3 import PPO
+
+    env_id = "FLSelectPick-v0" if algo == "maskable-ppo" else "FLLearningRate-v0"
+    vec = fl_gym.make_vec(env_id, 4, seed=0, rounds_per_episode=4)
+    cls = MaskablePPO if algo == "maskable-ppo" else PPO
+    model = cls("MlpPolicy", vec, n_steps=16, batch_size=32, n_epochs=1, seed=0).learn(128)
+    assert model.num_timesteps >= 128
+    infos = vec.step(_actions(vec.action_space, 4, np.random.default_rng(1)))[3]
+    assert all("accuracy" in info for info in infos)
+
+
+def test_batched_env_matches_dummy_vec_env_on_a_shared_action_sequence():
+    dummy = DummyVecEnv([lambda: gym.make("FLLearningRate-v0")] * 2)
+    dummy.seed(3)
+    batched = fl_gym.make_vec("FLLearningRate-v0", 2, seed=3, monitor=False)
+    np.testing.assert_allclose(dummy.reset(), batched.reset(), atol=1e-5)
+    actions = np.zeros((2, 5), np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(dummy.step(actions)[0], batched.step(actions)[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs,name", [(dict(env_id="FLSelect-v0", n_envs=0), "n_envs"),
+                                         (dict(env_id="FLNope-v0", n_envs=2), "env_id")])
+def test_bad_arguments_name_the_parameter(kwargs, name):
+    with pytest.raises(ValueError, match=f"{name}="):
+        fl_gym.make_vec(**kwargs)
+
+
+def test_mixed_ids_are_refused():
+    from fl_gym.envs.vector import BatchedVecEnv
+
+    with pytest.raises(ValueError, match="env_fns="):
+        BatchedVecEnv([lambda: gym.make("FLSelect-v0"), lambda: gym.make("FLAggregate-v0")])
