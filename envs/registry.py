@@ -10,6 +10,7 @@ imports keep flowing one way (``fl_gym`` <- ``envs`` <- ``baselines``, ``agents`
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -152,7 +153,15 @@ def register_family(family: Family) -> None:
     FAMILIES[family.name] = family
     for env_id, entry_point in family.envs.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point)
+            gym.register(id=env_id, entry_point=entry_point,
+                         vector_entry_point=functools.partial(_vector_env, env_id=env_id))
+
+
+def _vector_env(num_envs: int, env_id: str, **kwargs: Any) -> gym.vector.VectorEnv:
+    """``gym.make_vec(env_id, n, vectorization_mode="vector_entry_point")``: the batched vector env."""
+    from fl_gym.envs.vector import GymBatchedVectorEnv
+
+    return GymBatchedVectorEnv(env_id, num_envs, **kwargs)
 
 
 def env_ids() -> list[str]:

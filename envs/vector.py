@@ -9,7 +9,12 @@ process). Copy ``i`` seeded ``s + i`` plays the episode a stand-alone env seeded
 up to float rounding of the larger batched matrix products (and dropout masks, which merged
 training draws from one generator).
 
-``fl_gym.make_vec(env_id, n_envs, seed=...)`` builds one.
+``fl_gym.make_vec(env_id, n_envs, seed=...)`` builds one. For Gymnasium's own API,
+``gym.make_vec(env_id, num_envs, vectorization_mode="vector_entry_point")`` builds a
+:class:`GymBatchedVectorEnv` on the same machinery, with Gymnasium 1.x's ``SAME_STEP`` autoreset:
+a finished copy resets within the step that ended it, its last observation and info in
+``infos["final_obs"]`` and ``infos["final_info"]`` (``NEXT_STEP``, Gymnasium's default for its
+own vector envs, would spend an extra step, and with it a real FL round, on every reset).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
@@ -152,4 +159,61 @@ def make_vec(env_id: str, n_envs: int, seed: int | None = None, monitor: bool = 
     if seed is not None:
         vec.seed(seed)
     return vec
+
+
+
+class GymBatchedVectorEnv(VectorEnv):
+    """Gymnasium ``VectorEnv`` face of :class:`BatchedVecEnv` (``SAME_STEP`` autoreset, module docstring).
+
+    Args:
+        env_id: a registered fl-gym id.
+        num_envs: copies.
+        kwargs: constructor arguments of every copy.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(self, env_id: str, num_envs: int, **kwargs: Any) -> None:
+        kwargs.pop("max_episode_steps", None)  # episodes end by the env's own rounds_per_episode
+        self._vec = make_vec(env_id, num_envs, monitor=False, **kwargs)
+        self.num_envs = num_envs
+        self.single_observation_space = self._vec.observation_space
+        self.single_action_space = self._vec.action_space
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset every copy; an int ``seed`` seeds copy ``i`` with ``seed + i``."""
+        seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else (seed or [None] * self.num_envs)
+        envs = self._vec.envs
+        results = self._vec._parallel(lambda i: envs[i].reset(seed=seeds[i], options=options))
+        infos: dict[str, Any] = {}
+        for i, (_, info) in enumerate(results):
+            infos = self._add_info(infos, info, i)
+        return np.stack([obs for obs, _ in results]), infos
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every copy; finished copies reset in the same step."""
+        envs = self._vec.envs
+
+        def one(i: int) -> tuple:
+            obs, reward, terminated, truncated, info = envs[i].step(actions[i])
+            if terminated or truncated:
+                info = {**info, "final_obs": obs, "final_info": dict(info)}
+                obs, reset_info = envs[i].reset()
+                info.update(reset_info)
+            return obs, reward, terminated, truncated, info
+
+        results = self._vec._parallel(one)
+        infos: dict[str, Any] = {}
+        for i, result in enumerate(results):
+            infos = self._add_info(infos, result[4], i)
+        obs, rewards, terminated, truncated, _ = zip(*results, strict=True)
+        return (np.stack(obs), np.asarray(rewards, np.float64), np.asarray(terminated, bool),
+                np.asarray(truncated, bool), infos)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close the copies."""
+        self._vec.close()
 

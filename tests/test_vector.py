@@ -109,3 +109,27 @@ def test_mixed_ids_are_refused():
 
     with pytest.raises(ValueError, match="env_fns="):
         BatchedVecEnv([lambda: gym.make("FLSelect-v0"), lambda: gym.make("FLAggregate-v0")])
+
+
+def test_gymnasium_make_vec_uses_the_batched_env_with_same_step_autoreset():
+    from gymnasium.vector import AutoresetMode
+
+    env = gym.make_vec("FLLearningRate-v0", 2, vectorization_mode="vector_entry_point", rounds_per_episode=2)
+    assert env.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+    solo = [gym.make("FLLearningRate-v0", rounds_per_episode=2) for _ in range(2)]
+    obs, _ = env.reset(seed=4)
+    for i, s in enumerate(solo):
+        np.testing.assert_allclose(obs[i], s.reset(seed=4 + i)[0], atol=1e-5)
+    actions = np.zeros((2, 5), np.float32)
+    for _ in range(3):
+        obs, rewards, terminated, truncated, infos = env.step(actions)
+        for i, s in enumerate(solo):
+            o, r, _, tr, _ = s.step(actions[i])
+            assert truncated[i] == tr and rewards[i] == pytest.approx(r, abs=1e-5)
+            if tr:
+                assert infos["_final_obs"][i]
+                np.testing.assert_allclose(infos["final_obs"][i], o, atol=1e-5)
+                o, _ = s.reset()
+            np.testing.assert_allclose(obs[i], o, atol=1e-5)
+    assert env.observation_space.shape == (2, 47) and env.action_space.shape == (2, 5)
+    env.close()
