@@ -54,15 +54,20 @@ class BatchedVecEnv(VecEnv):
         ids = {e.spec.id if e.spec else type(e.unwrapped).__name__ for e in self.envs}
         require(len(ids) == 1, "env_fns", sorted(ids), "constructors of a single env id")
         self.batcher = CohortBatcher()
-        for env in self.envs:
-            env.unwrapped.federation.batcher = self.batcher
-        self._pool = ThreadPoolExecutor(max_workers=len(self.envs), thread_name_prefix="fl-gym-copy")
+        feds = [env.unwrapped.federation for env in self.envs]
+        for fed in feds:
+            fed.batcher = self.batcher
+        # copies that train nothing (a timing backend) have nothing to merge: step them in turn
+        self._pool = ThreadPoolExecutor(max_workers=len(self.envs), thread_name_prefix="fl-gym-copy") \
+            if any(fed.config.train for fed in feds) else None
         first = self.envs[0]
         super().__init__(len(self.envs), first.observation_space, first.action_space)
         self._actions: np.ndarray | None = None
 
     def _parallel(self, fn: Callable[[int], T]) -> list[T]:
         """``fn(i)`` for every copy, each in its thread, their engine calls merged."""
+        if self._pool is None:
+            return [fn(i) for i in range(self.num_envs)]
         self.batcher.open(self.num_envs)
 
         def run(i: int) -> T:
@@ -106,7 +111,8 @@ class BatchedVecEnv(VecEnv):
         """Close every copy and the threads."""
         for env in self.envs:
             env.close()
-        self._pool.shutdown()
+        if self._pool is not None:
+            self._pool.shutdown()
 
     def _targets(self, indices: VecEnvIndices) -> list[gym.Env]:
         return [self.envs[i] for i in self._get_indices(indices)]
