@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +27,28 @@ from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
 from fl_gym.training.trace import decision_trace
 
+
+@dataclass(frozen=True)
+class Section:
+    """One comparison: the env kwargs, what reduced scale changes, and the accuracy target(s)."""
+
+    kwargs: dict[str, Any]
+    reduced: dict[str, Any]
+    target: float
+    reduced_target: float | None = None  # a smaller model's reachable target (None: the same)
+
+
 RATE_POLICIES = ["fedavg", "fedavg[lr=0.03]", "fedavg[lr=0.1]", "fedadam", "fedprox", "feddyn", "decay", "fedent"]
-RATES = {  # section -> (env kwargs, reduced-scale kwargs, target)
-    "mnist-pathological": ({"preset": "paper_mnist_pathological"}, {"model": "cnn-small", "local_epochs": 1}, 0.9),
-    "mnist-dirichlet": ({"preset": "paper_mnist_dirichlet"}, {"model": "cnn-small", "local_epochs": 1}, 0.9),
+_ONE_EPOCH = {"model": "cnn-small", "local_epochs": 1}
+RATES = {
+    "mnist-pathological": Section({"preset": "paper_mnist_pathological"}, _ONE_EPOCH, 0.9),
+    "mnist-dirichlet": Section({"preset": "paper_mnist_dirichlet"}, _ONE_EPOCH, 0.9),
 }
-WEIGHTS = {
-    "mnist-5iid-5oneclass": ({"preset": "paper_mnist_cnn"}, {"model": "cnn-small", "rounds_per_episode": 150}, 0.95),
-    "mnist-5iid-5twoclass": ({"preset": "paper_mnist_cnn", "classes_per_client": 2},
-                             {"model": "cnn-small", "rounds_per_episode": 150}, 0.95),
-    "mnist-mlr": ({"preset": "paper_mlr"}, {}, 0.85),
+_SMALL_CNN = {"model": "cnn-small", "rounds_per_episode": 150}
+WEIGHTS = {  # the paper's target is 95 %; cnn-small does not reach it in 150 rounds, 90 % it does
+    "mnist-5iid-5oneclass": Section({"preset": "paper_mnist_cnn"}, _SMALL_CNN, 0.95, 0.9),
+    "mnist-5iid-5twoclass": Section({"preset": "paper_mnist_cnn", "classes_per_client": 2}, _SMALL_CNN, 0.95, 0.9),
+    "mnist-mlr": Section({"preset": "paper_mlr"}, {}, 0.85),
 }
 WEIGHT_POLICIES = ["fedavg", "fedadp", "fedcos"]
 AGENT_POLICIES = {"FLLearningRate-v0": ["fedavg", "fedavg[lr=0.1]", "fedavg[lr=0.2]", "fedent", "decay", "fedadam",
@@ -64,8 +77,9 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables: dict[str, dict[str, Any]] = {}
     logs = {}
-    for name, (kwargs, reduced, target) in sections.items():
-        kwargs = {**kwargs, **({} if args.paper_scale else reduced), **base}
+    for name, sec in sections.items():
+        kwargs = {**sec.kwargs, **({} if args.paper_scale else sec.reduced), **base}
+        target = sec.target if args.paper_scale or sec.reduced_target is None else sec.reduced_target
         tables[name] = section(out, name, env_id, policies, seeds, kwargs, say, target)
         if env_id == "FLLearningRate-v0":
             logs[name] = fedent_log(kwargs, seeds[0], out / name / "fedent-log.md")
