@@ -71,6 +71,8 @@ class FedCosPolicy(WeightsPolicy):
     statistics (the observation holds the update's angle, not the model's).
     """
 
+    reads_env = True
+
     def __init__(self, env: Env) -> None:
         super().__init__(env)
         self.env = env.unwrapped

@@ -12,14 +12,20 @@ class RowPolicy:
 
     ``predict`` has SB3's signature and accepts one observation ``(d,)`` or a batch ``(n, d)``,
     so one evaluation loop runs fixed and learned policies alike. Observations reach
-    :meth:`act` as float64.
+    :meth:`act` as float64. A policy that reads its env's exact statistics (:attr:`reads_env`)
+    decides for that one env and refuses a batch of several observations.
     """
+
+    reads_env = False
 
     def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True) -> tuple[np.ndarray, Any]:
         """Action(s) for one observation or a batch."""
         obs = np.asarray(observation, np.float64)
         rows = obs if obs.ndim == 2 else obs[None]
+        if self.reads_env and len(rows) > 1:
+            raise ValueError(f"{type(self).__name__}.predict: observation has {len(rows)} rows; allowed: one "
+                             "observation of the env the policy was built with (it reads that env's statistics)")
         actions = np.stack([np.asarray(self.act(row)) for row in rows])
         return (actions if obs.ndim == 2 else actions[0]), state
 

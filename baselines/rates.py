@@ -27,6 +27,8 @@ from fl_gym.validation import require
 class RatePolicy(RowPolicy):
     """Base: rates from the env's pending round (:meth:`rates`), as actions of the env's mode."""
 
+    reads_env = True
+
     def __init__(self, env: Env) -> None:
         self.env = env.unwrapped
         self.cfg = self.env.config

@@ -206,3 +206,12 @@ def test_bad_arguments_name_the_parameter():
             gym.make("FLLearningRate-v0", **kwargs)
     with pytest.raises(ValueError, match="mode="):
         FedEntPolicy(gym.make("FLLearningRate-v0"), mode="lagged")
+
+
+def test_policies_reading_the_env_refuse_a_batch_of_observations():
+    env = gym.make("FLLearningRate-v0")
+    obs, _ = env.reset(seed=0)
+    policy = FedEntPolicy(env)
+    assert policy.predict(obs[None])[0].shape == (1, 5)
+    with pytest.raises(ValueError, match="observation has 2 rows"):
+        policy.predict(np.stack([obs, obs]))
