@@ -57,9 +57,9 @@ class BatchedVecEnv(VecEnv):
         feds = [env.unwrapped.federation for env in self.envs]
         for fed in feds:
             fed.batcher = self.batcher
-        # copies that train nothing (a timing backend) have nothing to merge: step them in turn
-        self._pool = ThreadPoolExecutor(max_workers=len(self.envs), thread_name_prefix="fl-gym-copy") \
-            if any(fed.config.train for fed in feds) else None
+        # one copy, or copies that train nothing (a timing backend), have nothing to merge: step in turn
+        merging = len(feds) > 1 and any(fed.config.train for fed in feds)
+        self._pool = ThreadPoolExecutor(max_workers=len(feds), thread_name_prefix="fl-gym-copy") if merging else None
         first = self.envs[0]
         super().__init__(len(self.envs), first.observation_space, first.action_space)
         self._actions: np.ndarray | None = None

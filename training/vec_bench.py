@@ -4,7 +4,8 @@ For every family's first env id that trains for real (its default preset), SB3's
 ``DummyVecEnv`` (copies one after the other), ``SubprocVecEnv`` (one process per copy; up to 16
 copies) and the batched vector env (:func:`fl_gym.make_vec`) at several copy counts, each the
 median of repeated timed runs of a few vector steps (interleaved, after a warm-up), with the
-ratio of batched to dummy measured in the same run. One torch thread per process.
+ratio of batched to dummy measured in the same run. One torch thread per process (the env's
+``num_threads=1``, so ``SubprocVecEnv``'s workers do not oversubscribe the cores).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _learning_ids() -> list[str]:
 
 
 def _stepper(env_id: str, kind: str, n: int, steps: int) -> Callable[[], None]:
-    vec = make_env(env_id, n, seed=0, vec_env=kind)
+    vec = make_env(env_id, n, seed=0, vec_env=kind, env_kwargs={"num_threads": 1})  # in every worker process too
     vec.action_space.seed(0)
     actions = np.stack([vec.action_space.sample() for _ in range(n)])
     vec.reset()
