@@ -19,6 +19,7 @@ own vector envs, would spend an extra step, and with it a real FL round, on ever
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -35,6 +36,7 @@ from fl_gym.engine.batcher import CohortBatcher
 from fl_gym.validation import is_int_at_least, require
 
 T = TypeVar("T")
+SWITCH_INTERVAL = 0.1  # seconds; Python's default is 0.005
 
 
 class BatchedVecEnv(VecEnv):
@@ -77,7 +79,14 @@ class BatchedVecEnv(VecEnv):
             finally:
                 self.batcher.leave()
 
-        return list(self._pool.map(run, range(self.num_envs)))
+        # Each copy's Python runs between two engine calls and then blocks; a long GIL switch
+        # interval lets it reach the block instead of being preempted among N runnable threads.
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL)
+        try:
+            return list(self._pool.map(run, range(self.num_envs)))
+        finally:
+            sys.setswitchinterval(interval)
 
     def reset(self) -> VecEnvObs:
         """Reset every copy (seeds and options from :meth:`seed` / :meth:`set_options`, then cleared)."""
