@@ -54,6 +54,16 @@ def test_training_and_evaluation_are_merged_across_copies():
     assert vec.batcher.flushes - before <= 4
 
 
+def test_the_gil_switch_interval_is_restored_after_a_step():
+    import sys
+
+    before = sys.getswitchinterval()
+    vec = fl_gym.make_vec("FLLearningRate-v0", 2, seed=0, rounds_per_episode=2)
+    vec.reset()
+    vec.step(np.zeros((2, 5), np.float32))
+    assert sys.getswitchinterval() == before
+
+
 def test_seeds_give_each_copy_a_distinct_reproducible_stream():
     a = fl_gym.make_vec("FLLearningRate-v0", 3, seed=11).reset()
     b = fl_gym.make_vec("FLLearningRate-v0", 3, seed=11).reset()
