@@ -57,11 +57,11 @@ class BatchedVecEnv(VecEnv):
         require(len(ids) == 1, "env_fns", sorted(ids), "constructors of a single env id")
         self.batcher = CohortBatcher()
         feds = [env.unwrapped.federation for env in self.envs]
-        for fed in feds:
-            fed.batcher = self.batcher
         # one copy, or copies that train nothing (a timing backend), have nothing to merge: step in turn
         merging = len(feds) > 1 and any(fed.config.train for fed in feds)
         self._pool = ThreadPoolExecutor(max_workers=len(feds), thread_name_prefix="fl-gym-copy") if merging else None
+        for fed in feds if merging else ():
+            fed.batcher = self.batcher
         first = self.envs[0]
         super().__init__(len(self.envs), first.observation_space, first.action_space)
         self._actions: np.ndarray | None = None
