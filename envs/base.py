@@ -212,5 +212,10 @@ class ValidationGain:
         return 0.0 if math.isnan(self.last) else self.last
 
 
+def favor(accuracy: float, target: float) -> float:
+    """FAVOR's reward shape (Wang et al., INFOCOM 2020): ``64^(accuracy - target) - 1``."""
+    return 64.0 ** (accuracy - target) - 1.0
+
+
 def _short(a: np.ndarray) -> str:
     return repr(a.tolist()) if a.size <= 16 else f"array of shape {a.shape}"

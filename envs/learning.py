@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from fl_gym.aggregation import SERVER_RULES, ServerConfig
 from fl_gym.config import FederationConfig
-from fl_gym.envs.base import ValidationGain
+from fl_gym.envs.base import FLEnv, ValidationGain, favor
 from fl_gym.envs.presets import PresetConfig
 from fl_gym.federation import Federation
 from fl_gym.records import RoundReport
@@ -105,7 +105,7 @@ class TargetReward:
         self.reached = report.val_accuracy >= target
         if self.rounds_to_target is None and not math.isnan(report.accuracy) and report.accuracy >= target:
             self.rounds_to_target = report.round
-        return {"acc_gain": gain, "rounds": -1.0, "favor": 64.0 ** (report.val_accuracy - target) - 1.0}
+        return {"acc_gain": gain, "rounds": -1.0, "favor": favor(report.val_accuracy, target)}
 
     def weights(self) -> Mapping[str, float]:
         """Weight 1 on the configured term."""
@@ -115,3 +115,26 @@ class TargetReward:
     def terminated(self) -> bool:
         """The episode ends here (``stop_at_target`` and the target reached)."""
         return self.config.stop_at_target and self.reached
+
+
+class TargetRewardEnv(FLEnv):
+    """Base of the envs scored by a :class:`TargetReward`: the reward hooks, written once.
+
+    A subclass creates ``self._target`` in ``_reset_state`` and calls :meth:`_score` on each
+    report in ``_play``.
+    """
+
+    _target: TargetReward
+
+    def _score(self, report: RoundReport) -> None:
+        """Fold ``report`` into the target's terms (this round's reward)."""
+        self._terms = self._target.update(report)
+
+    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
+        return self._terms
+
+    def _reward_weights(self) -> Mapping[str, float]:
+        return self._target.weights()
+
+    def _is_terminated(self, report: RoundReport) -> bool:
+        return self._target.terminated

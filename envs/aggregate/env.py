@@ -16,8 +16,7 @@ from gymnasium import spaces
 
 from fl_gym.envs.aggregate.config import AggregateConfig
 from fl_gym.envs.aggregate.gompertz import AngleTracker, gompertz
-from fl_gym.envs.base import FLEnv
-from fl_gym.envs.learning import TargetReward
+from fl_gym.envs.learning import TargetReward, TargetRewardEnv
 from fl_gym.records import LocalStats, RoundPlan, RoundReport, TrainedRound
 
 ROW = ("participating", "cos", "smoothed_angle", "gompertz", "data_share", "norm_ratio", "last_loss")
@@ -33,7 +32,7 @@ def action_weights(action: np.ndarray, sizes: np.ndarray, scale: float) -> np.nd
     return np.exp(z - z.max()) * np.asarray(sizes, np.float64)
 
 
-class FLAggregateEnv(FLEnv):
+class FLAggregateEnv(TargetRewardEnv):
     """FedAdp (Wu and Wang): per-client aggregation weights from this round's update angles.
 
     ## Description
@@ -115,7 +114,7 @@ class FLAggregateEnv(FLEnv):
     def _play(self, pending: TrainedRound, action: np.ndarray) -> RoundReport:
         weight = action_weights(action, self.federation.sizes, self.config.action_scale)
         report = self.federation.finish_round(pending, weight=weight)
-        self._terms = self._target.update(report)
+        self._score(report)
         self._played = pending
         return report
 
@@ -123,15 +122,6 @@ class FLAggregateEnv(FLEnv):
     def round_stats(self) -> LocalStats:
         """The pending round's exact local statistics (for fixed policies such as FedCos)."""
         return self._pending.stats
-
-    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
-        return self._terms
-
-    def _reward_weights(self) -> Mapping[str, float]:
-        return self._target.weights()
-
-    def _is_terminated(self, report: RoundReport) -> bool:
-        return self._target.terminated
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
         return {"aggregate/weights": report.weights, "aggregate/angles": self._played.stats.update_angle,

@@ -17,8 +17,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from fl_gym.envs.base import FLEnv
-from fl_gym.envs.learning import TargetReward
+from fl_gym.envs.learning import TargetReward, TargetRewardEnv
 from fl_gym.envs.rates.config import RateConfig
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
 
@@ -74,7 +73,7 @@ class Pending:
     stats: RoundStats
 
 
-class FLLearningRateEnv(FLEnv):
+class FLLearningRateEnv(TargetRewardEnv):
     """FedEnt (Zheng et al., TMC 2024): per-client learning rates set before local training.
 
     ## Description
@@ -199,21 +198,12 @@ class FLLearningRateEnv(FLEnv):
         report = fed.finish_round(trained)
         self.last_lr[st.clients] = lr[st.clients]
         self.participations[st.clients] += 1
-        self._terms = self._target.update(report)
+        self._score(report)
         self._last_gain = self._terms["acc_gain"]
         self._share_entropy = _share_entropy(st.theta, trained.stats.model_norm[st.clients])
         self._mean_unit = float(unit_of(lr[st.clients], cfg.lr_min, cfg.lr_max).mean())
         self._played = (st, lr[st.clients])
         return report
-
-    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
-        return self._terms
-
-    def _reward_weights(self) -> Mapping[str, float]:
-        return self._target.weights()
-
-    def _is_terminated(self, report: RoundReport) -> bool:
-        return self._target.terminated
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
         st, lrs = self._played

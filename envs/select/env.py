@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_gym.envs.base import FLEnv, ValidationGain
+from fl_gym.envs.base import FLEnv, ValidationGain, favor
 from fl_gym.envs.select.config import PickConfig, SelectConfig, SelectionConfig
 from fl_gym.envs.select.entropy import entropy, judge, leave_one_out_gain, mixture
 from fl_gym.envs.select.pools import Draw, Pools
@@ -310,7 +310,7 @@ class FLSelectPickEnv(_SelectionEnv):
 
     def _reward_terms(self, report: RoundReport) -> dict[str, float]:
         terms = super()._reward_terms(report)
-        terms["favor"] = 64.0 ** (report.val_accuracy - self.config.target_accuracy) - 1.0
+        terms["favor"] = favor(report.val_accuracy, self.config.target_accuracy)
         return terms
 
     def _reward_weights(self) -> dict[str, float]:
