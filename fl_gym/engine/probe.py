@@ -32,13 +32,20 @@ class Probe:
 
 
 def probe_batches(parts: list[Tensor], batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-    """``(k, B)`` indices and loss weights of one minibatch of up to ``batch_size`` samples per client."""
+    """``(k, B)`` indices and loss weights of one minibatch of up to ``batch_size`` samples per client.
+
+    ``parts`` are the clients' training indices; ``gen`` draws the batches (a stream of its own,
+    so training batches do not move).
+    """
     schedule = make_schedule(parts, np.ones(len(parts), np.int64), batch_size, gen)
     return schedule.idx[0], schedule.weight[0]
 
 
 def gradients_at(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, idx: Tensor, w: Tensor) -> Probe:
-    """Each row of ``models`` on its batch ``idx`` (weights ``w``): the loss and its gradient, evaluation mode."""
+    """The mean cross-entropy of each row of ``models`` on its batch, and its gradient (evaluation mode).
+
+    ``models`` is ``(k, P)``; ``idx`` and ``w`` come from :func:`probe_batches`.
+    """
     stack = Stack.from_rows(arch, models)
     grad = torch.zeros_like(stack.flat)
     out, tape = arch.forward(stack.blocks, arch.gather(x, idx), False)
@@ -46,18 +53,3 @@ def gradients_at(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, idx: 
     arch.backward(stack.blocks, tape, dlogits["model"], stack.views(grad), None)
     return Probe(losses["model"], Stack(arch, grad).rows())
 
-
-def probe_gradients(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, parts: list[Tensor],
-                    batch_size: int, gen: torch.Generator) -> Probe:
-    """One minibatch of up to ``batch_size`` samples per client, drawn with ``gen``.
-
-    Args:
-        arch: the architecture.
-        models: ``(k, P)`` the model each client's gradient is taken at.
-        x: training inputs of the whole data set.
-        y: its labels.
-        parts: each client's training indices.
-        batch_size: ``B``.
-        gen: the generator of the batches (a stream of its own, so training batches do not move).
-    """
-    return gradients_at(arch, models, x, y, *probe_batches(parts, batch_size, gen))
