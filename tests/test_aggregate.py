@@ -7,9 +7,10 @@ import math
 import gymnasium as gym
 import numpy as np
 import pytest
+from standalone import standalone  # tests/ is on sys.path
 
 import fl_gym  # noqa: F401
-from fl_gym import Federation, RoundPlan
+from fl_gym import RoundPlan
 from fl_gym.baselines.aggregate import FedAdpPolicy, FedAvgWeightsPolicy, FedCosPolicy, UniformWeightsPolicy
 from fl_gym.envs.aggregate import AggregateConfig, AngleTracker, fedadp_weights, gompertz
 
@@ -43,17 +44,13 @@ def test_smoothed_angle_is_the_running_mean_over_own_participations():
 
 def test_zero_action_is_a_standalone_fedavg_loop_bit_for_bit():
     """Spec 7.2's equivalence: the FedAvg policy on the env is FedAvg over the federation's phases."""
-    from gymnasium.utils.seeding import np_random
-
     env = gym.make("FLAggregate-v0", rounds_per_episode=4)
     obs, _ = env.reset(seed=3)
     policy = FedAvgWeightsPolicy(env)
     for _ in range(4):
         obs, *_ = env.step(policy.predict(obs)[0])
     cfg = AggregateConfig.from_kwargs(rounds_per_episode=4)
-    fed = Federation(cfg.federation_config(), scenario_seed=0)
-    rng, _ = np_random(3)
-    fed.reset(seed=int(rng.integers(2**63 - 1)), sampler=rng)
+    fed, _ = standalone(cfg, 3)
     for t in range(4):
         fed.run_round(RoundPlan.make(10, lr=cfg.scenario.lr * cfg.lr_decay ** t, epochs=cfg.local_epochs))
     assert np.array_equal(env.unwrapped.federation.global_models[0].numpy(), fed.global_models[0].numpy())
@@ -79,17 +76,13 @@ def test_uniform_policy_weights_everyone_equally():
 
 def test_fedadp_policy_on_the_env_is_a_standalone_fedadp_loop_bit_for_bit():
     """Spec 7.2's equivalence for FedAdp: train, track the angles, weight by Gompertz, aggregate."""
-    from gymnasium.utils.seeding import np_random
-
     env = gym.make("FLAggregate-v0", rounds_per_episode=3)
     obs, _ = env.reset(seed=5)
     policy = FedAdpPolicy(env)
     for _ in range(3):
         obs, *_ = env.step(policy.predict(obs)[0])
     cfg = AggregateConfig.from_kwargs(rounds_per_episode=3)
-    fed = Federation(cfg.federation_config(), scenario_seed=0)
-    rng, _ = np_random(5)
-    fed.reset(seed=int(rng.integers(2**63 - 1)), sampler=rng)
+    fed, _ = standalone(cfg, 5)
     tracker = AngleTracker(10)
     for t in range(3):
         plan = RoundPlan.make(10, lr=cfg.scenario.lr * cfg.lr_decay ** t, epochs=cfg.local_epochs)

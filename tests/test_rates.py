@@ -8,9 +8,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from standalone import standalone  # tests/ is on sys.path
 
 import fl_gym  # noqa: F401
-from fl_gym import Federation, RoundPlan
+from fl_gym import RoundPlan
 from fl_gym.baselines.fedent import FedEntSettings, joint_solve, mean_field_offline, solve_eta
 from fl_gym.baselines.rates import ConstantLRPolicy, DecayOnlyPolicy, FedEntPolicy, stats_from_observation
 from fl_gym.envs.rates import RateConfig, rate_of, unit_of
@@ -132,14 +133,10 @@ def test_check9_fedent_with_gamma_one_is_constant_lr_bit_for_bit():
 
 
 def test_check10_constant_lr_is_a_standalone_fedavg_loop_and_probes_do_not_move_training():
-    from gymnasium.utils.seeding import np_random
-
     env = gym.make("FLLearningRate-v0", rounds_per_episode=3)
     _run(env, ConstantLRPolicy(env), seed=7)
     cfg = RateConfig.from_kwargs(rounds_per_episode=3)
-    fed = Federation(cfg.federation_config(), scenario_seed=0)
-    rng, _ = np_random(7)
-    fed.reset(seed=int(rng.integers(2**63 - 1)), sampler=rng)
+    fed, rng = standalone(cfg, 7)
     schedule = [np.sort(rng.permutation(20)[:5]) for _ in range(3)]
     for clients in schedule:  # no probe at all in this loop
         mask = np.isin(np.arange(20), clients)
