@@ -24,7 +24,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from fl_gym.agents.features import FEATURE_EXTRACTORS
-from fl_gym.envs.vector import BatchedVecEnv
+from fl_gym.envs.vectorize import batched_vec_env
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive
 
 ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO, "maskable-ppo": MaskablePPO}
@@ -50,11 +50,13 @@ VEC_ENVS = ("dummy", "subproc", "batched")
 
 
 def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str = "dummy",
-             env_kwargs: dict[str, Any] | None = None, monitor_dir: str | Path | None = None) -> VecEnv:
+             env_kwargs: dict[str, Any] | None = None, monitor_dir: str | Path | None = None,
+             workers: int | None = None) -> VecEnv:
     """``n_envs`` copies of ``env_id``, each in a ``Monitor``, in a vector env of kind ``vec_env``.
 
     ``vec_env``: ``dummy`` (SB3's, one after the other), ``subproc`` (SB3's, one process each) or
-    ``batched`` (:class:`~fl_gym.envs.vector.BatchedVecEnv`: the copies' rounds as one engine call).
+    ``batched`` (:func:`~fl_gym.envs.vectorize.batched_vec_env`: the copies' rounds as one engine
+    call, in ``workers`` processes, None = one per core with at least 8 copies each).
     Copy ``i`` is seeded ``seed + i`` on its first reset; with ``monitor_dir`` each writes
     ``<monitor_dir>/<i>.monitor.csv``.
     """
@@ -72,8 +74,9 @@ def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str
             return Monitor(gym.make(env_id, **kwargs), filename=path)
         return build
 
-    kind = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv, "batched": BatchedVecEnv}[vec_env]
-    venv = kind([factory(i) for i in range(n_envs)])
+    fns = [factory(i) for i in range(n_envs)]
+    venv = batched_vec_env(fns, workers) if vec_env == "batched" else {"dummy": DummyVecEnv,
+                                                                        "subproc": SubprocVecEnv}[vec_env](fns)
     if seed is not None:
         venv.seed(seed)
     return venv

@@ -159,7 +159,7 @@ def register_family(family: Family) -> None:
 
 def _vector_env(num_envs: int, env_id: str, **kwargs: Any) -> gym.vector.VectorEnv:
     """``gym.make_vec(env_id, n, vectorization_mode="vector_entry_point")``: the batched vector env."""
-    from fl_gym.envs.vector import GymBatchedVectorEnv
+    from fl_gym.envs.vectorize import GymBatchedVectorEnv
 
     return GymBatchedVectorEnv(env_id, num_envs, **kwargs)
 

@@ -9,7 +9,7 @@ from fl_gym.config import FederationConfig
 from fl_gym.data import PartitionConfig, load_dataset
 from fl_gym.engine import MutualDistillation, OptimizerConfig, PFedMeConfig
 from fl_gym.envs import register_envs
-from fl_gym.envs.vector import make_vec
+from fl_gym.envs.vectorize import make_vec
 from fl_gym.federation import Federation
 from fl_gym.records import RoundPlan, RoundReport
 

@@ -54,14 +54,60 @@ def test_training_and_evaluation_are_merged_across_copies():
     assert vec.batcher.flushes - before <= 4
 
 
-def test_the_gil_switch_interval_is_restored_after_a_step():
-    import sys
+def test_the_batcher_runs_copies_in_turn_and_passes_a_copy_error_to_the_caller():
+    from fl_gym.engine.batcher import CohortBatcher
 
-    before = sys.getswitchinterval()
-    vec = fl_gym.make_vec("FLLearningRate-v0", 2, seed=0, rounds_per_episode=2)
-    vec.reset()
-    vec.step(np.zeros((2, 5), np.float32))
-    assert sys.getswitchinterval() == before
+    batcher, order = CohortBatcher(3), []
+
+    def fn(i):
+        order.append(i)
+        if i == 1:
+            raise RuntimeError("copy 1 failed")
+        return i * 10
+
+    with pytest.raises(RuntimeError, match="copy 1 failed"):
+        batcher.run(fn)
+    assert order == [0, 1, 2]  # the others still ran, one after the other
+    assert batcher.run(lambda i: i * 10) == [0, 10, 20]  # and the batcher is usable afterwards
+    batcher.close()
+
+
+def test_a_batched_run_is_reproducible_bit_for_bit():
+    def run():
+        vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=2, rounds_per_episode=3)
+        out = [vec.reset()] + [vec.step(np.full((3, 10), 0.5, np.float32))[0] for _ in range(4)]
+        vec.close()
+        return np.stack(out)
+
+    np.testing.assert_array_equal(run(), run())
+
+
+def test_sharded_env_plays_the_episodes_of_the_unsharded_one():
+    """Two worker processes of two and one copies; the same tolerance as the stand-alone test."""
+    n, rounds = 3, 2
+    sharded = fl_gym.make_vec("FLSelectPick-v0", n, seed=7, workers=2, rounds_per_episode=rounds)
+    single = fl_gym.make_vec("FLSelectPick-v0", n, seed=7, rounds_per_episode=rounds)
+    assert sharded.shards == [[0, 1], [2]]
+    np.testing.assert_allclose(sharded.reset(), single.reset(), rtol=0, atol=1e-5)
+    rng = np.random.default_rng(3)
+    for _ in range(rounds + 1):
+        actions = _actions(sharded.action_space, n, rng)
+        a, b = sharded.step(actions), single.step(actions)
+        np.testing.assert_allclose(a[0], b[0], rtol=0, atol=1e-5)
+        np.testing.assert_array_equal(a[2], b[2])
+        for x, y in zip(a[3], b[3], strict=True):
+            assert x.keys() == y.keys()
+            if "terminal_observation" in x:
+                np.testing.assert_allclose(x["terminal_observation"], y["terminal_observation"], atol=1e-5)
+    sharded.set_attr("probe_attribute", 4, indices=[2, 0])
+    assert sharded.get_attr("probe_attribute", indices=[2, 0]) == [4, 4]
+    assert sharded.get_attr("family", indices=[2, 1]) == ["select", "select"]
+    masks = sharded.env_method("action_masks")
+    np.testing.assert_array_equal(np.stack(masks), np.stack(single.env_method("action_masks")))
+    with pytest.raises(AttributeError):
+        sharded.get_attr("no_such_attribute", indices=[2])
+    sharded.close()
+    single.close()
 
 
 def test_seeds_give_each_copy_a_distinct_reproducible_stream():
@@ -108,7 +154,9 @@ def test_batched_env_matches_dummy_vec_env_on_a_shared_action_sequence():
 
 
 @pytest.mark.parametrize("kwargs,name", [(dict(env_id="FLSelect-v0", n_envs=0), "n_envs"),
-                                         (dict(env_id="FLNope-v0", n_envs=2), "env_id")])
+                                         (dict(env_id="FLNope-v0", n_envs=2), "env_id"),
+                                         (dict(env_id="FLSelect-v0", n_envs=2, workers=0), "workers"),
+                                         (dict(env_id="FLSelect-v0", n_envs=2, workers=3), "workers")])
 def test_bad_arguments_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=f"{name}="):
         fl_gym.make_vec(**kwargs)

@@ -244,8 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help="env constructor arguments")
     p.add_argument("--n-timesteps", type=int, default=None, help="default: n_timesteps of the YAML block")
     p.add_argument("--n-envs", type=int, default=None, help="default: n_envs of the YAML block, else 1")
-    p.add_argument("--vec-env", choices=["dummy", "subproc", "batched"], default="dummy",
-                   help="batched: the copies' FL rounds as one engine call (fl_gym.make_vec)")
+    p.add_argument("--vec-env", choices=["dummy", "subproc", "batched"], default="batched",
+                   help="batched (default): the copies' FL rounds as one engine call, one worker process per "
+                   "core with >= 8 copies each (fl_gym.make_vec); dummy, subproc: SB3's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-freq", type=int, default=10000, help="checkpoint every this many steps")
     p.add_argument("--tensorboard-log", default=None, help="default: RUN_DIR/tb")

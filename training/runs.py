@@ -48,7 +48,7 @@ class RunConfig:
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0
     n_envs: int = 1
-    vec_env: str = "dummy"
+    vec_env: str = "batched"
     total_timesteps: int = 10000
     save_freq: int = 10000
     tensorboard_log: str | None = None
@@ -56,7 +56,7 @@ class RunConfig:
 
 def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides: dict[str, Any] | None = None,
             env_kwargs: dict[str, Any] | None = None, seed: int = 0, n_envs: int | None = None,
-            vec_env: str = "dummy", total_timesteps: int | None = None, save_freq: int = 10000,
+            vec_env: str = "batched", total_timesteps: int | None = None, save_freq: int = 10000,
             tensorboard_log: str | None = None) -> RunConfig:
     """Merge the YAML block(s), ``overrides`` and the arguments into a checked :class:`RunConfig`.
 

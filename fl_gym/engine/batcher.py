@@ -1,12 +1,12 @@
 """Many federations' cohorts as one stacked batch: the engine side of a native vector env.
 
-A vector env steps its ``N`` copies in ``N`` threads. Each copy's federation hands its local
-training and its evaluations to one shared :class:`CohortBatcher` instead of running them; the
-batcher waits until every copy still stepping is waiting on it, then runs all compatible
-requests as one engine call (``N x k`` clients in one cohort, ``N`` global models in one
-evaluation, every copy's probe gradients in one pass) and hands each copy its share. Python
-work of the copies overlaps nothing (the GIL); what gains is the engine, whose per-step cost
-grows far slower than the clients it stacks.
+A vector env steps its ``N`` copies through one :class:`CohortBatcher`. Each copy's federation
+hands its local training and its evaluations to the batcher instead of running them; when every
+copy still stepping is waiting on it, the batcher runs all compatible requests as one engine call
+(``N x k`` clients in one cohort, ``N`` global models in one evaluation, every copy's probe
+gradients in one pass) and hands each copy its share. The copies' Python runs one after the other
+(the GIL would serialise it anyway); what gains is the engine, whose per-step cost grows far
+slower than the clients it stacks.
 
 Requests are compatible when they train the same architecture in one role with the same local
 optimiser, batch size, loss and a stateless local algorithm (SGD or FedProx with one ``mu``) on
@@ -18,9 +18,10 @@ request's generator, so models with dropout differ from a stand-alone run in the
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -106,6 +107,7 @@ class ProbeRequest:
 
 
 Request = TrainRequest | EvalRequest | ProbeRequest
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -114,43 +116,58 @@ class _Pending:
     copy: int
     result: Any = None
     error: BaseException | None = None
-    done: bool = False
 
 
-@dataclass
 class CohortBatcher:
-    """The rendezvous of the copies of one vector env (see the module docstring).
+    """Runs the copies of one vector env in turn and merges their engine calls (module docstring).
 
-    Use: :meth:`open` with the number of copies about to step, then each copy's thread calls
-    :meth:`enter` with its copy index, :meth:`train` / :meth:`evaluate` / :meth:`probe`
-    (blocking) and :meth:`leave` when its step is over. Merged requests are ordered by copy
-    index, whatever order the threads arrive in, so a batched run is reproducible bit for bit.
+    :meth:`run` steps every copy in a thread of its own, but only one holds the turn at a time:
+    a copy runs its Python until it submits a request (:meth:`train`, :meth:`evaluate`,
+    :meth:`probe`) or finishes, then hands the turn to the next copy, in copy order. When no copy
+    is left to run, the last one flushes: it runs every pending request, merged by key and
+    ordered by copy, and the waiting copies resume in copy order. Since only one thread is ever
+    runnable, copies never contend for the GIL, and a batched run is reproducible bit for bit.
+
+    Args:
+        copies: the vector env's copies (threads).
 
     Attributes:
         flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
     """
 
-    flushes: int = 0
-    _cond: threading.Condition = field(default_factory=threading.Condition)
-    _live: int = 0
-    _pending: list[_Pending] = field(default_factory=list)
-    _local: threading.local = field(default_factory=threading.local)
+    def __init__(self, copies: int) -> None:
+        self.flushes = 0
+        self._turns = [threading.Semaphore(0) for _ in range(copies)]
+        self._finished = threading.Semaphore(0)
+        self._ready: deque[int] = deque()
+        self._pending: list[_Pending] = []
+        self._fn: Callable[[int], Any] | None = None
+        self._results: list[tuple[bool, Any]] = []
+        self._local = threading.local()
+        self._threads = [threading.Thread(target=self._worker, args=(i,), name=f"fl-gym-copy-{i}", daemon=True)
+                         for i in range(copies)]
+        for thread in self._threads:
+            thread.start()
 
-    def open(self, copies: int) -> None:
-        """``copies`` threads are about to step."""
-        with self._cond:
-            self._live, self._pending = copies, []
+    def run(self, fn: Callable[[int], T]) -> list[T]:
+        """``fn(i)`` for every copy ``i``, taking turns; the results in copy order (or the first error)."""
+        copies = len(self._turns)
+        self._fn, self._ready, self._pending = fn, deque(range(copies)), []
+        self._results = [(False, None)] * copies
+        self._pass_turn()
+        self._finished.acquire()
+        for ok, value in self._results:
+            if not ok:
+                raise value
+        return [value for _, value in self._results]
 
-    def enter(self, copy: int) -> None:
-        """The calling thread steps copy ``copy``."""
-        self._local.copy = copy
-
-    def leave(self) -> None:
-        """The calling copy's step is over (successfully or not)."""
-        with self._cond:
-            self._live -= 1
-            if self._pending and len(self._pending) >= self._live:
-                self._flush()
+    def close(self) -> None:
+        """Stop the threads."""
+        self._fn = None
+        for turn in self._turns:
+            turn.release()
+        for thread in self._threads:
+            thread.join()
 
     def train(self, request: TrainRequest) -> TrainResult:
         """Run ``request`` with the others' compatible ones; its own result."""
@@ -164,20 +181,41 @@ class CohortBatcher:
         """Run ``request`` with the others' compatible ones; its own result."""
         return self._submit(request)
 
+    def _worker(self, copy: int) -> None:
+        """Copy ``copy``'s thread: run ``fn(copy)`` on each turn that starts a :meth:`run`."""
+        self._local.copy = copy
+        while True:
+            self._turns[copy].acquire()
+            if self._fn is None:
+                return
+            try:
+                self._results[copy] = (True, self._fn(copy))
+            except BaseException as exc:  # noqa: BLE001 - re-raised by run() in the caller's thread
+                self._results[copy] = (False, exc)
+            self._pass_turn()
+
     def _submit(self, request: Request) -> Any:
-        item = _Pending(request, getattr(self._local, "copy", 0))
-        with self._cond:
-            self._pending.append(item)
-            if len(self._pending) >= self._live:
-                self._flush()
-            while not item.done:
-                self._cond.wait()
+        copy = self._local.copy
+        item = _Pending(request, copy)
+        self._pending.append(item)
+        self._pass_turn()
+        self._turns[copy].acquire()
         if item.error is not None:
             raise item.error
         return item.result
 
+    def _pass_turn(self) -> None:
+        """Wake the next copy to run; with none left, flush and wake the waiting ones in order."""
+        if not self._ready:
+            if not self._pending:
+                self._finished.release()  # every copy is done
+                return
+            self._ready.extend(sorted(item.copy for item in self._pending))
+            self._flush()
+        self._turns[self._ready.popleft()].release()
+
     def _flush(self) -> None:
-        """Run every pending request (merged by key) and wake their threads; holds the lock."""
+        """Run every pending request, merged by key, each item getting its result or error."""
         pending, self._pending = sorted(self._pending, key=lambda it: it.copy), []
         groups: dict[Any, list[_Pending]] = {}
         for i, item in enumerate(pending):
@@ -192,9 +230,6 @@ class CohortBatcher:
             except BaseException as exc:  # noqa: BLE001 - every waiting copy gets the error
                 for it in items:
                     it.error = exc
-            for it in items:
-                it.done = True
-        self._cond.notify_all()
 
 
 def _run_group(requests: list[Request]) -> list[Any]:

@@ -1,0 +1,168 @@
+"""The native vector env over several cores: copies split into shards, each a batched group in a process.
+
+:class:`~fl_gym.envs.vector.BatchedVecEnv` merges its copies' engine calls, but their Python
+runs on one core, one copy after the other. :class:`ShardedVecEnv` splits ``N`` copies into
+``workers`` contiguous shards, each a ``BatchedVecEnv`` in a worker process of its own (one per
+core is the point), and steps the shards side by side. Unlike SB3's ``SubprocVecEnv`` (a
+process per copy), the data set is loaded once per worker, not once per copy, and each worker
+still merges its shard's rounds into one engine call. Copy ``i`` plays the episode it plays in
+an unsharded ``BatchedVecEnv`` (shards differ only in which copies share a merged batch, which
+moves float rounding in the last bit).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+
+from fl_gym.envs.vector import BatchedVecEnv
+from fl_gym.validation import is_int_at_least, require
+
+
+def _serve(remote: Connection, parent: Connection, env_fns: CloudpickleWrapper, threads: int) -> None:
+    """A worker: build the shard's ``BatchedVecEnv``, then answer ``(method, args, kwargs)`` calls until closed."""
+    parent.close()
+    torch.set_num_threads(threads)
+    vec = BatchedVecEnv(env_fns.var)
+    while True:
+        try:
+            method, args, kwargs = remote.recv()
+        except (EOFError, KeyboardInterrupt):
+            break
+        if method == "close":
+            vec.close()
+            remote.send((True, None))
+            break
+        try:
+            remote.send((True, _call(vec, method, args, kwargs)))
+        except Exception as exc:  # noqa: BLE001 - re-raised in the parent
+            remote.send((False, exc))
+
+
+def _call(vec: BatchedVecEnv, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    if method == "spaces":
+        return vec.observation_space, vec.action_space
+    if method == "reset":
+        vec._seeds, vec._options = args  # the parent's seeds and options of this shard's copies
+        return vec.reset(), vec.reset_infos
+    if method == "step":
+        return (*vec.step(*args), vec.reset_infos)
+    return getattr(vec, method)(*args, **kwargs)
+
+
+class ShardedVecEnv(VecEnv):
+    """SB3 ``VecEnv``: ``N`` copies in ``workers`` processes, each a batched group (module docstring).
+
+    Args:
+        env_fns: one constructor per copy (picklable with cloudpickle).
+        workers: processes, at most one per copy; each gets ``cpu_count // workers`` torch threads.
+        start_method: multiprocessing start method (default ``forkserver`` where available, as SB3).
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], workers: int, start_method: str | None = None) -> None:
+        n = len(env_fns)
+        require(is_int_at_least(workers, 1) and workers <= n, "workers", workers, f"an integer in [1, n_envs={n}]")
+        self.shards = [list(s) for s in np.array_split(np.arange(n), workers)]
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        method = start_method or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        ctx = mp.get_context(method)
+        self.remotes: list[Connection] = []
+        self.processes = []
+        for shard in self.shards:
+            remote, work = ctx.Pipe()
+            fns = CloudpickleWrapper([env_fns[i] for i in shard])
+            process = ctx.Process(target=_serve, args=(work, remote, fns, threads), daemon=True)
+            process.start()
+            work.close()
+            self.remotes.append(remote)
+            self.processes.append(process)
+        observation_space, action_space = self._ask(0, "spaces")
+        super().__init__(n, observation_space, action_space)
+        self.closed = False
+
+    def _send(self, shard: int, method: str, *args: Any, **kwargs: Any) -> None:
+        self.remotes[shard].send((method, args, kwargs))
+
+    def _receive(self, shard: int) -> Any:
+        ok, value = self.remotes[shard].recv()
+        if not ok:
+            raise value
+        return value
+
+    def _ask(self, shard: int, method: str, *args: Any) -> Any:
+        self._send(shard, method, *args)
+        return self._receive(shard)
+
+    def _everyone(self, method: str, args: Callable[[list[int]], tuple]) -> list[Any]:
+        """``method`` on every shard side by side, ``args(shard's copies)`` each; replies in shard order."""
+        for s, shard in enumerate(self.shards):
+            self._send(s, method, *args(shard))
+        return [self._receive(s) for s in range(len(self.shards))]
+
+    def reset(self) -> VecEnvObs:
+        """Reset every copy (seeds and options from :meth:`seed` / :meth:`set_options`, then cleared)."""
+        replies = self._everyone("reset", lambda c: ([self._seeds[i] for i in c], [self._options[i] for i in c]))
+        self._reset_seeds()
+        self._reset_options()
+        self.reset_infos = [info for _, infos in replies for info in infos]
+        return np.concatenate([obs for obs, _ in replies])
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Send every shard its copies' actions; they step while the caller waits in :meth:`step_wait`."""
+        for s, shard in enumerate(self.shards):
+            self._send(s, "step", actions[shard])
+
+    def step_wait(self) -> VecEnvStepReturn:
+        """Collect the shards' steps (a finished copy has reset within its shard)."""
+        replies = [self._receive(s) for s in range(len(self.shards))]
+        self.reset_infos = [info for *_, infos in replies for info in infos]
+        return (np.concatenate([r[0] for r in replies]), np.concatenate([r[1] for r in replies]),
+                np.concatenate([r[2] for r in replies]), [info for r in replies for info in r[3]])
+
+    def _by_shard(self, method: str, indices: VecEnvIndices, *args: Any, **kwargs: Any) -> list[Any]:
+        """``method(*args, indices=local, **kwargs)`` on the shards holding ``indices``; results in their order."""
+        wanted = list(self._get_indices(indices))
+        owner = {i: (s, j) for s, shard in enumerate(self.shards) for j, i in enumerate(shard)}
+        local: dict[int, list[int]] = {}
+        for i in wanted:
+            local.setdefault(owner[i][0], []).append(owner[i][1])
+        for s, copies in local.items():
+            self._send(s, method, *args, indices=copies, **kwargs)
+        replies = {s: iter(self._receive(s) or [None] * len(copies)) for s, copies in local.items()}
+        return [next(replies[owner[i][0]]) for i in wanted]
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """An attribute of each (unwrapped-through) copy."""
+        return self._by_shard("get_attr", indices, attr_name)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """Set an attribute on each copy's unwrapped env."""
+        self._by_shard("set_attr", indices, attr_name, value)
+
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
+                   **method_kwargs: Any) -> list[Any]:
+        """Call a method of each copy (e.g. ``action_masks`` for MaskablePPO)."""
+        return self._by_shard("env_method", indices, method_name, *method_args, **method_kwargs)
+
+    def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
+        """Whether each copy is wrapped in ``wrapper_class``."""
+        return self._by_shard("env_is_wrapped", indices, wrapper_class)
+
+    def close(self) -> None:
+        """Close every shard and join its process."""
+        if self.closed:
+            return
+        for s in range(len(self.shards)):
+            self._ask(s, "close")
+        for process in self.processes:
+            process.join()
+        self.closed = True
