@@ -42,8 +42,8 @@ from fl_gym.engine.allocator import keep_freed_memory
 from fl_gym.engine.batcher import CohortBatcher, EvalRequest, ProbeRequest, TrainRequest
 from fl_gym.engine.evaluate import EvalResult, evaluate_stack
 from fl_gym.engine.losses import cross_entropy
-from fl_gym.engine.probe import Probe, probe_batches
-from fl_gym.engine.schedule import local_steps, make_schedule
+from fl_gym.engine.probe import Probe
+from fl_gym.engine.schedule import BatchDraw, local_steps
 from fl_gym.engine.trainer import Member, TrainResult
 from fl_gym.models.architecture import Architecture, Stack
 from fl_gym.models.zoo import build_model
@@ -258,9 +258,10 @@ class Federation:
         clients = np.asarray(clients, np.int64)
         if models is None:
             models = self.global_models[0].expand(len(clients), -1)
-        idx, weight = probe_batches([self.train_parts[i] for i in clients], self.config.batch_size,
-                                    self._probe_gen if gen is None else gen)
-        request = ProbeRequest(self.archs[0], models, self.x_train, self.y_train, idx, weight)
+        batch_size = self.config.batch_size
+        draw = BatchDraw.draw([self.train_parts[i] for i in clients], np.ones(len(clients), np.int64), batch_size,
+                              self._probe_gen if gen is None else gen)
+        request = ProbeRequest(self.archs[0], models, self.x_train, self.y_train, draw, batch_size)
         return self.batcher.probe(request) if self.batcher else request.run()
 
     def _torch_generator(self) -> torch.Generator:
@@ -412,11 +413,11 @@ class Federation:
     def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats) -> list[Member]:
         cfg = self.config
         gen = self._torch_generator()
-        schedule = make_schedule([self.train_parts[i] for i in order], steps[order], cfg.batch_size, gen)
+        draw = BatchDraw.draw([self.train_parts[i] for i in order], steps[order], cfg.batch_size, gen)
         members = self._members(plan, order)
         lr = torch.as_tensor(plan.lr[order], dtype=torch.float32, device=self.device)
         loss_fn = cfg.distillation if self.companion_arch else cross_entropy
-        request = TrainRequest(members, self.x_train, self.y_train, schedule, lr, cfg.optimizer, loss_fn,
+        request = TrainRequest(members, self.x_train, self.y_train, draw, cfg.batch_size, lr, cfg.optimizer, loss_fn,
                                self.algorithm, order, gen)
         result: TrainResult = self.batcher.train(request) if self.batcher else request.run()
         stats.loss[order] = result.mean_loss[self._role].cpu().numpy()

@@ -177,7 +177,9 @@ def test_bench_vec_section(capsys):
     code, out, _ = run_cli(["bench", "--sections", "vec", "--vec-envs", "2"], capsys)
     assert code == 0
     for env_id in ("FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"):
-        assert re.search(rf"\| {env_id} \| 2 \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \| [\d.]+ \| [\d.]+ \|", out)
+        # dummy, subproc, batched in one process, batched with its default workers (one here), two ratios
+        assert re.search(rf"\| {env_id} \| 2 \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \(1\) \| [\d.]+ \| [\d.]+ \|",
+                         out)
     assert "FLHetero-v0" not in out  # the timing backend trains nothing
 
 

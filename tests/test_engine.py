@@ -20,7 +20,7 @@ from fl_gym.engine import (
     make_schedule,
     train_cohort,
 )
-from fl_gym.engine.probe import gradients_at, probe_batches
+from fl_gym.engine.probe import gradients_at
 from fl_gym.engine.reference import reference_train
 from fl_gym.models import Stack, build_model
 
@@ -323,9 +323,8 @@ def test_probe_gradients_match_autograd_and_leave_the_models_alone(digits, digit
     models = torch.stack([arch.init(g) for _ in range(3)])
     before = models.clone()
     parts = [torch.as_tensor(p) for p in digits_parts[:3]]
-    idx, w = probe_batches(parts, 7, torch.Generator().manual_seed(0))
-    probe = gradients_at(arch, models, digits.x_train, digits.y_train, idx, w)
     batches = make_schedule(parts, np.ones(3, np.int64), 7, torch.Generator().manual_seed(0))
+    probe = gradients_at(arch, models, digits.x_train, digits.y_train, batches.idx[0], batches.weight[0])
     from torch.nn.utils import parameters_to_vector, vector_to_parameters
     for i in range(3):
         net = arch.module().eval()

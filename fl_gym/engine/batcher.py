@@ -31,7 +31,7 @@ from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm
 from fl_gym.engine.evaluate import EvalResult, evaluate_stack
 from fl_gym.engine.losses import cross_entropy
 from fl_gym.engine.probe import Probe, gradients_at
-from fl_gym.engine.schedule import BatchSchedule
+from fl_gym.engine.schedule import BatchDraw, layout
 from fl_gym.engine.trainer import Member, TrainResult, train_cohort
 from fl_gym.models.architecture import Architecture, Stack
 
@@ -43,7 +43,8 @@ class TrainRequest:
     members: list[Member]
     x: Tensor
     y: Tensor
-    schedule: BatchSchedule
+    draw: BatchDraw
+    batch_size: int
     lr: Tensor
     optimizer: Any
     loss_fn: Callable
@@ -59,11 +60,11 @@ class TrainRequest:
         if type(algo) not in (SGD, FedProx):
             return None
         return ("train", self.members[0].stack.arch.name, self.members[0].role, self.optimizer,
-                getattr(algo, "mu", 0.0), id(self.x), id(self.y), self.schedule.idx.shape[-1])
+                getattr(algo, "mu", 0.0), id(self.x), id(self.y), self.batch_size)
 
     def run(self) -> TrainResult:
         """Alone."""
-        return train_cohort(self.members, self.x, self.y, self.schedule, self.lr, self.optimizer,
+        return train_cohort(self.members, self.x, self.y, layout(self.draw, self.batch_size), self.lr, self.optimizer,
                             loss_fn=self.loss_fn, algorithm=self.algorithm, clients=self.clients, gen=self.gen)
 
 
@@ -88,26 +89,37 @@ class EvalRequest:
 
 @dataclass(eq=False)
 class ProbeRequest:
-    """One :func:`~fl_gym.engine.probe.gradients_at` call (batches already drawn by the federation)."""
+    """One :func:`~fl_gym.engine.probe.gradients_at` call on one drawn batch per client."""
 
     arch: Architecture
     models: Tensor
     x: Tensor
     y: Tensor
-    idx: Tensor
-    weight: Tensor
+    draw: BatchDraw
+    batch_size: int
 
     def key(self) -> tuple:
         """Probes of one architecture with one batch size on the same data tensors merge."""
-        return ("probe", self.arch.name, id(self.x), id(self.y), self.idx.shape[-1])
+        return ("probe", self.arch.name, id(self.x), id(self.y), self.batch_size)
 
     def run(self) -> Probe:
         """Alone."""
-        return gradients_at(self.arch, self.models, self.x, self.y, self.idx, self.weight)
+        return _probe(self.arch, self.models, self.x, self.y, self.draw, self.batch_size)
+
+
+def _probe(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, draw: BatchDraw, batch_size: int) -> Probe:
+    schedule = layout(draw, batch_size)
+    return gradients_at(arch, models, x, y, schedule.idx[0], schedule.weight[0])
 
 
 Request = TrainRequest | EvalRequest | ProbeRequest
 T = TypeVar("T")
+
+
+def _taken() -> threading.Lock:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
 
 
 @dataclass(eq=False)
@@ -137,8 +149,9 @@ class CohortBatcher:
 
     def __init__(self, copies: int) -> None:
         self.flushes = 0
-        self._turns = [threading.Semaphore(0) for _ in range(copies)]
-        self._finished = threading.Semaphore(0)
+        # binary semaphores as plain locks (any thread may release one; far cheaper than Semaphore)
+        self._turns = [_taken() for _ in range(copies)]
+        self._finished = _taken()
         self._ready: deque[int] = deque()
         self._pending: list[_Pending] = []
         self._fn: Callable[[int], Any] | None = None
@@ -244,8 +257,9 @@ def _run_group(requests: list[Request]) -> list[Any]:
 
 def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
     first = requests[0]
-    res = gradients_at(first.arch, torch.cat([r.models for r in requests]), first.x, first.y,
-                       torch.cat([r.idx for r in requests]), torch.cat([r.weight for r in requests]))
+    draws = [r.draw for r in requests]
+    draw = BatchDraw.concat(draws, np.arange(sum(len(d.parts) for d in draws)))
+    res = _probe(first.arch, torch.cat([r.models for r in requests]), first.x, first.y, draw, first.batch_size)
     out, lo = [], 0
     for r in requests:
         k = len(r.models)
@@ -273,9 +287,9 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
     """One cohort of every request's clients, ordered by local steps (most first), then split back."""
     first = requests[0]
     arch, role = first.members[0].stack.arch, first.members[0].role
-    steps = np.concatenate([r.schedule.steps for r in requests])
+    steps = np.concatenate([r.draw.steps for r in requests])
     order = np.argsort(-steps, kind="stable")
-    schedule = _merge_schedules([r.schedule for r in requests], order)
+    schedule = layout(BatchDraw.concat([r.draw for r in requests], order), first.batch_size)
     rows = torch.cat([r.members[0].stack.rows() for r in requests])[torch.as_tensor(order)]
     member = Member(role, Stack.from_rows(arch, rows))
     lr = torch.cat([r.lr for r in requests])[torch.as_tensor(order, device=first.lr.device)]
@@ -285,22 +299,9 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
     trained = member.stack.rows()
     out, lo = [], 0
     for r in requests:
-        k = len(r.schedule.steps)
+        k = len(r.draw.steps)
         pos = torch.as_tensor(back[lo: lo + k], device=trained.device)
         r.members[0].stack.flat.copy_(Stack.from_rows(arch, trained[pos]).flat)
         out.append(TrainResult({role: result.mean_loss[role][pos]}, {role: result.last_epoch_loss[role][pos]}))
         lo += k
     return out
-
-
-def _merge_schedules(schedules: list[BatchSchedule], order: np.ndarray) -> BatchSchedule:
-    """The schedules side by side (padded to the longest), clients permuted by ``order``."""
-    num_steps = max(s.num_steps for s in schedules)
-    pad = lambda t: torch.nn.functional.pad(t, (0, 0, 0, 0, 0, num_steps - t.shape[0]))  # noqa: E731
-    perm = torch.as_tensor(order, device=schedules[0].idx.device)
-    idx = torch.cat([pad(s.idx) for s in schedules], dim=1)[:, perm]
-    weight = torch.cat([pad(s.weight) for s in schedules], dim=1)[:, perm]
-    steps = np.concatenate([s.steps for s in schedules])[order]
-    per_epoch = np.concatenate([s.batches_per_epoch for s in schedules])[order]
-    active = (steps[None, :] > np.arange(num_steps)[:, None]).sum(axis=1).tolist()
-    return BatchSchedule(idx.contiguous(), weight.contiguous(), steps, per_epoch, active)

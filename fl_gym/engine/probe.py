@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from fl_gym.engine.losses import cross_entropy
-from fl_gym.engine.schedule import make_schedule
 from fl_gym.models.architecture import Architecture, Stack
 
 
@@ -31,20 +29,10 @@ class Probe:
     grad: Tensor
 
 
-def probe_batches(parts: list[Tensor], batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-    """``(k, B)`` indices and loss weights of one minibatch of up to ``batch_size`` samples per client.
-
-    ``parts`` are the clients' training indices; ``gen`` draws the batches (a stream of its own,
-    so training batches do not move).
-    """
-    schedule = make_schedule(parts, np.ones(len(parts), np.int64), batch_size, gen)
-    return schedule.idx[0], schedule.weight[0]
-
-
 def gradients_at(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, idx: Tensor, w: Tensor) -> Probe:
     """The mean cross-entropy of each row of ``models`` on its batch, and its gradient (evaluation mode).
 
-    ``models`` is ``(k, P)``; ``idx`` and ``w`` come from :func:`probe_batches`.
+    ``models`` is ``(k, P)``; ``idx`` and ``w`` are one step of a schedule (``(k, B)`` each).
     """
     stack = Stack.from_rows(arch, models)
     grad = torch.zeros_like(stack.flat)

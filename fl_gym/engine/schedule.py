@@ -48,6 +48,53 @@ def local_steps(sizes: np.ndarray, epochs: np.ndarray, batch_size: int) -> np.nd
     return np.where(np.asarray(epochs) > 0, np.maximum(steps, 1), 0)
 
 
+@dataclass(frozen=True, eq=False)
+class BatchDraw:
+    """A cohort's random batch order before it is laid out as a :class:`BatchSchedule`.
+
+    The draw is the only random part of a schedule; the layout is index arithmetic. Keeping them
+    apart lets a vector env draw each copy's batches from the copy's own generator and lay out
+    all copies' cohorts at once (:meth:`concat`), with the batches each copy would draw alone.
+
+    Attributes:
+        parts: each client's training indices.
+        steps: ``(k,)`` local steps per client.
+        keys: ``(E, k, n_max)`` per-epoch sort keys in ``[0, 1)``, ``2`` past a client's samples
+            (so the argsort of a row is a permutation of the client's samples, padding last).
+    """
+
+    parts: list[Tensor]
+    steps: np.ndarray
+    keys: Tensor
+
+    @classmethod
+    def draw(cls, parts: list[Tensor], steps: np.ndarray, batch_size: int, gen: torch.Generator) -> BatchDraw:
+        """One uniform key per sample and epoch, one vectorised draw per epoch for the whole cohort."""
+        steps = np.asarray(steps)
+        if len(parts) == 0 or steps.min() < 1:
+            raise ValueError(f"make_schedule: expected a non-empty cohort with steps >= 1, got {steps}")
+        device = parts[0].device
+        n = np.array([p.shape[0] for p in parts])
+        nb = -(-n // batch_size)
+        epochs = int((-(-steps // nb)).max())
+        pad = torch.arange(int(n.max()), device=device) >= torch.as_tensor(n, device=device).unsqueeze(1)
+        keys = torch.stack([torch.rand(pad.shape, generator=gen, device=device).masked_fill_(pad, 2.0)
+                            for _ in range(epochs)])
+        return cls(parts, steps, keys)
+
+    @staticmethod
+    def concat(draws: list[BatchDraw], order: np.ndarray) -> BatchDraw:
+        """The cohorts of ``draws`` side by side, clients permuted by ``order`` (keys padded with 2)."""
+        epochs = max(d.keys.shape[0] for d in draws)
+        width = max(d.keys.shape[2] for d in draws)
+        pads = [(0, width - d.keys.shape[2], 0, 0, 0, epochs - d.keys.shape[0]) for d in draws]
+        keys = torch.cat([torch.nn.functional.pad(d.keys, pad, value=2.0) for d, pad in zip(draws, pads, strict=True)],
+                         dim=1)
+        parts = [p for d in draws for p in d.parts]
+        return BatchDraw([parts[i] for i in order], np.concatenate([d.steps for d in draws])[order],
+                         keys[:, torch.as_tensor(order, device=keys.device)])
+
+
 def make_schedule(parts: list[Tensor], steps: np.ndarray, batch_size: int, gen: torch.Generator) -> BatchSchedule:
     """Build the schedule of a cohort whose clients are already sorted by ``steps``, most first.
 
@@ -57,22 +104,23 @@ def make_schedule(parts: list[Tensor], steps: np.ndarray, batch_size: int, gen: 
         batch_size: ``B``.
         gen: generator for the per-epoch permutations.
     """
-    if len(parts) == 0 or np.any(np.diff(steps) > 0) or steps[-1] < 1:
-        raise ValueError(f"make_schedule: expected a non-empty cohort with non-increasing steps >= 1, got {steps}")
+    return layout(BatchDraw.draw(parts, steps, batch_size, gen), batch_size)
+
+
+def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
+    """The schedule of a drawn cohort whose clients are sorted by steps, most first."""
+    parts, steps = draw.parts, draw.steps
+    if np.any(np.diff(steps) > 0):
+        raise ValueError(f"make_schedule: expected non-increasing steps, got {steps}")
     device = parts[0].device
     k = len(parts)
-    n = torch.tensor([len(p) for p in parts], device=device)
-    n_max = int(n.max())
+    n_np = np.array([p.shape[0] for p in parts])
+    n = torch.as_tensor(n_np, device=device)
     nb = (n + batch_size - 1) // batch_size
     steps_t = torch.as_tensor(steps, device=device)
     num_steps = int(steps[0])
-    epochs = int(((steps_t + nb - 1) // nb).max())
-    col = torch.arange(n_max, device=device)
-    pad = col.unsqueeze(0) >= n.unsqueeze(1)  # (k, n_max)
-    perms = torch.empty(epochs, k, n_max, dtype=torch.int64, device=device)
-    for e in range(epochs):  # one vectorised draw per epoch for the whole cohort
-        keys = torch.rand(k, n_max, generator=gen, device=device).masked_fill_(pad, 2.0)
-        perms[e] = keys.argsort(dim=1, stable=True)
+    perms = draw.keys.argsort(dim=2, stable=True)
+    epochs = perms.shape[0]
     s = torch.arange(num_steps, device=device)
     epoch_of = s.unsqueeze(0) // nb.unsqueeze(1)  # (k, S)
     pos = (s.unsqueeze(0) % nb.unsqueeze(1)).unsqueeze(-1) * batch_size + torch.arange(batch_size, device=device)
@@ -80,12 +128,12 @@ def make_schedule(parts: list[Tensor], steps: np.ndarray, batch_size: int, gen: 
     pos = torch.where(valid, pos, torch.zeros_like(pos))
     client = torch.arange(k, device=device).view(k, 1, 1)
     local = perms[epoch_of.clamp(max=epochs - 1).unsqueeze(-1), client, pos]
-    table = torch.zeros(k, n_max, dtype=torch.int64, device=device)
+    table = torch.zeros(k, draw.keys.shape[2], dtype=torch.int64, device=device)
     for i, p in enumerate(parts):
-        table[i, : len(p)] = p
+        table[i, : n_np[i]] = p
     idx = table[client, local]
     count = valid.sum(-1, keepdim=True).clamp_min(1)
     weight = valid.float() / count
-    active = (np.asarray(steps)[None, :] > np.arange(num_steps)[:, None]).sum(axis=1).tolist()
+    active = (steps[None, :] > np.arange(num_steps)[:, None]).sum(axis=1).tolist()
     return BatchSchedule(idx.transpose(0, 1).contiguous(), weight.transpose(0, 1).contiguous(),
-                         np.asarray(steps), nb.cpu().numpy(), active)
+                         steps, nb.cpu().numpy(), active)
