@@ -40,7 +40,7 @@ from fl_gym.data.report import PartitionReport
 from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.allocator import keep_freed_memory
 from fl_gym.engine.batcher import CohortBatcher, EvalRequest, ProbeRequest, TrainRequest
-from fl_gym.engine.evaluate import EvalResult, evaluate_stack
+from fl_gym.engine.evaluate import EvalResult
 from fl_gym.engine.losses import cross_entropy
 from fl_gym.engine.probe import Probe
 from fl_gym.engine.schedule import BatchDraw, local_steps
@@ -137,9 +137,13 @@ class Federation:
             self.eval_indices = torch.as_tensor(np.setdiff1d(everyone, val), device=self.device)
 
     def _evaluate_models(self, arch: Architecture, vectors: list[torch.Tensor], indices: torch.Tensor) -> EvalResult:
-        """Models of one architecture on the same test-set samples (through the batcher if there is one)."""
-        request = EvalRequest(Stack.from_rows(arch, torch.stack(vectors)), self.x_test, self.y_test,
-                              [indices] * len(vectors), self.config.eval_batch_size)
+        """Models of one architecture on the same test-set samples."""
+        return self._evaluate(Stack.from_rows(arch, torch.stack(vectors)), self.x_test, self.y_test,
+                              [indices] * len(vectors))
+
+    def _evaluate(self, stack: Stack, x: torch.Tensor, y: torch.Tensor, parts: list[torch.Tensor]) -> EvalResult:
+        """Each model of ``stack`` on its part of ``x`` (through the batcher if there is one)."""
+        request = EvalRequest(stack, x, y, parts, self.config.eval_batch_size)
         return self.batcher.evaluate(request) if self.batcher else request.run()
 
     def validation_accuracy(self) -> float:
@@ -433,15 +437,14 @@ class Federation:
             clients = cohort.clients(member)
             evaluated = member.stack if member.personal is None else member.personal  # pFedMe: theta
             if need_acc and cfg.local_test != "none":
-                acc = evaluate_stack(evaluated, self.x_test, self.y_test, [self.test_parts[i] for i in clients],
-                                     cfg.eval_batch_size).accuracy.cpu().numpy()
+                acc = self._evaluate(evaluated, self.x_test, self.y_test,
+                                     [self.test_parts[i] for i in clients]).accuracy.cpu().numpy()
                 if member.role == LITE:
                     stats.extras["companion_accuracy"][clients] = acc
                 else:
                     stats.local_accuracy[clients] = acc
             if cfg.soft_labels and member.role != LITE:
-                res = evaluate_stack(evaluated, self.x_train, self.y_train, [self.train_parts[i] for i in clients],
-                                     cfg.eval_batch_size)
+                res = self._evaluate(evaluated, self.x_train, self.y_train, [self.train_parts[i] for i in clients])
                 stats.soft_labels[clients] = res.soft_labels.cpu().numpy()
 
     def _start_vector(self, member: Member, plan: RoundPlan, clients: np.ndarray) -> torch.Tensor:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from fl_gym.engine.schedule import padded
 from fl_gym.models.architecture import Stack
 
 
@@ -29,11 +31,10 @@ def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor], batc
     if len(parts) != stack.k:
         raise ValueError(f"evaluate_stack: expected {stack.k} index arrays, got {len(parts)}")
     arch, device = stack.arch, x.device
-    n = torch.tensor([len(p) for p in parts], device=device)
-    n_max = int(n.max()) if len(parts) else 0
-    table = torch.zeros(stack.k, max(n_max, 1), dtype=torch.int64, device=device)
-    for i, p in enumerate(parts):
-        table[i, : len(p)] = p
+    sizes = np.array([p.shape[0] for p in parts], np.int64)
+    n = torch.as_tensor(sizes, device=device)
+    n_max = int(sizes.max()) if len(parts) else 0
+    table = padded(parts, sizes, max(n_max, 1))
     loss = torch.zeros(stack.k, device=device)
     correct = torch.zeros(stack.k, device=device)
     soft = torch.zeros(stack.k, arch.num_classes, device=device)

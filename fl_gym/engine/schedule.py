@@ -41,6 +41,18 @@ class BatchSchedule:
         return len(self.active)
 
 
+def padded(parts: list[Tensor], sizes: np.ndarray, width: int) -> Tensor:
+    """``(k, width)`` int64 table whose row ``i`` starts with ``parts[i]`` (``sizes[i]`` long), zeros after."""
+    device = parts[0].device if parts else None
+    table = torch.zeros(len(parts), width, dtype=torch.int64, device=device)
+    if len(parts):
+        sizes_t = torch.as_tensor(sizes, device=device)
+        rows = torch.repeat_interleave(torch.arange(len(parts), device=device), sizes_t)
+        starts = torch.repeat_interleave(torch.cumsum(sizes_t, 0) - sizes_t, sizes_t)
+        table[rows, torch.arange(len(rows), device=device) - starts] = torch.cat(parts)
+    return table
+
+
 def local_steps(sizes: np.ndarray, epochs: np.ndarray, batch_size: int) -> np.ndarray:
     """Steps per client: ``epochs * ceil(n / B)``, rounded, at least 1 where ``epochs > 0``."""
     nb = np.ceil(np.asarray(sizes) / batch_size).astype(np.int64)
@@ -128,10 +140,7 @@ def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
     pos = torch.where(valid, pos, torch.zeros_like(pos))
     client = torch.arange(k, device=device).view(k, 1, 1)
     local = perms[epoch_of.clamp(max=epochs - 1).unsqueeze(-1), client, pos]
-    table = torch.zeros(k, draw.keys.shape[2], dtype=torch.int64, device=device)
-    for i, p in enumerate(parts):
-        table[i, : n_np[i]] = p
-    idx = table[client, local]
+    idx = padded(parts, n_np, draw.keys.shape[2])[client, local]
     count = valid.sum(-1, keepdim=True).clamp_min(1)
     weight = valid.float() / count
     active = (steps[None, :] > np.arange(num_steps)[:, None]).sum(axis=1).tolist()
