@@ -55,7 +55,7 @@ class BatchedVecEnv(VecEnv):
         super().__init__(len(self.envs), first.observation_space, first.action_space)
         self._actions: np.ndarray | None = None
 
-    def _parallel(self, fn: Callable[[int], T]) -> list[T]:
+    def for_each_copy(self, fn: Callable[[int], T]) -> list[T]:
         """``fn(i)`` for every copy, their engine calls merged."""
         if self.batcher is None:
             return [fn(i) for i in range(self.num_envs)]
@@ -63,7 +63,7 @@ class BatchedVecEnv(VecEnv):
 
     def reset(self) -> VecEnvObs:
         """Reset every copy (seeds and options from :meth:`seed` / :meth:`set_options`, then cleared)."""
-        results = self._parallel(lambda i: self.envs[i].reset(seed=self._seeds[i], **(
+        results = self.for_each_copy(lambda i: self.envs[i].reset(seed=self._seeds[i], **(
             {"options": self._options[i]} if self._options[i] else {})))
         self._reset_seeds()
         self._reset_options()
@@ -76,7 +76,7 @@ class BatchedVecEnv(VecEnv):
 
     def step_wait(self) -> VecEnvStepReturn:
         """Step every copy; a finished copy resets in the same call."""
-        results = self._parallel(self._step_one)
+        results = self.for_each_copy(self._step_one)
         obs, rewards, dones, infos = zip(*results, strict=True)
         return np.stack(obs), np.asarray(rewards, np.float32), np.asarray(dones, bool), list(infos)
 

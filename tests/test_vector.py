@@ -191,3 +191,22 @@ def test_gymnasium_make_vec_uses_the_batched_env_with_same_step_autoreset():
             np.testing.assert_allclose(obs[i], o, atol=1e-5)
     assert env.observation_space.shape == (2, 47) and env.action_space.shape == (2, 5)
     env.close()
+
+
+def test_evaluation_runs_the_seeds_side_by_side_as_their_solo_episodes():
+    """``evaluate`` steps the seeds as copies of one batched env; episodes that end at the target
+    early (different lengths per seed) wait for the others and equal the stand-alone ones."""
+    from fl_gym.training.compare import policy_spec
+    from fl_gym.training.evaluation import evaluate, run_episode
+
+    kwargs = dict(rounds_per_episode=6, target_accuracy=0.75, stop_at_target=True)
+    spec = policy_spec("fedadp", "FLAggregate-v0")
+    seeds = [3, 4, 5]
+    batched = evaluate(lambda: gym.make("FLAggregate-v0", **kwargs), spec.factory, seeds)
+    for seed, episode in zip(seeds, batched, strict=True):
+        env = gym.make("FLAggregate-v0", **kwargs)
+        solo = run_episode(env, spec.factory(env), seed)
+        assert episode.seed == seed and len(episode.rewards) == len(solo.rewards)
+        np.testing.assert_allclose(episode.rewards, solo.rewards, rtol=0, atol=1e-5)
+        assert episode.series("accuracy") == pytest.approx(solo.series("accuracy"), abs=1e-5)
+    assert len({len(e.rewards) for e in batched}) > 1  # the test covers episodes of different lengths

@@ -139,9 +139,8 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
     for p in parsed:
         kwargs = {**(env_kwargs or {}), **p.env_kwargs}
         episodes[p.label] = []
-        for seed in seeds:
-            episodes[p.label] += evaluate(lambda kw=kwargs: gym.make(env_id, **kw), p.factory, [seed], rounds)
-            bar.update(1)
+        episodes[p.label] += evaluate(lambda kw=kwargs: gym.make(env_id, **kw), p.factory, seeds, rounds)
+        bar.update(len(seeds))  # the seeds' episodes run side by side in one batched vector env
     bar.close()
     results = {"env_id": env_id, "env_kwargs": env_kwargs or {}, "seeds": list(seeds),
                "variants": {p.label: p.env_kwargs for p in parsed},

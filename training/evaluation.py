@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from fl_gym.envs.registry import metrics_for
+from fl_gym.envs.vector import BatchedVecEnv
 
 SKIP = ("round", "reward_terms", "TimeLimit.truncated", "terminal_observation")
 
@@ -61,33 +62,61 @@ class Episode:
         return out
 
 
+class _Runner:
+    """One policy's episode on one env, a step at a time (so copies of a vector env can step together)."""
+
+    def __init__(self, env: gym.Env, policy: Any, seed: int, max_rounds: int | None, deterministic: bool) -> None:
+        self.env, self.policy, self.seed = env, policy, seed
+        self.max_rounds, self.deterministic = max_rounds, deterministic
+        final = frozenset(m.key for m in metrics_for(env.spec.id) if m.final) if env.spec else frozenset()
+        self.episode = Episode(seed, final=final)
+        self.state, self.start, self.done = None, np.ones((1,), dtype=bool), False
+
+    def reset(self) -> None:
+        self.obs, _ = self.env.reset(seed=self.seed)
+        self.done = self.max_rounds is not None and self.max_rounds < 1
+
+    def step(self) -> None:
+        if self.done:
+            return
+        action, self.state = self.policy.predict(self.obs, state=self.state, episode_start=self.start,
+                                                 deterministic=self.deterministic)
+        self.obs, reward, terminated, truncated, info = self.env.step(action)
+        self.start = np.zeros((1,), dtype=bool)
+        self.episode.rewards.append(float(reward))
+        self.episode.rounds.append(flatten_info(info))
+        self.done = terminated or truncated or len(self.episode.rewards) == self.max_rounds
+
+
 def run_episode(env: gym.Env, policy: Any, seed: int, max_rounds: int | None = None,
                 deterministic: bool = True) -> Episode:
     """Roll ``policy`` (anything with SB3's ``predict``) through one episode of ``env`` seeded ``seed``."""
-    obs, _ = env.reset(seed=seed)
-    final = frozenset(m.key for m in metrics_for(env.spec.id) if m.final) if env.spec else frozenset()
-    episode = Episode(seed, final=final)
-    state, start = None, np.ones((1,), dtype=bool)
-    while max_rounds is None or len(episode.rewards) < max_rounds:
-        action, state = policy.predict(obs, state=state, episode_start=start, deterministic=deterministic)
-        obs, reward, terminated, truncated, info = env.step(action)
-        start = np.zeros((1,), dtype=bool)
-        episode.rewards.append(float(reward))
-        episode.rounds.append(flatten_info(info))
-        if terminated or truncated:
-            break
-    return episode
+    runner = _Runner(env, policy, seed, max_rounds, deterministic)
+    runner.reset()
+    while not runner.done:
+        runner.step()
+    return runner.episode
 
 
 def evaluate(make_env: Callable[[], gym.Env], make_policy: Callable[[gym.Env], Any], seeds: Iterable[int],
              max_rounds: int | None = None) -> list[Episode]:
-    """Episodes of a fresh policy per seed on a fresh env per seed."""
-    episodes = []
-    for seed in seeds:
-        env = make_env()
-        episodes.append(run_episode(env, make_policy(env), seed, max_rounds))
-        env.close()
-    return episodes
+    """Episodes of a fresh policy per seed on a fresh env per seed.
+
+    The seeds' episodes run side by side as the copies of a batched vector env (their FL rounds
+    merged into one engine call, :class:`~fl_gym.envs.vector.BatchedVecEnv`); each copy's policy
+    acts on its own env, and a copy whose episode has ended waits for the others.
+    """
+    seeds = list(seeds)
+    vec = BatchedVecEnv([make_env] * len(seeds))
+    try:
+        runners = [_Runner(env, make_policy(env), seed, max_rounds, True)
+                   for env, seed in zip(vec.envs, seeds, strict=True)]
+        vec.for_each_copy(lambda i: runners[i].reset())
+        while not all(r.done for r in runners):
+            vec.for_each_copy(lambda i: runners[i].step())
+    finally:
+        vec.close()
+    return [r.episode for r in runners]
 
 
 def aggregate(episodes: list[Episode]) -> dict[str, tuple[float, float]]:
