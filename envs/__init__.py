@@ -28,6 +28,7 @@ HAPFL = Family(
             "+ LiteModel per round"),),
     reproduce="fl_gym.training.hetero.results:reproduce",
     demo="fl_gym.training.hetero.demo:run_demo",
+    vector_clock="fl_gym.envs.hetero.vector:HeteroClock",
     docs="docs/envs/flhetero.md",
 )
 

@@ -82,6 +82,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         self.federation = Federation(self.config.federation_config(), self.scenario_seed)
         self._round, self._uploads, self._ended = 0, 0, False
         self._pending: Any = None
+        self._played_ahead: tuple | None = None  # a step a vector env played as arrays (envs/vector.py)
         self._setup()
 
     def _build_config(self, config: EnvConfig | None, kwargs: dict[str, Any]) -> EnvConfig:
@@ -97,6 +98,9 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Play the pending round under ``action``; return the next round's observation."""
+        if self._played_ahead is not None:  # played already, with the other copies of a vector env
+            result, self._played_ahead = self._played_ahead, None
+            return result
         if self._pending is None:
             raise gym.error.ResetNeeded("step() before reset(); call reset() first")
         if self._ended:

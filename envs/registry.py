@@ -117,6 +117,10 @@ class Family:
         demo: entry point of the family's section of ``fl-gym demo``:
             ``demo(out: Path, steps: int, episodes: int, accuracy_rounds: int) -> None``.
         docs: the family's env documentation page.
+        vector_clock: entry point of a class that plays one step of many copies that train
+            nothing (a timing backend) as arrays: ``cls(unwrapped_envs)`` with ``step(actions)``
+            returning each copy's step and ``refresh(i)`` after copy ``i`` resets
+            (:class:`~fl_gym.envs.vector.BatchedVecEnv` uses it).
     """
 
     name: str
@@ -130,6 +134,7 @@ class Family:
     reproduce: str | None = None
     demo: str | None = None
     docs: str = ""
+    vector_clock: str | None = None
 
     def fixed_policies(self, env_id: str) -> dict[str, PolicyEntry]:
         """The fixed policies that act on ``env_id``."""

@@ -9,6 +9,11 @@ process). Copy ``i`` seeded ``s + i`` plays the episode a stand-alone env seeded
 up to float rounding of the larger batched matrix products (and dropout masks, which merged
 training draws from one generator).
 
+Copies that train nothing (a timing backend) have no engine calls to merge; where their family
+registers a ``vector_clock`` (see ``docs/extending.md``), it plays every copy's step as
+arrays over copies, bit for bit the copies' own steps, and each copy's ``step`` returns its share
+through the copy's wrappers (``Monitor`` and the rest see an ordinary step).
+
 :func:`fl_gym.make_vec` builds one (or, with ``workers > 1``, a
 :class:`~fl_gym.envs.sharded.ShardedVecEnv` of them, one per core).
 """
@@ -24,6 +29,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from fl_gym.engine.batcher import CohortBatcher
+from fl_gym.envs.registry import FAMILIES, resolve
 from fl_gym.validation import require
 
 T = TypeVar("T")
@@ -51,6 +57,10 @@ class BatchedVecEnv(VecEnv):
         self.batcher = CohortBatcher(len(feds)) if merging else None
         for fed in feds if merging else ():
             fed.batcher = self.batcher
+        family = FAMILIES.get(getattr(self.envs[0].unwrapped, "family", ""))
+        entry = None if family is None or any(fed.config.train for fed in feds) else family.vector_clock
+        self._clock_class = resolve(entry) if entry else None
+        self._clock: Any = None  # built at reset: the family's clock as arrays over the copies
         first = self.envs[0]
         super().__init__(len(self.envs), first.observation_space, first.action_space)
         self._actions: np.ndarray | None = None
@@ -68,6 +78,8 @@ class BatchedVecEnv(VecEnv):
         self._reset_seeds()
         self._reset_options()
         self.reset_infos = [info for _, info in results]
+        if self._clock_class is not None:
+            self._clock = self._clock_class([env.unwrapped for env in self.envs])
         return np.stack([obs for obs, _ in results])
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -75,9 +87,18 @@ class BatchedVecEnv(VecEnv):
         self._actions = actions
 
     def step_wait(self) -> VecEnvStepReturn:
-        """Step every copy; a finished copy resets in the same call."""
+        """Step every copy; a finished copy resets in the same call.
+
+        With a vector clock (copies that train nothing), the clock plays every copy's step as
+        arrays first; each copy's ``step`` then returns its share through the env's wrappers.
+        """
+        if self._clock is not None:
+            for env, result in zip(self.envs, self._clock.step(np.asarray(self._actions)), strict=True):
+                env.unwrapped._played_ahead = result
         results = self.for_each_copy(self._step_one)
         obs, rewards, dones, infos = zip(*results, strict=True)
+        for i in np.flatnonzero(dones) if self._clock is not None else ():
+            self._clock.refresh(i)
         return np.stack(obs), np.asarray(rewards, np.float32), np.asarray(dones, bool), list(infos)
 
     def _step_one(self, i: int) -> tuple[np.ndarray, float, bool, dict[str, Any]]:

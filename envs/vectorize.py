@@ -31,14 +31,23 @@ SB3_KEYS = ("terminal_observation", "TimeLimit.truncated")
 COPIES_PER_WORKER = 8  # below this a worker's pipe round trip costs more than its core gains (performance.md)
 
 
-def auto_workers(n_envs: int) -> int:
-    """Worker processes for ``n_envs`` copies: one per core, each with at least 8 copies, at least one."""
-    return max(1, min(os.cpu_count() or 1, n_envs // COPIES_PER_WORKER))
+def auto_workers(n_envs: int, trains: bool = True) -> int:
+    """Worker processes for ``n_envs`` copies: one per core, each with at least 8 copies, at least one.
+
+    Copies that train nothing (a timing backend) stay in one process: their step is microseconds,
+    less than sending a worker's observations and infos back through a pipe.
+    """
+    return max(1, min(os.cpu_count() or 1, n_envs // COPIES_PER_WORKER)) if trains else 1
 
 
 def batched_vec_env(env_fns: Sequence[Callable[[], gym.Env]], workers: int | None = 1) -> VecEnv:
     """The copies as one :class:`BatchedVecEnv` (``workers=1``) or a :class:`ShardedVecEnv` (None = auto)."""
-    workers = auto_workers(len(env_fns)) if workers is None else workers
+    if workers is None:
+        workers = auto_workers(len(env_fns))
+        if workers > 1:  # one throw-away copy tells whether the copies train
+            probe = env_fns[0]()
+            workers = auto_workers(len(env_fns), probe.unwrapped.federation.config.train)
+            probe.close()
     require(is_int_at_least(workers, 1) and workers <= max(1, len(env_fns)), "workers", workers,
             f"an integer in [1, n_envs={len(env_fns)}]")
     return BatchedVecEnv(env_fns) if workers == 1 else ShardedVecEnv(env_fns, workers)

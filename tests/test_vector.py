@@ -8,7 +8,7 @@ import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import fl_gym
-from fl_gym.envs.registry import env_ids
+from fl_gym.envs.registry import env_ids, family_of
 
 IDS = env_ids()
 
@@ -210,3 +210,72 @@ def test_evaluation_runs_the_seeds_side_by_side_as_their_solo_episodes():
         np.testing.assert_allclose(episode.rewards, solo.rewards, rtol=0, atol=1e-5)
         assert episode.series("accuracy") == pytest.approx(solo.series("accuracy"), abs=1e-5)
     assert len({len(e.rewards) for e in batched}) > 1  # the test covers episodes of different lengths
+
+
+TIMING = [env_id for env_id in IDS if family_of(env_id).vector_clock]
+
+
+@pytest.mark.parametrize("env_id,obs_mode", [(i, m) for i in TIMING for m in ("paper", "extended")])
+def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, obs_mode):
+    """The family's vector clock plays every copy's step as arrays; observations, rewards and
+    every info value equal the stand-alone env's exactly, through auto-resets."""
+    n, rounds = 3, 3
+    vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, rounds_per_episode=rounds, obs_mode=obs_mode)
+    assert vec._clock is None and vec._clock_class is not None  # built at the first reset
+    solo = [gym.make(env_id, rounds_per_episode=rounds, obs_mode=obs_mode) for _ in range(n)]
+    obs = vec.reset()
+    for i, env in enumerate(solo):
+        np.testing.assert_array_equal(obs[i], env.reset(seed=5 + i)[0])
+    rng = np.random.default_rng(0)
+    for _ in range(2 * rounds + 1):
+        actions = _actions(vec.action_space, n, rng)
+        obs, rewards, dones, infos = vec.step(actions)
+        for i, env in enumerate(solo):
+            o, r, terminated, truncated, info = env.step(actions[i])
+            assert dones[i] == (terminated or truncated) and rewards[i] == np.float32(r)
+            if dones[i]:
+                np.testing.assert_array_equal(infos[i]["terminal_observation"], o)
+                o, _ = env.reset()
+            np.testing.assert_array_equal(obs[i], o)
+            assert list(info) == [k for k in infos[i] if k not in ("TimeLimit.truncated", "terminal_observation")]
+            for key, value in info.items():
+                if isinstance(value, dict):
+                    assert value == infos[i][key], key
+                else:
+                    np.testing.assert_array_equal(infos[i][key], value, err_msg=key)
+    # the envs hold the state their own steps would have left: a copy steps on alone, as its twin
+    action = _actions(vec.action_space, 1, rng)[0]
+    np.testing.assert_array_equal(vec.envs[1].step(action)[0], solo[1].step(action)[0])
+
+
+def test_the_row_rules_of_the_vector_clock_equal_the_scalar_ones():
+    from fl_gym.envs.hetero.actions import integerize, softmax
+    from fl_gym.envs.hetero.vector import row_integerize, row_softmax
+
+    rng = np.random.default_rng(1)
+    logits = np.concatenate([rng.uniform(-1, 1, (50, 6)), np.tile([1, -1, -1, -1, -1, -1], (2, 1))])
+    sigma = row_softmax(logits)
+    for row, a in zip(sigma, logits, strict=True):
+        np.testing.assert_array_equal(row, softmax(a))
+    peaked = row_softmax(np.array([[1.0, -1, -1, -1, -1, -1]]), scale=30.0)  # overshoots by 5
+    sigma = np.concatenate([sigma, peaked])
+    for total in (6, 12, 120):
+        tau = row_integerize(sigma, total)
+        for row, s in zip(tau, sigma, strict=True):
+            np.testing.assert_array_equal(row, integerize(s, total))
+        assert (tau.sum(axis=1) == total).all()
+    overshoot = np.maximum(1, np.floor(sigma * 12)).sum(axis=1) - 12
+    assert (overshoot > 0).sum() > 1 and overshoot.max() == 5  # the floor of 1 overshoots in several rows
+
+
+def test_auto_workers_one_per_core_with_eight_copies_each_and_one_for_timing_copies():
+    import os
+
+    from fl_gym.envs.vectorize import auto_workers, batched_vec_env
+    from fl_gym.envs.vector import BatchedVecEnv
+
+    cores = os.cpu_count() or 1
+    assert auto_workers(7) == 1 and auto_workers(64) == min(cores, 8) and auto_workers(64, trains=False) == 1
+    vec = batched_vec_env([lambda: gym.make("FLHetero-v0")] * 16, workers=None)  # timing: never sharded
+    assert isinstance(vec, BatchedVecEnv)
+    vec.close()

@@ -129,13 +129,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Engine speed-up tables, env steps per second and training-recipe wall time."""
+    """Engine speed-up tables, env and vector-env steps per second, recipe and PPO wall time."""
     from fl_gym.training import bench
 
     sections = args.sections.split(",")
-    unknown = sorted(set(sections) - {"engine", "envs", "recipes", "vec"})
+    unknown = sorted(set(sections) - {"engine", "envs", "recipes", "vec", "ppo"})
     if unknown:
-        raise ValueError(f"--sections={unknown} is out of range; allowed: engine, envs, recipes, vec")
+        raise ValueError(f"--sections={unknown} is out of range; allowed: engine, envs, recipes, vec, ppo")
+    require(is_int_at_least(args.ppo_steps, 1), "--ppo-steps", args.ppo_steps, "an integer >= 1")
+    require(is_int_at_least(args.ppo_envs, 1), "--ppo-envs", args.ppo_envs, "an integer >= 1")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if "engine" in sections:
         scenarios = args.scenarios.split(",")
@@ -154,6 +156,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         counts = tuple(parse_ints(args.vec_envs))
         print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, progress=say)) + "\n")
+    if "ppo" in sections:
+        from fl_gym.training import vec_bench
+
+        seconds = vec_bench.ppo_benchmark(steps=args.ppo_steps, n_envs=args.ppo_envs, progress=say)
+        print(vec_bench.ppo_table("FLLearningRate-v0", args.ppo_steps, args.ppo_envs, seconds) + "\n")
     return 0
 
 
@@ -272,7 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
-    p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec")
+    p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, ppo (PPO wall "
+                   "time with each vector env: about 30 minutes at the default --ppo-steps)")
+    p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
+    p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
     p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec section")
     p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (engine)")

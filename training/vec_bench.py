@@ -1,24 +1,27 @@
-"""``fl-gym bench --sections vec``: env steps/s of the vector envs on each family's default preset.
+"""``fl-gym bench --sections vec,ppo``: the vector envs on each family's default preset, and PPO on them.
 
-For every family's first env id that trains for real (its default preset), SB3's
+For every family's first env id (its default preset), SB3's
 ``DummyVecEnv`` (copies one after the other), ``SubprocVecEnv`` (one process per copy; up to 16
 copies) and the batched vector env in one process and with its default workers
 (:func:`~fl_gym.envs.vectorize.auto_workers`: one process per core with at least 8 copies each)
 at several copy counts, each the median of repeated timed runs of a few vector steps
 (interleaved, after a warm-up), with the ratios measured in the same run. One torch thread per
-process (the env's ``num_threads=1``, so worker processes do not oversubscribe the cores).
+process (the env's ``num_threads=1``, so worker processes do not oversubscribe the cores). The
+``ppo`` section times SB3 PPO for 100k steps on one accuracy-driven default with each vector env.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
+from stable_baselines3.common.vec_env import VecEnv
 
-from fl_gym.agents.ppo import make_env
+from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
 from fl_gym.envs.registry import FAMILIES
 from fl_gym.envs.vectorize import auto_workers
 from fl_gym.training.bench import interleaved_medians, torch_threads
@@ -34,21 +37,22 @@ class VecResult:
     env_id: str
     n_envs: int
     steps_per_s: dict[str, float]
+    workers: int = 1
 
 
-def _learning_ids() -> list[str]:
-    """The first id of every family whose default env trains models."""
-    ids = []
+def _default_ids() -> list[str]:
+    """The first id of every family (its default preset), with whether its federation trains."""
+    out = []
     for family in FAMILIES.values():
         env_id = next(iter(family.envs))
         env = gym.make(env_id)
-        if env.unwrapped.federation.config.train:
-            ids.append(env_id)
+        out.append((env_id, env.unwrapped.federation.config.train))
         env.close()
-    return ids
+    return out
 
 
-def _stepper(env_id: str, kind: str, n: int, steps: int) -> Callable[[], None]:
+def _stepper(env_id: str, kind: str, n: int, steps: int) -> tuple[Callable[[], None], VecEnv]:
+    """A timed run of ``steps`` vector steps, and the vector env."""
     workers = 1 if kind == "batched-1" else None
     vec = make_env(env_id, n, seed=0, vec_env=kind.removesuffix("-1"), env_kwargs={"num_threads": 1}, workers=workers)
     vec.action_space.seed(0)
@@ -59,26 +63,57 @@ def _stepper(env_id: str, kind: str, n: int, steps: int) -> Callable[[], None]:
         for _ in range(steps):
             vec.step(actions)
 
-    return run
+    return run, vec
 
 
-def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), steps: int = 3, repeats: int = 3,
-                  progress: Callable[[str], None] = print) -> list[VecResult]:
-    """Every learning family's default id at every copy count."""
+def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), steps: int = 6, timing_steps: int = 200,
+                  repeats: int = 5, progress: Callable[[str], None] = print) -> list[VecResult]:
+    """Every family's default id at every copy count (``timing_steps`` per run where nothing trains)."""
     results = []
     with torch_threads(1):
-        for env_id in _learning_ids():
+        for env_id, trains in _default_ids():
             for n in counts:
                 kinds = [k for k in KINDS if (k != "subproc" or n <= SUBPROC_MAX) and (k != "batched-1" or
-                                                                                     auto_workers(n) > 1)]
+                                                                                     auto_workers(n, trains) > 1)]
                 progress(f"{env_id}, {n} copies: {', '.join(kinds)}...")
-                runs = [_stepper(env_id, k, n, steps) for k in kinds]
-                seconds = interleaved_medians(runs, [repeats] * len(runs), torch.device("cpu"))
-                rates = {k: n * steps / s for k, s in zip(kinds, seconds, strict=True)}
+                runs, vecs = zip(*[_stepper(env_id, k, n, steps if trains else timing_steps) for k in kinds],
+                                 strict=True)
+                seconds = interleaved_medians(list(runs), [repeats] * len(runs), torch.device("cpu"))
+                workers = len(getattr(vecs[-1], "shards", [()]))  # the batched env's (the last kind)
+                for vec in vecs:
+                    vec.close()
+                rates = {k: n * (steps if trains else timing_steps) / s for k, s in zip(kinds, seconds, strict=True)}
                 rates.setdefault("batched-1", rates["batched"])  # auto is one process here
                 rates.setdefault("subproc", float("nan"))
-                results.append(VecResult(env_id, n, rates))
+                results.append(VecResult(env_id, n, rates, workers))
     return results
+
+
+def ppo_benchmark(env_id: str = "FLLearningRate-v0", steps: int = 100_000, n_envs: int = 16,
+                  kinds: tuple[str, ...] = ("batched", "subproc", "dummy"),
+                  progress: Callable[[str], None] = print) -> dict[str, float]:
+    """Wall seconds of SB3 PPO (the env's ``ppo.yml`` block) for ``steps`` steps with each vector env.
+
+    Env construction included; one torch thread per process (as ``vec_benchmark``).
+    """
+    out = {}
+    with torch_threads(1):
+        for kind in kinds:
+            progress(f"PPO on {env_id}, {n_envs} copies, {steps:,} steps, {kind}...")
+            start = time.perf_counter()
+            vec = make_env(env_id, n_envs, seed=0, vec_env=kind, env_kwargs={"num_threads": 1})
+            build_agent(vec, load_hyperparams(env_id), seed=0).learn(steps)
+            vec.close()
+            out[kind] = time.perf_counter() - start
+    return out
+
+
+def ppo_table(env_id: str, steps: int, n_envs: int, seconds: dict[str, float]) -> str:
+    """Markdown: PPO wall time per vector env and its ratio to the fastest."""
+    best = min(seconds.values())
+    rows = [f"| PPO on {env_id}, {n_envs} copies, {steps:,} steps | wall time (min) | x fastest |", "|---|---|---|"]
+    rows += [f"| {kind} | {s / 60:.1f} | {s / best:.2f} |" for kind, s in seconds.items()]
+    return "\n".join(rows)
 
 
 def vec_table(results: list[VecResult]) -> str:
@@ -88,6 +123,6 @@ def vec_table(results: list[VecResult]) -> str:
     for r in results:
         s = r.steps_per_s
         rows.append(f"| {r.env_id} | {r.n_envs} | {s['dummy']:,.1f} | {s['subproc']:,.1f} | {s['batched-1']:,.1f} | "
-                    f"{s['batched']:,.1f} ({auto_workers(r.n_envs)}) | {s['batched'] / s['dummy']:.2f} | "
+                    f"{s['batched']:,.1f} ({r.workers}) | {s['batched'] / s['dummy']:.2f} | "
                     f"{s['batched'] / s['subproc']:.2f} |")
     return "\n".join(rows).replace("nan", "-")

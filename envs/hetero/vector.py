@@ -1,0 +1,231 @@
+"""HAPFL's timing backend for many copies at once: the clock as arrays over copies.
+
+A timing-backend step trains nothing: it is the clock (spec ``hapfl.md`` section 2.3), the
+decision algebra and the rewards, a few dozen small numpy operations per copy, so a vector env
+of ``N`` copies spends its time in Python overhead. :class:`HeteroClock` plays one step of every
+copy of a :class:`~fl_gym.envs.vector.BatchedVecEnv` with ``(N, K)`` arrays instead. Each copy's
+random draws still come from its own generators, in the order its own step draws them (the
+candidates from the env's ``np_random``, the device load from the federation's stream), and
+every array operation is the scalar step's, elementwise, so copy ``i`` plays exactly, bit for
+bit, the episode a stand-alone env plays. Afterwards each env holds the state its own ``step``
+would have left (rounds, clock, previous sizes, the next pending round), so anything may read or
+step a copy in between.
+
+The joint view decides as arrays too; the one-lever views ask their injected policy per copy, as
+their own step does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fl_gym.clock import RoundLoad
+from fl_gym.envs.hetero.actions import size_bins
+from fl_gym.envs.hetero.env import HeteroDecision, HeteroRound, _HeteroEnv
+from fl_gym.records import OpenedRound
+
+
+def row_softmax(a: np.ndarray, scale: float = 3.0) -> np.ndarray:
+    """:func:`~fl_gym.envs.hetero.actions.softmax` of each row (the same operations, per row)."""
+    z = scale * np.asarray(a, dtype=np.float64)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def row_integerize(sigma: np.ndarray, total: int) -> np.ndarray:
+    """:func:`~fl_gym.envs.hetero.actions.integerize` of each row, the same steps on every row at once."""
+    x = sigma * total
+    tau = np.maximum(1, np.floor(x)).astype(np.int64)
+    short = total - tau.sum(axis=1)
+    order = np.argsort(-(x - tau), axis=1, kind="stable")  # largest remainder first, ties to lower slot
+    bump = (np.arange(tau.shape[1]) < np.maximum(short, 0)[:, None]).astype(np.int64)
+    np.put_along_axis(tau, order, np.take_along_axis(tau, order, 1) + bump, 1)
+    rows = np.arange(len(tau))
+    for step in range(int(np.max(-short, initial=0))):  # only the floor of 1 can overshoot
+        slack = np.where(tau > 1, x - tau, np.inf)
+        over = -short > step
+        tau[rows[over], np.argmin(slack, axis=1)[over]] -= 1
+    return tau
+
+
+class HeteroClock:
+    """One timing step of ``N`` HAPFL envs (same config) as arrays (module docstring).
+
+    Args:
+        envs: the copies' unwrapped envs, each reset (a pending round open).
+    """
+
+    def __init__(self, envs: list[_HeteroEnv]) -> None:
+        self.envs = envs
+        self.feds = [env.federation for env in envs]
+        fed, n = self.feds[0], len(envs)
+        self.k, self.num_clients = envs[0].k, fed.num_clients
+        self.rows = np.arange(n)[:, None]
+        self.costs = fed.model_costs + fed.companion_cost
+        self.nbytes = fed.model_bytes + fed.companion_bytes
+        self.speed = np.stack([f.profiles.speed for f in self.feds])
+        self.bandwidth = np.stack([f.profiles.bandwidth for f in self.feds])
+        self.samples = np.stack([f.sizes for f in self.feds])
+        self.extras = np.stack([env._extras for env in envs])
+        self.entropy = np.stack([f.label_entropy for f in self.feds])
+        self.slots, self.s1 = np.zeros((n, self.k), np.int64), np.zeros((n, self.k))
+        self.load, self.probe = np.zeros((3, n, self.num_clients)), np.zeros((n, self.num_clients))
+        for i in range(n):
+            self.refresh(i)
+
+    def refresh(self, i: int) -> None:
+        """Read copy ``i``'s data sizes and pending round (after a reset, which may redraw the partition)."""
+        env, fed = self.envs[i], self.feds[i]
+        self.samples[i], self.extras[i], self.entropy[i] = fed.sizes, env._extras, fed.label_entropy
+        pending = env._pending
+        self.slots[i], self.s1[i] = pending.slots, pending.s1
+        load = pending.opened.load
+        self.load[:, i] = load.availability, load.drift, load.noise
+        self.probe[i] = pending.opened.probe_time
+
+    # ---- one step ----------------------------------------------------------------------------
+
+    def step(self, actions: np.ndarray) -> list[tuple[np.ndarray, float, bool, bool, dict[str, Any]]]:
+        """Play every copy's pending round; each copy's ``(obs, reward, terminated, truncated, info)``."""
+        first = self.envs[0]
+        sizes, sigma, tau = self._decide(np.asarray(actions))
+        sel = np.zeros((len(self.envs), self.num_clients), bool)
+        sel[self.rows, self.slots] = True
+        train, probe, client, uploaded = self._times(sel, sizes, tau)
+        slowest, fastest = _masked_max(client, sel), _masked_min(client, sel)
+        round_time = slowest + self.feds[0].config.clock.aggregation_time
+        terms, columns = self._terms_and_columns(sizes, sigma, tau.astype(np.float64), train, probe, round_time)
+        reward = sum(weight * terms[name] for name, weight in first._reward_weights().items()).tolist()
+        scalars = {name: v.tolist() for name, v in terms.items()}
+        latency, uploaded, round_time = (slowest - fastest).tolist(), uploaded.tolist(), round_time.tolist()
+        out = []
+        for i, env in enumerate(self.envs):
+            played = env._pending
+            self._commit(i, played, HeteroDecision(sizes[i], sigma[i], tau[i]), round_time[i])
+            info = {"round": env._round, "sim_time": env.federation.elapsed, "round_time": round_time[i],
+                    "straggling_latency": latency[i], "upload_bytes": uploaded[i], "uploads": env._uploads,
+                    "clients": played.slots.copy(), "reward_terms": {name: v[i] for name, v in scalars.items()}}
+            info.update({name: column[i] for name, column in columns})
+            out.append((env._ended, reward[i], info))
+        self._prepare()
+        obs = self._observe()
+        return [(obs[i], reward, False, ended, info) for i, (ended, reward, info) in enumerate(out)]
+
+    def _terms_and_columns(self, sizes: np.ndarray, sigma: np.ndarray, epochs: np.ndarray, train: np.ndarray,
+                           probe: np.ndarray, round_time: np.ndarray) -> tuple[dict[str, np.ndarray], list]:
+        """Every copy's reward terms, and ``_HeteroEnv._family_info`` as ``(key, rows)`` pairs (made this step)."""
+        first, rows, slots = self.envs[0], self.rows, self.slots
+        t_l = train[rows, slots]
+        t_c = probe[rows, slots] + t_l
+        per_epoch = t_l / epochs
+        r2_seconds = t_l.min(axis=1) - t_l.max(axis=1)
+        terms = {"r1": first.config.max_ratio - per_epoch.max(axis=1) / per_epoch.min(axis=1),
+                 "r2": r2_seconds / first.t_scale, "neg_round_time": -round_time / first.t_scale}
+        columns = [
+            ("hetero/sizes", sizes), ("hetero/epoch_share", sigma), ("hetero/epochs", epochs),
+            ("hetero/probe_time", self.probe[rows, slots]), ("hetero/train_time", t_l),
+            ("hetero/train_time_per_epoch", per_epoch), ("hetero/compute_time", t_c),
+            ("hetero/straggling_compute", (t_c.max(axis=1) - t_c.min(axis=1)).tolist()),
+            ("hetero/straggling_local", (t_l.max(axis=1) - t_l.min(axis=1)).tolist()),
+            ("hetero/r1", terms["r1"].tolist()), ("hetero/r2_seconds", r2_seconds.tolist()),
+            ("hetero/time_ratio", np.tile(first.time_ratio, (len(self.envs), 1))),
+            ("hetero/cost_ratio", first.time_ratio[sizes] * self.s1),
+            ("hetero/label_entropy", self.entropy[rows, slots])]
+        return terms, columns
+
+    def _decide(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sizes, epoch shares and epochs of every copy (``HeteroSpec.decode`` + ``integerize``)."""
+        first = self.envs[0]
+        if first.view != "joint" or actions.shape != (len(self.envs), *first.action_space.shape) or \
+                not np.isfinite(actions).all():  # per copy: the one-lever views ask their injected policy
+            decisions = [env._decide(env._pending, env._check_action(a)) for env, a in zip(self.envs, actions,
+                                                                                          strict=True)]
+            return (np.stack([d.sizes for d in decisions]), np.stack([d.sigma for d in decisions]),
+                    np.stack([d.epochs for d in decisions]))
+        a = np.clip(actions, -1, 1)
+        sizes, sigma = size_bins(a[:, : self.k], first.num_sizes), row_softmax(a[:, self.k:])
+        total = first.total_epochs
+        tau = sigma * total if first.config.fractional_epochs else row_integerize(sigma, total)
+        return sizes, sigma, tau
+
+    def _times(self, sel: np.ndarray, sizes: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Training, probe and client times per client, bytes uploaded per copy (``Federation._compute_times``)."""
+        fed = self.feds[0]
+        model = np.zeros(sel.shape, np.int64)
+        model[self.rows, self.slots] = sizes
+        epochs = np.zeros(sel.shape)
+        epochs[self.rows, self.slots] = tau
+        availability, drift, noise = self.load
+        base = fed.clock.cfg.seconds_per_unit * self.costs[model] * self.samples / (self.speed * availability)
+        train = epochs * base * drift * noise
+        probe = self.probe if fed.companion_arch else np.zeros(sel.shape)
+        compute = probe + train
+        nbytes = self.nbytes[model]
+        if fed._free_comm:
+            download, upload = np.zeros(sel.shape), np.zeros(sel.shape)
+        else:
+            download = nbytes / (self.bandwidth * fed.config.clock.download_ratio)
+            upload = nbytes * fed.algorithm.upload_factor / self.bandwidth * sel
+        return train, probe, download + compute + upload, (nbytes * fed.algorithm.upload_factor * sel).sum(axis=1)
+
+    def _commit(self, i: int, played: HeteroRound, decision: HeteroDecision, round_time: float) -> None:
+        """Leave copy ``i``'s env and federation as their own step would (before the next round opens)."""
+        env, fed = self.envs[i], self.feds[i]
+        fed.round += 1
+        fed.elapsed += round_time
+        env._round += 1
+        env._uploads += self.k
+        env._ended = env._round >= env.rounds_per_episode
+        env._prev_size[played.slots] = decision.sizes
+        env._sizes_used[decision.sizes] = True
+        env._played, env._decision = played, decision
+
+    # ---- the next round ----------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Open every copy's next round (``Federation.open_round`` + ``_HeteroEnv._prepare``)."""
+        n, big_k, k = len(self.envs), self.num_clients, self.k
+        drawn, z = np.empty((n, big_k), np.int64), np.empty((3, n, big_k))
+        for i, fed in enumerate(self.feds):  # each copy's streams, in its own step's order
+            drawn[i] = fed.sampler.permutation(big_k)
+            z[:, i] = fed.rng.standard_normal((3, big_k))
+        self.slots = np.sort(drawn[:, :k], axis=1)
+        masks = np.zeros((n, big_k), bool)
+        masks[self.rows, self.slots] = True
+        clock = self.feds[0].config.clock
+        self.load = np.stack([np.exp(clock.sigma_dyn * z[0]), np.exp(clock.sigma_drift * z[1]),
+                              np.exp(clock.sigma_meas * z[2])])
+        fed = self.feds[0]
+        self.probe = (fed.clock.cfg.seconds_per_unit * fed.probe_cost * self.samples / (self.speed * self.load[0])
+                      * self.load[2])
+        t_d = self.probe[self.rows, self.slots]
+        self.s1 = t_d / t_d.min(axis=1, keepdims=True)
+        for i, (env, fed) in enumerate(zip(self.envs, self.feds, strict=True)):
+            load = RoundLoad(self.load[0, i], self.load[1, i], self.load[2, i])
+            pending = HeteroRound(OpenedRound(fed.round + 1, masks[i], load, self.probe[i]), self.slots[i], self.s1[i])
+            if env.view == "intensity":
+                sizes = env._predict(env._allocation, env._features(pending, pending.s1))
+                pending = HeteroRound(pending.opened, pending.slots, pending.s1, sizes)
+            env._pending = pending
+
+    def _observe(self) -> np.ndarray:
+        """Every copy's observation (``_HeteroEnv._observe``)."""
+        first = self.envs[0]
+        ratio = self.s1
+        if first.view == "intensity":
+            ratio = first.time_ratio[np.stack([env._pending.sizes for env in self.envs])] * self.s1
+        if first.config.obs_mode == "paper":
+            return (1.0 / ratio).astype(np.float32)
+        prev = (np.stack([env._prev_size for env in self.envs])[self.rows, self.slots] + 1) / first.num_sizes
+        extras = self.extras[self.rows[:, :, None], np.arange(2)[None, :, None], self.slots[:, None, :]]
+        return np.concatenate([1.0 / ratio, extras[:, 0], extras[:, 1], prev], axis=1).astype(np.float32)
+
+
+def _masked_max(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.where(mask, values, -np.inf).max(axis=1)
+
+
+def _masked_min(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.where(mask, values, np.inf).min(axis=1)
