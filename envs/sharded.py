@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -92,21 +92,23 @@ class ShardedVecEnv(VecEnv):
     def _send(self, shard: int, method: str, *args: Any, **kwargs: Any) -> None:
         self.remotes[shard].send((method, args, kwargs))
 
-    def _receive(self, shard: int) -> Any:
-        ok, value = self.remotes[shard].recv()
-        if not ok:
-            raise value
-        return value
+    def _receive(self, shards: Iterable[int]) -> list[Any]:
+        """The replies of ``shards``, in order (all read before a worker's error is raised: no stale reply)."""
+        replies = [self.remotes[s].recv() for s in shards]
+        for ok, value in replies:
+            if not ok:
+                raise value
+        return [value for _, value in replies]
 
     def _ask(self, shard: int, method: str, *args: Any) -> Any:
         self._send(shard, method, *args)
-        return self._receive(shard)
+        return self._receive([shard])[0]
 
     def _everyone(self, method: str, args: Callable[[list[int]], tuple]) -> list[Any]:
         """``method`` on every shard side by side, ``args(shard's copies)`` each; replies in shard order."""
         for s, shard in enumerate(self.shards):
             self._send(s, method, *args(shard))
-        return [self._receive(s) for s in range(len(self.shards))]
+        return self._receive(range(len(self.shards)))
 
     def reset(self) -> VecEnvObs:
         """Reset every copy (seeds and options from :meth:`seed` / :meth:`set_options`, then cleared)."""
@@ -123,7 +125,7 @@ class ShardedVecEnv(VecEnv):
 
     def step_wait(self) -> VecEnvStepReturn:
         """Collect the shards' steps (a finished copy has reset within its shard)."""
-        replies = [self._receive(s) for s in range(len(self.shards))]
+        replies = self._receive(range(len(self.shards)))
         self.reset_infos = [info for *_, infos in replies for info in infos]
         return (np.concatenate([r[0] for r in replies]), np.concatenate([r[1] for r in replies]),
                 np.concatenate([r[2] for r in replies]), [info for r in replies for info in r[3]])
@@ -137,7 +139,8 @@ class ShardedVecEnv(VecEnv):
             local.setdefault(owner[i][0], []).append(owner[i][1])
         for s, copies in local.items():
             self._send(s, method, *args, indices=copies, **kwargs)
-        replies = {s: iter(self._receive(s) or [None] * len(copies)) for s, copies in local.items()}
+        values = self._receive(local)
+        replies = {s: iter(v or [None] * len(copies)) for (s, copies), v in zip(local.items(), values, strict=True)}
         return [next(replies[owner[i][0]]) for i in wanted]
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:

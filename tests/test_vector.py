@@ -105,7 +105,8 @@ def test_sharded_env_plays_the_episodes_of_the_unsharded_one():
     masks = sharded.env_method("action_masks")
     np.testing.assert_array_equal(np.stack(masks), np.stack(single.env_method("action_masks")))
     with pytest.raises(AttributeError):
-        sharded.get_attr("no_such_attribute", indices=[2])
+        sharded.get_attr("no_such_attribute", indices=[0, 2])  # both shards fail; both replies are read
+    assert sharded.get_attr("family", indices=[0, 2]) == ["select", "select"]  # no stale reply in a pipe
     sharded.close()
     single.close()
 
@@ -271,8 +272,8 @@ def test_the_row_rules_of_the_vector_clock_equal_the_scalar_ones():
 def test_auto_workers_one_per_core_with_eight_copies_each_and_one_for_timing_copies():
     import os
 
-    from fl_gym.envs.vectorize import auto_workers, batched_vec_env
     from fl_gym.envs.vector import BatchedVecEnv
+    from fl_gym.envs.vectorize import auto_workers, batched_vec_env
 
     cores = os.cpu_count() or 1
     assert auto_workers(7) == 1 and auto_workers(64) == min(cores, 8) and auto_workers(64, trains=False) == 1
