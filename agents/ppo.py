@@ -75,8 +75,10 @@ def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str
         return build
 
     fns = [factory(i) for i in range(n_envs)]
-    venv = batched_vec_env(fns, workers) if vec_env == "batched" else {"dummy": DummyVecEnv,
-                                                                        "subproc": SubprocVecEnv}[vec_env](fns)
+    if vec_env == "batched":
+        venv = batched_vec_env(fns, workers)
+    else:
+        venv = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}[vec_env](fns)
     if seed is not None:
         venv.seed(seed)
     return venv

@@ -52,13 +52,14 @@ class BatchedVecEnv(VecEnv):
         ids = {e.spec.id if e.spec else type(e.unwrapped).__name__ for e in self.envs}
         require(len(ids) == 1, "env_fns", sorted(ids), "constructors of a single env id")
         feds = [env.unwrapped.federation for env in self.envs]
+        trains = any(fed.config.train for fed in feds)
         # one copy, or copies that train nothing (a timing backend), have nothing to merge: step in turn
-        merging = len(feds) > 1 and any(fed.config.train for fed in feds)
+        merging = len(feds) > 1 and trains
         self.batcher = CohortBatcher(len(feds)) if merging else None
         for fed in feds if merging else ():
             fed.batcher = self.batcher
         family = FAMILIES.get(getattr(self.envs[0].unwrapped, "family", ""))
-        entry = None if family is None or any(fed.config.train for fed in feds) else family.vector_clock
+        entry = None if family is None or trains else family.vector_clock
         self._clock_class = resolve(entry) if entry else None
         self._clock: Any = None  # built at reset: the family's clock as arrays over the copies
         first = self.envs[0]

@@ -130,7 +130,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Engine speed-up tables, env and vector-env steps per second, recipe and PPO wall time."""
-    from fl_gym.training import bench
+    from fl_gym.training import bench, vec_bench
 
     sections = args.sections.split(",")
     unknown = sorted(set(sections) - {"engine", "envs", "recipes", "vec", "ppo"})
@@ -152,15 +152,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "recipes" in sections:
         print(bench.recipe_table(bench.recipe_benchmark(progress=say)) + "\n")
     if "vec" in sections:
-        from fl_gym.training import vec_bench
-
         counts = tuple(parse_ints(args.vec_envs))
         print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, progress=say)) + "\n")
     if "ppo" in sections:
-        from fl_gym.training import vec_bench
-
         seconds = vec_bench.ppo_benchmark(steps=args.ppo_steps, n_envs=args.ppo_envs, progress=say)
-        print(vec_bench.ppo_table("FLLearningRate-v0", args.ppo_steps, args.ppo_envs, seconds) + "\n")
+        print(vec_bench.ppo_table(vec_bench.PPO_ENV, args.ppo_steps, args.ppo_envs, seconds) + "\n")
     return 0
 
 

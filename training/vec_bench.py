@@ -28,11 +28,15 @@ from fl_gym.training.bench import interleaved_medians, torch_threads
 
 KINDS = ("dummy", "subproc", "batched-1", "batched")
 SUBPROC_MAX = 16
+PPO_ENV = "FLLearningRate-v0"  # the accuracy-driven default the ppo section trains on
 
 
 @dataclass(frozen=True)
 class VecResult:
-    """Steps/s of each vector-env kind for one id and copy count (NaN where not measured)."""
+    """Steps/s of each vector-env kind for one id and copy count (NaN where not measured).
+
+    ``workers`` is the batched env's default worker count.
+    """
 
     env_id: str
     n_envs: int
@@ -40,7 +44,7 @@ class VecResult:
     workers: int = 1
 
 
-def _default_ids() -> list[str]:
+def _default_ids() -> list[tuple[str, bool]]:
     """The first id of every family (its default preset), with whether its federation trains."""
     out = []
     for family in FAMILIES.values():
@@ -76,20 +80,20 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), steps: int = 6, timi
                 kinds = [k for k in KINDS if (k != "subproc" or n <= SUBPROC_MAX) and (k != "batched-1" or
                                                                                      auto_workers(n, trains) > 1)]
                 progress(f"{env_id}, {n} copies: {', '.join(kinds)}...")
-                runs, vecs = zip(*[_stepper(env_id, k, n, steps if trains else timing_steps) for k in kinds],
-                                 strict=True)
+                per_run = steps if trains else timing_steps
+                runs, vecs = zip(*[_stepper(env_id, k, n, per_run) for k in kinds], strict=True)
                 seconds = interleaved_medians(list(runs), [repeats] * len(runs), torch.device("cpu"))
                 workers = len(getattr(vecs[-1], "shards", [()]))  # the batched env's (the last kind)
                 for vec in vecs:
                     vec.close()
-                rates = {k: n * (steps if trains else timing_steps) / s for k, s in zip(kinds, seconds, strict=True)}
+                rates = {k: n * per_run / s for k, s in zip(kinds, seconds, strict=True)}
                 rates.setdefault("batched-1", rates["batched"])  # auto is one process here
                 rates.setdefault("subproc", float("nan"))
                 results.append(VecResult(env_id, n, rates, workers))
     return results
 
 
-def ppo_benchmark(env_id: str = "FLLearningRate-v0", steps: int = 100_000, n_envs: int = 16,
+def ppo_benchmark(env_id: str = PPO_ENV, steps: int = 100_000, n_envs: int = 16,
                   kinds: tuple[str, ...] = ("batched", "subproc", "dummy"),
                   progress: Callable[[str], None] = print) -> dict[str, float]:
     """Wall seconds of SB3 PPO (the env's ``ppo.yml`` block) for ``steps`` steps with each vector env.

@@ -67,9 +67,9 @@ class HeteroClock:
         self.nbytes = fed.model_bytes + fed.companion_bytes
         self.speed = np.stack([f.profiles.speed for f in self.feds])
         self.bandwidth = np.stack([f.profiles.bandwidth for f in self.feds])
-        self.samples = np.stack([f.sizes for f in self.feds])
-        self.extras = np.stack([env._extras for env in envs])
-        self.entropy = np.stack([f.label_entropy for f in self.feds])
+        # per-episode arrays (a reset may redraw the partition): filled by refresh()
+        self.samples = np.zeros((n, self.num_clients), fed.sizes.dtype)
+        self.extras, self.entropy = np.zeros((n, *envs[0]._extras.shape)), np.zeros((n, self.num_clients))
         self.slots, self.s1 = np.zeros((n, self.k), np.int64), np.zeros((n, self.k))
         self.load, self.probe = np.zeros((3, n, self.num_clients)), np.zeros((n, self.num_clients))
         for i in range(n):
