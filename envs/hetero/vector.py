@@ -98,20 +98,24 @@ class HeteroClock:
         round_time = slowest + self.feds[0].config.clock.aggregation_time
         terms, columns = self._terms_and_columns(sizes, sigma, tau.astype(np.float64), train, probe, round_time)
         reward = sum(weight * terms[name] for name, weight in first._reward_weights().items()).tolist()
-        scalars = {name: v.tolist() for name, v in terms.items()}
-        latency, uploaded, round_time = (slowest - fastest).tolist(), uploaded.tolist(), round_time.tolist()
+        names, rows = zip(*columns, strict=True)
+        term_names = tuple(terms)
+        per_copy = zip(self.envs, list(sizes), list(sigma), list(tau), round_time.tolist(),
+                       (slowest - fastest).tolist(), uploaded.tolist(),
+                       zip(*(v.tolist() for v in terms.values()), strict=True), zip(*map(list, rows), strict=True),
+                       strict=True)  # row lists: one Python object per copy and column, no per-copy indexing
         out = []
-        for i, env in enumerate(self.envs):
+        for env, size, share, epochs, seconds, latency, nbytes, term_values, values in per_copy:
             played = env._pending
-            self._commit(i, played, HeteroDecision(sizes[i], sigma[i], tau[i]), round_time[i])
-            info = {"round": env._round, "sim_time": env.federation.elapsed, "round_time": round_time[i],
-                    "straggling_latency": latency[i], "upload_bytes": uploaded[i], "uploads": env._uploads,
-                    "clients": played.slots.copy(), "reward_terms": {name: v[i] for name, v in scalars.items()}}
-            info.update({name: column[i] for name, column in columns})
-            out.append((env._ended, reward[i], info))
+            self._commit(env, played, HeteroDecision(size, share, epochs), seconds)
+            info = {"round": env._round, "sim_time": env.federation.elapsed, "round_time": seconds,
+                    "straggling_latency": latency, "upload_bytes": nbytes, "uploads": env._uploads,
+                    "clients": played.slots.copy(), "reward_terms": dict(zip(term_names, term_values, strict=True))}
+            info.update(zip(names, values, strict=True))
+            out.append((env._ended, info))
         self._prepare()
         obs = self._observe()
-        return [(obs[i], reward, False, ended, info) for i, (ended, reward, info) in enumerate(out)]
+        return [(o, r, False, ended, info) for o, r, (ended, info) in zip(obs, reward, out, strict=True)]
 
     def _terms_and_columns(self, sizes: np.ndarray, sigma: np.ndarray, epochs: np.ndarray, train: np.ndarray,
                            probe: np.ndarray, round_time: np.ndarray) -> tuple[dict[str, np.ndarray], list]:
@@ -170,9 +174,9 @@ class HeteroClock:
             upload = nbytes * fed.algorithm.upload_factor / self.bandwidth * sel
         return train, probe, download + compute + upload, (nbytes * fed.algorithm.upload_factor * sel).sum(axis=1)
 
-    def _commit(self, i: int, played: HeteroRound, decision: HeteroDecision, round_time: float) -> None:
-        """Leave copy ``i``'s env and federation as their own step would (before the next round opens)."""
-        env, fed = self.envs[i], self.feds[i]
+    def _commit(self, env: _HeteroEnv, played: HeteroRound, decision: HeteroDecision, round_time: float) -> None:
+        """Leave a copy's env and federation as their own step would (before the next round opens)."""
+        fed = env.federation
         fed.round += 1
         fed.elapsed += round_time
         env._round += 1
@@ -187,10 +191,11 @@ class HeteroClock:
     def _prepare(self) -> None:
         """Open every copy's next round (``Federation.open_round`` + ``_HeteroEnv._prepare``)."""
         n, big_k, k = len(self.envs), self.num_clients, self.k
-        drawn, z = np.empty((n, big_k), np.int64), np.empty((3, n, big_k))
-        for i, fed in enumerate(self.feds):  # each copy's streams, in its own step's order
-            drawn[i] = fed.sampler.permutation(big_k)
-            z[:, i] = fed.rng.standard_normal((3, big_k))
+        drawn, z = np.tile(np.arange(big_k), (n, 1)), np.empty((n, 3, big_k))
+        for fed, order, normals in zip(self.feds, drawn, z, strict=True):  # each copy's streams, in its own order
+            fed.sampler.shuffle(order)  # = fed.sampler.permutation(big_k), as Federation.open_round draws it
+            fed.rng.standard_normal(out=normals)  # = RoundLoad.draw's (3, K) normals
+        z = z.transpose(1, 0, 2)
         self.slots = np.sort(drawn[:, :k], axis=1)
         masks = np.zeros((n, big_k), bool)
         masks[self.rows, self.slots] = True
@@ -202,9 +207,11 @@ class HeteroClock:
                       * self.load[2])
         t_d = self.probe[self.rows, self.slots]
         self.s1 = t_d / t_d.min(axis=1, keepdims=True)
-        for i, (env, fed) in enumerate(zip(self.envs, self.feds, strict=True)):
-            load = RoundLoad(self.load[0, i], self.load[1, i], self.load[2, i])
-            pending = HeteroRound(OpenedRound(fed.round + 1, masks[i], load, self.probe[i]), self.slots[i], self.s1[i])
+        per_copy = zip(self.envs, self.feds, list(masks), *map(list, self.load), list(self.probe), list(self.slots),
+                       list(self.s1), strict=True)
+        for env, fed, mask, availability, drift, noise, probe, slots, s1 in per_copy:
+            opened = OpenedRound(fed.round + 1, mask, RoundLoad(availability, drift, noise), probe)
+            pending = HeteroRound(opened, slots, s1)
             if env.view == "intensity":
                 sizes = env._predict(env._allocation, env._features(pending, pending.s1))
                 pending = HeteroRound(pending.opened, pending.slots, pending.s1, sizes)
