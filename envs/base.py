@@ -16,7 +16,9 @@ pending round with it, score it, prepare the next round, observe. A family overr
 
 ``reset(seed=...)`` seeds everything the episode draws (candidates, device dynamics, model
 initialisation, data order); the static scenario (who holds which data on which device) comes
-from ``scenario_seed``, except that ``redraw_partition=True`` draws the partition per episode.
+from ``scenario_seed``, except that ``redraw_partition=True`` draws the partition per episode and
+``randomize_scenario=True`` the whole scenario (and, within ``num_clients_range``, the client
+count where :attr:`FLEnv.any_client_count`).
 
 Generic ``info`` keys, the same meaning in every family:
 
@@ -69,15 +71,21 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     Attributes:
         config_class: the family's config dataclass.
         family: the family's name, the namespace of its ``info`` keys.
+        any_client_count: the spaces do not depend on ``num_clients``, so an episode may draw it
+            (``num_clients_range``).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     config_class: ClassVar[type[EnvConfig]] = EnvConfig
     family: ClassVar[str] = ""
+    any_client_count: ClassVar[bool] = False
 
     def __init__(self, config: EnvConfig | None = None, *, scenario_seed: int = 0, **kwargs: Any) -> None:
         require(is_int_at_least(scenario_seed, 0), "scenario_seed", scenario_seed, "an integer >= 0")
         self.config = self._build_config(config, kwargs)
+        span = self.config.scenario.num_clients_range
+        require(span is None or self.any_client_count, "num_clients_range", span,
+                f"None ({type(self).__name__}'s spaces depend on num_clients)")
         self.scenario_seed = int(scenario_seed)
         self.federation = Federation(self.config.federation_config(), self.scenario_seed)
         self._round, self._uploads, self._ended = 0, 0, False
@@ -121,6 +129,8 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
               ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start an episode: fresh models and dynamics, same scenario; observe round 1."""
         super().reset(seed=seed)
+        if self.config.scenario.randomize_scenario:
+            self._draw_scenario(int(self.np_random.integers(2**63 - 1)))
         self.federation.reset(seed=int(self.np_random.integers(2**63 - 1)), sampler=self.np_random)
         if self.config.scenario.redraw_partition:
             self.federation.redraw_partition(int(self.np_random.integers(2**63 - 1)))
@@ -128,6 +138,23 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         self._reset_state()
         self._pending = self._prepare()
         return self._observe(self._pending), {"round": 0}
+
+    def _draw_scenario(self, seed: int) -> None:
+        """A new static scenario (and client count) from ``seed``; the data set and spaces stay."""
+        rng = np.random.default_rng(seed)
+        low, high = self.config.scenario.client_counts()
+        num_clients = int(rng.integers(low, high + 1))
+        config = self.config if num_clients == self.config.scenario.num_clients else \
+            self.config.replace(num_clients=num_clients, num_clients_range=None, randomize_scenario=False)
+        old = self.federation
+        self.federation = Federation(config.federation_config(), int(rng.integers(2**63 - 1)), dataset=old._dataset)
+        self.federation.batcher = old.batcher  # a batched vector env's copy stays merged
+        spaces_before = self.observation_space, self.action_space
+        self._setup()  # the family's constants for the new federation
+        require(spaces_before[0] == self.observation_space and spaces_before[1] == self.action_space,
+                "num_clients_range", self.config.scenario.num_clients_range,
+                f"client counts that keep {type(self).__name__}'s spaces")
+        self.observation_space, self.action_space = spaces_before  # keep the objects (a seeded action space)
 
     # ---- actions -----------------------------------------------------------------------------
 

@@ -44,6 +44,14 @@ class ScenarioConfig:
         redraw_partition: draw a new partition of the same kind at every ``reset`` from the
             episode seed (clients and devices stay), so a policy cannot learn which client id
             holds what; costs one partition per reset.
+        randomize_scenario: draw a whole new static scenario (device profiles, validation split and
+            partition; with ``num_clients_range`` also the client count) at every ``reset`` from
+            the episode seed, so an agent trains across a distribution of federations instead of
+            one. The env's first scenario still comes from ``scenario_seed``; evaluate on fixed
+            held-out ``scenario_seed``s with this off. Costs one federation build per reset (the
+            data set is shared, not reloaded).
+        num_clients_range: ``(low, high)``, inclusive: with ``randomize_scenario``, each episode's
+            ``K`` is drawn uniformly from it (families whose spaces do not depend on ``K`` only).
         heterogeneity: ``H``, fastest/slowest static device speed.
         sigma_dyn: log-std of per-round availability.
         sigma_drift: log-std of drift between a round's probe and its training.
@@ -71,6 +79,8 @@ class ScenarioConfig:
     num_iid: int = 0
     samples_per_client: int | None = None
     redraw_partition: bool = False
+    randomize_scenario: bool = False
+    num_clients_range: tuple[int, int] | None = None
     heterogeneity: float = 10.0
     sigma_dyn: float = 0.2
     sigma_drift: float = 0.1
@@ -91,8 +101,12 @@ class ScenarioConfig:
         require(is_int_at_least(self.num_clients, 2), "num_clients", self.num_clients, "an integer >= 2")
         require_choice("partition", self.partition, KINDS)
         self.partition_config()
-        require(self.num_iid <= self.num_clients, "num_iid", self.num_iid, f"at most num_clients={self.num_clients}")
+        self._check_clients_range()
+        fewest = self.client_counts()[0]
+        require(self.num_iid <= fewest, "num_iid", self.num_iid, f"at most the fewest clients, {fewest}")
         require(isinstance(self.redraw_partition, bool), "redraw_partition", self.redraw_partition, "True or False")
+        require(isinstance(self.randomize_scenario, bool), "randomize_scenario", self.randomize_scenario,
+                "True or False")
         self.clock_config()
         require(is_positive(self.lr), "lr", self.lr, "a float > 0")
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
@@ -103,6 +117,19 @@ class ScenarioConfig:
         require(_is_device(self.device), "device", self.device, "a torch device such as 'cpu' or 'cuda:0'")
         require(self.num_threads is None or is_int_at_least(self.num_threads, 1), "num_threads", self.num_threads,
                 "None or an integer >= 1")
+
+    def _check_clients_range(self) -> None:
+        span = self.num_clients_range
+        if span is None:
+            return
+        require(isinstance(span, (tuple, list)) and len(span) == 2 and all(is_int_at_least(n, 2) for n in span)
+                and span[0] <= span[1], "num_clients_range", span, "None or (low, high) with 2 <= low <= high")
+        require(self.randomize_scenario, "num_clients_range", span, "None unless randomize_scenario=True")
+        object.__setattr__(self, "num_clients_range", (int(span[0]), int(span[1])))
+
+    def client_counts(self) -> tuple[int, int]:
+        """The smallest and largest ``K`` an episode can have."""
+        return self.num_clients_range or (self.num_clients, self.num_clients)
 
     def partition_config(self) -> PartitionConfig:
         """The partitioner's config."""

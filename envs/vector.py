@@ -58,12 +58,13 @@ class BatchedVecEnv(VecEnv):
         self.batcher = CohortBatcher(len(feds)) if merging else None
         for fed in feds if merging else ():
             fed.batcher = self.batcher
-        family = FAMILIES.get(getattr(self.envs[0].unwrapped, "family", ""))
-        entry = None if family is None or trains else family.vector_clock
+        first = self.envs[0].unwrapped
+        family = FAMILIES.get(getattr(first, "family", ""))
+        varies = first.config.scenario.num_clients_range is not None  # a clock's (copies, K) arrays need one K
+        entry = None if family is None or trains or varies else family.vector_clock
         self._clock_class = resolve(entry) if entry else None
         self._clock: Any = None  # built at reset: the family's clock as arrays over the copies
-        first = self.envs[0]
-        super().__init__(len(self.envs), first.observation_space, first.action_space)
+        super().__init__(len(self.envs), self.envs[0].observation_space, self.envs[0].action_space)
         self._actions: np.ndarray | None = None
 
     def for_each_copy(self, fn: Callable[[int], T]) -> list[T]:

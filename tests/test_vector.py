@@ -216,14 +216,16 @@ def test_evaluation_runs_the_seeds_side_by_side_as_their_solo_episodes():
 TIMING = [env_id for env_id in IDS if family_of(env_id).vector_clock]
 
 
-@pytest.mark.parametrize("env_id,obs_mode", [(i, m) for i in TIMING for m in ("paper", "extended")])
-def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, obs_mode):
+@pytest.mark.parametrize("env_id,kwargs", [(i, {"obs_mode": m}) for i in TIMING for m in ("paper", "extended")]
+                         + [(TIMING[0], {"randomize_scenario": True})])
+def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     """The family's vector clock plays every copy's step as arrays; observations, rewards and
-    every info value equal the stand-alone env's exactly, through auto-resets."""
+    every info value equal the stand-alone env's exactly, through auto-resets (which, with
+    ``randomize_scenario``, bring new device profiles and partitions)."""
     n, rounds = 3, 3
-    vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, rounds_per_episode=rounds, obs_mode=obs_mode)
+    vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, rounds_per_episode=rounds, **kwargs)
     assert vec._clock is None and vec._clock_class is not None  # built at the first reset
-    solo = [gym.make(env_id, rounds_per_episode=rounds, obs_mode=obs_mode) for _ in range(n)]
+    solo = [gym.make(env_id, rounds_per_episode=rounds, **kwargs) for _ in range(n)]
     obs = vec.reset()
     for i, env in enumerate(solo):
         np.testing.assert_array_equal(obs[i], env.reset(seed=5 + i)[0])

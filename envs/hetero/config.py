@@ -107,9 +107,9 @@ class HeteroConfig(EnvConfig):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, PRESETS[self.preset][name])
         super().__post_init__()
-        n = self.scenario.num_clients
+        n = self.scenario.client_counts()[0]
         require(is_int_at_least(self.clients_per_round, 2) and self.clients_per_round <= n,
-                "clients_per_round", self.clients_per_round, f"an integer in [2, num_clients={n}]")
+                "clients_per_round", self.clients_per_round, f"an integer in [2, fewest clients={n}]")
         require(self.num_sizes in SIZE_NAMES, "num_sizes", self.num_sizes, "2 or 3")
         require_choice("backend", self.backend, ("timing", "torch"))
         require_choice("algorithm", self.algorithm, ALGORITHMS)

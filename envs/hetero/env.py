@@ -71,6 +71,7 @@ class _HeteroEnv(FLEnv):
     view = "joint"
     family = "hetero"
     config_class = HeteroConfig
+    any_client_count = True  # the observation and action cover the k sampled clients, not all K
     config: HeteroConfig
 
     def __init__(self, config: HeteroConfig | None = None, *, scenario_seed: int = 0,

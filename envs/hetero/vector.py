@@ -68,7 +68,7 @@ class HeteroClock:
         self.speed = np.stack([f.profiles.speed for f in self.feds])
         self.bandwidth = np.stack([f.profiles.bandwidth for f in self.feds])
         # per-episode arrays (a reset may redraw the partition): filled by refresh()
-        self.samples = np.zeros((n, self.num_clients), fed.sizes.dtype)
+        self.samples, self.t_scale = np.zeros((n, self.num_clients), fed.sizes.dtype), np.zeros(n)
         self.extras, self.entropy = np.zeros((n, *envs[0]._extras.shape)), np.zeros((n, self.num_clients))
         self.slots, self.s1 = np.zeros((n, self.k), np.int64), np.zeros((n, self.k))
         self.load, self.probe = np.zeros((3, n, self.num_clients)), np.zeros((n, self.num_clients))
@@ -76,8 +76,10 @@ class HeteroClock:
             self.refresh(i)
 
     def refresh(self, i: int) -> None:
-        """Read copy ``i``'s data sizes and pending round (after a reset, which may redraw the partition)."""
-        env, fed = self.envs[i], self.feds[i]
+        """Read copy ``i``'s scenario and pending round after a reset (which may draw a new one, same ``K``)."""
+        env = self.envs[i]
+        fed = self.feds[i] = env.federation
+        self.speed[i], self.bandwidth[i], self.t_scale[i] = fed.profiles.speed, fed.profiles.bandwidth, env.t_scale
         self.samples[i], self.extras[i], self.entropy[i] = fed.sizes, env._extras, fed.label_entropy
         pending = env._pending
         self.slots[i], self.s1[i] = pending.slots, pending.s1
@@ -126,7 +128,7 @@ class HeteroClock:
         per_epoch = t_l / epochs
         r2_seconds = t_l.min(axis=1) - t_l.max(axis=1)
         terms = {"r1": first.config.max_ratio - per_epoch.max(axis=1) / per_epoch.min(axis=1),
-                 "r2": r2_seconds / first.t_scale, "neg_round_time": -round_time / first.t_scale}
+                 "r2": r2_seconds / self.t_scale, "neg_round_time": -round_time / self.t_scale}
         columns = [
             ("hetero/sizes", sizes), ("hetero/epoch_share", sigma), ("hetero/epochs", epochs),
             ("hetero/probe_time", self.probe[rows, slots]), ("hetero/train_time", t_l),

@@ -1,0 +1,94 @@
+"""Scenario randomisation: a new static federation per episode, reproducible from the episode seed."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import fl_gym
+from fl_gym.envs.registry import env_ids
+
+HETERO = "FLHetero-v0"
+
+
+def _scenario(env: gym.Env) -> tuple:
+    fed = env.unwrapped.federation
+    return fed.num_clients, fed.profiles.speed.tolist(), fed.sizes.tolist()
+
+
+def test_a_new_scenario_per_reset_reproducible_from_the_seed():
+    env = gym.make(HETERO, randomize_scenario=True, num_clients_range=(8, 14))
+    twin = gym.make(HETERO, randomize_scenario=True, num_clients_range=(8, 14))
+    drawn = []
+    for seed in range(6):
+        obs, _ = env.reset(seed=seed)
+        np.testing.assert_array_equal(obs, twin.reset(seed=seed)[0])
+        assert _scenario(env) == _scenario(twin)
+        assert obs.shape == env.observation_space.shape and 8 <= env.unwrapped.federation.num_clients <= 14
+        drawn.append(_scenario(env))
+    assert len({str(s) for s in drawn}) == 6 and len({s[0] for s in drawn}) > 1  # profiles, partitions and K vary
+    env.reset(seed=2)
+    assert _scenario(env) == drawn[2]
+
+
+def test_without_randomisation_every_episode_keeps_the_scenario_seeds_federation():
+    env = gym.make(HETERO)
+    first = None
+    for seed in range(3):
+        env.reset(seed=seed)
+        first = first or _scenario(env)
+        assert _scenario(env) == first
+
+
+def test_a_randomised_episode_steps_through_its_own_clients():
+    env = gym.make(HETERO, randomize_scenario=True, num_clients_range=(7, 9), rounds_per_episode=4)
+    env.action_space.seed(0)
+    for seed in range(3):
+        env.reset(seed=seed)
+        k_all = env.unwrapped.federation.num_clients
+        for _ in range(4):
+            *_, info = env.step(env.action_space.sample())
+            assert info["clients"].max() < k_all and len(info["clients"]) == 6
+
+
+def test_training_families_randomise_with_their_client_count_fixed():
+    env = gym.make("FLAggregate-v0", randomize_scenario=True)
+    env.reset(seed=0)
+    speeds = env.unwrapped.federation.profiles.speed.copy()
+    obs, *_ = env.step(env.action_space.sample())
+    env.reset(seed=1)
+    assert obs.shape == env.observation_space.shape
+    assert not np.array_equal(speeds, env.unwrapped.federation.profiles.speed)
+
+
+K_DEPENDENT = [i for i in env_ids() if not gym.spec(i).entry_point.split(":")[-1].startswith("FLHetero")]
+
+
+@pytest.mark.parametrize("env_id", K_DEPENDENT)
+def test_families_whose_spaces_depend_on_k_refuse_a_client_count_range(env_id):
+    with pytest.raises(ValueError, match="num_clients_range"):
+        gym.make(env_id, randomize_scenario=True, num_clients_range=(4, 6))
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(num_clients_range=(8, 12)), "num_clients_range"),  # needs randomize_scenario
+    (dict(randomize_scenario=True, num_clients_range=(12, 8)), "num_clients_range"),
+    (dict(randomize_scenario=True, num_clients_range=(1, 8)), "num_clients_range"),
+    (dict(randomize_scenario=True, num_clients_range=(8,)), "num_clients_range"),
+    (dict(randomize_scenario="yes"), "randomize_scenario"),
+    (dict(randomize_scenario=True, num_clients_range=(4, 12)), "clients_per_round"),  # k = 6 > 4
+])
+def test_bad_randomisation_arguments_name_the_parameter(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        gym.make(HETERO, **kwargs)
+
+
+def test_a_batched_copy_keeps_merging_after_a_new_scenario():
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, randomize_scenario=True, rounds_per_episode=1)
+    vec.reset()
+    before = [env.unwrapped.federation for env in vec.envs]
+    vec.step(np.stack([vec.action_space.sample() for _ in range(2)]))  # both copies end and reset
+    after = [env.unwrapped.federation for env in vec.envs]
+    assert all(a is not b and a.batcher is vec.batcher for a, b in zip(after, before, strict=True))
+    vec.close()
