@@ -24,6 +24,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from fl_gym.agents.features import FEATURE_EXTRACTORS
+from fl_gym.agents.sets import SetPolicy, client_rows_of
 from fl_gym.envs.vectorize import batched_vec_env
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive
 
@@ -120,6 +121,9 @@ def build_agent(env: gym.Env, hyperparams: dict[str, Any], algo: str = "ppo", se
     if algo == "recurrent-ppo" and policy == "MlpPolicy":
         policy = "MlpLstmPolicy"
     kwargs["policy_kwargs"] = _policy_kwargs(dict(kwargs.get("policy_kwargs") or {}))
+    if policy == "SetPolicy":
+        policy = SetPolicy
+        kwargs["policy_kwargs"].setdefault("client_rows", client_rows_of(env))
     return cls(policy, env, seed=seed, tensorboard_log=tensorboard_log, verbose=verbose, device=device, **kwargs)
 
 
@@ -136,6 +140,8 @@ def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
     for key, (ok, allowed) in VALUE_RULES.items():
         if key in hyperparams and (isinstance(hyperparams[key], bool) or not ok(hyperparams[key])):
             raise ValueError(f"hyperparameter {key}={hyperparams[key]!r} is out of range; allowed: {allowed}")
+    if hyperparams.get("policy") == "SetPolicy" and algo != "ppo":
+        raise ValueError(f"policy='SetPolicy' is out of range for algo={algo!r}; allowed: algo 'ppo'")
     extractor = (hyperparams.get("policy_kwargs") or {}).get("features_extractor")
     if extractor is not None and extractor not in FEATURE_EXTRACTORS:
         raise ValueError(f"features_extractor={extractor!r} is out of range; allowed: {', '.join(FEATURE_EXTRACTORS)}")

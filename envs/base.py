@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
@@ -59,6 +60,30 @@ class Predictor(Protocol):
         """Return ``(action, state)``."""
 
 
+@dataclass(frozen=True)
+class ClientRows:
+    """How an observation lists one row of features per client, for policies over sets of clients.
+
+    The observation is ``rows * width`` client features, then ``globals`` features of the round;
+    the number of rows follows from the observation's length, so one policy reads any client
+    count. Box actions that are per client are laid out value by value (every client's first
+    value, then every client's second, as HAPFL's sizes then epoch logits); categorical actions
+    client by client (as SB3 splits a ``MultiDiscrete``).
+
+    Attributes:
+        width: features per client row.
+        globals: features of the whole round, after the rows.
+        feature_major: the rows are listed feature by feature (every client's first feature,
+            then every client's second), not client by client.
+        per_client_action: the action has one part per row (else one action for the round).
+    """
+
+    width: int
+    globals: int = 0
+    feature_major: bool = False
+    per_client_action: bool = True
+
+
 class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     """A Gymnasium env whose step runs one round of a :class:`~fl_gym.federation.Federation`.
 
@@ -73,12 +98,15 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         family: the family's name, the namespace of its ``info`` keys.
         any_client_count: the spaces do not depend on ``num_clients``, so an episode may draw it
             (``num_clients_range``).
+        client_rows: how the observation lists per-client rows (set by ``_setup``; None where
+            it does not), read by :class:`fl_gym.agents.sets.SetPolicy`.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     config_class: ClassVar[type[EnvConfig]] = EnvConfig
     family: ClassVar[str] = ""
     any_client_count: ClassVar[bool] = False
+    client_rows: ClientRows | None = None
 
     def __init__(self, config: EnvConfig | None = None, *, scenario_seed: int = 0, **kwargs: Any) -> None:
         require(is_int_at_least(scenario_seed, 0), "scenario_seed", scenario_seed, "an integer >= 0")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium import spaces
 
-from fl_gym.envs.base import FLEnv
+from fl_gym.envs.base import ClientRows, FLEnv
 from fl_gym.envs.registry import Family, Metric, PolicyEntry, register_family
 from fl_gym.envs.scenario import EnvConfig
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
@@ -46,6 +46,7 @@ class FLToyEnv(FLEnv):
         n = self.federation.num_clients
         self.action_space = spaces.MultiBinary(n)
         self.observation_space = spaces.Box(0.0, 1.0, (n,), np.float32)
+        self.client_rows = ClientRows(width=1)  # one value per client: SetPolicy can read it
 
     def _prepare(self) -> OpenedRound:
         return self.federation.open_round()

@@ -16,6 +16,7 @@ from gymnasium import spaces
 
 from fl_gym.envs.aggregate.config import AggregateConfig
 from fl_gym.envs.aggregate.gompertz import AngleTracker, gompertz
+from fl_gym.envs.base import ClientRows
 from fl_gym.envs.learning import TargetReward, TargetRewardEnv
 from fl_gym.records import LocalStats, RoundPlan, RoundReport, TrainedRound
 
@@ -79,6 +80,7 @@ class FLAggregateEnv(TargetRewardEnv):
         self.observation_space = spaces.Box(np.r_[low, np.zeros(3, np.float32)], np.r_[high, np.ones(3, np.float32)],
                                             dtype=np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (n,), np.float32)
+        self.client_rows = ClientRows(len(ROW), len(GLOBAL))
         self._log_c = math.log(self.federation.num_classes)
 
     def _reset_state(self) -> None:

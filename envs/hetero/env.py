@@ -31,7 +31,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fl_gym.clock import RoundLoad
-from fl_gym.envs.base import FLEnv, Predictor
+from fl_gym.envs.base import ClientRows, FLEnv, Predictor
 from fl_gym.envs.hetero.actions import HeteroSpec, integerize
 from fl_gym.envs.hetero.config import HeteroConfig
 from fl_gym.envs.registry import family_of
@@ -94,8 +94,8 @@ class _HeteroEnv(FLEnv):
         lite_epoch = fed.clock.epoch_time(fed.sizes, fed.probe_cost, RoundLoad.still(fed.num_clients))
         self.t_scale = cfg.local_epochs * self.time_ratio[-1] * float(np.median(lite_epoch))
         self._extras = np.stack([fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)])
-        width = self.k if cfg.obs_mode == "paper" else 4 * self.k
-        self.observation_space = spaces.Box(0.0, 1.0, (width,), np.float32)
+        self.client_rows = ClientRows(1 if cfg.obs_mode == "paper" else 4, feature_major=True)
+        self.observation_space = spaces.Box(0.0, 1.0, (self.client_rows.width * self.k,), np.float32)
         self.action_space = self._action_space()
         self._allocation = self._inner("alloc")
         self._intensity = self._inner("intensity")

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from fl_gym.envs.base import ClientRows
 from fl_gym.envs.learning import TargetReward, TargetRewardEnv
 from fl_gym.envs.rates.config import RateConfig
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
@@ -119,6 +120,7 @@ class FLLearningRateEnv(TargetRewardEnv):
     def _setup(self) -> None:
         cfg, fed = self.config, self.federation
         m = cfg.clients_per_round
+        self.client_rows = ClientRows(len(ROW), len(GLOBAL), per_client_action=cfg.action_mode == "per_client")
         self.observation_space = spaces.Box(-BOUND, BOUND, (len(ROW) * m + len(GLOBAL),), np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (m if cfg.action_mode == "per_client" else 1,), np.float32)
         self._log_c = math.log(fed.num_classes)

@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from fl_gym.envs.base import FLEnv, ValidationGain, favor
+from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain, favor
 from fl_gym.envs.select.config import PickConfig, SelectConfig, SelectionConfig
 from fl_gym.envs.select.entropy import entropy, judge, leave_one_out_gain, mixture
 from fl_gym.envs.select.pools import Draw, Pools
-from fl_gym.envs.select.spaces import PickLayout, SelectLayout
+from fl_gym.envs.select.spaces import GLOBAL, PickLayout, SelectLayout
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport, TrainedRound
 
 
@@ -191,6 +191,8 @@ class FLSelectEnv(_SelectionEnv):
     def _setup(self) -> None:
         super()._setup()
         self.layout = SelectLayout(self.m, self.federation.num_classes, self.config.action_encoding)
+        per_client = self.layout.encoding != "discrete"  # Discrete(2^m - 1) names a subset, not a bit per row
+        self.client_rows = ClientRows(self.layout.row_width, len(GLOBAL), per_client_action=per_client)
         self.observation_space = self.layout.observation_space()
         self.action_space = self.layout.action_space()
 
@@ -260,6 +262,7 @@ class FLSelectPickEnv(_SelectionEnv):
     def _setup(self) -> None:
         super()._setup()
         self.layout = PickLayout(self.federation.num_clients, self.federation.num_classes)
+        self.client_rows = ClientRows(self.layout.row_width, len(GLOBAL))
         self.observation_space = self.layout.observation_space()
         self.action_space = self.layout.action_space()
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from fl_gym.envs.base import FLEnv, ValidationGain
+from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain
 from fl_gym.envs.select.config import QueueConfig
 from fl_gym.envs.select.queue import DataQueue, bias, entropy_bits, segment_size
-from fl_gym.envs.select.spaces import QueueLayout
+from fl_gym.envs.select.spaces import QUEUE_GLOBAL, QUEUE_ROW, QueueLayout
 from fl_gym.records import RoundPlan, RoundReport, TrainedRound
 
 
@@ -84,6 +84,7 @@ class FLSelectQueueEnv(FLEnv):
     def _setup(self) -> None:
         cfg, fed = self.config, self.federation
         self.layout = QueueLayout(fed.num_clients)
+        self.client_rows = ClientRows(len(QUEUE_ROW), len(QUEUE_GLOBAL))
         self.observation_space = self.layout.observation_space()
         self.action_space = self.layout.action_space()
         self._base = [p.cpu().numpy() for p in fed.train_parts]
