@@ -29,6 +29,7 @@ HAPFL = Family(
     reproduce="fl_gym.training.hetero.results:reproduce",
     demo="fl_gym.training.hetero.demo:run_demo",
     vector_clock="fl_gym.envs.hetero.vector:HeteroClock",
+    agent_kwargs=("obs_mode", "residual_policy"),
     docs="docs/envs/flhetero.md",
 )
 

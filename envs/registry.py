@@ -121,6 +121,8 @@ class Family:
             nothing (a timing backend) as arrays: ``cls(unwrapped_envs)`` with ``step(actions)``
             returning each copy's step and ``refresh(i)`` after copy ``i`` resets
             (:class:`~fl_gym.envs.vector.BatchedVecEnv` uses it).
+        agent_kwargs: env arguments a trained agent is bound to (without them its observation or
+            action means something else); ``fl-gym compare`` evaluates a loaded run with its values.
     """
 
     name: str
@@ -135,6 +137,7 @@ class Family:
     demo: str | None = None
     docs: str = ""
     vector_clock: str | None = None
+    agent_kwargs: tuple[str, ...] = ()
 
     def fixed_policies(self, env_id: str) -> dict[str, PolicyEntry]:
         """The fixed policies that act on ``env_id``."""

@@ -14,6 +14,7 @@ from fl_gym.baselines.hetero import (
     balanced_sizes,
 )
 from fl_gym.envs.hetero.config import HeteroConfig
+from fl_gym.envs.registry import family_of
 
 STILL = dict(sigma_dyn=0.0, sigma_drift=0.0, sigma_meas=0.0)
 TORCH_SMALL = dict(backend="torch", local_epochs=1, rounds_per_episode=3)
@@ -279,3 +280,34 @@ def test_a_terminated_episode_needs_a_reset():
     assert terminated and not truncated and info["accuracy"] >= 0.01
     with pytest.raises(gym.error.ResetNeeded, match="after the episode ended"):
         env.step(obs)
+
+
+@pytest.mark.parametrize("env_id,base", [("FLHetero-v0", "oracle"), ("FLHeteroIntensity-v0", "inverse")])
+def test_a_residual_action_corrects_its_base_policy(env_id, base):
+    """A zero correction plays the base policy's episode exactly; a correction changes it."""
+    residual = gym.make(env_id, residual_policy=base, rounds_per_episode=4)
+    plain = gym.make(env_id, rounds_per_episode=4)
+    policy = family_of(env_id).fixed_policies(env_id)[base].build(plain)
+    obs, _ = plain.reset(seed=3)
+    residual.reset(seed=3)
+    zero = np.zeros(residual.action_space.shape, np.float32)
+    for _ in range(4):
+        obs, reward, *_, info = plain.step(policy.predict(obs)[0])
+        _, r, *_, i = residual.step(zero)
+        assert r == reward and i["hetero/epochs"].tolist() == info["hetero/epochs"].tolist()
+    residual.reset(seed=3)
+    first = residual.step(zero)[4]["hetero/epoch_share"]
+    residual.reset(seed=3)
+    tilt = np.linspace(-0.5, 0.5, residual.action_space.shape[0]).astype(np.float32)
+    assert not np.allclose(residual.step(tilt)[4]["hetero/epoch_share"], first)
+
+
+@pytest.mark.parametrize("kwargs", [dict(residual_policy="nope"), dict(residual_policy=3)])
+def test_a_bad_residual_policy_is_named(kwargs):
+    with pytest.raises(ValueError, match="residual_policy"):
+        gym.make("FLHetero-v0", **kwargs)
+
+
+def test_the_categorical_view_has_no_residual_action():
+    with pytest.raises(ValueError, match="residual_policy"):
+        gym.make("FLHeteroAlloc-v0", residual_policy="oracle")

@@ -217,7 +217,7 @@ TIMING = [env_id for env_id in IDS if family_of(env_id).vector_clock]
 
 
 @pytest.mark.parametrize("env_id,kwargs", [(i, {"obs_mode": m}) for i in TIMING for m in ("paper", "extended")]
-                         + [(TIMING[0], {"randomize_scenario": True})])
+                         + [(TIMING[0], {"randomize_scenario": True}), (TIMING[0], {"residual_policy": "oracle"})])
 def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     """The family's vector clock plays every copy's step as arrays; observations, rewards and
     every info value equal the stand-alone env's exactly, through auto-resets (which, with

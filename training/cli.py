@@ -128,6 +128,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generalise(args: argparse.Namespace) -> int:
+    """Evaluate policies on held-out scenarios (and zero-shot variants); write and print the tables."""
+    import datetime
+
+    from fl_gym.training.generalisation import HELD_OUT, METRICS, generalisation, markdown
+
+    _threads(args.threads)
+    specs = [s for s in re.split(r",(?![^\[]*\])", args.policies) if s]
+    variants = {"held-out": {}, **{kv: parse_kv([kv], "--zero-shot") for kv in args.zero_shot or []}}
+    out = Path(args.out or Path(args.runs_dir) / args.env_id / f"generalise-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    scenarios = parse_ints(args.scenario_seeds) if args.scenario_seeds else HELD_OUT
+    metrics = [m for m in args.metrics.split(",") if m] if args.metrics else METRICS
+    results = generalisation(args.env_id, specs, scenarios, variants, parse_ints(args.seeds),
+                             parse_kv(args.env_kwargs, "--env-kwargs"), args.reference, metrics, out,
+                             progress=not args.no_progress)
+    print(markdown(results))
+    print(f"tables in {out}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Engine speed-up tables, env and vector-env steps per second, recipe and PPO wall time."""
     from fl_gym.training import bench, vec_bench
@@ -273,6 +293,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("generalise", help="policies on held-out scenarios and zero-shot variants, against a "
+                       "reference policy")
+    p.add_argument("env_id")
+    p.add_argument("--policies", required=True, help="as for compare")
+    p.add_argument("--reference", default="oracle", help="the policy the ratios divide by (one of --policies)")
+    p.add_argument("--scenario-seeds", default=None, help="held-out scenario seeds (default: 5 that "
+                   "randomised training never draws, training/generalisation.py)")
+    p.add_argument("--zero-shot", nargs="*", metavar="K=V", help="variants played on the same scenarios, one "
+                   "env argument each (e.g. preset=scale20)")
+    p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds")
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
+    p.add_argument("--metrics", default=None, help="info keys to tabulate, comma-separated (default: "
+                   "straggling_latency,sim_time,return)")
+    p.add_argument("--out", default=None, help="default: runs/ENV_ID/generalise-TIMESTAMP")
+    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_generalise)
 
     p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
     p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, ppo (PPO wall "

@@ -87,7 +87,8 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
     _warn_seed_overlap(model_path.parent, run, eval_seeds)
     recorded = run.get("algo")  # a MaskablePPO run given as ``ppo:`` loads as what it is
     model = ALGOS[recorded if recorded in ALGOS else algo].load(model_path, device="cpu")
-    return PolicySpec(label, lambda env: model)
+    bound = {k: v for k, v in (run.get("env_kwargs") or {}).items() if k in family_of(env_id).agent_kwargs}
+    return PolicySpec(label, lambda env: model, bound)
 
 
 def _with_kwargs(spec: str) -> tuple[str, dict[str, Any]]:

@@ -68,6 +68,9 @@ class HeteroConfig(EnvConfig):
         reward_weights: ``(w1, w2)`` of the joint reward.
         obs_mode: ``"paper"`` (``k`` speed ratios) or ``"extended"`` (adds data size, label
             entropy and previous size per slot: ``4k``).
+        residual_policy: a fixed policy's name (``oracle``, ``inverse``, ...): the agent's action
+            is a correction added to that policy's action (clipped to ``[-1, 1]``) instead of the
+            action itself (Box views only; ours, not the paper's).
         target_accuracy: torch backend: terminate when the headline accuracy (the global large
             model's) reaches it.
         prox_mu: FedProx ``mu``.
@@ -89,6 +92,7 @@ class HeteroConfig(EnvConfig):
     reward_mode: str | None = None
     reward_weights: tuple[float, float] = (1.0, 1.0)
     obs_mode: str = "paper"
+    residual_policy: str | None = None
     target_accuracy: float | None = None
     prox_mu: float = 0.01
     pfedme: PFedMeConfig = field(default_factory=PFedMeConfig)
@@ -124,6 +128,8 @@ class HeteroConfig(EnvConfig):
         require(len(self.reward_weights) == 2 and all(map(is_non_negative, self.reward_weights)), "reward_weights",
                 self.reward_weights, "two floats >= 0")
         require_choice("obs_mode", self.obs_mode, ("paper", "extended"))
+        require(self.residual_policy is None or isinstance(self.residual_policy, str), "residual_policy",
+                self.residual_policy, "None or a fixed policy's name")
         require(self.target_accuracy is None or 0 < self.target_accuracy <= 1, "target_accuracy",
                 self.target_accuracy, "None or a float in (0, 1]")
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")

@@ -99,6 +99,7 @@ class _HeteroEnv(FLEnv):
         self.action_space = self._action_space()
         self._allocation = self._inner("alloc")
         self._intensity = self._inner("intensity")
+        self._residual = self._residual_base(cfg.residual_policy)
         self._prev_size = np.full(fed.num_clients, -1)
         self._lr = np.full(fed.num_clients, cfg.scenario.lr)
         self._played: HeteroRound | None = None
@@ -121,6 +122,16 @@ class _HeteroEnv(FLEnv):
         require(policy in fixed, f"{'allocation' if view == 'alloc' else 'intensity'}_policy", policy,
                 "a predictor or one of " + ", ".join(fixed))
         return fixed[policy].build(self.hetero.with_view(view))
+
+    def _residual_base(self, name: str | None) -> Predictor | None:
+        """The fixed policy the agent's action corrects (``residual_policy``), or None."""
+        if name is None:
+            return None
+        require(isinstance(self.action_space, spaces.Box), "residual_policy", name,
+                f"None for {type(self).__name__} (its action is not a Box)")
+        fixed = family_of(self.spec_id(self.view)).fixed_policies(self.spec_id(self.view))
+        require(name in fixed, "residual_policy", name, "None or one of " + ", ".join(fixed))
+        return fixed[name].build(self.hetero)
 
     @staticmethod
     def spec_id(view: str) -> str:
@@ -162,6 +173,8 @@ class _HeteroEnv(FLEnv):
         return np.asarray(action)
 
     def _decide(self, pending: HeteroRound, action: np.ndarray) -> HeteroDecision:
+        if self._residual is not None:
+            action = np.clip(self._predict(self._residual, self._observe(pending)) + action, -1.0, 1.0)
         sizes, sigma = self.hetero.decode(action)
         sizes = pending.sizes if sizes is None else sizes
         if sigma is None:

@@ -144,8 +144,9 @@ class HeteroClock:
     def _decide(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sizes, epoch shares and epochs of every copy (``HeteroSpec.decode`` + ``integerize``)."""
         first = self.envs[0]
-        if first.view != "joint" or actions.shape != (len(self.envs), *first.action_space.shape) or \
-                not np.isfinite(actions).all():  # per copy: the one-lever views ask their injected policy
+        if first.view != "joint" or first._residual is not None or \
+                actions.shape != (len(self.envs), *first.action_space.shape) or not np.isfinite(actions).all():
+            # per copy: the one-lever views ask their injected policy, a residual action its base policy
             decisions = [env._decide(env._pending, env._check_action(a)) for env, a in zip(self.envs, actions,
                                                                                           strict=True)]
             return (np.stack([d.sizes for d in decisions]), np.stack([d.sigma for d in decisions]),

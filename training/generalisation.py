@@ -1,0 +1,117 @@
+"""``fl-gym generalise``: policies on scenarios no agent trained on, against a reference policy.
+
+An agent trained with ``randomize_scenario=True`` draws each episode's federation from a 63-bit
+seed its episode seed gives; the default held-out scenario seeds (:data:`HELD_OUT`) are small
+integers it does not draw (and not ``0``, the training envs' unused first scenario). Each
+policy plays the same evaluation seeds on every held-out scenario, as ``fl-gym compare`` plays
+them, and on each zero-shot variant (other env arguments, e.g. a larger preset) of the same
+scenarios. The table gives each metric's mean over scenarios and its ratio to the reference
+policy: the mean and the worst of the per-scenario ratios, so one bad federation is not hidden
+by good ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fl_gym.atomic import write_json, write_text
+from fl_gym.training.compare import DEFAULT_SEEDS, compare
+from fl_gym.validation import require
+
+HELD_OUT = (4242, 123, 777, 2024, 31337)
+METRICS = ("straggling_latency", "sim_time", "return")
+
+
+def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[int] = HELD_OUT,
+                   variants: Mapping[str, Mapping[str, Any]] | None = None, seeds: Sequence[int] = DEFAULT_SEEDS,
+                   env_kwargs: Mapping[str, Any] | None = None, reference: str = "oracle",
+                   metrics: Sequence[str] = METRICS, out_dir: str | Path | None = None,
+                   progress: bool = True) -> dict[str, Any]:
+    """Every policy on every (variant, held-out scenario); per-scenario means and the summary.
+
+    Args:
+        env_id: the env every policy plays.
+        specs: policy specs, as ``fl-gym compare`` takes them.
+        scenario_seeds: the held-out scenarios.
+        variants: name -> env arguments on top of ``env_kwargs``; default one, ``held-out``, with none.
+        seeds: evaluation seeds, played on every scenario.
+        env_kwargs: env arguments of every episode.
+        reference: the spec whose metrics the ratios divide by (one of ``specs``).
+        metrics: summary keys of ``fl-gym compare`` to tabulate.
+        out_dir: where ``results.json`` and ``results.md`` go (None: nowhere).
+        progress: print each scenario as it starts.
+    """
+    require(reference in specs, "reference", reference, f"one of the policies {list(specs)}")
+    require(len(scenario_seeds) >= 1, "scenario_seeds", list(scenario_seeds), "at least one scenario seed")
+    variants = variants or {"held-out": {}}
+    rows = []
+    for name, extra in variants.items():
+        for scenario in scenario_seeds:
+            if progress:
+                print(f"{name}, scenario_seed={scenario}", flush=True)
+            run = compare(env_id, list(specs), tuple(seeds), {**(env_kwargs or {}), **extra, "scenario_seed": scenario},
+                          progress=False)
+            for label, stats in run["summary"].items():
+                missing = [m for m in metrics if m not in stats]
+                require(not missing, "metrics", list(metrics), f"keys the env reports (not {missing})")
+                rows.append({"variant": name, "scenario_seed": scenario, "policy": label,
+                             **{m: stats[m][0] for m in metrics}})
+    results = {"env_id": env_id, "env_kwargs": dict(env_kwargs or {}), "variants": {k: dict(v) for k, v in
+               variants.items()}, "scenario_seeds": list(scenario_seeds), "seeds": list(seeds),
+               "reference": reference, "metrics": list(metrics), "rows": rows,
+               "summary": summarise(rows, reference, metrics)}
+    if out_dir is not None:
+        out = Path(out_dir)
+        write_json(out / "results.json", results)
+        write_text(out / "results.md", f"# {env_id}: policies on held-out scenarios\n\n" + markdown(results))
+    return results
+
+
+def summarise(rows: list[dict[str, Any]], reference: str, metrics: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per variant and policy: each metric's mean over scenarios, and the mean and worst ratio to ``reference``.
+
+    A ratio exists where every policy's value is >= 0 and the reference's > 0 (times, latencies).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        mine = [r for r in rows if r["variant"] == variant]
+        ref = {r["scenario_seed"]: r for r in mine if r["policy"] == reference}
+        table = out.setdefault(variant, {})
+        for policy in dict.fromkeys(r["policy"] for r in mine):
+            theirs = [r for r in mine if r["policy"] == policy]
+            entry = table.setdefault(policy, {})
+            for m in metrics:
+                values = np.array([r[m] for r in theirs])
+                base = np.array([ref[r["scenario_seed"]][m] for r in theirs])
+                ratio = values / base if (base > 0).all() and all(r[m] >= 0 for r in mine) else None
+                entry[m] = {"mean": float(values.mean()),
+                            "ratio": None if ratio is None else float(ratio.mean()),
+                            "worst_ratio": None if ratio is None else float(ratio.max())}
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """One table per variant: each metric's mean over scenarios, x reference (mean, worst scenario)."""
+    metrics, ref = results["metrics"], results["reference"]
+    head = " | ".join(f"{m} | x {ref} (mean, worst)" for m in metrics)
+    parts = []
+    for variant, table in results["summary"].items():
+        kwargs = results["variants"][variant]
+        named = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+        title = f"## {variant}" + (f" ({named})" if named and named != variant else "")
+        lines = [title, "", f"| policy | {head} |", "|---" * (1 + 2 * len(metrics)) + "|"]
+        for policy, entry in table.items():
+            cells = []
+            for m in metrics:
+                e = entry[m]
+                ratio = "-" if e["ratio"] is None else f"{e['ratio']:.3f}, {e['worst_ratio']:.3f}"
+                cells += [f"{e['mean']:.4g}", ratio]
+            lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines))
+    footer = (f"\nScenario seeds {results['scenario_seeds']}, evaluation seeds {results['seeds']}; means over "
+              "scenarios of each scenario's mean over seeds.\n")
+    return "\n\n".join(parts) + "\n" + footer
