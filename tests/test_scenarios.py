@@ -52,23 +52,31 @@ def test_a_randomised_episode_steps_through_its_own_clients():
             assert info["clients"].max() < k_all and len(info["clients"]) == 6
 
 
-def test_training_families_randomise_with_their_client_count_fixed():
-    env = gym.make("FLAggregate-v0", randomize_scenario=True)
-    env.reset(seed=0)
-    speeds = env.unwrapped.federation.profiles.speed.copy()
-    obs, *_ = env.step(env.action_space.sample())
-    env.reset(seed=1)
-    assert obs.shape == env.observation_space.shape
-    assert not np.array_equal(speeds, env.unwrapped.federation.profiles.speed)
+@pytest.mark.parametrize("env_id,span", [("FLAggregate-v0", None), ("FLLearningRate-v0", (6, 9)),
+                                          ("FLSelect-v0", (14, 22))])
+def test_training_families_randomise_their_scenario_and_where_allowed_their_client_count(env_id, span):
+    env = gym.make(env_id, randomize_scenario=True, num_clients_range=span, rounds_per_episode=2)
+    counts, speeds = set(), []
+    for seed in range(4):
+        env.reset(seed=seed)
+        fed = env.unwrapped.federation
+        counts.add(fed.num_clients)
+        speeds.append(fed.profiles.speed.tolist())
+        obs, *_ = env.step(env.action_space.sample())
+        assert obs.shape == env.observation_space.shape
+    assert len({str(s) for s in speeds}) == 4
+    assert len(counts) > 1 if span else counts == {env.unwrapped.config.scenario.num_clients}
 
 
-K_DEPENDENT = [i for i in env_ids() if not gym.spec(i).entry_point.split(":")[-1].startswith("FLHetero")]
+K_DEPENDENT = [i for i in env_ids() if not gym.spec(i).entry_point.endswith(("FLHeteroEnv", "FLHeteroAllocEnv",
+                                                                            "FLHeteroIntensityEnv", "FLSelectEnv",
+                                                                            "FLLearningRateEnv"))]
 
 
 @pytest.mark.parametrize("env_id", K_DEPENDENT)
 def test_families_whose_spaces_depend_on_k_refuse_a_client_count_range(env_id):
     with pytest.raises(ValueError, match="num_clients_range"):
-        gym.make(env_id, randomize_scenario=True, num_clients_range=(4, 6))
+        gym.make(env_id, randomize_scenario=True, num_clients_range=(10, 12))
 
 
 @pytest.mark.parametrize("kwargs,name", [

@@ -136,7 +136,7 @@ def cmd_generalise(args: argparse.Namespace) -> int:
 
     _threads(args.threads)
     specs = [s for s in re.split(r",(?![^\[]*\])", args.policies) if s]
-    variants = {"held-out": {}, **{kv: parse_kv([kv], "--zero-shot") for kv in args.zero_shot or []}}
+    variants = {"held-out": {}, **{v: parse_kv(v.split(","), "--zero-shot") for v in args.zero_shot or []}}
     out = Path(args.out or Path(args.runs_dir) / args.env_id / f"generalise-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     scenarios = parse_ints(args.scenario_seeds) if args.scenario_seeds else HELD_OUT
     metrics = [m for m in args.metrics.split(",") if m] if args.metrics else METRICS
@@ -301,8 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", default="oracle", help="the policy the ratios divide by (one of --policies)")
     p.add_argument("--scenario-seeds", default=None, help="held-out scenario seeds (default: 5 that "
                    "randomised training never draws, training/generalisation.py)")
-    p.add_argument("--zero-shot", nargs="*", metavar="K=V", help="variants played on the same scenarios, one "
-                   "env argument each (e.g. preset=scale20)")
+    p.add_argument("--zero-shot", nargs="*", metavar="K=V[,K=V]", help="variants played on the same scenarios, "
+                   "each one or more env arguments (e.g. preset=scale20 preset=scale100,min_size=5)")
     p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds")
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
     p.add_argument("--metrics", default=None, help="info keys to tabulate, comma-separated (default: "

@@ -54,9 +54,9 @@ class RateConfig(LearningConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        n = self.scenario.num_clients
+        n = self.scenario.client_counts()[0]
         require(is_int_at_least(self.clients_per_round, 1) and self.clients_per_round <= n, "clients_per_round",
-                self.clients_per_round, f"an integer in [1, num_clients={n}]")
+                self.clients_per_round, f"an integer in [1, fewest clients={n}]")
         require_choice("action_mode", self.action_mode, ACTION_MODES)
         require(is_positive(self.lr_min), "lr_min", self.lr_min, "a float > 0")
         require(is_positive(self.lr_max) and self.lr_max > self.lr_min, "lr_max", self.lr_max,

@@ -114,6 +114,7 @@ class FLLearningRateEnv(TargetRewardEnv):
     """
 
     family = "rates"
+    any_client_count = True  # rows and rates cover the round's m sampled clients, not all K
     config_class = RateConfig
     config: RateConfig
 

@@ -70,9 +70,9 @@ class SelectionConfig(PresetConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        n = self.scenario.num_clients
+        n = self.scenario.client_counts()[0]
         require(is_int_at_least(self.clients_per_round, 1) and self.clients_per_round <= n, "clients_per_round",
-                self.clients_per_round, f"an integer in [1, num_clients={n}]")
+                self.clients_per_round, f"an integer in [1, fewest clients={n}]")
         require(0 <= self.p_positive <= 1, "p_positive", self.p_positive, "a float in [0, 1]")
         require_choice("local_algorithm", self.local_algorithm, LOCAL_ALGORITHMS)
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")

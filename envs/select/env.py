@@ -185,6 +185,7 @@ class FLSelectEnv(_SelectionEnv):
     ((76,), MultiBinary(5))
     """
 
+    any_client_count = True  # rows and bits cover the round's m candidates, not all K
     config_class = SelectConfig
     config: SelectConfig
 
