@@ -155,7 +155,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Start an episode: fresh models and dynamics, same scenario; observe round 1."""
+        """Start an episode: fresh models and dynamics, same scenario (unless randomised); observe round 1."""
         super().reset(seed=seed)
         if self.config.scenario.randomize_scenario:
             self._draw_scenario(int(self.np_random.integers(2**63 - 1)))
