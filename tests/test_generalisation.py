@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import gymnasium as gym
 import pytest
+from stable_baselines3 import PPO
 
 from fl_gym.training.cli import main
 from fl_gym.training.compare import compare
-from fl_gym.training.generalisation import generalisation, summarise
+from fl_gym.training.generalisation import generalisation, markdown, summarise
 
 
 def test_ratios_are_per_scenario_then_averaged_and_the_worst_is_kept():
@@ -56,3 +58,13 @@ def test_a_set_agent_trained_on_randomised_scenarios_is_evaluated_on_held_out_on
     for variant in ("held-out", "scale20"):
         agent = results["summary"][variant]["ppo:r"]
         assert agent["sim_time"]["mean"] > 0 and agent["straggling_latency"]["ratio"] is not None
+
+
+def test_a_flat_agent_is_listed_as_unable_on_another_client_count(tmp_path):
+    PPO("MlpPolicy", gym.make("FLHetero-v0"), n_steps=16, batch_size=16).save(tmp_path / "flat.zip")
+    results = generalisation("FLHetero-v0", ["oracle", f"ppo:{tmp_path / 'flat.zip'}"], (9,),
+                             {"held-out": {}, "big": {"preset": "scale20"}}, seeds=(1,),
+                             env_kwargs={"rounds_per_episode": 2}, progress=False)
+    assert "ppo:flat" in results["summary"]["held-out"] and "ppo:flat" not in results["summary"]["big"]
+    assert "observation shape" in results["unable"]["big"]["ppo:flat"]
+    assert "| ppo:flat | cannot act:" in markdown(results)

@@ -311,3 +311,15 @@ def test_a_bad_residual_policy_is_named(kwargs):
 def test_the_categorical_view_has_no_residual_action():
     with pytest.raises(ValueError, match="residual_policy"):
         gym.make("FLHeteroAlloc-v0", residual_policy="oracle")
+
+
+@pytest.mark.parametrize("preset,catalogue", [("paper10", [4.5 / 14, 1.0, 1.0]),
+                                              ("scale20", [4.5 / 14, 8.5 / 14, 1.0])])
+def test_the_catalogue_observation_adds_what_each_ordinal_size_costs(preset, catalogue):
+    """M(s) = (c(s) + c(lite)) / c(lite): small 4.5, medium 8.5, large 14, over the large's."""
+    paper, env = gym.make("FLHetero-v0", preset=preset), gym.make("FLHetero-v0", preset=preset, obs_mode="catalogue")
+    obs, k = env.reset(seed=2)[0], env.unwrapped.k
+    np.testing.assert_array_equal(obs[:k], paper.reset(seed=2)[0])
+    np.testing.assert_allclose(obs[k:], catalogue, rtol=1e-6)
+    assert env.observation_space.shape == (k + 3,) and env.observation_space.contains(obs)
+    assert env.unwrapped.client_rows.globals == 3

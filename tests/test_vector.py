@@ -8,6 +8,7 @@ import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import fl_gym
+from fl_gym.envs.hetero.config import OBS_MODES
 from fl_gym.envs.registry import env_ids, family_of
 
 IDS = env_ids()
@@ -216,7 +217,7 @@ def test_evaluation_runs_the_seeds_side_by_side_as_their_solo_episodes():
 TIMING = [env_id for env_id in IDS if family_of(env_id).vector_clock]
 
 
-@pytest.mark.parametrize("env_id,kwargs", [(i, {"obs_mode": m}) for i in TIMING for m in ("paper", "extended")]
+@pytest.mark.parametrize("env_id,kwargs", [(i, {"obs_mode": m}) for i in TIMING for m in OBS_MODES]
                          + [(TIMING[0], {"randomize_scenario": True}), (TIMING[0], {"residual_policy": "oracle"})])
 def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     """The family's vector clock plays every copy's step as arrays; observations, rewards and

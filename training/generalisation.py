@@ -7,7 +7,8 @@ policy plays the same evaluation seeds on every held-out scenario, as ``fl-gym c
 them, and on each zero-shot variant (other env arguments, e.g. a larger preset) of the same
 scenarios. The table gives each metric's mean over scenarios and its ratio to the reference
 policy: the mean and the worst of the per-scenario ratios, so one bad federation is not hidden
-by good ones.
+by good ones. A policy that cannot act on a variant (a flat network on another client count) is
+listed as such.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fl_gym.atomic import write_json, write_text
-from fl_gym.training.compare import DEFAULT_SEEDS, compare
+from fl_gym.training.compare import DEFAULT_SEEDS, compare, policy_spec
 from fl_gym.validation import require
 
 HELD_OUT = (4242, 123, 777, 2024, 31337)
@@ -48,14 +49,21 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
     require(reference in specs, "reference", reference, f"one of the policies {list(specs)}")
     require(len(scenario_seeds) >= 1, "scenario_seeds", list(scenario_seeds), "at least one scenario seed")
     variants = variants or {"held-out": {}}
-    rows = []
+    rows: list[dict[str, Any]] = []
+    unable: dict[str, dict[str, str]] = {}  # variant -> policy -> why it cannot act there
     for name, extra in variants.items():
-        for scenario in scenario_seeds:
-            if progress:
-                print(f"{name}, scenario_seed={scenario}", flush=True)
-            run = compare(env_id, list(specs), tuple(seeds), {**(env_kwargs or {}), **extra, "scenario_seed": scenario},
-                          progress=False)
-            for label, stats in run["summary"].items():
+        for spec in specs:
+            label = policy_spec(spec, env_id, tuple(seeds)).label
+            for scenario in scenario_seeds:
+                if progress:
+                    print(f"{name}, {label}, scenario_seed={scenario}", flush=True)
+                kwargs = {**(env_kwargs or {}), **extra, "scenario_seed": scenario}
+                try:
+                    stats = compare(env_id, [spec], tuple(seeds), kwargs, progress=False)["summary"][label]
+                except ValueError as exc:  # e.g. a flat agent on another client count
+                    require(spec != reference, "reference", reference, f"a policy that acts on {name} ({exc})")
+                    unable.setdefault(name, {})[label] = str(exc).splitlines()[0]
+                    break
                 missing = [m for m in metrics if m not in stats]
                 require(not missing, "metrics", list(metrics), f"keys the env reports (not {missing})")
                 rows.append({"variant": name, "scenario_seed": scenario, "policy": label,
@@ -63,7 +71,7 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
     results = {"env_id": env_id, "env_kwargs": dict(env_kwargs or {}), "variants": {k: dict(v) for k, v in
                variants.items()}, "scenario_seeds": list(scenario_seeds), "seeds": list(seeds),
                "reference": reference, "metrics": list(metrics), "rows": rows,
-               "summary": summarise(rows, reference, metrics)}
+               "summary": summarise(rows, reference, metrics), "unable": unable}
     if out_dir is not None:
         out = Path(out_dir)
         write_json(out / "results.json", results)
@@ -111,6 +119,7 @@ def markdown(results: dict[str, Any]) -> str:
                 ratio = "-" if e["ratio"] is None else f"{e['ratio']:.3f}, {e['worst_ratio']:.3f}"
                 cells += [f"{e['mean']:.4g}", ratio]
             lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+        lines += [f"| {policy} | cannot act: {why} |" for policy, why in results["unable"].get(variant, {}).items()]
         parts.append("\n".join(lines))
     footer = (f"\nScenario seeds {results['scenario_seeds']}, evaluation seeds {results['seeds']}; means over "
               "scenarios of each scenario's mean over seeds.\n")

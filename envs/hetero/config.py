@@ -39,6 +39,7 @@ SIZE_NAMES = {2: ("small", "large"), 3: ("small", "medium", "large")}
 DEFAULT_COSTS = {"lite": 1.0, "small": 3.5, "medium": 7.5, "large": 13.0}
 ALGORITHMS = ("hapfl", "fedavg", "fedprox", "pfedme")
 REWARD_MODES = ("joint", "r1", "r2", "neg_round_time")
+OBS_MODES = ("paper", "extended", "catalogue")
 SCENARIO_DEFAULTS = dict(alpha=0.4, seconds_per_unit=5e-4, lr=3e-4, batch_size=64, optimizer="adam")
 
 
@@ -66,8 +67,11 @@ class HeteroConfig(EnvConfig):
             ``neg_round_time``. The one-lever views have one reward each (``r1`` for
             ``FLHeteroAlloc-v0``, ``r2`` for ``FLHeteroIntensity-v0``) and reject any other.
         reward_weights: ``(w1, w2)`` of the joint reward.
-        obs_mode: ``"paper"`` (``k`` speed ratios) or ``"extended"`` (adds data size, label
-            entropy and previous size per slot: ``4k``).
+        obs_mode: ``"paper"`` (``k`` speed ratios), ``"extended"`` (adds data size, label
+            entropy and previous size per slot: ``4k``) or ``"catalogue"`` (the paper's ``k``, then
+            the size catalogue: the cost ``M`` of the size the ordinal size action picks at 1/6,
+            1/2 and 5/6 of its range, over the largest size's, so an agent sees what a size
+            costs in any catalogue: ``k + 3``).
         residual_policy: a fixed policy's name (``oracle``, ``inverse``, ...): the agent's action
             is a correction added to that policy's action (clipped to ``[-1, 1]``) instead of the
             action itself (Box views only; ours, not the paper's).
@@ -127,7 +131,7 @@ class HeteroConfig(EnvConfig):
                 "None or one of " + ", ".join(map(repr, REWARD_MODES)))
         require(len(self.reward_weights) == 2 and all(map(is_non_negative, self.reward_weights)), "reward_weights",
                 self.reward_weights, "two floats >= 0")
-        require_choice("obs_mode", self.obs_mode, ("paper", "extended"))
+        require_choice("obs_mode", self.obs_mode, OBS_MODES)
         require(self.residual_policy is None or isinstance(self.residual_policy, str), "residual_policy",
                 self.residual_policy, "None or a fixed policy's name")
         require(self.target_accuracy is None or 0 < self.target_accuracy <= 1, "target_accuracy",

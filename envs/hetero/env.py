@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -32,11 +32,13 @@ from gymnasium import spaces
 
 from fl_gym.clock import RoundLoad
 from fl_gym.envs.base import ClientRows, FLEnv, Predictor
-from fl_gym.envs.hetero.actions import HeteroSpec, integerize
+from fl_gym.envs.hetero.actions import HeteroSpec, integerize, size_bins
 from fl_gym.envs.hetero.config import HeteroConfig
 from fl_gym.envs.registry import family_of
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
 from fl_gym.validation import require
+
+CATALOGUE_PROBES = np.array([-2.0 / 3.0, 0.0, 2.0 / 3.0])  # the ordinal size action at 1/6, 1/2, 5/6 of its range
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,11 @@ class _HeteroEnv(FLEnv):
         lite_epoch = fed.clock.epoch_time(fed.sizes, fed.probe_cost, RoundLoad.still(fed.num_clients))
         self.t_scale = cfg.local_epochs * self.time_ratio[-1] * float(np.median(lite_epoch))
         self._extras = np.stack([fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)])
-        self.client_rows = ClientRows(1 if cfg.obs_mode == "paper" else 4, feature_major=True)
-        self.observation_space = spaces.Box(0.0, 1.0, (self.client_rows.width * self.k,), np.float32)
+        self._catalogue = self.time_ratio[size_bins(CATALOGUE_PROBES, self.num_sizes)] / self.time_ratio[-1]
+        rows = {"paper": ClientRows(1), "extended": ClientRows(4), "catalogue": ClientRows(1, len(CATALOGUE_PROBES))}
+        self.client_rows = replace(rows[cfg.obs_mode], feature_major=True)
+        width = self.client_rows.width * self.k + self.client_rows.globals
+        self.observation_space = spaces.Box(0.0, 1.0, (width,), np.float32)
         self.action_space = self._action_space()
         self._allocation = self._inner("alloc")
         self._intensity = self._inner("intensity")
@@ -161,8 +166,8 @@ class _HeteroEnv(FLEnv):
 
     def _features(self, pending: HeteroRound, ratio: np.ndarray) -> np.ndarray:
         """``1 / ratio`` per slot (and, extended, size, label entropy and previous size)."""
-        if self.config.obs_mode == "paper":
-            return (1.0 / ratio).astype(np.float32)
+        if self.config.obs_mode != "extended":
+            return np.concatenate([1.0 / ratio, self._catalogue[: self.client_rows.globals]]).astype(np.float32)
         slots = pending.slots
         prev = (self._prev_size[slots] + 1) / self.num_sizes
         return np.concatenate([1.0 / ratio, self._extras[0, slots], self._extras[1, slots], prev]).astype(np.float32)

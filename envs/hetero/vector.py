@@ -226,8 +226,9 @@ class HeteroClock:
         ratio = self.s1
         if first.view == "intensity":
             ratio = first.time_ratio[np.stack([env._pending.sizes for env in self.envs])] * self.s1
-        if first.config.obs_mode == "paper":
-            return (1.0 / ratio).astype(np.float32)
+        if first.config.obs_mode != "extended":
+            catalogue = np.tile(first._catalogue[: first.client_rows.globals], (len(self.envs), 1))
+            return np.concatenate([1.0 / ratio, catalogue], axis=1).astype(np.float32)
         prev = (np.stack([env._prev_size for env in self.envs])[self.rows, self.slots] + 1) / first.num_sizes
         extras = self.extras[self.rows[:, :, None], np.arange(2)[None, :, None], self.slots[:, None, :]]
         return np.concatenate([1.0 / ratio, extras[:, 0], extras[:, 1], prev], axis=1).astype(np.float32)
