@@ -13,13 +13,14 @@ from fl_gym.training.compare import compare
 from fl_gym.training.generalisation import generalisation, markdown, summarise
 
 
-def test_ratios_are_per_scenario_then_averaged_and_the_worst_is_kept():
+def test_ratios_are_per_scenario_then_averaged_with_their_range():
     measured = [(1, "ref", 10.0, -1.0), (1, "a", 12.0, 2.0), (2, "ref", 20.0, -3.0), (2, "a", 20.0, 1.0)]
     rows = [{"variant": "v", "scenario_seed": s, "policy": p, "t": t, "r": r} for s, p, t, r in measured]
     table = summarise(rows, "ref", ["t", "r"])["v"]
-    assert table["a"]["t"] == {"mean": 16.0, "ratio": pytest.approx((1.2 + 1.0) / 2), "worst_ratio": 1.2}
+    assert table["a"]["t"] == {"mean": 16.0, "ratio": pytest.approx((1.2 + 1.0) / 2), "min_ratio": 1.0,
+                               "max_ratio": 1.2}
     assert table["ref"]["t"]["ratio"] == 1.0
-    assert table["a"]["r"] == {"mean": 1.5, "ratio": None, "worst_ratio": None}  # a return has no ratio
+    assert table["a"]["r"] == {"mean": 1.5, "ratio": None, "min_ratio": None, "max_ratio": None}  # a return: no ratio
 
 
 def test_each_scenario_row_is_what_compare_measures_there():

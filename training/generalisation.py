@@ -80,7 +80,7 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
 
 
 def summarise(rows: list[dict[str, Any]], reference: str, metrics: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Per variant and policy: each metric's mean over scenarios, and the mean and worst ratio to ``reference``.
+    """Per variant and policy: each metric's mean over scenarios, and the mean, min and max ratio to ``reference``.
 
     A ratio exists where every policy's value is >= 0 and the reference's > 0 (times, latencies).
     """
@@ -96,16 +96,17 @@ def summarise(rows: list[dict[str, Any]], reference: str, metrics: Sequence[str]
                 values = np.array([r[m] for r in theirs])
                 base = np.array([ref[r["scenario_seed"]][m] for r in theirs])
                 ratio = values / base if (base > 0).all() and all(r[m] >= 0 for r in mine) else None
-                entry[m] = {"mean": float(values.mean()),
-                            "ratio": None if ratio is None else float(ratio.mean()),
-                            "worst_ratio": None if ratio is None else float(ratio.max())}
+                entry[m] = {"mean": float(values.mean()), "ratio": None, "min_ratio": None, "max_ratio": None}
+                if ratio is not None:
+                    entry[m].update(ratio=float(ratio.mean()), min_ratio=float(ratio.min()),
+                                    max_ratio=float(ratio.max()))
     return out
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """One table per variant: each metric's mean over scenarios, x reference (mean, worst scenario)."""
+    """One table per variant: each metric's mean over scenarios, x reference (mean, and min-max over scenarios)."""
     metrics, ref = results["metrics"], results["reference"]
-    head = " | ".join(f"{m} | x {ref} (mean, worst)" for m in metrics)
+    head = " | ".join(f"{m} | x {ref} (mean, min-max)" for m in metrics)
     parts = []
     for variant, table in results["summary"].items():
         kwargs = results["variants"][variant]
@@ -116,7 +117,7 @@ def markdown(results: dict[str, Any]) -> str:
             cells = []
             for m in metrics:
                 e = entry[m]
-                ratio = "-" if e["ratio"] is None else f"{e['ratio']:.3f}, {e['worst_ratio']:.3f}"
+                ratio = "-" if e["ratio"] is None else f"{e['ratio']:.3f}, {e['min_ratio']:.3f}-{e['max_ratio']:.3f}"
                 cells += [f"{e['mean']:.4g}", ratio]
             lines.append(f"| {policy} | " + " | ".join(cells) + " |")
         lines += [f"| {policy} | cannot act: {why} |" for policy, why in results["unable"].get(variant, {}).items()]
