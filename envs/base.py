@@ -67,8 +67,8 @@ class ClientRows:
     The observation is ``rows * width`` client features, then ``globals`` features of the round;
     the number of rows follows from the observation's length, so one policy reads any client
     count. Box actions that are per client are laid out value by value (every client's first
-    value, then every client's second, as HAPFL's sizes then epoch logits); categorical actions
-    client by client (as SB3 splits a ``MultiDiscrete``).
+    value, then every client's second: e.g. all sizes, then all epoch shares); categorical
+    actions client by client (as SB3 splits a ``MultiDiscrete``).
 
     Attributes:
         width: features per client row.
