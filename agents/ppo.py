@@ -47,17 +47,19 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-VEC_ENVS = ("dummy", "subproc", "batched")
+VEC_ENVS = ("dummy", "subproc", "batched", "ray")
 
 
 def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str = "dummy",
              env_kwargs: dict[str, Any] | None = None, monitor_dir: str | Path | None = None,
-             workers: int | None = None) -> VecEnv:
+             workers: int | None = None, ray_address: str | None = None) -> VecEnv:
     """``n_envs`` copies of ``env_id``, each in a ``Monitor``, in a vector env of kind ``vec_env``.
 
-    ``vec_env``: ``dummy`` (SB3's, one after the other), ``subproc`` (SB3's, one process each) or
+    ``vec_env``: ``dummy`` (SB3's, one after the other), ``subproc`` (SB3's, one process each),
     ``batched`` (:func:`~fl_gym.envs.vectorize.batched_vec_env`: the copies' rounds as one engine
-    call, in ``workers`` processes, None = one per core with at least 8 copies each).
+    call, in ``workers`` processes, None = one per core with at least 8 copies each) or ``ray``
+    (the same shards as Ray actors, :class:`~fl_gym.integrations.ray.RayVecEnv`, Ray started at
+    ``ray_address`` if it is not running; needs ``fl-gym[ray]``).
     Copy ``i`` is seeded ``seed + i`` on its first reset; with ``monitor_dir`` each writes
     ``<monitor_dir>/<i>.monitor.csv``.
     """
@@ -78,6 +80,10 @@ def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str
     fns = [factory(i) for i in range(n_envs)]
     if vec_env == "batched":
         venv = batched_vec_env(fns, workers)
+    elif vec_env == "ray":
+        from fl_gym.integrations.ray import RayVecEnv  # optional: fl-gym[ray]
+
+        venv = RayVecEnv(fns, workers, address=ray_address)
     else:
         venv = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv}[vec_env](fns)
     if seed is not None:

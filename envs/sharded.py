@@ -28,35 +28,71 @@ from fl_gym.envs.vector import BatchedVecEnv
 from fl_gym.validation import is_int_at_least, require
 
 
+class ShardServer:
+    """A shard's :class:`BatchedVecEnv`, answering ``(method, args, kwargs)`` calls with ``(ok, value)``.
+
+    It runs in a worker process here, or in another transport's worker (a Ray actor,
+    :mod:`fl_gym.integrations.ray`); a call that raises answers ``(False, exception)``.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], threads: int) -> None:
+        torch.set_num_threads(threads)
+        self.vec = BatchedVecEnv(env_fns)
+
+    def handle(self, method: str, args: tuple, kwargs: dict[str, Any]) -> tuple[bool, Any]:
+        """The reply to one call."""
+        try:
+            return True, self._call(method, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller
+            return False, exc
+
+    def _call(self, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        vec = self.vec
+        if method == "spaces":
+            return vec.observation_space, vec.action_space
+        if method == "reset":
+            vec._seeds, vec._options = args  # the caller's seeds and options of this shard's copies
+            return vec.reset(), vec.reset_infos
+        if method == "step":
+            return (*vec.step(*args), vec.reset_infos)
+        return getattr(vec, method)(*args, **kwargs)
+
+
 def _serve(remote: Connection, parent: Connection, env_fns: CloudpickleWrapper, threads: int) -> None:
-    """A worker: build the shard's ``BatchedVecEnv``, then answer ``(method, args, kwargs)`` calls until closed."""
+    """A worker process: a :class:`ShardServer` answering calls from the pipe until ``close``."""
     parent.close()
-    torch.set_num_threads(threads)
-    vec = BatchedVecEnv(env_fns.var)
+    server = ShardServer(env_fns.var, threads)
     while True:
         try:
             method, args, kwargs = remote.recv()
         except (EOFError, KeyboardInterrupt):
             break
+        remote.send(server.handle(method, args, kwargs))
         if method == "close":
-            vec.close()
-            remote.send((True, None))
             break
-        try:
-            remote.send((True, _call(vec, method, args, kwargs)))
-        except Exception as exc:  # noqa: BLE001 - re-raised in the parent
-            remote.send((False, exc))
 
 
-def _call(vec: BatchedVecEnv, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
-    if method == "spaces":
-        return vec.observation_space, vec.action_space
-    if method == "reset":
-        vec._seeds, vec._options = args  # the parent's seeds and options of this shard's copies
-        return vec.reset(), vec.reset_infos
-    if method == "step":
-        return (*vec.step(*args), vec.reset_infos)
-    return getattr(vec, method)(*args, **kwargs)
+class ProcessWorker:
+    """The transport to one shard in a worker process: send a call, receive its reply, join."""
+
+    def __init__(self, ctx: Any, env_fns: list[Callable[[], gym.Env]], threads: int) -> None:
+        self.remote, work = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(work, self.remote, CloudpickleWrapper(env_fns), threads),
+                                   daemon=True)
+        self.process.start()
+        work.close()
+
+    def send(self, call: tuple[str, tuple, dict[str, Any]]) -> None:
+        """Start one call."""
+        self.remote.send(call)
+
+    def receive(self) -> tuple[bool, Any]:
+        """The oldest call's reply."""
+        return self.remote.recv()
+
+    def join(self) -> None:
+        """Wait for the worker to end (after ``close``)."""
+        self.process.join()
 
 
 class ShardedVecEnv(VecEnv):
@@ -64,7 +100,8 @@ class ShardedVecEnv(VecEnv):
 
     Args:
         env_fns: one constructor per copy (picklable with cloudpickle).
-        workers: processes, at most one per copy; each gets ``cpu_count // workers`` torch threads.
+        workers: shards (here processes), at most one per copy; each process gets ``cpu_count // workers``
+            torch threads.
         start_method: multiprocessing start method (default ``forkserver`` where available, as SB3).
     """
 
@@ -72,29 +109,24 @@ class ShardedVecEnv(VecEnv):
         n = len(env_fns)
         require(is_int_at_least(workers, 1) and workers <= n, "workers", workers, f"an integer in [1, n_envs={n}]")
         self.shards = [list(s) for s in np.array_split(np.arange(n), workers)]
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        method = start_method or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-        ctx = mp.get_context(method)
-        self.remotes: list[Connection] = []
-        self.processes = []
-        for shard in self.shards:
-            remote, work = ctx.Pipe()
-            fns = CloudpickleWrapper([env_fns[i] for i in shard])
-            process = ctx.Process(target=_serve, args=(work, remote, fns, threads), daemon=True)
-            process.start()
-            work.close()
-            self.remotes.append(remote)
-            self.processes.append(process)
+        self.workers = self._start_workers([[env_fns[i] for i in shard] for shard in self.shards], start_method)
         observation_space, action_space = self._ask(0, "spaces")
         super().__init__(n, observation_space, action_space)
         self.closed = False
 
+    def _start_workers(self, groups: list[list[Callable[[], gym.Env]]], start_method: str | None) -> list[Any]:
+        """One worker per group of constructors (here a process with ``cpu_count // workers`` threads)."""
+        threads = max(1, (os.cpu_count() or 1) // len(groups))
+        method = start_method or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        ctx = mp.get_context(method)
+        return [ProcessWorker(ctx, fns, threads) for fns in groups]
+
     def _send(self, shard: int, method: str, *args: Any, **kwargs: Any) -> None:
-        self.remotes[shard].send((method, args, kwargs))
+        self.workers[shard].send((method, args, kwargs))
 
     def _receive(self, shards: Iterable[int]) -> list[Any]:
         """The replies of ``shards``, in order (all read before a worker's error is raised: no stale reply)."""
-        replies = [self.remotes[s].recv() for s in shards]
+        replies = [self.workers[s].receive() for s in shards]
         for ok, value in replies:
             if not ok:
                 raise value
@@ -166,6 +198,6 @@ class ShardedVecEnv(VecEnv):
             return
         for s in range(len(self.shards)):
             self._ask(s, "close")
-        for process in self.processes:
-            process.join()
+        for worker in self.workers:
+            worker.join()
         self.closed = True

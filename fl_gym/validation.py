@@ -32,3 +32,7 @@ def is_non_negative(x: float) -> bool:
 def is_int_at_least(x: object, low: int) -> bool:
     """True for Python or NumPy integers (not bools) that are >= ``low``."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool) and int(x) >= low
+
+
+class MissingExtraError(ImportError):
+    """An optional extra is not installed; the message says how to install it."""

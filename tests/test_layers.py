@@ -1,4 +1,4 @@
-"""The package's layers import one way: fl_gym <- envs <- baselines, agents <- training."""
+"""The package's layers import one way: fl_gym <- envs <- integrations <- baselines, agents <- training."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-LAYERS = {"fl_gym": 0, "envs": 1, "baselines": 2, "agents": 2, "training": 3}
+LAYERS = {"fl_gym": 0, "envs": 1, "integrations": 2, "baselines": 3, "agents": 3, "training": 4}
 PACKAGES = {"fl_gym.envs": "envs", "fl_gym.baselines": "baselines", "fl_gym.agents": "agents",
-            "fl_gym.training": "training"}
+            "fl_gym.integrations": "integrations", "fl_gym.training": "training"}
 GENERIC = ["fl_gym", "envs/base.py", "envs/registry.py", "envs/scenario.py", "envs/presets.py", "envs/learning.py",
            "envs/vector.py", "agents", "training/cli.py", "training/compare.py", "training/evaluation.py",
            "training/callbacks.py", "training/runs.py", "training/bench.py", "training/plots.py",

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from fl_gym.data.datasets import DatasetNotFoundError
-from fl_gym.validation import is_int_at_least, require
+from fl_gym.validation import MissingExtraError, is_int_at_least, require
 
-USER_ERRORS = (ValueError, FileNotFoundError, DatasetNotFoundError)
+USER_ERRORS = (ValueError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
 
 
 def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
@@ -100,7 +100,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ValueError("train: give an ENV_ID, or --resume RUN_DIR")
         cfg = runs.resolve(args.env_id, args.algo, args.preset, parse_kv(args.hyperparams, "--hyperparams"),
                            parse_kv(args.env_kwargs, "--env-kwargs"), args.seed, args.n_envs, args.vec_env,
-                           args.n_timesteps, args.save_freq, args.tensorboard_log)
+                           args.n_timesteps, args.save_freq, args.tensorboard_log, args.ray_address)
         folder = runs.new_run_dir(cfg, args.runs_dir, args.run_id)
         print(f"run folder: {folder}")
     try:
@@ -267,9 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help="env constructor arguments")
     p.add_argument("--n-timesteps", type=int, default=None, help="default: n_timesteps of the YAML block")
     p.add_argument("--n-envs", type=int, default=None, help="default: n_envs of the YAML block, else 1")
-    p.add_argument("--vec-env", choices=["dummy", "subproc", "batched"], default="batched",
+    p.add_argument("--vec-env", choices=["dummy", "subproc", "batched", "ray"], default="batched",
                    help="batched (default): the copies' FL rounds as one engine call, one worker process per "
-                   "core with >= 8 copies each (fl_gym.make_vec); dummy, subproc: SB3's")
+                   "core with >= 8 copies each (fl_gym.make_vec); ray: the same shards as Ray actors "
+                   "(fl-gym[ray]); dummy, subproc: SB3's")
+    p.add_argument("--ray-address", default=None, help="with --vec-env ray, when no Ray runs yet: local (start one), "
+                   "auto (join a cluster from `ray start --head`), or an address; default: RAY_ADDRESS or local")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-freq", type=int, default=10000, help="checkpoint every this many steps")
     p.add_argument("--tensorboard-log", default=None, help="default: RUN_DIR/tb")

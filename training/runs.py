@@ -49,6 +49,7 @@ class RunConfig:
     seed: int = 0
     n_envs: int = 1
     vec_env: str = "batched"
+    ray_address: str | None = None
     total_timesteps: int = 10000
     save_freq: int = 10000
     tensorboard_log: str | None = None
@@ -57,7 +58,7 @@ class RunConfig:
 def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides: dict[str, Any] | None = None,
             env_kwargs: dict[str, Any] | None = None, seed: int = 0, n_envs: int | None = None,
             vec_env: str = "batched", total_timesteps: int | None = None, save_freq: int = 10000,
-            tensorboard_log: str | None = None) -> RunConfig:
+            tensorboard_log: str | None = None, ray_address: str | None = None) -> RunConfig:
     """Merge the YAML block(s), ``overrides`` and the arguments into a checked :class:`RunConfig`.
 
     Every agent is built once on a probe env here, so a bad hyperparameter value fails before a
@@ -88,8 +89,8 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides
         agents = [(env_id, hyperparams, algo)]
     for target, block, name in agents:
         _probe_agent(target, block, name, env_kwargs or {}, envs)
-    return RunConfig(env_id, algo, preset, hyperparams, dict(env_kwargs or {}), seed, envs, vec_env, steps,
-                     save_freq, tensorboard_log)
+    return RunConfig(env_id, algo, preset, hyperparams, dict(env_kwargs or {}), seed, envs, vec_env, ray_address,
+                     steps, save_freq, tensorboard_log)
 
 
 def _recipe_blocks(blocks: dict[str, dict], overrides: dict[str, Any], total: int | None) -> dict[str, dict]:
@@ -199,7 +200,7 @@ def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, 
     done = checkpoint[1] if checkpoint else 0
     session = len(list((folder / "monitor").glob("s*")))
     monitor = folder / "monitor" / f"s{session}-from{done}"
-    env = make_env(stage.env_id, n_envs, seed + done, cfg.vec_env, env_kwargs, monitor)
+    env = make_env(stage.env_id, n_envs, seed + done, cfg.vec_env, env_kwargs, monitor, ray_address=cfg.ray_address)
     tb = cfg.tensorboard_log or str(folder / "tb")
     if checkpoint:
         say(f"{stage.env_id}: resuming from {checkpoint[0].name}")

@@ -1,0 +1,107 @@
+"""Ray: the vector env's shards as actors equal the process shards; RLlib sees every id. Local Ray, 2 CPUs."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import fl_gym
+from fl_gym.agents.ppo import build_agent, make_env
+from fl_gym.envs.sharded import ShardedVecEnv
+
+ray = pytest.importorskip("ray", reason='Ray is an optional extra: pip install "fl-gym[ray]"')
+from fl_gym.integrations.ray import RayVecEnv, register_rllib  # noqa: E402  (after the skip)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    except Exception as exc:  # noqa: BLE001 - a sandbox without the shared memory Ray needs
+        pytest.skip(f"Ray could not start a local instance here: {exc}")
+    yield
+    ray.shutdown()
+
+
+def _fns(env_id: str, n: int, **kwargs):
+    return [lambda: gym.make(env_id, **kwargs) for _ in range(n)]
+
+
+def _play(vec, steps: int) -> list:
+    vec.seed(3)
+    out = [vec.reset()]
+    rng = np.random.default_rng(0)
+    for _ in range(steps):
+        vec.action_space.seed(int(rng.integers(2**31)))
+        out.append(vec.step(np.stack([vec.action_space.sample() for _ in range(vec.num_envs)])))
+    vec.close()
+    return out
+
+
+def test_actor_shards_play_the_process_shards_episodes_bit_for_bit():
+    kwargs = dict(rounds_per_episode=3)
+    by_ray = _play(RayVecEnv(_fns("FLHetero-v0", 4, **kwargs), workers=2), 7)
+    by_process = _play(ShardedVecEnv(_fns("FLHetero-v0", 4, **kwargs), workers=2), 7)
+    np.testing.assert_array_equal(by_ray[0], by_process[0])
+    for (o, r, d, i), (o2, r2, d2, i2) in zip(by_ray[1:], by_process[1:], strict=True):
+        np.testing.assert_array_equal(o, o2)
+        np.testing.assert_array_equal(r, r2)
+        np.testing.assert_array_equal(d, d2)
+        assert [x["round"] for x in i] == [x["round"] for x in i2]
+    assert any(d.any() for _, _, d, _ in by_ray[1:])  # the copies auto-reset in their actors
+
+
+def test_the_vec_env_contract_and_worker_errors_cross_the_actors():
+    vec = RayVecEnv(_fns("FLHeteroAlloc-v0", 3), workers=2)
+    vec.reset()
+    assert vec.get_attr("k") == [6, 6, 6] and len(vec.env_method("action_masks", indices=[2])[0]) == 12
+    vec.set_attr("marker", 5, indices=[0])
+    assert vec.get_attr("marker", indices=[0]) == [5]
+    with pytest.raises(ValueError, match="action"):
+        vec.step(np.full((3, 7), 9))
+    vec.close()
+
+
+def test_ppo_trains_on_ray_actors_through_make_env():
+    venv = make_env("FLHetero-v0", 2, seed=0, vec_env="ray", workers=2)
+    model = build_agent(venv, {"n_steps": 16, "batch_size": 16, "n_epochs": 1}, seed=0)
+    model.learn(32)
+    assert model.num_timesteps == 32
+    venv.close()
+
+
+@pytest.mark.parametrize("kwargs,name", [(dict(num_cpus_per_worker=0), "num_cpus_per_worker"),
+                                         (dict(num_gpus_per_worker=-1), "num_gpus_per_worker"),
+                                         (dict(workers=5), "workers")])
+def test_bad_ray_arguments_name_the_parameter(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        RayVecEnv(_fns("FLHetero-v0", 2), **kwargs)
+
+
+def test_every_id_is_registered_for_rllib_and_built_from_env_config_alone():
+    pytest.importorskip("ray.tune", reason="RLlib's registry comes with ray[tune]")
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    ids = register_rllib()
+    assert ids == fl_gym.envs.registry.env_ids()
+    env = _global_registry.get(ENV_CREATOR, "FLHetero-v0")({"preset": "scale20"})
+    assert env.observation_space.shape == (12,)
+    with pytest.raises(ValueError, match="ids"):
+        register_rllib(["CartPole-v1"])
+
+
+def test_rllib_ppo_runs_two_iterations_on_a_registered_id():
+    pytest.importorskip("ray.rllib", reason='RLlib is an optional extra: pip install "fl-gym[rllib]"')
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    register_rllib(["FLHetero-v0"])
+    config = (PPOConfig().environment("FLHetero-v0", env_config={"rounds_per_episode": 10})
+              .env_runners(num_env_runners=1, rollout_fragment_length=64)
+              .training(train_batch_size_per_learner=128, minibatch_size=64, num_epochs=1))
+    algo = config.build_algo()
+    try:
+        sampled = [algo.train()["env_runners"]["num_env_steps_sampled_lifetime"] for _ in range(2)]
+    finally:
+        algo.stop()
+    assert sampled == [128, 256]
