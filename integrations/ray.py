@@ -99,11 +99,16 @@ class RayVecEnv(ShardedVecEnv):
 def register_rllib(ids: Sequence[str] | None = None) -> list[str]:
     """Register fl-gym ids (default: every one) with ``ray.tune.register_env``; returns the ids.
 
+    Needs ``fl-gym[rllib]``.
+
     The creator builds ``gym.make(id, **env_config)`` on whichever worker asks, importing fl-gym
     there first, so ``config.environment("FLHetero-v0", env_config={"preset": "scale20"})`` works
     on a remote worker without any set-up of its own.
     """
-    tune = importlib.import_module("ray.tune")
+    try:
+        tune = importlib.import_module("ray.tune")
+    except ImportError as exc:
+        raise MissingExtraError('RLlib is not installed; pip install "fl-gym[rllib]"') from exc
     chosen = list(ids or env_ids())
     known = set(env_ids())
     for env_id in chosen:

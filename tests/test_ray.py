@@ -13,6 +13,8 @@ from fl_gym.envs.sharded import ShardedVecEnv
 ray = pytest.importorskip("ray", reason='Ray is an optional extra: pip install "fl-gym[ray]"')
 from fl_gym.integrations.ray import RayVecEnv, register_rllib  # noqa: E402  (after the skip)
 
+RLLIB = 'RLlib (ray.tune, ray.rllib) is an optional extra: pip install "fl-gym[rllib]"'
+
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
@@ -80,7 +82,7 @@ def test_bad_ray_arguments_name_the_parameter(kwargs, name):
 
 
 def test_every_id_is_registered_for_rllib_and_built_from_env_config_alone():
-    pytest.importorskip("ray.tune", reason="RLlib's registry comes with ray[tune]")
+    pytest.importorskip("ray.tune", reason=RLLIB, exc_type=ImportError)
     from ray.tune.registry import ENV_CREATOR, _global_registry
 
     ids = register_rllib()
@@ -92,7 +94,7 @@ def test_every_id_is_registered_for_rllib_and_built_from_env_config_alone():
 
 
 def test_rllib_ppo_runs_two_iterations_on_a_registered_id():
-    pytest.importorskip("ray.rllib", reason='RLlib is an optional extra: pip install "fl-gym[rllib]"')
+    pytest.importorskip("ray.rllib", reason=RLLIB, exc_type=ImportError)
     from ray.rllib.algorithms.ppo import PPOConfig
 
     register_rllib(["FLHetero-v0"])

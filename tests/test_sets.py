@@ -132,3 +132,13 @@ def test_ppo_trains_a_set_policy_from_the_yaml_saves_it_and_it_acts_zero_shot_on
     np.testing.assert_array_equal(action, model.predict(obs, deterministic=True)[0])
     assert big.action_space.contains(action)
     big.step(action)
+
+
+@pytest.mark.parametrize("env_id", env_ids())
+def test_every_registered_id_takes_a_set_policy_by_name(env_id):
+    venv = make_env(env_id, 1, seed=0)
+    model = build_agent(venv, {"policy": "SetPolicy", "n_steps": 8, "batch_size": 8}, seed=0)
+    obs = venv.reset()
+    action, _ = model.predict(obs, deterministic=True)
+    assert action.shape == (1, *venv.action_space.shape) and venv.action_space.contains(action[0])
+    venv.close()
