@@ -107,3 +107,40 @@ def test_rllib_ppo_runs_two_iterations_on_a_registered_id():
     finally:
         algo.stop()
     assert sampled == [128, 256]
+
+
+def test_a_sharded_round_equals_the_single_process_round():
+    """Full-batch local training (one batch per epoch): the shards' sum is FedAvg's average exactly."""
+    from fl_gym import Federation
+    from fl_gym.config import FederationConfig
+    from fl_gym.data.partition import PartitionConfig
+    from fl_gym.integrations.ray_federation import RayFederation
+    from fl_gym.records import RoundPlan
+
+    cfg = FederationConfig(dataset="digits", num_clients=6, partition=PartitionConfig("dirichlet", alpha=0.5),
+                           batch_size=2000)
+    alone = Federation(cfg, scenario_seed=1)
+    sharded = RayFederation(cfg, scenario_seed=1, workers=2)
+    alone.reset(5)
+    sharded.reset(5)
+    start = sharded.global_model.numpy().copy()
+    np.testing.assert_array_equal(alone.global_models[0].numpy(), start)
+    for selected in ([1, 1, 0, 1, 0, 1], [0, 0, 1, 1, 1, 0], [1, 1, 0, 0, 0, 0]):
+        mask = np.array(selected, bool)
+        alone.run_round(RoundPlan.make(6, lr=0.5, selected=mask, epochs=2))
+        report = sharded.run_round(mask, lr=0.5, epochs=2)
+        np.testing.assert_allclose(sharded.global_model.numpy(), alone.global_models[0].numpy(), atol=2e-6)
+    assert np.abs(sharded.global_model.numpy() - start).max() > 1e-2  # the rounds trained something
+    assert report["shards"] == [0] and report["accuracy"] == pytest.approx(alone.evaluate()[0][0], abs=1e-3)
+    sharded.close()
+
+
+@pytest.mark.parametrize("change,name", [(dict(algorithm="scaffold"), "config.algorithm"),
+                                         (dict(models=("mlp-small", "mlp-small")), "config.models"),
+                                         (dict(train=False), "config.train")])
+def test_a_sharded_federation_refuses_what_it_cannot_split(change, name):
+    from fl_gym.config import FederationConfig
+    from fl_gym.integrations.ray_federation import RayFederation
+
+    with pytest.raises(ValueError, match=name):
+        RayFederation(FederationConfig(dataset="digits", num_clients=4, **change), workers=2)
