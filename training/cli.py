@@ -153,9 +153,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fl_gym.training import bench, vec_bench
 
     sections = args.sections.split(",")
-    unknown = sorted(set(sections) - {"engine", "envs", "recipes", "vec", "ppo"})
+    known = ("engine", "envs", "recipes", "vec", "ppo", "ray")
+    unknown = sorted(set(sections) - set(known))
     if unknown:
-        raise ValueError(f"--sections={unknown} is out of range; allowed: engine, envs, recipes, vec, ppo")
+        raise ValueError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
     require(is_int_at_least(args.ppo_steps, 1), "--ppo-steps", args.ppo_steps, "an integer >= 1")
     require(is_int_at_least(args.ppo_envs, 1), "--ppo-envs", args.ppo_envs, "an integer >= 1")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -177,6 +178,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "ppo" in sections:
         seconds = vec_bench.ppo_benchmark(steps=args.ppo_steps, n_envs=args.ppo_envs, progress=say)
         print(vec_bench.ppo_table(vec_bench.PPO_ENV, args.ppo_steps, args.ppo_envs, seconds) + "\n")
+    if "ray" in sections:
+        from fl_gym.training import ray_bench  # optional: fl-gym[ray]
+
+        print(ray_bench.ray_benchmark(progress=say) + "\n")
     return 0
 
 
@@ -318,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
     p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, ppo (PPO wall "
-                   "time with each vector env: about 30 minutes at the default --ppo-steps)")
+                   "time with each vector env: about 30 minutes at the default --ppo-steps), ray (Ray actors "
+                   "against processes, a sharded federation; needs fl-gym[ray])")
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
     p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
     p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec section")
