@@ -11,6 +11,7 @@ thread per process:
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 
@@ -91,13 +92,8 @@ def federation_rows(repeats: int = 3, progress: Callable[[str], None] = print) -
 
 def _rounds(play: Callable[[np.ndarray], object], masks: list[np.ndarray]) -> Callable[[], None]:
     """One round per call, cycling through ``masks``."""
-    state = {"i": 0}
-
-    def one() -> None:
-        play(masks[state["i"] % len(masks)])
-        state["i"] += 1
-
-    return one
+    cycle = itertools.cycle(masks)
+    return lambda: play(next(cycle))
 
 
 def ray_benchmark(repeats: int = 3, progress: Callable[[str], None] = print) -> str:
