@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -209,6 +208,6 @@ def client_rows_of(env: Any) -> ClientRows:
     Raises:
         ValueError: the env's observation is not per-client rows.
     """
-    rows = env.get_attr("client_rows")[0] if hasattr(env, "get_attr") else gym.Env.get_wrapper_attr(env, "client_rows")
+    rows = env.get_attr("client_rows")[0] if hasattr(env, "get_attr") else env.get_wrapper_attr("client_rows")
     require(rows is not None, "policy", "SetPolicy", "an env whose observation lists per-client rows (client_rows)")
     return rows
