@@ -45,6 +45,14 @@ def import_ray() -> Any:
         raise MissingExtraError(f"Ray is not installed; {INSTALL}") from exc
 
 
+def ensure_ray(address: str | None = None, **init_kwargs: Any) -> Any:
+    """The ``ray`` module, started (``ray.init(address, **init_kwargs)``) on the driver if it is not running."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, **init_kwargs)
+    return ray
+
+
 class RayWorker:
     """The transport to one shard in a Ray actor: calls are queued as futures and read in order."""
 
@@ -82,9 +90,7 @@ class RayVecEnv(ShardedVecEnv):
         require(is_int_at_least(num_cpus_per_worker, 1), "num_cpus_per_worker", num_cpus_per_worker,
                 "an integer >= 1")
         require(is_non_negative(num_gpus_per_worker), "num_gpus_per_worker", num_gpus_per_worker, "a number >= 0")
-        ray = import_ray()
-        if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        ray = ensure_ray(address)
         self.num_cpus, self.num_gpus = num_cpus_per_worker, num_gpus_per_worker
         if workers is None:
             cpus = int(ray.cluster_resources().get("CPU", 1))

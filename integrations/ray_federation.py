@@ -24,7 +24,7 @@ import torch
 
 from fl_gym.config import FederationConfig
 from fl_gym.federation import Federation
-from fl_gym.integrations.ray import import_ray
+from fl_gym.integrations.ray import ensure_ray, import_ray
 from fl_gym.records import RoundPlan
 from fl_gym.validation import is_int_at_least, require, require_choice
 
@@ -73,9 +73,7 @@ class RayFederation:
                 config.server.name, "the plain average with data-size weights")
         require(is_int_at_least(workers, 1) and workers <= config.num_clients, "workers", workers,
                 f"an integer in [1, num_clients={config.num_clients}]")
-        ray = import_ray()
-        if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        ray = ensure_ray(address)
         self.server = Federation(config, scenario_seed)
         self.owner = np.arange(config.num_clients) * workers // config.num_clients
         actor = ray.remote(FederationShard).options(num_cpus=num_cpus_per_worker)

@@ -4,7 +4,8 @@ Two tables (docs/integrations.md), medians of interleaved runs after one warm-up
 thread per process:
 
 * vector env steps/s of :class:`~fl_gym.integrations.ray.RayVecEnv` and of
-  :class:`~fl_gym.envs.sharded.ShardedVecEnv` with the same 2 shards;
+  :class:`~fl_gym.envs.sharded.ShardedVecEnv` with the same 2 shards, built by ``make_env`` as the
+  vec section builds its envs (each copy in a ``Monitor``);
 * FedAvg rounds/s of a 10,000-client ``synthetic`` federation (1,000 clients per round) in one
   process and as :class:`~fl_gym.integrations.ray_federation.RayFederation` on 1 and 2 actors.
 """
@@ -15,30 +16,20 @@ import itertools
 import time
 from collections.abc import Callable
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 from fl_gym import Federation
 from fl_gym.config import FederationConfig
 from fl_gym.data.partition import PartitionConfig
-from fl_gym.envs.sharded import ShardedVecEnv
-from fl_gym.integrations.ray import RayVecEnv, import_ray
+from fl_gym.integrations.ray import ensure_ray
 from fl_gym.integrations.ray_federation import RayFederation
 from fl_gym.records import RoundPlan
 from fl_gym.training.bench import interleaved_medians, torch_threads
+from fl_gym.training.vec_bench import stepper
 
 VEC_CASES = (("FLLearningRate-v0", 16, 6), ("FLHetero-v0", 64, 200))  # id, copies, steps per timed run
 CLIENTS, PER_ROUND, EPOCHS = 10_000, 1_000, 5
-
-
-def _vec_run(cls: type, env_id: str, n: int, steps: int) -> tuple[Callable[[], None], object]:
-    vec = cls([lambda: gym.make(env_id) for _ in range(n)], workers=2)
-    vec.seed(0)
-    vec.action_space.seed(0)
-    actions = np.stack([vec.action_space.sample() for _ in range(n)])
-    vec.reset()
-    return (lambda: [vec.step(actions) for _ in range(steps)]), vec
 
 
 def vec_rows(repeats: int = 3, progress: Callable[[str], None] = print) -> list[tuple[str, int, float, float, float]]:
@@ -50,9 +41,9 @@ def vec_rows(repeats: int = 3, progress: Callable[[str], None] = print) -> list[
     for env_id, n, steps in VEC_CASES:
         progress(f"ray vec: {env_id}, {n} copies")
         start = time.perf_counter()
-        ray_run, ray_vec = _vec_run(RayVecEnv, env_id, n, steps)
+        ray_run, ray_vec = stepper(env_id, "ray", n, steps, workers=2)
         startup = time.perf_counter() - start
-        proc_run, proc_vec = _vec_run(ShardedVecEnv, env_id, n, steps)
+        proc_run, proc_vec = stepper(env_id, "batched", n, steps, workers=2)
         seconds = interleaved_medians([ray_run, proc_run], [repeats, repeats], torch.device("cpu"))
         rows.append((env_id, n, n * steps / seconds[0], n * steps / seconds[1], startup))
         ray_vec.close()
@@ -98,9 +89,7 @@ def _rounds(play: Callable[[np.ndarray], object], masks: list[np.ndarray]) -> Ca
 
 def ray_benchmark(repeats: int = 3, progress: Callable[[str], None] = print) -> str:
     """Both tables as Markdown (starts a local Ray with 2 CPUs if none runs)."""
-    ray = import_ray()
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ensure_ray(num_cpus=2)
     with torch_threads(1):
         vec, federation = vec_rows(repeats, progress), federation_rows(repeats, progress)
     lines = ["| env id | copies | Ray actors (steps/s) | worker processes (steps/s) | Ray / processes | "

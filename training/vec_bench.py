@@ -55,9 +55,14 @@ def _default_ids() -> list[tuple[str, bool]]:
     return out
 
 
-def _stepper(env_id: str, kind: str, n: int, steps: int) -> tuple[Callable[[], None], VecEnv]:
-    """A timed run of ``steps`` vector steps, and the vector env."""
-    workers = 1 if kind == "batched-1" else None
+def stepper(env_id: str, kind: str, n: int, steps: int, workers: int | None = None
+            ) -> tuple[Callable[[], None], VecEnv]:
+    """A timed run of ``steps`` vector steps of a ``make_env`` kind, and the vector env.
+
+    ``kind`` ``batched-1`` is the batched env in one process; ``workers`` (None = the kind's
+    default) sets the shards of ``batched`` and ``ray``.
+    """
+    workers = 1 if kind == "batched-1" else workers
     vec = make_env(env_id, n, seed=0, vec_env=kind.removesuffix("-1"), env_kwargs={"num_threads": 1}, workers=workers)
     vec.action_space.seed(0)
     actions = np.stack([vec.action_space.sample() for _ in range(n)])
@@ -81,7 +86,7 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), steps: int = 6, timi
                                                                                      auto_workers(n, trains) > 1)]
                 progress(f"{env_id}, {n} copies: {', '.join(kinds)}...")
                 per_run = steps if trains else timing_steps
-                runs, vecs = zip(*[_stepper(env_id, k, n, per_run) for k in kinds], strict=True)
+                runs, vecs = zip(*[stepper(env_id, k, n, per_run) for k in kinds], strict=True)
                 seconds = interleaved_medians(list(runs), [repeats] * len(runs), torch.device("cpu"))
                 workers = len(getattr(vecs[-1], "shards", [()]))  # the batched env's (the last kind)
                 for vec in vecs:
