@@ -51,9 +51,10 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
     variants = variants or {"held-out": {}}
     rows: list[dict[str, Any]] = []
     unable: dict[str, dict[str, str]] = {}  # variant -> policy -> why it cannot act there
+    labels = {spec: policy_spec(spec, env_id, tuple(seeds)).label for spec in specs}  # loads each model once here
+    require(len(set(labels.values())) == len(specs), "specs", list(specs), "distinct policies")
     for name, extra in variants.items():
-        for spec in specs:
-            label = policy_spec(spec, env_id, tuple(seeds)).label
+        for spec, label in labels.items():
             for scenario in scenario_seeds:
                 if progress:
                     print(f"{name}, {label}, scenario_seed={scenario}", flush=True)
