@@ -18,6 +18,7 @@ from fl_gym.models.zoo import MODELS
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice
 
 ALGORITHMS = ("fedavg", "fedprox", "pfedme", "scaffold", "moon", "feddyn")
+STATELESS = ("fedavg", "fedprox")  # no client or server state between rounds: clients can train anywhere
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class FederationConfig:
         require(is_non_negative(self.moon_mu), "moon_mu", self.moon_mu, "a float >= 0")
         require(is_positive(self.moon_tau), "moon_tau", self.moon_tau, "a float > 0")
         require(is_positive(self.feddyn_alpha), "feddyn_alpha", self.feddyn_alpha, "a float > 0")
-        stateful = self.algorithm in ("pfedme", "scaffold", "moon", "feddyn")
+        stateful = self.algorithm not in STATELESS
         require(not (stateful and self.companion), "algorithm", self.algorithm,
                 "'fedavg' or 'fedprox' when a companion model is set")
         require_choice("aggregation", self.aggregation, WEIGHT_RULES)

@@ -27,6 +27,8 @@ generators; nothing random leaves it and comes back. With ``train=False`` only t
 from __future__ import annotations
 
 import math
+from functools import partial
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -60,6 +62,25 @@ from fl_gym.records import (
 LOCAL, LITE, MODEL = "local", "lite", "model"
 
 
+class RemoteClients(Protocol):
+    """Where the clients' side of a round runs when it runs outside this process (a real federation).
+
+    The server side (sampling, the clock, update statistics, aggregation, evaluation) stays in the
+    :class:`Federation`; local training and probing go to the clients, which answer with what a
+    client computes on its own data. :mod:`fl_gym.integrations.flower` is one.
+    """
+
+    def train_clients(self, fed: Federation, plan: RoundPlan, steps: np.ndarray, key: int
+                      ) -> tuple[LocalStats, Cohort | None]:
+        """What :meth:`Federation.train_clients` returns, from the clients (batch streams from ``key``)."""
+
+    def probe(self, fed: Federation, clients: np.ndarray, models: torch.Tensor, key: int) -> Probe:
+        """What :meth:`Federation.probe` returns, from the clients (batches from ``key``)."""
+
+    def round_finished(self, report: RoundReport) -> None:
+        """The round's outcome (which updates entered, with which weights), for the clients' logs."""
+
+
 class Federation:
     """A simulated federation built from one :class:`~fl_gym.config.FederationConfig`.
 
@@ -83,6 +104,7 @@ class Federation:
         algorithm: the local algorithm's strategy object (:mod:`fl_gym.engine.algorithms`).
         batcher: None, or the :class:`~fl_gym.engine.batcher.CohortBatcher` a batched vector env
             shares among its copies (training and evaluation then run merged with theirs).
+        remote: None (the clients train here), or the :class:`RemoteClients` they train on.
         val_indices: test-set indices of the validation split (None without one).
         eval_indices: test-set indices the reported accuracy is measured on.
     """
@@ -123,6 +145,7 @@ class Federation:
         self._not_evaluated = (nan, nan, math.nan, math.nan)  # shared by every report of a round without evaluation
         self.algorithm: LocalAlgorithm = cfg.local_algorithm()
         self.batcher: CohortBatcher | None = None  # set by a batched vector env
+        self.remote: RemoteClients | None = None
         self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes, self.companion_arch is not None,
                                              read_only=True)
         self.reset(scenario_seed)
@@ -262,6 +285,9 @@ class Federation:
         clients = np.asarray(clients, np.int64)
         if models is None:
             models = self.global_models[0].expand(len(clients), -1)
+        if self.remote is not None:
+            key = int(torch.randint(2**62, (1,), generator=self._probe_gen if gen is None else gen))
+            return self.remote.probe(self, clients, models, key)
         batch_size = self.config.batch_size
         draw = BatchDraw.draw([self.train_parts[i] for i in clients], np.ones(len(clients), np.int64), batch_size,
                               self._probe_gen if gen is None else gen)
@@ -269,7 +295,11 @@ class Federation:
         return self.batcher.probe(request) if self.batcher else request.run()
 
     def _torch_generator(self) -> torch.Generator:
-        return torch.Generator(device=self.device).manual_seed(int(self.rng.integers(2**62)))
+        return self.generator(int(self.rng.integers(2**62)))
+
+    def generator(self, key: int) -> torch.Generator:
+        """A torch generator on the federation's device seeded with ``key``."""
+        return torch.Generator(device=self.device).manual_seed(key)
 
     # ---- the round in phases ----------------------------------------------------------------------
 
@@ -346,8 +376,11 @@ class Federation:
             self.algorithm.commit(np.flatnonzero(aggregated))  # before the server correction reads it
             weights = self._aggregate(trained, aggregated, weight, extras)
         globals_ = self._evaluate_globals(extras)
-        return RoundReport.of(trained, aggregated=aggregated, clock=self.elapsed, weights=weights, extras=extras,
-                              val_accuracy=self.validation_accuracy(), **comm, **globals_)
+        report = RoundReport.of(trained, aggregated=aggregated, clock=self.elapsed, weights=weights, extras=extras,
+                                val_accuracy=self.validation_accuracy(), **comm, **globals_)
+        if self.remote is not None:
+            self.remote.round_finished(report)
+        return report
 
     def run_round(self, plan: RoundPlan) -> RoundReport:
         """Open, train and finish one round under ``plan`` (plain FL: every decision made up front)."""
@@ -387,22 +420,41 @@ class Federation:
     # ---- learning -------------------------------------------------------------------------------
 
     def _learn(self, plan: RoundPlan, steps: np.ndarray) -> tuple[LocalStats, Cohort | None]:
-        stats = LocalStats.empty(self.num_clients, self.num_classes, self.companion_arch is not None)
-        order = np.flatnonzero(steps > 0)
-        if not len(order):
-            return stats, None
-        order = order[np.argsort(-steps[order], kind="stable")]
-        cohort = Cohort(order, self._train(plan, steps, order, stats))
-        self._local_metrics(cohort, stats)
+        if not (steps > 0).any():
+            return LocalStats.empty(self.num_clients, self.num_classes, self.companion_arch is not None), None
+        key = int(self.rng.integers(2**62))  # the round's batch stream, drawn alike here or remote
+        train = self.train_clients if self.remote is None else partial(self.remote.train_clients, self)
+        stats, cohort = train(plan, steps, key)
         self._update_stats(plan, cohort, stats)
         return stats, cohort
+
+    def train_clients(self, plan: RoundPlan, steps: np.ndarray, key: int) -> tuple[LocalStats, Cohort | None]:
+        """The clients' side of phase 2: local training and what each client measures on its own data.
+
+        Losses, local accuracy and soft labels; the update statistics that compare clients are the
+        server's (:meth:`train_round`). Batches come from a generator seeded with ``key``.
+        """
+        stats = LocalStats.empty(self.num_clients, self.num_classes, self.companion_arch is not None)
+        order = self.cohort_order(steps)
+        if not len(order):
+            return stats, None
+        cohort = Cohort(order, self._train(plan, steps, order, stats, self.generator(key)))
+        self._local_metrics(cohort, stats)
+        return stats, cohort
+
+    @staticmethod
+    def cohort_order(steps: np.ndarray) -> np.ndarray:
+        """The clients that train (``steps > 0``), most local steps first: a cohort's row order."""
+        order = np.flatnonzero(steps > 0)
+        return order[np.argsort(-steps[order], kind="stable")]
 
     @property
     def _role(self) -> str:
         """Loss role of the clients' own models: ``local`` beside a companion, else ``model``."""
         return LOCAL if self.companion_arch else MODEL
 
-    def _members(self, plan: RoundPlan, order: np.ndarray) -> list[Member]:
+    def members(self, plan: RoundPlan, order: np.ndarray) -> list[Member]:
+        """The stacks a cohort trains (one per model size, and the companion), each row its global model."""
         role = self._role
         members = []
         for m in np.unique(plan.model[order]):
@@ -414,11 +466,11 @@ class Federation:
             members.append(Member(LITE, Stack.broadcast(self.companion_arch, self.companion_model, len(order))))
         return members
 
-    def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats) -> list[Member]:
+    def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats,
+               gen: torch.Generator) -> list[Member]:
         cfg = self.config
-        gen = self._torch_generator()
         draw = BatchDraw.draw([self.train_parts[i] for i in order], steps[order], cfg.batch_size, gen)
-        members = self._members(plan, order)
+        members = self.members(plan, order)
         lr = torch.as_tensor(plan.lr[order], dtype=torch.float32, device=self.device)
         loss_fn = cfg.distillation if self.companion_arch else cross_entropy
         request = TrainRequest(members, self.x_train, self.y_train, draw, cfg.batch_size, lr, cfg.optimizer, loss_fn,

@@ -22,13 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from fl_gym.config import FederationConfig
+from fl_gym.config import STATELESS, FederationConfig
 from fl_gym.federation import Federation
 from fl_gym.integrations.ray import ensure_ray, import_ray
 from fl_gym.records import RoundPlan
 from fl_gym.validation import is_int_at_least, require, require_choice
-
-STATELESS = ("fedavg", "fedprox")
 
 
 class FederationShard:

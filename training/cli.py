@@ -148,6 +148,28 @@ def cmd_generalise(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_flower(args: argparse.Namespace) -> int:
+    """A policy on a Flower federation (local simulation), then in the env itself; print both."""
+    import datetime
+    import time
+
+    from fl_gym.integrations.flower import EnvSpec
+    from fl_gym.training.flower_app import comparison, env_episode, markdown, run_local, strategy_for, write_outputs
+
+    require(is_int_at_least(args.rounds, 1), "--rounds", args.rounds, "an integer >= 1")
+    spec = EnvSpec(args.env_id, parse_kv(args.env_kwargs, "--env-kwargs"), args.scenario_seed)
+    strategy = strategy_for(spec, args.policy, args.seed)
+    start = time.perf_counter()
+    run_local(strategy, args.rounds, verbose=args.verbose)
+    seconds = time.perf_counter() - start
+    rows = comparison(strategy.history, env_episode(strategy, args.rounds))
+    out = Path(args.out or Path(args.runs_dir) / args.env_id / f"flower-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    write_outputs(out, strategy.spec, args.policy, args.seed, rows, seconds)
+    print(markdown(rows))
+    print(f"Flower run: {seconds:.1f} s (start-up included); results in {out}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Engine speed-up tables, env and vector-env steps per second, recipe and PPO wall time."""
     from fl_gym.training import bench, vec_bench
@@ -320,6 +342,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_generalise)
+
+    p = sub.add_parser("flower", help="play a policy on a Flower federation (local simulation), compared with "
+                       "the env; needs fl-gym[flower]")
+    p.add_argument("env_id")
+    p.add_argument("--policy", required=True, help="a fixed policy's name or ALGO:PATH, as in compare")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--seed", type=int, default=10000, help="the episode seed (both runs)")
+    p.add_argument("--scenario-seed", type=int, default=0)
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
+    p.add_argument("--out", default=None, help="default: runs/ENV_ID/flower-TIMESTAMP")
+    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--verbose", action="store_true", help="Flower's debug logs")
+    p.set_defaults(func=cmd_flower)
 
     p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
     p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, ppo (PPO wall "
