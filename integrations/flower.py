@@ -25,8 +25,9 @@ keyword arguments, scenario seed) and trains its own partition with the fl-gym e
 Differences from the fl-gym env: each client draws its own minibatch order (from the round's key
 and its id) where the env draws the whole cohort's at once, so a Flower run equals the env's
 episode with full-batch local training and differs by minibatch order otherwise. Refused with a
-``ValueError``: a federation that does not train (timing-only backends) and local algorithms
-with state across rounds (SCAFFOLD, FedDyn, MOON, pFedMe).
+``ValueError``: a federation that does not train (timing-only backends), local algorithms with
+state across rounds (SCAFFOLD, FedDyn, MOON, pFedMe), and scenarios drawn per episode
+(``randomize_scenario``, ``redraw_partition``: the clients hold the ``scenario_seed``'s data).
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ class EnvSpec:
                 f"arguments under which {self.env_id} trains models (this federation only runs its clock)")
         require(cfg.algorithm in STATELESS, "algorithm", cfg.algorithm,
                 f"one of {', '.join(STATELESS)} (no client state across rounds)")
+        scenario = env.config.scenario
+        redrawn = [name for name in ("randomize_scenario", "redraw_partition") if getattr(scenario, name)]
+        require(not redrawn, redrawn[0] if redrawn else "", True,
+                "False (the clients hold the scenario_seed's partition; an episode may not draw another)")
         return env
 
 

@@ -88,6 +88,12 @@ def test_a_stateful_local_algorithm_is_refused():
         EnvSpec("FLHetero-v0", {"backend": "torch", "algorithm": "pfedme"}).make()
 
 
+@pytest.mark.parametrize("name", ["randomize_scenario", "redraw_partition"])
+def test_a_scenario_drawn_per_episode_is_refused(name):
+    with pytest.raises(ValueError, match=f"{name}=True is out of range; allowed: False"):
+        EnvSpec("FLLearningRate-v0", {name: True}).make()
+
+
 @pytest.mark.parametrize(("kwargs", "name"), [({"seed": -1}, "seed"), ({"node_timeout": 0}, "node_timeout")])
 def test_bad_strategy_arguments_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=f"{name}="):
