@@ -38,6 +38,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import gymnasium as gym
@@ -92,10 +93,9 @@ class EnvSpec:
                 f"arguments under which {self.env_id} trains models (this federation only runs its clock)")
         require(cfg.algorithm in STATELESS, "algorithm", cfg.algorithm,
                 f"one of {', '.join(STATELESS)} (no client state across rounds)")
-        scenario = env.config.scenario
-        redrawn = [name for name in ("randomize_scenario", "redraw_partition") if getattr(scenario, name)]
-        require(not redrawn, redrawn[0] if redrawn else "", True,
-                "False (the clients hold the scenario_seed's partition; an episode may not draw another)")
+        for name in ("randomize_scenario", "redraw_partition"):
+            require(not getattr(env.config.scenario, name), name, True,
+                    "False (the clients hold the scenario_seed's partition; an episode may not draw another)")
         return env
 
 
@@ -176,7 +176,6 @@ def probe(message: Message, context: Context) -> Message:
 class _PendingTraining:
     """The round the env asked the clients to train: what :meth:`PolicyStrategy.configure_train` sends."""
 
-    fed: Federation
     plan: RoundPlan
     steps: np.ndarray
     key: int
@@ -198,6 +197,11 @@ class PolicyStrategy(Strategy):
 
     After :meth:`start`, :attr:`history` holds each round's ``info`` scalars and the policy's action.
     """
+
+    @cached_property
+    def env(self) -> FLEnv:
+        """The server's env, built (and checked) once."""
+        return self.spec.make()
 
     def __init__(self, spec: EnvSpec, policy: Predictor | Callable[[FLEnv], Predictor], *, seed: int = 0,
                  deterministic: bool = True, label: str | None = None, node_timeout: float = 120.0) -> None:
@@ -235,7 +239,7 @@ class PolicyStrategy(Strategy):
         require(is_int_at_least(num_rounds, 1), "num_rounds", num_rounds, "an integer >= 1")
         log.info("Starting %s:", type(self).__name__)
         self.summary()
-        env = self.spec.make()
+        env = self.env
         self._grid, self._timeout, self._extra = grid, float(timeout), dict(train_config or {})
         self._nodes = self._register(env.federation.num_clients)
         env.federation.remote = self
@@ -319,7 +323,7 @@ class PolicyStrategy(Strategy):
                       ) -> tuple[LocalStats, Cohort | None]:
         """Send the round to its clients, and turn their replies into the federation's cohort and stats."""
         order = fed.cohort_order(steps)
-        self._pending = _PendingTraining(fed, plan, steps, key, order)
+        self._pending = _PendingTraining(plan, steps, key, order)
         config = ConfigRecord({**self._extra, "spec": self.spec.to_json()})
         replies = self._exchange(list(self.configure_train(fed.round + 1, _global_arrays(fed), config, self._grid)))
         _, metrics = self.aggregate_train(fed.round + 1, replies)
