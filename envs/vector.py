@@ -113,11 +113,9 @@ class BatchedVecEnv(VecEnv):
         return obs, float(reward), done, info
 
     def close(self) -> None:
-        """Close every copy and the batcher's threads."""
+        """Close every copy."""
         for env in self.envs:
             env.close()
-        if self.batcher is not None:
-            self.batcher.close()
 
     def _targets(self, indices: VecEnvIndices) -> list[gym.Env]:
         return [self.envs[i] for i in self._get_indices(indices)]

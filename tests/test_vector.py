@@ -70,7 +70,17 @@ def test_the_batcher_runs_copies_in_turn_and_passes_a_copy_error_to_the_caller()
         batcher.run(fn)
     assert order == [0, 1, 2]  # the others still ran, one after the other
     assert batcher.run(lambda i: i * 10) == [0, 10, 20]  # and the batcher is usable afterwards
-    batcher.close()
+
+
+def test_a_copys_federation_called_outside_a_vector_step_runs_its_request_alone():
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=4, rounds_per_episode=2)
+    vec.reset()
+    alone = gym.make("FLAggregate-v0", rounds_per_episode=2)
+    alone.reset(seed=4)
+    before = vec.batcher.flushes
+    assert vec.envs[0].unwrapped.federation.validation_accuracy() == alone.unwrapped.federation.validation_accuracy()
+    assert vec.batcher.flushes == before
+    vec.close()
 
 
 def test_a_batched_run_is_reproducible_bit_for_bit():
