@@ -95,8 +95,8 @@ class BatchedVecEnv(VecEnv):
         arrays first; each copy's ``step`` then returns its share through the env's wrappers.
         """
         if self._clock is not None:
-            for env, result in zip(self.envs, self._clock.step(np.asarray(self._actions)), strict=True):
-                env.unwrapped._played_ahead = result
+            for env, result in zip(self._clock.envs, self._clock.step(np.asarray(self._actions)), strict=True):
+                env._played_ahead = result
         results = self.for_each_copy(self._step_one)
         obs, rewards, dones, infos = zip(*results, strict=True)
         for i in np.flatnonzero(dones) if self._clock is not None else ():

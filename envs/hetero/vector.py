@@ -100,24 +100,26 @@ class HeteroClock:
         round_time = slowest + self.feds[0].config.clock.aggregation_time
         terms, columns = self._terms_and_columns(sizes, sigma, tau.astype(np.float64), train, probe, round_time)
         reward = sum(weight * terms[name] for name, weight in first._reward_weights().items()).tolist()
-        names, rows = zip(*columns, strict=True)
-        term_names = tuple(terms)
-        per_copy = zip(self.envs, list(sizes), list(sigma), list(tau), round_time.tolist(),
-                       (slowest - fastest).tolist(), uploaded.tolist(),
-                       zip(*(v.tolist() for v in terms.values()), strict=True), zip(*map(list, rows), strict=True),
-                       strict=True)  # row lists: one Python object per copy and column, no per-copy indexing
-        out = []
-        for env, size, share, epochs, seconds, latency, nbytes, term_values, values in per_copy:
-            played = env._pending
-            self._commit(env, played, HeteroDecision(size, share, epochs), seconds)
-            info = {"round": env._round, "sim_time": env.federation.elapsed, "round_time": seconds,
-                    "straggling_latency": latency, "upload_bytes": nbytes, "uploads": env._uploads,
-                    "clients": played.slots.copy(), "reward_terms": dict(zip(term_names, term_values, strict=True))}
-            info.update(zip(names, values, strict=True))
-            out.append((env._ended, info))
+        seconds = round_time.tolist()
+        for env, size, share, epochs, duration in zip(self.envs, sizes, sigma, tau, seconds, strict=True):
+            self._commit(env, HeteroDecision(size, share, epochs), duration)
+        infos = self._infos(seconds, (slowest - fastest).tolist(), uploaded.tolist(), terms, columns)
+        ended = [env._ended for env in self.envs]
         self._prepare()
         obs = self._observe()
-        return [(o, r, False, ended, info) for o, r, (ended, info) in zip(obs, reward, out, strict=True)]
+        return list(zip(obs, reward, [False] * len(obs), ended, infos, strict=True))
+
+    def _infos(self, seconds: list, latency: list, uploaded: list, terms: dict[str, np.ndarray],
+               columns: list) -> list[dict[str, Any]]:
+        """Every copy's ``info`` (``FLEnv._info``), built column by column after the copies' commits."""
+        terms_rows = zip(*(v.tolist() for v in terms.values()), strict=True)
+        base = {"round": [env._round for env in self.envs], "sim_time": [fed.elapsed for fed in self.feds],
+                "round_time": seconds, "straggling_latency": latency, "upload_bytes": uploaded,
+                "uploads": [env._uploads for env in self.envs], "clients": list(self.slots),
+                "reward_terms": [dict(zip(terms, row, strict=True)) for row in terms_rows]}
+        keys = (*base, *(name for name, _ in columns))  # the scalar step's keys, in its order
+        values = zip(*base.values(), *(list(rows) for _, rows in columns), strict=True)
+        return [dict(zip(keys, row, strict=True)) for row in values]
 
     def _terms_and_columns(self, sizes: np.ndarray, sigma: np.ndarray, epochs: np.ndarray, train: np.ndarray,
                            probe: np.ndarray, round_time: np.ndarray) -> tuple[dict[str, np.ndarray], list]:
@@ -177,9 +179,9 @@ class HeteroClock:
             upload = nbytes * fed.algorithm.upload_factor / self.bandwidth * sel
         return train, probe, download + compute + upload, (nbytes * fed.algorithm.upload_factor * sel).sum(axis=1)
 
-    def _commit(self, env: _HeteroEnv, played: HeteroRound, decision: HeteroDecision, round_time: float) -> None:
+    def _commit(self, env: _HeteroEnv, decision: HeteroDecision, round_time: float) -> None:
         """Leave a copy's env and federation as their own step would (before the next round opens)."""
-        fed = env.federation
+        played, fed = env._pending, env.federation
         fed.round += 1
         fed.elapsed += round_time
         env._round += 1
