@@ -186,6 +186,17 @@ def test_bench_vec_section(capsys, monkeypatch):
     assert re.search(r"\| FLHetero-v0 \| 2 \| [\d,.]+ \|", out)  # the timing backend too (its vector clock)
 
 
+def test_bench_memory_section(capsys):
+    code, out, _ = run_cli(["bench", "--sections", "memory", "--vec-envs", "2"], capsys)
+    assert code == 0
+    number = r" \| ([\d.-]+)"
+    rows = re.findall(r"\| FLLearningRate-v0 \| (\d+) \| (\w+)" + number * 4 + r" \|", out)
+    assert [(n, kind) for n, kind, *_ in rows] == [("1", "batched"), ("2", "batched"), ("2", "dummy")]
+    for _, _, peak, resident, _, models in rows:
+        assert float(peak) >= float(resident) > 0  # the high-water mark bounds what is held after the steps
+        assert float(models) > 0
+
+
 def test_bench_ppo_section(capsys):
     code, out, _ = run_cli(["bench", "--sections", "ppo", "--ppo-steps", "64", "--ppo-envs", "2"], capsys)
     assert code == 0

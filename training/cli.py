@@ -175,7 +175,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fl_gym.training import bench, vec_bench
 
     sections = args.sections.split(",")
-    known = ("engine", "envs", "recipes", "vec", "ppo", "ray")
+    known = ("engine", "envs", "recipes", "vec", "memory", "ppo", "ray")
     unknown = sorted(set(sections) - set(known))
     if unknown:
         raise ValueError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
@@ -197,6 +197,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "vec" in sections:
         counts = tuple(parse_ints(args.vec_envs))
         print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, progress=say)) + "\n")
+    if "memory" in sections:
+        counts = (1, *(n for n in parse_ints(args.vec_envs) if n > 1))
+        print(vec_bench.memory_table(vec_bench.memory_benchmark(counts=counts, progress=say)) + "\n")
     if "ppo" in sections:
         seconds = vec_bench.ppo_benchmark(steps=args.ppo_steps, n_envs=args.ppo_envs, progress=say)
         print(vec_bench.ppo_table(vec_bench.PPO_ENV, args.ppo_steps, args.ppo_envs, seconds) + "\n")
@@ -357,12 +360,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_flower)
 
     p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
-    p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, ppo (PPO wall "
-                   "time with each vector env: about 30 minutes at the default --ppo-steps), ray (Ray actors "
-                   "against processes, a sharded federation; needs fl-gym[ray])")
+    p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, memory "
+                   "(resident memory of FLLearningRate-v0 at one copy and the vec section's copy counts, each in a "
+                   "fresh process), ppo (PPO wall time with each vector env: about 30 minutes at the default "
+                   "--ppo-steps), ray (Ray actors against processes, a sharded federation; needs fl-gym[ray])")
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
     p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
-    p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec section")
+    p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
     p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (engine)")
     p.add_argument("--device", default="cpu")

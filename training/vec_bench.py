@@ -12,9 +12,11 @@ process (the env's ``num_threads=1``, so worker processes do not oversubscribe t
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -134,4 +136,91 @@ def vec_table(results: list[VecResult]) -> str:
         rows.append(f"| {r.env_id} | {r.n_envs} | {s['dummy']:,.1f} | {s['subproc']:,.1f} | {s['batched-1']:,.1f} | "
                     f"{s['batched']:,.1f} ({r.workers}) | {s['batched'] / s['dummy']:.2f} | "
                     f"{s['batched'] / s['subproc']:.2f} |")
+    return "\n".join(rows).replace("nan", "-")
+
+
+MEMORY_KINDS = ("batched", "dummy")
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """Resident memory (MiB) one vector env adds to a process that has imported the package and its data loader.
+
+    ``peak`` is the high-water mark while it was built, reset and stepped; ``resident`` what it
+    holds after the steps; ``in_use`` the same after glibc returned its free pages
+    (``malloc_trim``; NaN elsewhere); ``models`` the copies' global models.
+    """
+
+    env_id: str
+    n_envs: int
+    kind: str
+    peak: float
+    resident: float
+    in_use: float
+    models: float
+
+
+def _memory_status() -> dict[str, float]:
+    """VmRSS and VmHWM of this process in MiB (Linux)."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS", "VmHWM")):
+                out[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return out
+
+
+def _measure_memory(env_id: str, n: int, kind: str, steps: int) -> MemoryResult:
+    """Build, reset and step one vector env in this (fresh) process and read its memory."""
+    import ctypes
+
+    import sklearn.datasets  # noqa: F401 - the digits loader's import, part of the package, not of a copy
+
+    torch.set_num_threads(1)
+    before = _memory_status()
+    vec = make_env(env_id, n, seed=0, vec_env=kind, env_kwargs={"num_threads": 1}, workers=1)
+    vec.action_space.seed(0)
+    actions = np.stack([vec.action_space.sample() for _ in range(n)])
+    vec.reset()
+    for _ in range(steps):
+        vec.step(actions)
+    after = _memory_status()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        in_use = _memory_status()["VmRSS"] - before["VmRSS"]
+    except (OSError, AttributeError):
+        in_use = float("nan")
+    feds = [env.federation for env in vec.get_attr("unwrapped")]
+    models = sum(v.numel() * v.element_size() for fed in feds for v in fed.global_models) / 2**20
+    return MemoryResult(env_id, n, kind, after["VmHWM"] - before["VmRSS"], after["VmRSS"] - before["VmRSS"],
+                        in_use, models)
+
+
+def _memory_worker(queue: Any, args: tuple) -> None:
+    queue.put(_measure_memory(*args))
+
+
+def memory_benchmark(env_id: str = PPO_ENV, counts: tuple[int, ...] = (1, 64), steps: int = 3,
+                     progress: Callable[[str], None] = print) -> list[MemoryResult]:
+    """:class:`MemoryResult` of each kind at each copy count, each in a fresh process (memory is per process)."""
+    ctx = mp.get_context("spawn")
+    results = []
+    for n in counts:
+        for kind in MEMORY_KINDS if n > 1 else ("batched",):
+            progress(f"memory of {env_id}, {n} copies, {kind}...")
+            queue = ctx.Queue()
+            process = ctx.Process(target=_memory_worker, args=(queue, (env_id, n, kind, steps)))
+            process.start()
+            results.append(queue.get())
+            process.join()
+    return results
+
+
+def memory_table(results: list[MemoryResult]) -> str:
+    """Markdown: peak, resident and in-use memory per vector env, and each against one copy."""
+    one = next(r for r in results if r.n_envs == 1)
+    rows = ["| env id | copies | vector env | peak (MiB) | resident after the steps | in use (free pages returned) "
+            "| global models | peak / one copy's | in use / one copy's |", "|---|---|---|---|---|---|---|---|---|"]
+    rows += [f"| {r.env_id} | {r.n_envs} | {r.kind} | {r.peak:.1f} | {r.resident:.1f} | {r.in_use:.1f} | "
+             f"{r.models:.2f} | {r.peak / one.peak:.2f} | {r.in_use / one.in_use:.2f} |" for r in results]
     return "\n".join(rows).replace("nan", "-")
