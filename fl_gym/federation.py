@@ -159,21 +159,29 @@ class Federation:
             self.val_indices = torch.as_tensor(val, device=self.device)
             self.eval_indices = torch.as_tensor(np.setdiff1d(everyone, val), device=self.device)
 
-    def _evaluate_models(self, arch: Architecture, vectors: list[torch.Tensor], indices: torch.Tensor) -> EvalResult:
-        """Models of one architecture on the same test-set samples."""
-        return self._evaluate(Stack.from_rows(arch, torch.stack(vectors)), self.x_test, self.y_test,
-                              [indices] * len(vectors))
+    def _test_request(self, arch: Architecture, vector: torch.Tensor, indices: torch.Tensor) -> EvalRequest:
+        """One model on the test-set samples ``indices``."""
+        return EvalRequest(Stack.from_rows(arch, vector.unsqueeze(0)), self.x_test, self.y_test, [indices],
+                           self.config.eval_batch_size)
+
+    def _evaluate_all(self, requests: list[EvalRequest]) -> list[EvalResult]:
+        """Run ``requests`` (through the batcher, in one of its flushes, if there is one)."""
+        return self.batcher.evaluate_all(requests) if self.batcher else [request.run() for request in requests]
 
     def _evaluate(self, stack: Stack, x: torch.Tensor, y: torch.Tensor, parts: list[torch.Tensor]) -> EvalResult:
-        """Each model of ``stack`` on its part of ``x`` (through the batcher if there is one)."""
-        request = EvalRequest(stack, x, y, parts, self.config.eval_batch_size)
-        return self.batcher.evaluate(request) if self.batcher else request.run()
+        """Each model of ``stack`` on its part of ``x``."""
+        return self._evaluate_all([EvalRequest(stack, x, y, parts, self.config.eval_batch_size)])[0]
+
+    def _validation_requests(self) -> list[EvalRequest]:
+        """The first global model on the validation set (none without one)."""
+        if self.val_indices is None:
+            return []
+        return [self._test_request(self.archs[0], self.global_models[0], self.val_indices)]
 
     def validation_accuracy(self) -> float:
         """The first global model's accuracy on the validation set (NaN without one)."""
-        if self.val_indices is None:
-            return math.nan
-        return float(self._evaluate_models(self.archs[0], [self.global_models[0]], self.val_indices).accuracy[0])
+        results = self._evaluate_all(self._validation_requests())
+        return float(results[0].accuracy[0]) if results else math.nan
 
     @staticmethod
     def _load(cfg: FederationConfig) -> Dataset:
@@ -375,9 +383,9 @@ class Federation:
         if trained.cohort is not None:
             self.algorithm.commit(np.flatnonzero(aggregated))  # before the server correction reads it
             weights = self._aggregate(trained, aggregated, weight, extras)
-        globals_ = self._evaluate_globals(extras)
+        globals_, val_accuracy = self._evaluate_round(extras)
         report = RoundReport.of(trained, aggregated=aggregated, clock=self.elapsed, weights=weights, extras=extras,
-                                val_accuracy=self.validation_accuracy(), **comm, **globals_)
+                                val_accuracy=val_accuracy, **comm, **globals_)
         if self.remote is not None:
             self.remote.round_finished(report)
         return report
@@ -557,18 +565,32 @@ class Federation:
                 self.global_models[m] = self._servers[m].apply(old, average)
         return weights
 
-    def _evaluate_globals(self, extras: dict) -> dict:
+    def _evaluate_round(self, extras: dict) -> tuple[dict, float]:
+        """The round's test evaluation of the global models (when due) and validation accuracy, in one flush."""
         due = self.config.train and (self.round % self.config.eval_every == 0 or self.round == 1)
-        values = self.evaluate() if due else self._not_evaluated
+        tests = self._global_requests() if due else []
+        results = self._evaluate_all(tests + self._validation_requests())
+        values = self._global_values(results[: len(tests)]) if due else self._not_evaluated
+        val_accuracy = float(results[-1].accuracy[0]) if len(results) > len(tests) else math.nan
         if self.companion_arch:
             extras["companion_global_accuracy"], extras["companion_global_loss"] = values[2], values[3]
-        return {"global_accuracy": values[0], "global_loss": values[1]}
+        return {"global_accuracy": values[0], "global_loss": values[1]}, val_accuracy
+
+    def _global_requests(self) -> list[EvalRequest]:
+        """Every global model, then the companion, on the test set's evaluation samples."""
+        models = list(zip(self.archs, self.global_models, strict=True))
+        if self.companion_arch:
+            models.append((self.companion_arch, self.companion_model))
+        return [self._test_request(arch, vector, self.eval_indices) for arch, vector in models]
+
+    def _global_values(self, results: list[EvalResult]) -> tuple[np.ndarray, np.ndarray, float, float]:
+        accuracy = [float(r.accuracy[0]) for r in results]
+        loss = [float(r.loss[0]) for r in results]
+        m = len(self.archs)
+        lite = (accuracy[m], loss[m]) if self.companion_arch else (math.nan, math.nan)
+        return np.asarray(accuracy[:m]), np.asarray(loss[:m]), lite[0], lite[1]
+
     def evaluate(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         """Test accuracy and loss of every global model (``(M,)`` each), then of the companion (NaN if none)."""
-        def one(arch, vec) -> tuple[float, float]:
-            res = self._evaluate_models(arch, [vec], self.eval_indices)
-            return float(res.accuracy[0]), float(res.loss[0])
-        results = [one(a, v) for a, v in zip(self.archs, self.global_models, strict=True)]
-        lite = one(self.companion_arch, self.companion_model) if self.companion_arch else (math.nan, math.nan)
-        return np.asarray([r[0] for r in results]), np.asarray([r[1] for r in results]), lite[0], lite[1]
+        return self._global_values(self._evaluate_all(self._global_requests()))
 

@@ -51,8 +51,25 @@ def test_training_and_evaluation_are_merged_across_copies():
     vec.reset()
     before = vec.batcher.flushes
     vec.step(np.zeros((4, 10), np.float32))
-    # one merged training, then the merged evaluations (validation, test), not 4 of each
-    assert vec.batcher.flushes - before <= 4
+    # one merged training, then one merged evaluation (every copy's test and validation sets), not 4 of each
+    assert vec.batcher.flushes - before == 2
+
+
+def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone():
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=1, rounds_per_episode=2)
+    vec.reset()
+    feds = [env.unwrapped.federation for env in vec.envs]
+    requests = [fed._global_requests() + fed._validation_requests() for fed in feds]
+    assert [len(r) for r in requests] == [2, 2]  # the test split and the validation set
+    before = vec.batcher.flushes
+    merged = vec.batcher.run(lambda i: feds[i]._evaluate_all(requests[i]))
+    assert vec.batcher.flushes - before == 1  # four requests of one architecture on one data set: one engine call
+    for copy_requests, results in zip(requests, merged, strict=True):
+        for request, result in zip(copy_requests, results, strict=True):
+            alone = request.run()
+            np.testing.assert_allclose(result.accuracy.numpy(), alone.accuracy.numpy(), rtol=0, atol=1e-6)
+            np.testing.assert_allclose(result.loss.numpy(), alone.loss.numpy(), rtol=0, atol=1e-5)
+    vec.close()
 
 
 def test_the_batcher_runs_copies_in_turn_and_passes_a_copy_error_to_the_caller():

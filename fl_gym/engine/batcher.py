@@ -165,7 +165,7 @@ class CohortBatcher:
             for copy in ready:
                 self._current = copy
                 copies[copy].switch()
-            ready = sorted(item.copy for item in self._pending)
+            ready = sorted({item.copy for item in self._pending})
             self._flush()
         self._current = -1
         for ok, value in results:
@@ -181,19 +181,27 @@ class CohortBatcher:
         """Run ``request`` with the others' compatible ones; its own result."""
         return self._submit(request)
 
+    def evaluate_all(self, requests: list[EvalRequest]) -> list[EvalResult]:
+        """Run ``requests`` in one flush (each with the others' compatible ones); their results in order."""
+        return self._submit_all(requests)
+
     def probe(self, request: ProbeRequest) -> Probe:
         """Run ``request`` with the others' compatible ones; its own result."""
         return self._submit(request)
 
     def _submit(self, request: Request) -> Any:
+        return self._submit_all([request])[0]
+
+    def _submit_all(self, requests: list[Request]) -> list[Any]:
         if self._current < 0:  # called outside run() (a copy's method called directly): nothing to merge with
-            return request.run()
-        item = _Pending(request, self._current)
-        self._pending.append(item)
+            return [request.run() for request in requests]
+        items = [_Pending(request, self._current) for request in requests]
+        self._pending.extend(items)
         greenlet.getcurrent().parent.switch()
-        if item.error is not None:
-            raise item.error
-        return item.result
+        for item in items:
+            if item.error is not None:
+                raise item.error
+        return [item.result for item in items]
 
     def _flush(self) -> None:
         """Run every pending request, merged by key, each item getting its result or error."""
