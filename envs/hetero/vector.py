@@ -72,6 +72,8 @@ class HeteroClock:
         self.extras, self.entropy = np.zeros((n, *envs[0]._extras.shape)), np.zeros((n, self.num_clients))
         self.slots, self.s1 = np.zeros((n, self.k), np.int64), np.zeros((n, self.k))
         self.load, self.probe = np.zeros((3, n, self.num_clients)), np.zeros((n, self.num_clients))
+        self.prev_size = np.zeros((n, self.num_clients), envs[0]._prev_size.dtype)
+        self.sizes_used = np.zeros((n, envs[0].num_sizes), bool)
         for i in range(n):
             self.refresh(i)
 
@@ -86,6 +88,9 @@ class HeteroClock:
         load = pending.opened.load
         self.load[:, i] = load.availability, load.drift, load.noise
         self.probe[i] = pending.opened.probe_time
+        # the copy's size records become rows of the clock's arrays (views): one write updates every copy's
+        self.prev_size[i], self.sizes_used[i] = env._prev_size, env._sizes_used
+        env._prev_size, env._sizes_used = self.prev_size[i], self.sizes_used[i]
 
     # ---- one step ----------------------------------------------------------------------------
 
@@ -101,8 +106,11 @@ class HeteroClock:
         terms, columns = self._terms_and_columns(sizes, sigma, tau.astype(np.float64), train, probe, round_time)
         reward = sum(weight * terms[name] for name, weight in first._reward_weights().items()).tolist()
         seconds = round_time.tolist()
+        self.prev_size[self.rows, self.slots] = sizes  # every copy's env._prev_size[slots] = sizes
+        self.sizes_used[self.rows, sizes] = True
+        limit = first.rounds_per_episode
         for env, size, share, epochs, duration in zip(self.envs, sizes, sigma, tau, seconds, strict=True):
-            self._commit(env, HeteroDecision(size, share, epochs), duration)
+            self._commit(env, HeteroDecision(size, share, epochs), duration, limit)
         infos = self._infos(seconds, (slowest - fastest).tolist(), uploaded.tolist(), terms, columns)
         ended = [env._ended for env in self.envs]
         self._prepare()
@@ -179,17 +187,18 @@ class HeteroClock:
             upload = nbytes * fed.algorithm.upload_factor / self.bandwidth * sel
         return train, probe, download + compute + upload, (nbytes * fed.algorithm.upload_factor * sel).sum(axis=1)
 
-    def _commit(self, env: _HeteroEnv, decision: HeteroDecision, round_time: float) -> None:
-        """Leave a copy's env and federation as their own step would (before the next round opens)."""
-        played, fed = env._pending, env.federation
+    def _commit(self, env: _HeteroEnv, decision: HeteroDecision, round_time: float, limit: int) -> None:
+        """Leave a copy's env and federation as their own step would (before the next round opens).
+
+        The size records are the clock's rows, written for every copy at once by :meth:`step`.
+        """
+        fed = env.federation
         fed.round += 1
         fed.elapsed += round_time
         env._round += 1
         env._uploads += self.k
-        env._ended = env._round >= env.rounds_per_episode
-        env._prev_size[played.slots] = decision.sizes
-        env._sizes_used[decision.sizes] = True
-        env._played, env._decision = played, decision
+        env._ended = env._round >= limit
+        env._played, env._decision = env._pending, decision
 
     # ---- the next round ----------------------------------------------------------------------
 
@@ -215,12 +224,13 @@ class HeteroClock:
         per_copy = zip(self.envs, self.feds, list(masks), *map(list, self.load), list(self.probe), list(self.slots),
                        list(self.s1), strict=True)
         for env, fed, mask, availability, drift, noise, probe, slots, s1 in per_copy:
-            opened = OpenedRound(fed.round + 1, mask, RoundLoad(availability, drift, noise), probe)
-            pending = HeteroRound(opened, slots, s1)
-            if env.view == "intensity":
+            env._pending = HeteroRound(OpenedRound(fed.round + 1, mask, RoundLoad(availability, drift, noise), probe),
+                                       slots, s1)
+        if self.envs[0].view == "intensity":  # the injected allocation policy sizes each copy's round
+            for env in self.envs:
+                pending = env._pending
                 sizes = env._predict(env._allocation, env._features(pending, pending.s1))
-                pending = HeteroRound(pending.opened, pending.slots, pending.s1, sizes)
-            env._pending = pending
+                env._pending = HeteroRound(pending.opened, pending.slots, pending.s1, sizes)
 
     def _observe(self) -> np.ndarray:
         """Every copy's observation (``_HeteroEnv._observe``)."""
@@ -231,7 +241,7 @@ class HeteroClock:
         if first.config.obs_mode != "extended":
             catalogue = np.tile(first._catalogue[: first.client_rows.globals], (len(self.envs), 1))
             return np.concatenate([1.0 / ratio, catalogue], axis=1).astype(np.float32)
-        prev = (np.stack([env._prev_size for env in self.envs])[self.rows, self.slots] + 1) / first.num_sizes
+        prev = (self.prev_size[self.rows, self.slots] + 1) / first.num_sizes
         extras = self.extras[self.rows[:, :, None], np.arange(2)[None, :, None], self.slots[:, None, :]]
         return np.concatenate([1.0 / ratio, extras[:, 0], extras[:, 1], prev], axis=1).astype(np.float32)
 
