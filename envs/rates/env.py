@@ -205,12 +205,12 @@ class FLLearningRateEnv(TargetRewardEnv):
         self._last_gain = self._terms["acc_gain"]
         self._share_entropy = _share_entropy(st.theta, trained.stats.model_norm[st.clients])
         self._mean_unit = float(unit_of(lr[st.clients], cfg.lr_min, cfg.lr_max).mean())
-        self._played = (st, lr[st.clients])
+        self._played = (st.clients, lr[st.clients])  # for the info: not the round's (m, P) probe gradients
         return report
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
-        st, lrs = self._played
-        return {"rates/clients": st.clients, "rates/lrs": lrs, "rates/val_accuracy": report.val_accuracy,
+        clients, lrs = self._played
+        return {"rates/clients": clients, "rates/lrs": lrs, "rates/val_accuracy": report.val_accuracy,
                 "rates/share_entropy": self._share_entropy, "rates/rounds_to_target": self._target.rounds_to_target}
 
 

@@ -107,7 +107,8 @@ class ProbeRequest:
         return _probe(self.arch, self.models, self.x, self.y, self.draw, self.batch_size)
 
 
-def _probe(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, draw: BatchDraw, batch_size: int) -> Probe:
+def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, draw: BatchDraw, batch_size: int
+           ) -> Probe:
     schedule = layout(draw, batch_size)
     return gradients_at(arch, models, x, y, schedule.idx[0], schedule.weight[0])
 
@@ -235,7 +236,8 @@ def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
     first = requests[0]
     draws = [r.draw for r in requests]
     draw = BatchDraw.concat(draws, np.arange(sum(len(d.parts) for d in draws)))
-    res = _probe(first.arch, torch.cat([r.models for r in requests]), first.x, first.y, draw, first.batch_size)
+    models = Stack.from_rows(first.arch, [r.models for r in requests])
+    res = _probe(first.arch, models, first.x, first.y, draw, first.batch_size)
     out, lo = [], 0
     for r in requests:
         k = len(r.models)

@@ -29,12 +29,13 @@ class Probe:
     grad: Tensor
 
 
-def gradients_at(arch: Architecture, models: Tensor, x: Tensor, y: Tensor, idx: Tensor, w: Tensor) -> Probe:
+def gradients_at(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, idx: Tensor, w: Tensor) -> Probe:
     """The mean cross-entropy of each row of ``models`` on its batch, and its gradient (evaluation mode).
 
-    ``models`` is ``(k, P)``; ``idx`` and ``w`` are one step of a schedule (``(k, B)`` each).
+    ``models`` is ``(k, P)`` (or already a :class:`Stack`); ``idx`` and ``w`` are one step of a
+    schedule (``(k, B)`` each).
     """
-    stack = Stack.from_rows(arch, models)
+    stack = models if isinstance(models, Stack) else Stack.from_rows(arch, models)
     grad = torch.zeros_like(stack.flat)
     out, tape = arch.forward(stack.blocks, arch.gather(x, idx), False)
     losses, dlogits = cross_entropy({"model": out}, y[idx], w)

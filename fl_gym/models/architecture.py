@@ -168,13 +168,18 @@ class Stack:
         return out
 
     @classmethod
-    def from_rows(cls, arch: Architecture, rows: Tensor) -> Stack:
-        """Stack ``(K, P)`` per-client vectors."""
-        pieces, lo = [], 0
-        for size in arch.sizes:
-            pieces.append(rows[:, lo: lo + size].reshape(-1))
+    def from_rows(cls, arch: Architecture, rows: Tensor | Sequence[Tensor]) -> Stack:
+        """Stack ``(K, P)`` per-client vectors (or the rows of several such tensors, one after another).
+
+        Written one parameter block at a time into the new buffer: no full-size temporary.
+        """
+        parts = [rows] if isinstance(rows, Tensor) else list(rows)
+        k = sum(part.shape[0] for part in parts)
+        stack, lo = cls(arch, parts[0].new_empty(k * arch.num_params)), 0
+        for block, size in zip(stack.blocks, arch.sizes, strict=True):
+            torch.cat([part[:, lo: lo + size] for part in parts], out=block.view(k, size))
             lo += size
-        return cls(arch, torch.cat(pieces))
+        return stack
 
     @classmethod
     def broadcast(cls, arch: Architecture, vector: Tensor, k: int) -> Stack:
