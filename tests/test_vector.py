@@ -100,6 +100,23 @@ def test_a_copys_federation_called_outside_a_vector_step_runs_its_request_alone(
     vec.close()
 
 
+def test_an_interrupt_in_a_copy_reaches_the_caller_at_once_and_leaves_the_batcher_usable():
+    from fl_gym.engine.batcher import CohortBatcher
+
+    batcher, order = CohortBatcher(3), []
+
+    def fn(i):
+        order.append(i)
+        if i == 1:
+            raise KeyboardInterrupt
+        return i
+
+    with pytest.raises(KeyboardInterrupt):
+        batcher.run(fn)
+    assert order == [0, 1]  # copy 2 never started
+    assert batcher.run(lambda i: i) == [0, 1, 2]
+
+
 def test_a_batched_run_is_reproducible_bit_for_bit():
     def run():
         vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=2, rounds_per_episode=3)

@@ -1,4 +1,4 @@
-"""``fl-gym bench --sections vec,ppo``: the vector envs on each family's default preset, and PPO on them.
+"""``fl-gym bench --sections vec,memory,ppo``: the vector envs on each family's default preset, their memory, PPO.
 
 For every family's first env id (its default preset), SB3's
 ``DummyVecEnv`` (copies one after the other), ``SubprocVecEnv`` (one process per copy; up to 16
@@ -7,16 +7,19 @@ copies) and the batched vector env in one process and with its default workers
 at several copy counts, each the median of repeated timed runs of a few vector steps
 (interleaved, after a warm-up), with the ratios measured in the same run. One torch thread per
 process (the env's ``num_threads=1``, so worker processes do not oversubscribe the cores). The
-``ppo`` section times SB3 PPO for 100k steps on one accuracy-driven default with each vector env.
+``memory`` section reads the resident memory of the batched and the dummy vector env of one
+accuracy-driven default, each in a fresh process; the ``ppo`` section times SB3 PPO for 100k
+steps on that default with each vector env.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -192,27 +195,25 @@ def _measure_memory(env_id: str, n: int, kind: str, steps: int) -> MemoryResult:
         in_use = float("nan")
     feds = [env.federation for env in vec.get_attr("unwrapped")]
     models = sum(v.numel() * v.element_size() for fed in feds for v in fed.global_models) / 2**20
+    vec.close()
     return MemoryResult(env_id, n, kind, after["VmHWM"] - before["VmRSS"], after["VmRSS"] - before["VmRSS"],
                         in_use, models)
 
 
-def _memory_worker(queue: Any, args: tuple) -> None:
-    queue.put(_measure_memory(*args))
-
-
 def memory_benchmark(env_id: str = PPO_ENV, counts: tuple[int, ...] = (1, 64), steps: int = 3,
                      progress: Callable[[str], None] = print) -> list[MemoryResult]:
-    """:class:`MemoryResult` of each kind at each copy count, each in a fresh process (memory is per process)."""
-    ctx = mp.get_context("spawn")
+    """:class:`MemoryResult` of each kind at each copy count, each in a fresh process (memory is per process).
+
+    Linux only (it reads ``/proc/self/status``).
+    """
+    if not sys.platform.startswith("linux"):
+        raise RuntimeError(f"the memory benchmark reads /proc/self/status, which {sys.platform} lacks: Linux only")
     results = []
     for n in counts:
         for kind in MEMORY_KINDS if n > 1 else ("batched",):
             progress(f"memory of {env_id}, {n} copies, {kind}...")
-            queue = ctx.Queue()
-            process = ctx.Process(target=_memory_worker, args=(queue, (env_id, n, kind, steps)))
-            process.start()
-            results.append(queue.get())
-            process.join()
+            with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as fresh:
+                results.append(fresh.submit(_measure_memory, env_id, n, kind, steps).result())
     return results
 
 

@@ -134,7 +134,7 @@ class CohortBatcher:
     copy order. When no copy is left to run, every pending request runs, merged by key and ordered
     by copy, and the waiting copies resume in copy order. All on one thread, a batched run is
     reproducible bit for bit, and it holds no per-copy thread stacks or allocator arenas (a thread
-    per copy, the first design, held about 20 MiB more at 64 copies).
+    per copy, as the earlier designs had, held about 20 MiB more at 64 copies).
 
     Args:
         copies: the vector env's copies.
@@ -156,19 +156,21 @@ class CohortBatcher:
         def body(copy: int) -> None:
             try:
                 results[copy] = (True, fn(copy))
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's greenlet
+            except Exception as exc:  # noqa: BLE001 - re-raised below; Ctrl-C reaches the caller at once
                 results[copy] = (False, exc)
 
         hub = greenlet.getcurrent()
         copies = [greenlet.greenlet(functools.partial(body, i), parent=hub) for i in range(self.copies)]
         ready, self._pending = list(range(self.copies)), []
-        while ready:
-            for copy in ready:
-                self._current = copy
-                copies[copy].switch()
-            ready = sorted({item.copy for item in self._pending})
-            self._flush()
-        self._current = -1
+        try:
+            while ready:
+                for copy in ready:
+                    self._current = copy
+                    copies[copy].switch()
+                ready = sorted({item.copy for item in self._pending})
+                self._flush()
+        finally:
+            self._current = -1
         for ok, value in results:
             if not ok:
                 raise value
