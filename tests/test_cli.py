@@ -201,11 +201,13 @@ def test_bench_ppo_section(capsys):
     code, out, _ = run_cli(["bench", "--sections", "ppo", "--ppo-steps", "64", "--ppo-envs", "2"], capsys)
     assert code == 0
     for kind in ("batched", "subproc", "dummy"):
-        assert re.search(rf"\| {kind} \| [\d.]+ \| [\d.]+ \|", out)
+        share = re.search(rf"\| {kind} \| [\d.]+ \| [\d.]+ \| (\d+)% \|", out)  # wall, x fastest, env share
+        assert share and 0 < int(share.group(1)) < 100
 
 
 @pytest.mark.parametrize("args,message", [
     (["train", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0' is not registered"),
+    (["bench", "--sections", "ppo", "--ppo-env", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0' is not registered"),
     (["train", "FLHetero-v0", "--hyperparams", "learning_rat=0.1"], "hyperparameter 'learning_rat' is not accepted"),
     (["train", "FLHetero-v0", "--hyperparams", "lr"], "--hyperparams: expected key=value, got 'lr'"),
     (["train", "FLHetero-v0", "--env-kwargs", "backend=jax"], "backend='jax' is out of range"),

@@ -201,8 +201,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         counts = (1, *(n for n in parse_ints(args.vec_envs) if n > 1))
         print(vec_bench.memory_table(vec_bench.memory_benchmark(counts=counts, progress=say)) + "\n")
     if "ppo" in sections:
-        seconds = vec_bench.ppo_benchmark(steps=args.ppo_steps, n_envs=args.ppo_envs, progress=say)
-        print(vec_bench.ppo_table(vec_bench.PPO_ENV, args.ppo_steps, args.ppo_envs, seconds) + "\n")
+        from fl_gym.envs.registry import family_of
+
+        family_of(args.ppo_env)  # a ValueError naming the id and the registered ones
+        results = vec_bench.ppo_benchmark(args.ppo_env, args.ppo_steps, args.ppo_envs, progress=say)
+        print(vec_bench.ppo_table(args.ppo_env, args.ppo_steps, args.ppo_envs, results) + "\n")
     if "ray" in sections:
         from fl_gym.training import ray_bench  # optional: fl-gym[ray]
 
@@ -364,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(resident memory of FLLearningRate-v0 at one copy and the vec section's copy counts, each in a "
                    "fresh process), ppo (PPO wall time with each vector env: about 30 minutes at the default "
                    "--ppo-steps), ray (Ray actors against processes, a sharded federation; needs fl-gym[ray])")
+    p.add_argument("--ppo-env", default="FLLearningRate-v0", help="env id of the ppo section (its ppo.yml block)")
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
     p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
     p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
