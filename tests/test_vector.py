@@ -72,23 +72,6 @@ def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone()
     vec.close()
 
 
-def test_the_batcher_runs_copies_in_turn_and_passes_a_copy_error_to_the_caller():
-    from fl_gym.engine.batcher import CohortBatcher
-
-    batcher, order = CohortBatcher(3), []
-
-    def fn(i):
-        order.append(i)
-        if i == 1:
-            raise RuntimeError("copy 1 failed")
-        return i * 10
-
-    with pytest.raises(RuntimeError, match="copy 1 failed"):
-        batcher.run(fn)
-    assert order == [0, 1, 2]  # the others still ran, one after the other
-    assert batcher.run(lambda i: i * 10) == [0, 10, 20]  # and the batcher is usable afterwards
-
-
 def test_a_copys_federation_called_outside_a_vector_step_runs_its_request_alone():
     vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=4, rounds_per_episode=2)
     vec.reset()
@@ -100,7 +83,11 @@ def test_a_copys_federation_called_outside_a_vector_step_runs_its_request_alone(
     vec.close()
 
 
-def test_an_interrupt_in_a_copy_reaches_the_caller_at_once_and_leaves_the_batcher_usable():
+@pytest.mark.parametrize("error,ran", [
+    (RuntimeError("copy 1 failed"), [0, 1, 2]),  # the others still run, one after the other; raised after
+    (KeyboardInterrupt(), [0, 1]),  # Ctrl-C reaches the caller at once: copy 2 never starts
+])
+def test_the_batcher_runs_copies_in_turn_and_passes_a_copy_error_to_the_caller(error, ran):
     from fl_gym.engine.batcher import CohortBatcher
 
     batcher, order = CohortBatcher(3), []
@@ -108,13 +95,14 @@ def test_an_interrupt_in_a_copy_reaches_the_caller_at_once_and_leaves_the_batche
     def fn(i):
         order.append(i)
         if i == 1:
-            raise KeyboardInterrupt
-        return i
+            raise error
+        return i * 10
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(type(error)) as caught:
         batcher.run(fn)
-    assert order == [0, 1]  # copy 2 never started
-    assert batcher.run(lambda i: i) == [0, 1, 2]
+    assert caught.value is error  # the copy's own exception ("copy 1 failed"), re-raised in the caller
+    assert order == ran
+    assert batcher.run(lambda i: i * 10) == [0, 10, 20]  # and the batcher is usable afterwards
 
 
 def test_a_batched_run_is_reproducible_bit_for_bit():

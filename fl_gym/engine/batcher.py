@@ -130,7 +130,7 @@ class CohortBatcher:
 
     :meth:`run` steps every copy in a greenlet of its own (a coroutine with its own stack, all
     on the caller's thread): a copy runs its Python until it submits a request (:meth:`train`,
-    :meth:`evaluate`, :meth:`probe`) or finishes, then switches back, and the next copy runs, in
+    :meth:`evaluate_all`, :meth:`probe`) or finishes, then switches back, and the next copy runs, in
     copy order. When no copy is left to run, every pending request runs, merged by key and ordered
     by copy, and the waiting copies resume in copy order. All on one thread, a batched run is
     reproducible bit for bit, and it holds no per-copy thread stacks or allocator arenas (a thread
@@ -177,10 +177,6 @@ class CohortBatcher:
         return [value for _, value in results]
 
     def train(self, request: TrainRequest) -> TrainResult:
-        """Run ``request`` with the others' compatible ones; its own result."""
-        return self._submit(request)
-
-    def evaluate(self, request: EvalRequest) -> EvalResult:
         """Run ``request`` with the others' compatible ones; its own result."""
         return self._submit(request)
 
