@@ -133,8 +133,8 @@ class CohortBatcher:
     :meth:`evaluate_all`, :meth:`probe`) or finishes, then switches back, and the next copy runs, in
     copy order. When no copy is left to run, every pending request runs, merged by key and ordered
     by copy, and the waiting copies resume in copy order. All on one thread, a batched run is
-    reproducible bit for bit, and it holds no per-copy thread stacks or allocator arenas (a thread
-    per copy, as the earlier designs had, held about 20 MiB more at 64 copies).
+    reproducible bit for bit, and it holds no per-copy thread stacks or allocator arenas (which a
+    thread per copy, as the earlier designs had, did).
 
     Args:
         copies: the vector env's copies.
@@ -284,7 +284,7 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
 def _gathered(stacks: list[Stack], order: Tensor | None = None) -> Stack:
     """The stacks' rows side by side (permuted by ``order``), built one parameter block at a time.
 
-    No full-size temporary: at 64 copies the merged training's peak memory halved.
+    No full-size temporary, so the merged call's peak memory stays near its result's size.
     """
     arch = stacks[0].arch
     merged = Stack(arch, stacks[0].flat.new_empty(sum(s.k for s in stacks) * arch.num_params))
