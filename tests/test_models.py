@@ -78,6 +78,10 @@ def test_stack_rows_round_trip():
     assert torch.equal(stack.rows(), rows)
     assert stack.blocks[0].shape == (4, 8, 1, 3, 3)
     assert torch.equal(Stack.broadcast(arch, rows[1], 3).rows(), rows[1].expand(3, -1))
+    out = torch.zeros_like(rows)
+    for view, block in zip(stack.row_views(out), stack.blocks, strict=True):
+        view.copy_(block)  # each block written through the strided views lands in its columns of the rows
+    assert torch.equal(out, rows)
 
 
 @pytest.mark.parametrize("name,shape", [("fedent-vgg11", (1, 8, 8)), ("cnn-small", (64,)), ("nope", (1, 8, 8))])

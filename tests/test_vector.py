@@ -55,7 +55,10 @@ def test_training_and_evaluation_are_merged_across_copies():
     assert vec.batcher.flushes - before == 2
 
 
-def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone():
+@pytest.mark.parametrize("rows", [None, 16])  # the default; a cap that splits the merged evaluation into chunks
+def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone(rows, monkeypatch):
+    if rows is not None:  # 4 models: 4 samples per chunk instead of the 512 of each evaluation alone
+        monkeypatch.setattr("fl_gym.engine.batcher.MERGED_EVAL_ROWS", rows)
     vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=1, rounds_per_episode=2)
     vec.reset()
     feds = [env.unwrapped.federation for env in vec.envs]
@@ -69,6 +72,16 @@ def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone()
             alone = request.run()
             np.testing.assert_allclose(result.accuracy.numpy(), alone.accuracy.numpy(), rtol=0, atol=1e-6)
             np.testing.assert_allclose(result.loss.numpy(), alone.loss.numpy(), rtol=0, atol=1e-5)
+    vec.close()
+
+
+def test_the_batcher_returns_freed_memory_after_each_flush(monkeypatch):
+    trims = []
+    monkeypatch.setattr("fl_gym.engine.batcher.release_freed_memory", lambda: trims.append(1))
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, rounds_per_episode=2)
+    vec.reset()
+    vec.step(np.zeros((2, 10), np.float32))
+    assert len(trims) == vec.batcher.flushes > 0  # one trim after each merged call (here one group per flush)
     vec.close()
 
 

@@ -17,6 +17,7 @@ their own step does.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -108,9 +109,7 @@ class HeteroClock:
         seconds = round_time.tolist()
         self.prev_size[self.rows, self.slots] = sizes  # every copy's env._prev_size[slots] = sizes
         self.sizes_used[self.rows, sizes] = True
-        limit = first.rounds_per_episode
-        for env, size, share, epochs, duration in zip(self.envs, sizes, sigma, tau, seconds, strict=True):
-            self._commit(env, HeteroDecision(size, share, epochs), duration, limit)
+        self._commit(map(HeteroDecision, sizes, sigma, tau), seconds)
         infos = self._infos(seconds, (slowest - fastest).tolist(), uploaded.tolist(), terms, columns)
         ended = [env._ended for env in self.envs]
         self._prepare()
@@ -187,18 +186,19 @@ class HeteroClock:
             upload = nbytes * fed.algorithm.upload_factor / self.bandwidth * sel
         return train, probe, download + compute + upload, (nbytes * fed.algorithm.upload_factor * sel).sum(axis=1)
 
-    def _commit(self, env: _HeteroEnv, decision: HeteroDecision, round_time: float, limit: int) -> None:
-        """Leave a copy's env and federation as their own step would (before the next round opens).
+    def _commit(self, decisions: Iterable[HeteroDecision], seconds: list[float]) -> None:
+        """Leave every copy's env and federation as its own step would (before the next round opens).
 
         The size records are the clock's rows, written for every copy at once by :meth:`step`.
         """
-        fed = env.federation
-        fed.round += 1
-        fed.elapsed += round_time
-        env._round += 1
-        env._uploads += self.k
-        env._ended = env._round >= limit
-        env._played, env._decision = env._pending, decision
+        k, limit = self.k, self.envs[0].rounds_per_episode
+        for env, fed, decision, round_time in zip(self.envs, self.feds, decisions, seconds, strict=True):
+            fed.round += 1
+            fed.elapsed += round_time
+            env._round += 1
+            env._uploads += k
+            env._ended = env._round >= limit
+            env._played, env._decision = env._pending, decision
 
     # ---- the next round ----------------------------------------------------------------------
 
@@ -221,11 +221,10 @@ class HeteroClock:
                       * self.load[2])
         t_d = self.probe[self.rows, self.slots]
         self.s1 = t_d / t_d.min(axis=1, keepdims=True)
-        per_copy = zip(self.envs, self.feds, list(masks), *map(list, self.load), list(self.probe), list(self.slots),
-                       list(self.s1), strict=True)
-        for env, fed, mask, availability, drift, noise, probe, slots, s1 in per_copy:
-            env._pending = HeteroRound(OpenedRound(fed.round + 1, mask, RoundLoad(availability, drift, noise), probe),
-                                       slots, s1)
+        # each copy's pending round holds row views of these arrays (iterating an array yields its rows)
+        opened = map(OpenedRound, [fed.round + 1 for fed in self.feds], masks, map(RoundLoad, *self.load), self.probe)
+        for env, pending in zip(self.envs, map(HeteroRound, opened, self.slots, self.s1), strict=True):
+            env._pending = pending
         if self.envs[0].view == "intensity":  # the injected allocation policy sizes each copy's round
             for env in self.envs:
                 pending = env._pending

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm
+from fl_gym.engine.allocator import release_freed_memory
 from fl_gym.engine.evaluate import EvalResult, evaluate_stack
 from fl_gym.engine.losses import cross_entropy
 from fl_gym.engine.probe import Probe, gradients_at
@@ -114,6 +115,11 @@ def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, dra
 
 
 Request = TrainRequest | EvalRequest | ProbeRequest
+# A merged evaluation's working set (inputs, activations, logits) grows with models x samples per
+# chunk. This cap bounds it whatever the copies (8192 pairs of 64 input features are 2 MiB of
+# inputs); at the default 512 samples per chunk, merged evaluations of more than 16 models are cut
+# into more chunks, each still one batched call for every model.
+MERGED_EVAL_ROWS = 8192
 T = TypeVar("T")
 
 
@@ -203,7 +209,7 @@ class CohortBatcher:
         return [item.result for item in items]
 
     def _flush(self) -> None:
-        """Run every pending request, merged by key, each item getting its result or error."""
+        """Run every pending request, merged by key, each item getting its result or error; then trim the heap."""
         pending, self._pending = sorted(self._pending, key=lambda it: it.copy), []
         groups: dict[Any, list[_Pending]] = {}
         for i, item in enumerate(pending):
@@ -218,6 +224,8 @@ class CohortBatcher:
             except BaseException as exc:  # noqa: BLE001 - every waiting copy gets the error
                 for it in items:
                     it.error = exc
+        if pending:
+            release_freed_memory()  # the calls' working set back to the system: the heap does not creep up
 
 
 def _run_group(requests: list[Request]) -> list[Any]:
@@ -245,9 +253,12 @@ def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
 
 
 def _evaluate_merged(requests: list[EvalRequest]) -> list[EvalResult]:
+    """One evaluation of every request's models, in chunks of at most ``MERGED_EVAL_ROWS`` (model, sample) pairs."""
     first = requests[0]
     parts = [p for r in requests for p in r.parts]
-    res = evaluate_stack(_gathered([r.stack for r in requests]), first.x, first.y, parts, first.batch_size)
+    stack = _gathered([r.stack for r in requests])
+    batch_size = min(first.batch_size, max(MERGED_EVAL_ROWS // stack.k, 1))
+    res = evaluate_stack(stack, first.x, first.y, parts, batch_size)
     out, lo = [], 0
     for r in requests:
         k = r.stack.k
@@ -265,12 +276,11 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
     order = np.argsort(-steps, kind="stable")
     schedule = layout(BatchDraw.concat([r.draw for r in requests], order), first.batch_size)
     stacks = [r.members[0].stack for r in requests]
-    device = stacks[0].flat.device
-    member = Member(role, _gathered(stacks, torch.as_tensor(order, device=device)))
+    back = torch.as_tensor(np.argsort(order, kind="stable"), device=stacks[0].flat.device)  # each client's merged row
+    member = Member(role, _gathered(stacks, back))
     lr = torch.cat([r.lr for r in requests])[torch.as_tensor(order, device=first.lr.device)]
     result = train_cohort([member], first.x, first.y, schedule, lr, first.optimizer, loss_fn=first.loss_fn,
                           algorithm=first.algorithm, gen=first.gen)
-    back = torch.as_tensor(np.argsort(order, kind="stable"), device=device)  # merged position of each client
     out, lo = [], 0
     for stack in stacks:
         pos = back[lo: lo + stack.k]
@@ -281,16 +291,20 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
     return out
 
 
-def _gathered(stacks: list[Stack], order: Tensor | None = None) -> Stack:
-    """The stacks' rows side by side (permuted by ``order``), built one parameter block at a time.
+def _gathered(stacks: list[Stack], rows: Tensor | None = None) -> Stack:
+    """The stacks' rows side by side (row ``i`` of them at row ``rows[i]`` of the result), one block at a time.
 
-    No full-size temporary, so the merged call's peak memory stays near its result's size.
+    Each stack's block is copied straight to its rows of the result: no temporary, so the merged
+    call's peak memory stays near its result's size.
     """
     arch = stacks[0].arch
     merged = Stack(arch, stacks[0].flat.new_empty(sum(s.k for s in stacks) * arch.num_params))
     for i, block in enumerate(merged.blocks):
-        if order is None:
+        if rows is None:
             torch.cat([s.blocks[i] for s in stacks], out=block)
-        else:
-            torch.index_select(torch.cat([s.blocks[i] for s in stacks]), 0, order, out=block)
+            continue
+        lo = 0
+        for s in stacks:
+            block.index_copy_(0, rows[lo: lo + s.k], s.blocks[i])
+            lo += s.k
     return merged

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from fl_gym.engine.losses import cross_entropy
@@ -36,9 +35,9 @@ def gradients_at(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tenso
     schedule (``(k, B)`` each).
     """
     stack = models if isinstance(models, Stack) else Stack.from_rows(arch, models)
-    grad = torch.zeros_like(stack.flat)
+    grad = stack.flat.new_zeros(stack.k, arch.num_params)  # written as rows: no copy into the (k, P) result
     out, tape = arch.forward(stack.blocks, arch.gather(x, idx), False)
     losses, dlogits = cross_entropy({"model": out}, y[idx], w)
-    arch.backward(stack.blocks, tape, dlogits["model"], stack.views(grad), None)
-    return Probe(losses["model"], Stack(arch, grad).rows())
+    arch.backward(stack.blocks, tape, dlogits["model"], stack.row_views(grad), None)
+    return Probe(losses["model"], grad)
 

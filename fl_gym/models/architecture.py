@@ -191,6 +191,14 @@ class Stack:
             lo += size
         return stack
 
+    def row_views(self, rows: Tensor) -> list[Tensor]:
+        """Split a ``(K, P)`` row buffer into ``(K, *shape)`` blocks (strided views: writing them fills the rows)."""
+        out, lo = [], 0
+        for size, shape in zip(self.arch.sizes, self.arch.param_shapes, strict=True):
+            out.append(rows[:, lo: lo + size].view(self.k, *shape))
+            lo += size
+        return out
+
     def rows(self) -> Tensor:
         """The clients' parameters as ``(K, P)`` vectors."""
         return torch.cat([b.reshape(self.k, -1) for b in self.blocks], dim=1)
