@@ -75,16 +75,6 @@ def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone(r
     vec.close()
 
 
-def test_the_batcher_returns_freed_memory_after_each_flush(monkeypatch):
-    trims = []
-    monkeypatch.setattr("fl_gym.engine.batcher.release_freed_memory", lambda: trims.append(1))
-    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, rounds_per_episode=2)
-    vec.reset()
-    vec.step(np.zeros((2, 10), np.float32))
-    assert len(trims) == vec.batcher.flushes > 0  # one trim after each merged call (here one group per flush)
-    vec.close()
-
-
 def test_a_copys_federation_called_outside_a_vector_step_runs_its_request_alone():
     vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=4, rounds_per_episode=2)
     vec.reset()

@@ -9,12 +9,6 @@ blocks in the heap for reuse, at the cost of the process holding its peak memory
 :func:`keep_freed_memory` is called by :class:`~fl_gym.federation.Federation` when it trains on
 the CPU (``FederationConfig.keep_freed_memory``) and by the benchmark for both the batched engine
 and the reference loop. It is a no-op outside glibc.
-
-A heap that is never trimmed holds its high-water mark, and it creeps up as differently sized
-blocks fragment it (a vector env's merged calls change size from step to step).
-:func:`release_freed_memory` hands the free pages back between engine calls: a vector env's
-batcher calls it after each merged call, so its resident memory between calls is what it uses,
-and the pages a call needs are faulted in once per call, not once per local step.
 """
 
 from __future__ import annotations
@@ -41,10 +35,3 @@ def keep_freed_memory(threshold_bytes: int = 1 << 30) -> bool:
         return False
     _applied = ok
     return ok
-
-
-def release_freed_memory() -> bool:
-    """Return the heap's free pages to the system (``malloc_trim``); True if glibc did so."""
-    if not _applied:
-        return False
-    return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))

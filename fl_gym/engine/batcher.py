@@ -28,7 +28,6 @@ import torch
 from torch import Tensor
 
 from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm
-from fl_gym.engine.allocator import release_freed_memory
 from fl_gym.engine.evaluate import EvalResult, evaluate_stack
 from fl_gym.engine.losses import cross_entropy
 from fl_gym.engine.probe import Probe, gradients_at
@@ -209,7 +208,7 @@ class CohortBatcher:
         return [item.result for item in items]
 
     def _flush(self) -> None:
-        """Run every pending request, merged by key, each item getting its result or error; then trim the heap."""
+        """Run every pending request, merged by key, each item getting its result or error."""
         pending, self._pending = sorted(self._pending, key=lambda it: it.copy), []
         groups: dict[Any, list[_Pending]] = {}
         for i, item in enumerate(pending):
@@ -224,8 +223,6 @@ class CohortBatcher:
             except BaseException as exc:  # noqa: BLE001 - every waiting copy gets the error
                 for it in items:
                     it.error = exc
-        if pending:
-            release_freed_memory()  # the calls' working set back to the system: the heap does not creep up
 
 
 def _run_group(requests: list[Request]) -> list[Any]:
