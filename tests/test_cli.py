@@ -237,6 +237,7 @@ def test_bench_ppo_section(capsys):
     (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
     (["bench", "--sections", "gpu"], "--sections"),
     (["bench", "--sections", "ppo", "--ppo-steps", "0"], "--ppo-steps=0"),
+    (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),
 ])
 def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path):
     code, out, err = run_cli([*args, *(["--runs-dir", tmp_path] if args[0] == "train" else [])], capsys)

@@ -181,6 +181,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
     require(is_int_at_least(args.ppo_steps, 1), "--ppo-steps", args.ppo_steps, "an integer >= 1")
     require(is_int_at_least(args.ppo_envs, 1), "--ppo-envs", args.ppo_envs, "an integer >= 1")
+    require(is_int_at_least(args.memory_steps, 1), "--memory-steps", args.memory_steps, "an integer >= 1")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if "engine" in sections:
         scenarios = args.scenarios.split(",")
@@ -199,7 +200,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, progress=say)) + "\n")
     if "memory" in sections:
         counts = (1, *(n for n in parse_ints(args.vec_envs) if n > 1))
-        print(vec_bench.memory_table(vec_bench.memory_benchmark(counts=counts, progress=say)) + "\n")
+        results = vec_bench.memory_benchmark(counts=counts, steps=args.memory_steps, progress=say)
+        print(vec_bench.memory_table(results) + "\n")
     if "ppo" in sections:
         from fl_gym.envs.registry import family_of
 
@@ -371,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
     p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
     p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
+    p.add_argument("--memory-steps", type=int, default=3, help="vector steps before the memory section reads "
+                   "memory (more shows what a long run holds)")
     p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (engine)")
     p.add_argument("--device", default="cpu")
