@@ -178,10 +178,14 @@ class Federation:
             return []
         return [self._test_request(self.archs[0], self.global_models[0], self.val_indices)]
 
+    @staticmethod
+    def _validation_accuracy(results: list[EvalResult]) -> float:
+        """The accuracy in the results of :meth:`_validation_requests` (NaN where there was none)."""
+        return float(results[0].accuracy[0]) if results else math.nan
+
     def validation_accuracy(self) -> float:
         """The first global model's accuracy on the validation set (NaN without one)."""
-        results = self._evaluate_all(self._validation_requests())
-        return float(results[0].accuracy[0]) if results else math.nan
+        return self._validation_accuracy(self._evaluate_all(self._validation_requests()))
 
     @staticmethod
     def _load(cfg: FederationConfig) -> Dataset:
@@ -571,7 +575,7 @@ class Federation:
         tests = self._global_requests() if due else []
         results = self._evaluate_all(tests + self._validation_requests())
         values = self._global_values(results[: len(tests)]) if due else self._not_evaluated
-        val_accuracy = float(results[-1].accuracy[0]) if len(results) > len(tests) else math.nan
+        val_accuracy = self._validation_accuracy(results[len(tests):])
         if self.companion_arch:
             extras["companion_global_accuracy"], extras["companion_global_loss"] = values[2], values[3]
         return {"global_accuracy": values[0], "global_loss": values[1]}, val_accuracy
@@ -593,4 +597,3 @@ class Federation:
     def evaluate(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         """Test accuracy and loss of every global model (``(M,)`` each), then of the companion (NaN if none)."""
         return self._global_values(self._evaluate_all(self._global_requests()))
-

@@ -161,11 +161,7 @@ class Stack:
 
     def views(self, buffer: Tensor) -> list[Tensor]:
         """Split a buffer of this stack's layout into ``(K, *shape)`` blocks."""
-        out, lo = [], 0
-        for size, shape in zip(self.arch.sizes, self.arch.param_shapes, strict=True):
-            out.append(buffer[lo: lo + self.k * size].view(self.k, *shape))
-            lo += self.k * size
-        return out
+        return self._blocks_of(buffer.split([self.k * size for size in self.arch.sizes]))
 
     @classmethod
     def from_rows(cls, arch: Architecture, rows: Tensor | Sequence[Tensor]) -> Stack:
@@ -175,29 +171,26 @@ class Stack:
         """
         parts = [rows] if isinstance(rows, Tensor) else list(rows)
         k = sum(part.shape[0] for part in parts)
-        stack, lo = cls(arch, parts[0].new_empty(k * arch.num_params)), 0
-        for block, size in zip(stack.blocks, arch.sizes, strict=True):
-            torch.cat([part[:, lo: lo + size] for part in parts], out=block.view(k, size))
-            lo += size
+        stack = cls(arch, parts[0].new_empty(k * arch.num_params))
+        columns = zip(*(part.split(arch.sizes, dim=1) for part in parts), strict=True)  # per block, every part's
+        for block, size, pieces in zip(stack.blocks, arch.sizes, columns, strict=True):
+            torch.cat(pieces, out=block.view(k, size))
         return stack
 
     @classmethod
     def broadcast(cls, arch: Architecture, vector: Tensor, k: int) -> Stack:
         """K copies of one ``(P,)`` vector."""
         stack = cls(arch, vector.new_empty(k * arch.num_params))
-        lo = 0
-        for block, size in zip(stack.blocks, arch.sizes, strict=True):
-            block.view(k, size).copy_(vector[lo: lo + size].expand(k, size))
-            lo += size
+        for block, piece in zip(stack.blocks, vector.split(arch.sizes), strict=True):
+            block.copy_(piece.view(block.shape[1:]))  # broadcast over the K rows
         return stack
 
     def row_views(self, rows: Tensor) -> list[Tensor]:
         """Split a ``(K, P)`` row buffer into ``(K, *shape)`` blocks (strided views: writing them fills the rows)."""
-        out, lo = [], 0
-        for size, shape in zip(self.arch.sizes, self.arch.param_shapes, strict=True):
-            out.append(rows[:, lo: lo + size].view(self.k, *shape))
-            lo += size
-        return out
+        return self._blocks_of(rows.split(self.arch.sizes, dim=1))
+
+    def _blocks_of(self, pieces: Sequence[Tensor]) -> list[Tensor]:
+        return [piece.view(self.k, *shape) for piece, shape in zip(pieces, self.arch.param_shapes, strict=True)]
 
     def rows(self) -> Tensor:
         """The clients' parameters as ``(K, P)`` vectors."""
