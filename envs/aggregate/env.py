@@ -117,7 +117,7 @@ class FLAggregateEnv(TargetRewardEnv):
         weight = action_weights(action, self.federation.sizes, self.config.action_scale)
         report = self.federation.finish_round(pending, weight=weight)
         self._score(report)
-        self._played = pending
+        self._played_angles = pending.stats.update_angle  # for the info: not the round's trained models
         return report
 
     @property
@@ -126,7 +126,7 @@ class FLAggregateEnv(TargetRewardEnv):
         return self._pending.stats
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
-        return {"aggregate/weights": report.weights, "aggregate/angles": self._played.stats.update_angle,
+        return {"aggregate/weights": report.weights, "aggregate/angles": self._played_angles,
                 "aggregate/smoothed_angles": self.tracker.smoothed.copy(),
                 "aggregate/val_accuracy": report.val_accuracy,
                 "aggregate/rounds_to_target": self._target.rounds_to_target}

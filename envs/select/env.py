@@ -54,15 +54,24 @@ class SelectRound:
 class Selection:
     """What the server kept in the last round, and what it gained.
 
+    It holds what the info reports of the played round, not the round itself: its trained local
+    models, aggregated already, would otherwise stay alive until the next step.
+
     Attributes:
-        round: the played round.
+        slots: ``(m,)`` the played round's candidate ids, ascending (row order).
+        positive_branch: the candidates were drawn from the positive pool first.
+        entropy: ``H(mix(S))`` of the candidates, nats.
+        local_steps: ``(m,)`` local steps each candidate took.
         keep: ``(m,)`` bool per row.
         repaired: an all-zero action was repaired.
         acc_gain: validation accuracy after the round minus before it.
         kept_entropy: ``H(mix(kept)) / log c``.
     """
 
-    round: SelectRound
+    slots: np.ndarray
+    positive_branch: bool
+    entropy: float
+    local_steps: np.ndarray
     keep: np.ndarray
     repaired: bool
     acc_gain: float
@@ -113,7 +122,8 @@ class _SelectionEnv(FLEnv):
         self.pools.update(slots[keep], slots[~keep])
         self._selections[slots] += 1
         kept_entropy = entropy(mixture(played.soft_labels[keep], fed.sizes[slots][keep])) / self._log_c
-        self._last = Selection(played, keep, repaired, self._validation.update(report), kept_entropy)
+        self._last = Selection(slots, played.draw.positive_branch, played.entropy, played.trained.steps[slots], keep,
+                               repaired, self._validation.update(report), kept_entropy)
         self._last_kept = float(keep.mean())
         self._uplink_bytes += report.upload_bytes + self._soft_label_bytes(len(slots))
         return report
@@ -136,16 +146,16 @@ class _SelectionEnv(FLEnv):
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
         last = self._last
-        played, keep = last.round, last.keep
-        return {"select/kept": played.slots[keep], "select/removed": played.slots[~keep],
-                "select/kept_share": float(keep.mean()), "select/positive_branch": played.draw.positive_branch,
+        slots, keep = last.slots, last.keep
+        return {"select/kept": slots[keep], "select/removed": slots[~keep],
+                "select/kept_share": float(keep.mean()), "select/positive_branch": last.positive_branch,
                 "select/repaired": last.repaired,
                 "select/uplink_models": int(keep.sum()) * self.federation.algorithm.upload_factor,
                 "select/uplink_bytes": report.upload_bytes,
-                "select/soft_label_bytes": self._soft_label_bytes(len(played.slots)),
-                "select/downlink_models": len(played.slots), "select/cum_uplink_bytes": self._uplink_bytes,
-                "select/entropy_candidates": played.entropy / self._log_c, "select/entropy_kept": last.kept_entropy,
-                "select/val_accuracy": report.val_accuracy, "select/local_steps": played.trained.steps[played.slots]}
+                "select/soft_label_bytes": self._soft_label_bytes(len(slots)),
+                "select/downlink_models": len(slots), "select/cum_uplink_bytes": self._uplink_bytes,
+                "select/entropy_candidates": last.entropy / self._log_c, "select/entropy_kept": last.kept_entropy,
+                "select/val_accuracy": report.val_accuracy, "select/local_steps": last.local_steps}
 
 
 class FLSelectEnv(_SelectionEnv):

@@ -139,7 +139,7 @@ class FLSelectQueueEnv(FLEnv):
         self._selected_prev = keep.astype(float)
         self._selections += keep
         self._gain = self._validation.update(report)
-        self._played, self._keep = pending, keep
+        self._played, self._keep = (pending.entropy, pending.bias), keep  # for the info: not the trained models
         return report
 
     def _reward_terms(self, report: RoundReport) -> dict[str, float]:
@@ -149,11 +149,11 @@ class FLSelectQueueEnv(FLEnv):
         return {"acc_gain": 1.0, "uplink": -self.config.lambda_comm / self.rounds_per_episode}
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
-        played, keep = self._played, self._keep
+        (entropy_bits, bias), keep = self._played, self._keep
         return {"select/kept": np.flatnonzero(keep), "select/kept_share": float(keep.mean()),
-                "select/entropy_bits": played.entropy,
-                "select/mean_entropy": float(played.entropy.mean() / self._log2_c),
-                "select/mean_bias": float(played.bias.mean()), "select/weights": report.weights,
+                "select/entropy_bits": entropy_bits,
+                "select/mean_entropy": float(entropy_bits.mean() / self._log2_c),
+                "select/mean_bias": float(bias.mean()), "select/weights": report.weights,
                 "select/fallback_weights": self._fallback, "select/empty_selection": self._empty,
                 "select/val_accuracy": report.val_accuracy, "select/samples_sent": int(self.queue.sent),
                 "select/privacy": {"server_data_fraction": self.config.server_data_fraction,
