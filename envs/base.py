@@ -150,6 +150,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         truncated = self._round >= self.rounds_per_episode and not terminated
         info = self._info(report, terms)
         self._ended = terminated or truncated
+        self._pending = None  # the played round (its trained models, say) is freed before the next one trains
         self._pending = self._prepare()
         return self._observe(self._pending), float(reward), terminated, truncated, info
 

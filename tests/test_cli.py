@@ -187,7 +187,8 @@ def test_bench_vec_section(capsys, monkeypatch):
 
 
 def test_bench_memory_section(capsys):
-    code, out, _ = run_cli(["bench", "--sections", "memory", "--vec-envs", "2"], capsys)
+    code, out, _ = run_cli(["bench", "--sections", "memory", "--vec-envs", "2", "--memory-envs", "FLLearningRate-v0"],
+                           capsys)
     assert code == 0
     number = r" \| ([\d.-]+)"
     rows = re.findall(r"\| FLLearningRate-v0 \| (\d+) \| (\w+)" + number * 4 + r" \|", out)
@@ -195,6 +196,14 @@ def test_bench_memory_section(capsys):
     for _, _, peak, resident, _, models in rows:
         assert float(peak) >= float(resident) > 0  # the high-water mark bounds what is held after the steps
         assert float(models) > 0
+
+
+def test_memory_section_defaults_to_every_training_family():
+    from fl_gym.training.vec_bench import training_ids
+
+    ids = training_ids()
+    assert {"FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"} <= set(ids)
+    assert "FLHetero-v0" not in ids  # the timing backend trains no model
 
 
 def test_bench_ppo_section(capsys):
@@ -238,6 +247,7 @@ def test_bench_ppo_section(capsys):
     (["bench", "--sections", "gpu"], "--sections"),
     (["bench", "--sections", "ppo", "--ppo-steps", "0"], "--ppo-steps=0"),
     (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),
+    (["bench", "--sections", "memory", "--memory-envs", "FLSelect-v0,CartPole-v1"], "--memory-envs=['CartPole-v1']"),
 ])
 def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path):
     code, out, err = run_cli([*args, *(["--runs-dir", tmp_path] if args[0] == "train" else [])], capsys)

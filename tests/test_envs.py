@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import warnings
+import weakref
 
 import gymnasium as gym
 import numpy as np
@@ -110,3 +112,31 @@ def test_every_id_has_a_fixed_policy_that_acts_in_its_space(env_id):
         assert env.action_space.contains(np.asarray(action).astype(env.action_space.dtype)), name
         built += 1
     assert built
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_a_step_keeps_no_trained_round_but_the_pending_one(env_id, monkeypatch):
+    """A played round's local models are freed once aggregated: before the next round trains, and after the step."""
+    from fl_gym.federation import Federation
+
+    env = gym.make(env_id, rounds_per_episode=5)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    trained, alive_at_training = [], []
+    train_round = Federation.train_round
+
+    def alive() -> int:
+        gc.collect()
+        return sum(ref() is not None for ref in trained)
+
+    def spy(fed, *args, **kwargs):
+        alive_at_training.append(alive())
+        out = train_round(fed, *args, **kwargs)
+        trained.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(Federation, "train_round", spy)
+    for _ in range(3):
+        env.step(env.action_space.sample())
+    assert len(alive_at_training) >= 3 and not any(alive_at_training)
+    assert alive() <= 1  # a round that trains before the decision is pending

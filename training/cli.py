@@ -199,8 +199,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         counts = tuple(parse_ints(args.vec_envs))
         print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, progress=say)) + "\n")
     if "memory" in sections:
+        from fl_gym.envs.registry import env_ids as registered
+
+        env_ids = args.memory_envs.split(",") if args.memory_envs else vec_bench.training_ids()
+        unknown_ids = [env_id for env_id in env_ids if env_id not in registered()]
+        require(not unknown_ids, "--memory-envs", unknown_ids, f"registered ids: {', '.join(registered())}")
         counts = (1, *(n for n in parse_ints(args.vec_envs) if n > 1))
-        results = vec_bench.memory_benchmark(counts=counts, steps=args.memory_steps, progress=say)
+        results = vec_bench.memory_benchmark(env_ids, counts, args.memory_steps, progress=say)
         print(vec_bench.memory_table(results) + "\n")
     if "ppo" in sections:
         from fl_gym.envs.registry import family_of
@@ -366,13 +371,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
     p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, memory "
-                   "(resident memory of FLLearningRate-v0 at one copy and the vec section's copy counts, each in a "
+                   "(resident memory of --memory-envs at one copy and the vec section's copy counts, each in a "
                    "fresh process), ppo (PPO wall time with each vector env: about 30 minutes at the default "
                    "--ppo-steps), ray (Ray actors against processes, a sharded federation; needs fl-gym[ray])")
     p.add_argument("--ppo-env", default="FLLearningRate-v0", help="env id of the ppo section (its ppo.yml block)")
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
     p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
     p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
+    p.add_argument("--memory-envs", default="", help="env ids of the memory section (default: the default id of "
+                   "every family that trains)")
     p.add_argument("--memory-steps", type=int, default=3, help="vector steps before the memory section reads "
                    "memory (more shows what a long run holds)")
     p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -229,28 +229,35 @@ def _measure_memory(env_id: str, n: int, kind: str, steps: int) -> MemoryResult:
                         in_use, models)
 
 
-def memory_benchmark(env_id: str = PPO_ENV, counts: tuple[int, ...] = (1, 64), steps: int = 3,
+def training_ids() -> list[str]:
+    """The default ids of the families whose federations train (the memory section's default)."""
+    return [env_id for env_id, trains in _default_ids() if trains]
+
+
+def memory_benchmark(env_ids: Sequence[str], counts: tuple[int, ...] = (1, 64), steps: int = 3,
                      progress: Callable[[str], None] = print) -> list[MemoryResult]:
-    """:class:`MemoryResult` of each kind at each copy count, each in a fresh process (memory is per process).
+    """:class:`MemoryResult` of each id and kind at each copy count, each in a fresh process (memory is per process).
 
     Linux only (it reads ``/proc/self/status``).
     """
     if not sys.platform.startswith("linux"):
         raise RuntimeError(f"the memory benchmark reads /proc/self/status, which {sys.platform} lacks: Linux only")
     results = []
-    for n in counts:
-        for kind in MEMORY_KINDS if n > 1 else ("batched",):
-            progress(f"memory of {env_id}, {n} copies, {kind}...")
-            with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as fresh:
-                results.append(fresh.submit(_measure_memory, env_id, n, kind, steps).result())
+    for env_id in env_ids:
+        for n in counts:
+            for kind in MEMORY_KINDS if n > 1 else ("batched",):
+                progress(f"memory of {env_id}, {n} copies, {kind}...")
+                with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as fresh:
+                    results.append(fresh.submit(_measure_memory, env_id, n, kind, steps).result())
     return results
 
 
 def memory_table(results: list[MemoryResult]) -> str:
-    """Markdown: peak, resident and in-use memory per vector env, and each against one copy."""
-    one = next(r for r in results if r.n_envs == 1)
+    """Markdown: peak, resident and in-use memory per vector env, and each against one copy of its id."""
+    one = {r.env_id: r for r in results if r.n_envs == 1}
     rows = ["| env id | copies | vector env | peak (MiB) | resident after the steps | in use (free pages returned) "
             "| global models | peak / one copy's | in use / one copy's |", "|---|---|---|---|---|---|---|---|---|"]
     rows += [f"| {r.env_id} | {r.n_envs} | {r.kind} | {r.peak:.1f} | {r.resident:.1f} | {r.in_use:.1f} | "
-             f"{r.models:.2f} | {r.peak / one.peak:.2f} | {r.in_use / one.in_use:.2f} |" for r in results]
+             f"{r.models:.2f} | {r.peak / one[r.env_id].peak:.2f} | {r.in_use / one[r.env_id].in_use:.2f} |"
+             for r in results]
     return "\n".join(rows).replace("nan", "-")
