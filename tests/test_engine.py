@@ -54,9 +54,10 @@ def test_batched_engine_matches_per_client_loop(digits, digits_parts, name, opt,
     stack = Stack.from_rows(arch, start)
     result = train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, opt,
                           algorithm=FedProx(mu))
-    ref_rows, ref_loss = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, opt, mu)
+    ref_rows, ref_loss, ref_last = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, opt, mu)
     torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=tol)
     torch.testing.assert_close(result.mean_loss["model"], ref_loss, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(result.last_epoch_loss["model"], ref_last, rtol=1e-4, atol=1e-5)
     assert not torch.equal(stack.rows(), start)
 
 
@@ -74,7 +75,7 @@ def test_members_split_a_cohort_like_separate_runs(digits, digits_parts):
     for arch, start, slots, member in ((small, s0, slots_small, ms), (big, b0, slots_big, mb)):
         sub = type(schedule)(schedule.idx[:, slots], schedule.weight[:, slots], schedule.steps[slots.numpy()],
                              schedule.batches_per_epoch[slots.numpy()], schedule.active)
-        ref, _ = reference_train(arch, start.expand(2, -1), digits.x_train, digits.y_train, sub, lr[:2],
+        ref, *_ = reference_train(arch, start.expand(2, -1), digits.x_train, digits.y_train, sub, lr[:2],
                                  OptimizerConfig())
         torch.testing.assert_close(member.stack.rows(), ref, rtol=0, atol=1e-5)
 
@@ -226,7 +227,7 @@ def test_scaffold_matches_the_reference_and_commits_only_aggregated_clients(digi
     stack = Stack.from_rows(arch, start)
     train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
                  algorithm=algo, clients=ids)
-    ref_rows, _ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
+    ref_rows, *_ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
                                   correction=c - c_i[ids])
     torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=1e-5)
     delta = -c + (start - stack.rows()) / (torch.as_tensor(schedule.steps, dtype=torch.float32) * lr)[:, None]
@@ -253,7 +254,7 @@ def test_feddyn_matches_the_reference_and_moves_the_duals_of_aggregated_clients(
     stack = Stack.from_rows(arch, start)
     train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
                  algorithm=algo, clients=ids)
-    ref_rows, _ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
+    ref_rows, *_ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
                                   prox_mu=alpha, correction=-h_i[ids])
     torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=1e-5)
     drift = stack.rows() - start

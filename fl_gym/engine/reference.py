@@ -21,8 +21,11 @@ from fl_gym.models.architecture import Architecture
 
 def reference_train(arch: Architecture, start: Tensor, x: Tensor, y: Tensor, schedule: BatchSchedule,
                     lr: Tensor, optimizer: OptimizerConfig, prox_mu: float = 0.0,
-                    correction: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Train each cohort client in turn; return ``(k, P)`` final parameters and ``(k,)`` mean losses.
+                    correction: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Train each cohort client in turn; return final parameters, mean losses, last-epoch mean losses.
+
+    ``(k, P)`` parameters; ``(k,)`` losses, the last epoch's over each client's last
+    ``batches_per_epoch`` steps.
 
     Args:
         arch: the architecture (its :meth:`~fl_gym.models.architecture.Architecture.module` is used).
@@ -36,18 +39,18 @@ def reference_train(arch: Architecture, start: Tensor, x: Tensor, y: Tensor, sch
         correction: ``(k, P)`` added to each client's gradient every step (SCAFFOLD's ``c - c_i``).
     """
     module = arch.module().to(x.device)
-    out_rows, mean_loss = [], []
+    out_rows, mean_loss, last_epoch_loss = [], [], []
     for i in range(start.shape[0]):
         with torch.no_grad():
             vector_to_parameters(start[i].clone(), module.parameters())
         anchor = [p.detach().clone() for p in module.parameters()]
         opt = optimizer.torch_optimizer(module.parameters(), float(lr[i]))
-        total = 0.0
+        losses = []
         for s in range(int(schedule.steps[i])):
             ids = schedule.idx[s, i][schedule.weight[s, i] > 0]
             opt.zero_grad()
             loss = F.cross_entropy(module(x[ids]), y[ids])
-            total += float(loss.detach())
+            losses.append(float(loss.detach()))
             if prox_mu:
                 pairs = zip(module.parameters(), anchor, strict=True)
                 loss = loss + prox_mu / 2 * sum(((p - a) ** 2).sum() for p, a in pairs)
@@ -57,5 +60,7 @@ def reference_train(arch: Architecture, start: Tensor, x: Tensor, y: Tensor, sch
                 vector_to_parameters(grads, [p.grad for p in module.parameters()])
             opt.step()
         out_rows.append(parameters_to_vector(module.parameters()).detach().clone())
-        mean_loss.append(total / int(schedule.steps[i]))
-    return torch.stack(out_rows), torch.tensor(mean_loss)
+        mean_loss.append(sum(losses) / len(losses))
+        last = losses[max(len(losses) - int(schedule.batches_per_epoch[i]), 0):]
+        last_epoch_loss.append(sum(last) / len(last))
+    return torch.stack(out_rows), torch.tensor(mean_loss), torch.tensor(last_epoch_loss)

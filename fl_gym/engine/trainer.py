@@ -111,7 +111,8 @@ def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSch
         member.personal = None if run.trained is run.stack else run.trained
     total = torch.as_tensor(schedule.steps, device=x.device, dtype=torch.float32)
     last_start = total - torch.as_tensor(schedule.batches_per_epoch, device=x.device, dtype=torch.float32)
-    in_last = torch.arange(schedule.num_steps, device=x.device).unsqueeze(1) >= last_start
+    step = torch.arange(schedule.num_steps, device=x.device).unsqueeze(1)
+    in_last = (step >= last_start) & (step < total)  # not the steps after a client finished
     last_n = in_last.sum(0).clamp_min(1)
     return TrainResult({r: h.sum(0) / total for r, h in history.items()},
                        {r: (h * in_last).sum(0) / last_n for r, h in history.items()})
