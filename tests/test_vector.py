@@ -24,7 +24,17 @@ def test_each_copy_plays_the_episode_of_a_standalone_env(env_id):
     """Different actions per copy, through an auto-reset. Tolerance: merged training stacks the
     copies' clients into larger batched matrix products, whose float32 rounding may differ in the
     last bit; a 1e-5 difference in the observation is rounding, a wrong partner would be O(1)."""
-    n, rounds = 3, 3
+    _assert_copies_play_standalone_episodes(env_id)
+
+
+@pytest.mark.parametrize("env_id", ["FLAggregate-v0", "FLLearningRate-v0"])
+def test_a_merged_training_cut_into_chunks_plays_the_standalone_episodes(env_id, monkeypatch):
+    """Chunks of 7 of the copies' 30 clients in the order of their local steps: copies are split across chunks."""
+    monkeypatch.setattr("fl_gym.engine.batcher.MERGED_TRAIN_CLIENTS", 7)
+    _assert_copies_play_standalone_episodes(env_id)
+
+
+def _assert_copies_play_standalone_episodes(env_id: str, n: int = 3, rounds: int = 3) -> None:
     vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, rounds_per_episode=rounds)
     solo = [gym.make(env_id, rounds_per_episode=rounds) for _ in range(n)]
     obs = vec.reset()

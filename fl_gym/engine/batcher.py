@@ -119,6 +119,9 @@ Request = TrainRequest | EvalRequest | ProbeRequest
 # inputs); at the default 512 samples per chunk, merged evaluations of more than 16 models are cut
 # into more chunks, each still one batched call for every model.
 MERGED_EVAL_ROWS = 8192
+# A merged training's working set (the merged models, their gradients, the activations) grows with
+# its clients; past this many it trains in chunks, each still one batched call.
+MERGED_TRAIN_CLIENTS = 256
 T = TypeVar("T")
 
 
@@ -266,26 +269,63 @@ def _evaluate_merged(requests: list[EvalRequest]) -> list[EvalResult]:
 
 
 def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
-    """One cohort of every request's clients, ordered by local steps (most first), then split back."""
+    """Every request's clients as one cohort ordered by local steps (most first), split back.
+
+    Past ``MERGED_TRAIN_CLIENTS`` clients the cohort trains in chunks of consecutive clients of
+    that order, each one batched call.
+    """
     first = requests[0]
     role = first.members[0].role
-    steps = np.concatenate([r.draw.steps for r in requests])
-    order = np.argsort(-steps, kind="stable")
-    schedule = layout(BatchDraw.concat([r.draw for r in requests], order), first.batch_size)
-    stacks = [r.members[0].stack for r in requests]
-    back = torch.as_tensor(np.argsort(order, kind="stable"), device=stacks[0].flat.device)  # each client's merged row
-    member = Member(role, _gathered(stacks, back))
-    lr = torch.cat([r.lr for r in requests])[torch.as_tensor(order, device=first.lr.device)]
-    result = train_cohort([member], first.x, first.y, schedule, lr, first.optimizer, loss_fn=first.loss_fn,
-                          algorithm=first.algorithm, gen=first.gen)
+    draws, stacks = [r.draw for r in requests], [r.members[0].stack for r in requests]
+    order = np.argsort(-np.concatenate([d.steps for d in draws]), kind="stable")
+    device = stacks[0].flat.device
+    place = torch.as_tensor(np.argsort(order, kind="stable"), device=device)  # each client's row in the order
+    lr = torch.cat([r.lr for r in requests])
+    mean, last = torch.empty_like(lr), torch.empty_like(lr)
+    for lo in range(0, len(order), MERGED_TRAIN_CLIENTS):
+        chunk = order[lo: lo + MERGED_TRAIN_CLIENTS]
+        rows = _RowMap(stacks, place, lo, lo + len(chunk))
+        member = Member(role, rows.gather())
+        result = train_cohort([member], first.x, first.y, layout(BatchDraw.concat(draws, chunk), first.batch_size),
+                              lr[torch.as_tensor(chunk, device=lr.device)], first.optimizer, loss_fn=first.loss_fn,
+                              algorithm=first.algorithm, gen=first.gen)
+        rows.scatter(member.stack)
+        at = torch.as_tensor(chunk, device=mean.device)
+        mean[at], last[at] = result.mean_loss[role], result.last_epoch_loss[role]
     out, lo = [], 0
     for stack in stacks:
-        pos = back[lo: lo + stack.k]
-        for block, trained in zip(stack.blocks, member.stack.blocks, strict=True):
-            torch.index_select(trained, 0, pos, out=block)
-        out.append(TrainResult({role: result.mean_loss[role][pos]}, {role: result.last_epoch_loss[role][pos]}))
+        out.append(TrainResult({role: mean[lo: lo + stack.k]}, {role: last[lo: lo + stack.k]}))
         lo += stack.k
     return out
+
+
+class _RowMap:
+    """Which rows of which stacks are rows ``lo:hi`` of a merged order (``place``: each row's position)."""
+
+    def __init__(self, stacks: list[Stack], place: Tensor, lo: int, hi: int) -> None:
+        self.stacks, self.k = stacks, hi - lo
+        self.pairs, start = [], 0  # (stack, its rows, their rows in the chunk)
+        for stack in stacks:
+            pos = place[start: start + stack.k]
+            inside = (pos >= lo) & (pos < hi)
+            if bool(inside.any()):
+                self.pairs.append((stack, torch.nonzero(inside).flatten(), pos[inside] - lo))
+            start += stack.k
+
+    def gather(self) -> Stack:
+        """The chunk's rows as one stack, each copied straight from its stack, one block at a time."""
+        arch = self.stacks[0].arch
+        merged = Stack(arch, self.stacks[0].flat.new_empty(self.k * arch.num_params))
+        for i, block in enumerate(merged.blocks):
+            for stack, src, dst in self.pairs:
+                block.index_copy_(0, dst, stack.blocks[i].index_select(0, src))
+        return merged
+
+    def scatter(self, merged: Stack) -> None:
+        """Write the chunk's (trained) rows back to their stacks."""
+        for i, block in enumerate(merged.blocks):
+            for stack, src, dst in self.pairs:
+                stack.blocks[i].index_copy_(0, src, block.index_select(0, dst))
 
 
 def _gathered(stacks: list[Stack], rows: Tensor | None = None) -> Stack:
