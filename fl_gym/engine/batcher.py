@@ -313,7 +313,7 @@ class _RowMap:
             start += stack.k
 
     def gather(self) -> Stack:
-        """The chunk's rows as one stack, each copied straight from its stack, one block at a time."""
+        """The chunk's rows as one stack, built one block at a time from each stack's rows in the chunk."""
         arch = self.stacks[0].arch
         merged = Stack(arch, self.stacks[0].flat.new_empty(self.k * arch.num_params))
         for i, block in enumerate(merged.blocks):
@@ -328,20 +328,10 @@ class _RowMap:
                 stack.blocks[i].index_copy_(0, src, block.index_select(0, dst))
 
 
-def _gathered(stacks: list[Stack], rows: Tensor | None = None) -> Stack:
-    """The stacks' rows side by side (row ``i`` of them at row ``rows[i]`` of the result), one block at a time.
-
-    Each stack's block is copied straight to its rows of the result: no temporary, so the merged
-    call's peak memory stays near its result's size.
-    """
+def _gathered(stacks: list[Stack]) -> Stack:
+    """The stacks' rows one after the other, built one block at a time (no temporary of a block's size)."""
     arch = stacks[0].arch
     merged = Stack(arch, stacks[0].flat.new_empty(sum(s.k for s in stacks) * arch.num_params))
     for i, block in enumerate(merged.blocks):
-        if rows is None:
-            torch.cat([s.blocks[i] for s in stacks], out=block)
-            continue
-        lo = 0
-        for s in stacks:
-            block.index_copy_(0, rows[lo: lo + s.k], s.blocks[i])
-            lo += s.k
+        torch.cat([s.blocks[i] for s in stacks], out=block)
     return merged
