@@ -4,9 +4,10 @@ A vector env steps its ``N`` copies through one :class:`CohortBatcher`. Each cop
 hands its local training and its evaluations to the batcher instead of running them; when every
 copy still stepping is waiting on it, the batcher runs all compatible requests as one engine call
 (``N x k`` clients in one cohort, ``N`` global models in one evaluation, every copy's probe
-gradients in one pass) and hands each copy its share. The copies' Python runs one after the other
-(the GIL would serialise it anyway); what gains is the engine, whose per-step cost grows far
-slower than the clients it stacks.
+gradients in one pass; past ``MERGED_TRAIN_CLIENTS`` clients or ``MERGED_EVAL_ROWS`` pairs of
+model and sample, in chunks that bound its memory) and hands each copy its share. The copies'
+Python runs one after the other (the GIL would serialise it anyway); what gains is the engine,
+whose per-step cost grows far slower than the clients it stacks.
 
 Requests are compatible when they train the same architecture in one role with the same local
 optimiser, batch size, loss and a stateless local algorithm (SGD or FedProx with one ``mu``) on
