@@ -76,7 +76,7 @@ def test_members_split_a_cohort_like_separate_runs(digits, digits_parts):
         sub = type(schedule)(schedule.idx[:, slots], schedule.weight[:, slots], schedule.steps[slots.numpy()],
                              schedule.batches_per_epoch[slots.numpy()], schedule.active)
         ref, *_ = reference_train(arch, start.expand(2, -1), digits.x_train, digits.y_train, sub, lr[:2],
-                                 OptimizerConfig())
+                                  OptimizerConfig())
         torch.testing.assert_close(member.stack.rows(), ref, rtol=0, atol=1e-5)
 
 
@@ -228,7 +228,7 @@ def test_scaffold_matches_the_reference_and_commits_only_aggregated_clients(digi
     train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
                  algorithm=algo, clients=ids)
     ref_rows, *_ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
-                                  correction=c - c_i[ids])
+                                   correction=c - c_i[ids])
     torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=1e-5)
     delta = -c + (start - stack.rows()) / (torch.as_tensor(schedule.steps, dtype=torch.float32) * lr)[:, None]
     algo.commit(np.array([7, 5]))  # client 2 (row 1) was not aggregated
@@ -255,7 +255,7 @@ def test_feddyn_matches_the_reference_and_moves_the_duals_of_aggregated_clients(
     train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
                  algorithm=algo, clients=ids)
     ref_rows, *_ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
-                                  prox_mu=alpha, correction=-h_i[ids])
+                                   prox_mu=alpha, correction=-h_i[ids])
     torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=1e-5)
     drift = stack.rows() - start
     algo.commit(np.array([3, 0]))  # client 9 (row 1) was not aggregated
