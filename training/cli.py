@@ -202,8 +202,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from fl_gym.envs.registry import env_ids as registered
 
         env_ids = args.memory_envs.split(",") if args.memory_envs else vec_bench.training_ids()
-        unknown_ids = [env_id for env_id in env_ids if env_id not in registered()]
-        require(not unknown_ids, "--memory-envs", unknown_ids, f"registered ids: {', '.join(registered())}")
+        known = registered()
+        unknown_ids = [env_id for env_id in env_ids if env_id not in known]
+        require(not unknown_ids, "--memory-envs", unknown_ids, f"registered ids: {', '.join(known)}")
         counts = (1, *(n for n in parse_ints(args.vec_envs) if n > 1))
         results = vec_bench.memory_benchmark(env_ids, counts, args.memory_steps, progress=say)
         print(vec_bench.memory_table(results) + "\n")

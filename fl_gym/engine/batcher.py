@@ -279,19 +279,18 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
     role = first.members[0].role
     draws, stacks = [r.draw for r in requests], [r.members[0].stack for r in requests]
     order = np.argsort(-np.concatenate([d.steps for d in draws]), kind="stable")
-    device = stacks[0].flat.device
-    place = torch.as_tensor(np.argsort(order, kind="stable"), device=device)  # each client's row in the order
+    place = np.argsort(order, kind="stable")  # each client's row in the order
     lr = torch.cat([r.lr for r in requests])
     mean, last = torch.empty_like(lr), torch.empty_like(lr)
     for lo in range(0, len(order), MERGED_TRAIN_CLIENTS):
         chunk = order[lo: lo + MERGED_TRAIN_CLIENTS]
         rows = _RowMap(stacks, place, lo, lo + len(chunk))
         member = Member(role, rows.gather())
+        at = torch.as_tensor(chunk, device=lr.device)
         result = train_cohort([member], first.x, first.y, layout(BatchDraw.concat(draws, chunk), first.batch_size),
-                              lr[torch.as_tensor(chunk, device=lr.device)], first.optimizer, loss_fn=first.loss_fn,
-                              algorithm=first.algorithm, gen=first.gen)
+                              lr[at], first.optimizer, loss_fn=first.loss_fn, algorithm=first.algorithm,
+                              gen=first.gen)
         rows.scatter(member.stack)
-        at = torch.as_tensor(chunk, device=mean.device)
         mean[at], last[at] = result.mean_loss[role], result.last_epoch_loss[role]
     out, lo = [], 0
     for stack in stacks:
@@ -301,16 +300,23 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
 
 
 class _RowMap:
-    """Which rows of which stacks are rows ``lo:hi`` of a merged order (``place``: each row's position)."""
+    """Which rows of which stacks are rows ``lo:hi`` of a merged order (``place``: each row's position).
 
-    def __init__(self, stacks: list[Stack], place: Tensor, lo: int, hi: int) -> None:
+    A stack wholly inside the chunk (every stack, unless the cohort is cut) is read and written
+    whole, with no selection of its rows.
+    """
+
+    def __init__(self, stacks: list[Stack], place: np.ndarray, lo: int, hi: int) -> None:
         self.stacks, self.k = stacks, hi - lo
-        self.pairs, start = [], 0  # (stack, its rows, their rows in the chunk)
+        device = stacks[0].flat.device
+        self.pairs: list[tuple[Stack, Tensor | None, Tensor]] = []  # (stack, its rows or None = all, chunk rows)
+        start = 0
         for stack in stacks:
             pos = place[start: start + stack.k]
-            inside = (pos >= lo) & (pos < hi)
-            if bool(inside.any()):
-                self.pairs.append((stack, torch.nonzero(inside).flatten(), pos[inside] - lo))
+            inside = np.flatnonzero((pos >= lo) & (pos < hi))
+            if len(inside):
+                src = None if len(inside) == stack.k else torch.as_tensor(inside, device=device)
+                self.pairs.append((stack, src, torch.as_tensor(pos[inside] - lo, device=device)))
             start += stack.k
 
     def gather(self) -> Stack:
@@ -319,14 +325,17 @@ class _RowMap:
         merged = Stack(arch, self.stacks[0].flat.new_empty(self.k * arch.num_params))
         for i, block in enumerate(merged.blocks):
             for stack, src, dst in self.pairs:
-                block.index_copy_(0, dst, stack.blocks[i].index_select(0, src))
+                block.index_copy_(0, dst, stack.blocks[i] if src is None else stack.blocks[i].index_select(0, src))
         return merged
 
     def scatter(self, merged: Stack) -> None:
         """Write the chunk's (trained) rows back to their stacks."""
         for i, block in enumerate(merged.blocks):
             for stack, src, dst in self.pairs:
-                stack.blocks[i].index_copy_(0, src, block.index_select(0, dst))
+                if src is None:
+                    torch.index_select(block, 0, dst, out=stack.blocks[i])
+                else:
+                    stack.blocks[i].index_copy_(0, src, block.index_select(0, dst))
 
 
 def _gathered(stacks: list[Stack]) -> Stack:
