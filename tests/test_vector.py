@@ -27,10 +27,14 @@ def test_each_copy_plays_the_episode_of_a_standalone_env(env_id):
     _assert_copies_play_standalone_episodes(env_id)
 
 
+@pytest.mark.parametrize("cap,value", [
+    ("MERGED_TRAIN_CLIENTS", 7),  # chunks of 7 of the copies' 30 clients in the order of their local steps
+    ("MERGED_COPIES", 2),  # turns of 2 of the 3 copies: the third steps after the first two have finished
+])
 @pytest.mark.parametrize("env_id", ["FLAggregate-v0", "FLLearningRate-v0"])
-def test_a_merged_training_cut_into_chunks_plays_the_standalone_episodes(env_id, monkeypatch):
-    """Chunks of 7 of the copies' 30 clients in the order of their local steps: copies are split across chunks."""
-    monkeypatch.setattr("fl_gym.engine.batcher.MERGED_TRAIN_CLIENTS", 7)
+def test_capped_merges_play_the_standalone_episodes(env_id, cap, value, monkeypatch):
+    """Copies split across chunks of a merged training, or stepped in turns, still play their own episodes."""
+    monkeypatch.setattr(f"fl_gym.engine.batcher.{cap}", value)
     _assert_copies_play_standalone_episodes(env_id)
 
 
@@ -56,13 +60,18 @@ def _assert_copies_play_standalone_episodes(env_id: str, n: int = 3, rounds: int
     vec.close()
 
 
-def test_training_and_evaluation_are_merged_across_copies():
+@pytest.mark.parametrize("turn,flushes", [
+    (None, 2),  # one merged training, then one merged evaluation (every copy's test and validation sets)
+    (3, 4),  # turns of 3 and 1 copies: a training and an evaluation each
+])
+def test_training_and_evaluation_are_merged_across_the_copies_of_a_turn(turn, flushes, monkeypatch):
+    if turn is not None:
+        monkeypatch.setattr("fl_gym.engine.batcher.MERGED_COPIES", turn)
     vec = fl_gym.make_vec("FLAggregate-v0", 4, seed=0, rounds_per_episode=2)
     vec.reset()
     before = vec.batcher.flushes
     vec.step(np.zeros((4, 10), np.float32))
-    # one merged training, then one merged evaluation (every copy's test and validation sets), not 4 of each
-    assert vec.batcher.flushes - before == 2
+    assert vec.batcher.flushes - before == flushes
 
 
 @pytest.mark.parametrize("rows", [None, 16])  # the default; a cap that splits the merged evaluation into chunks

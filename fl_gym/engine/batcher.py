@@ -5,7 +5,8 @@ hands its local training and its evaluations to the batcher instead of running t
 copy still stepping is waiting on it, the batcher runs all compatible requests as one engine call
 (``N x k`` clients in one cohort, ``N`` global models in one evaluation, every copy's probe
 gradients in one pass; past ``MERGED_TRAIN_CLIENTS`` clients or ``MERGED_EVAL_ROWS`` pairs of
-model and sample, in chunks that bound its memory) and hands each copy its share. The copies'
+model and sample, in chunks that bound its memory) and hands each copy its share. More than
+``MERGED_COPIES`` copies step in turns of that many, one turn after the other. The copies'
 Python runs one after the other (the GIL would serialise it anyway); what gains is the engine,
 whose per-step cost grows far slower than the clients it stacks.
 
@@ -120,6 +121,11 @@ Request = TrainRequest | EvalRequest | ProbeRequest
 # inputs); at the default 512 samples per chunk, merged evaluations of more than 16 models are cut
 # into more chunks, each still one batched call for every model.
 MERGED_EVAL_ROWS = 8192
+# Every copy in a turn holds its mid-step state (its clients' models, probe gradients, results)
+# until the turn ends; past this many copies they step in turns, one after the other, each turn's
+# requests merged. Merging more copies than this bought no speed on this project's CPU benchmarks
+# (docs/performance.md), and 64 copies in one turn peaked at 1.3x the memory of turns of 16.
+MERGED_COPIES = 16
 # A merged training's working set (the merged models, their gradients, the activations) grows with
 # its clients; past this many it trains in chunks, each still one batched call.
 MERGED_TRAIN_CLIENTS = 256
@@ -143,17 +149,20 @@ class CohortBatcher:
     copy order. When no copy is left to run, every pending request runs, merged by key and ordered
     by copy, and the waiting copies resume in copy order. All on one thread, a batched run is
     reproducible bit for bit, and it holds no per-copy thread stacks or allocator arenas (which a
-    thread per copy, as the earlier designs had, did).
+    thread per copy, as the earlier designs had, did). The copies step in turns of ``turn``
+    consecutive copies, each turn run to its end before the next starts, so only one turn's
+    mid-step state is alive at a time.
 
     Args:
         copies: the vector env's copies.
+        turn: copies per turn; None = ``MERGED_COPIES``.
 
     Attributes:
         flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
     """
 
-    def __init__(self, copies: int) -> None:
-        self.copies = copies
+    def __init__(self, copies: int, turn: int | None = None) -> None:
+        self.copies, self.turn = copies, turn or MERGED_COPIES
         self.flushes = 0
         self._pending: list[_Pending] = []
         self._current = -1  # the copy whose greenlet runs
@@ -168,22 +177,27 @@ class CohortBatcher:
             except Exception as exc:  # noqa: BLE001 - re-raised below; Ctrl-C reaches the caller at once
                 results[copy] = (False, exc)
 
-        hub = greenlet.getcurrent()
-        copies = [greenlet.greenlet(functools.partial(body, i), parent=hub) for i in range(self.copies)]
-        ready, self._pending = list(range(self.copies)), []
         try:
-            while ready:
-                for copy in ready:
-                    self._current = copy
-                    copies[copy].switch()
-                ready = sorted({item.copy for item in self._pending})
-                self._flush()
+            for lo in range(0, self.copies, self.turn):
+                self._run_turn(body, range(lo, min(lo + self.turn, self.copies)))
         finally:
             self._current = -1
         for ok, value in results:
             if not ok:
                 raise value
         return [value for _, value in results]
+
+    def _run_turn(self, body: Callable[[int], None], turn: range) -> None:
+        """Run ``body`` for the copies of one turn to their end, merging their requests."""
+        hub = greenlet.getcurrent()
+        copies = {i: greenlet.greenlet(functools.partial(body, i), parent=hub) for i in turn}
+        ready, self._pending = list(turn), []
+        while ready:
+            for copy in ready:
+                self._current = copy
+                copies[copy].switch()
+            ready = sorted({item.copy for item in self._pending})
+            self._flush()
 
     def train(self, request: TrainRequest) -> TrainResult:
         """Run ``request`` with the others' compatible ones; its own result."""
