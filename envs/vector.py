@@ -3,7 +3,8 @@
 :class:`BatchedVecEnv` is an SB3 ``VecEnv``. It steps its copies in turn through one
 :class:`~fl_gym.engine.batcher.CohortBatcher`: every copy's local training and evaluation wait
 until all copies have reached theirs, then run as one stacked batch (``N x k`` clients in one
-cohort, ``N`` global models in one evaluation). Each copy keeps its own scenario, partition,
+cohort, ``N`` global models in one evaluation; past ``MERGED_COPIES`` copies, the copies step in
+turns of that many, each turn batched). Each copy keeps its own scenario, partition,
 models, server state, clock and random streams; the data set is loaded once (it is cached per
 process). Copy ``i`` seeded ``s + i`` plays the episode a stand-alone env seeded ``s + i`` plays,
 up to float rounding of the larger batched matrix products (and dropout masks, which merged
