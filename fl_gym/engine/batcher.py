@@ -124,7 +124,7 @@ MERGED_EVAL_ROWS = 8192
 # Every copy in a turn holds its mid-step state (its clients' models, probe gradients, results)
 # until the turn ends; past this many copies they step in turns, one after the other, each turn's
 # requests merged. Merging more copies than this bought no speed on this project's CPU benchmarks
-# (docs/performance.md), and 64 copies in one turn peaked at 1.3x the memory of turns of 16.
+# (docs/performance.md), and 64 copies in one turn peaked at 1.1-1.4x the memory of turns of 16.
 MERGED_COPIES = 16
 # A merged training's working set (the merged models, their gradients, the activations) grows with
 # its clients; past this many it trains in chunks, each still one batched call.
@@ -149,20 +149,19 @@ class CohortBatcher:
     copy order. When no copy is left to run, every pending request runs, merged by key and ordered
     by copy, and the waiting copies resume in copy order. All on one thread, a batched run is
     reproducible bit for bit, and it holds no per-copy thread stacks or allocator arenas (which a
-    thread per copy, as the earlier designs had, did). The copies step in turns of ``turn``
-    consecutive copies, each turn run to its end before the next starts, so only one turn's
-    mid-step state is alive at a time.
+    thread per copy, as the earlier designs had, did). The copies step in turns of
+    ``MERGED_COPIES`` consecutive copies (read when the batcher is built), each turn run to its
+    end before the next starts, so only one turn's mid-step state is alive at a time.
 
     Args:
         copies: the vector env's copies.
-        turn: copies per turn; None = ``MERGED_COPIES``.
 
     Attributes:
         flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
     """
 
-    def __init__(self, copies: int, turn: int | None = None) -> None:
-        self.copies, self.turn = copies, turn or MERGED_COPIES
+    def __init__(self, copies: int) -> None:
+        self.copies, self.turn = copies, MERGED_COPIES
         self.flushes = 0
         self._pending: list[_Pending] = []
         self._current = -1  # the copy whose greenlet runs
