@@ -123,8 +123,9 @@ Request = TrainRequest | EvalRequest | ProbeRequest
 MERGED_EVAL_ROWS = 8192
 # Every copy in a turn holds its mid-step state (its clients' models, probe gradients, results)
 # until the turn ends; past this many copies they step in turns, one after the other, each turn's
-# requests merged. Merging more copies than this bought little or no speed in this project's CPU benchmarks
-# (docs/performance.md), and 64 copies in one turn peaked at 1.1-1.4x the memory of turns of 16.
+# requests merged. Merging more copies than this bought little or no speed in this project's CPU
+# benchmarks (docs/performance.md), and 64 copies in one turn peaked at 1.1-1.4x the memory of
+# turns of 16.
 MERGED_COPIES = 16
 # A merged training's working set (the merged models, their gradients, the activations) grows with
 # its clients; past this many it trains in chunks, each still one batched call.
