@@ -186,6 +186,12 @@ def test_bench_vec_section(capsys, monkeypatch):
     assert re.search(r"\| FLHetero-v0 \| 2 \| [\d,.]+ \|", out)  # the timing backend too (its vector clock)
 
 
+def test_bench_vec_section_of_chosen_ids(capsys):
+    code, out, _ = run_cli(["bench", "--sections", "vec", "--vec-envs", "2", "--vec-ids", "FLHeteroAlloc-v0"], capsys)
+    assert code == 0
+    assert re.findall(r"^\| (\S+) \| 2 \|", out, re.M) == ["FLHeteroAlloc-v0"]
+
+
 def test_bench_memory_section(capsys):
     code, out, _ = run_cli(["bench", "--sections", "memory", "--vec-envs", "2", "--memory-envs", "FLLearningRate-v0"],
                            capsys)
@@ -248,6 +254,7 @@ def test_bench_ppo_section(capsys):
     (["bench", "--sections", "ppo", "--ppo-steps", "0"], "--ppo-steps=0"),
     (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),
     (["bench", "--sections", "memory", "--memory-envs", "FLSelect-v0,CartPole-v1"], "--memory-envs=['CartPole-v1']"),
+    (["bench", "--sections", "vec", "--vec-ids", "FLHetero-v9"], "--vec-ids=['FLHetero-v9']"),
 ])
 def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path):
     code, out, err = run_cli([*args, *(["--runs-dir", tmp_path] if args[0] == "train" else [])], capsys)

@@ -170,6 +170,16 @@ def cmd_flower(args: argparse.Namespace) -> int:
     return 0
 
 
+def _registered_ids(text: str, flag: str) -> list[str]:
+    """Comma-separated env ids, each registered, or a ValueError naming ``flag``."""
+    from fl_gym.envs.registry import env_ids as registered
+
+    env_ids, known = text.split(","), registered()
+    unknown = [env_id for env_id in env_ids if env_id not in known]
+    require(not unknown, flag, unknown, f"registered ids: {', '.join(known)}")
+    return env_ids
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Engine speed-up tables, env and vector-env steps per second, recipe and PPO wall time."""
     from fl_gym.training import bench, vec_bench
@@ -197,14 +207,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(bench.recipe_table(bench.recipe_benchmark(progress=say)) + "\n")
     if "vec" in sections:
         counts = tuple(parse_ints(args.vec_envs))
-        print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, progress=say)) + "\n")
+        env_ids = _registered_ids(args.vec_ids, "--vec-ids") if args.vec_ids else vec_bench.default_ids()
+        print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, env_ids, progress=say)) + "\n")
     if "memory" in sections:
-        from fl_gym.envs.registry import env_ids as registered
-
-        env_ids = args.memory_envs.split(",") if args.memory_envs else vec_bench.training_ids()
-        known = registered()
-        unknown_ids = [env_id for env_id in env_ids if env_id not in known]
-        require(not unknown_ids, "--memory-envs", unknown_ids, f"registered ids: {', '.join(known)}")
+        env_ids = _registered_ids(args.memory_envs, "--memory-envs") if args.memory_envs else vec_bench.training_ids()
         counts = (1, *(n for n in parse_ints(args.vec_envs) if n > 1))
         results = vec_bench.memory_benchmark(env_ids, counts, args.memory_steps, progress=say)
         print(vec_bench.memory_table(results) + "\n")
@@ -379,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
     p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
     p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
+    p.add_argument("--vec-ids", default="", help="env ids of the vec section (default: the default id of every "
+                   "family)")
     p.add_argument("--memory-envs", default="", help="env ids of the memory section (default: the default id of "
                    "every family that trains)")
     p.add_argument("--memory-steps", type=int, default=3, help="vector steps before the memory section reads "

@@ -50,15 +50,17 @@ class VecResult:
     workers: int = 1
 
 
-def _default_ids() -> list[tuple[str, bool]]:
-    """The first id of every family (its default preset), with whether its federation trains."""
-    out = []
-    for family in FAMILIES.values():
-        env_id = next(iter(family.envs))
-        env = gym.make(env_id)
-        out.append((env_id, env.unwrapped.federation.config.train))
-        env.close()
-    return out
+def default_ids() -> list[str]:
+    """The first id of every family (its default preset)."""
+    return [next(iter(family.envs)) for family in FAMILIES.values()]
+
+
+def _trains(env_id: str) -> bool:
+    """Whether the federation of ``env_id`` (default kwargs) trains."""
+    env = gym.make(env_id)
+    trains = env.unwrapped.federation.config.train
+    env.close()
+    return trains
 
 
 def stepper(env_id: str, kind: str, n: int, steps: int, workers: int | None = None
@@ -81,12 +83,14 @@ def stepper(env_id: str, kind: str, n: int, steps: int, workers: int | None = No
     return run, vec
 
 
-def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), steps: int = 6, timing_steps: int = 200,
-                  repeats: int = 5, progress: Callable[[str], None] = print) -> list[VecResult]:
-    """Every family's default id at every copy count (``timing_steps`` per run where nothing trains)."""
+def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[str] | None = None, steps: int = 6,
+                  timing_steps: int = 200, repeats: int = 5, progress: Callable[[str], None] = print
+                  ) -> list[VecResult]:
+    """Each id (default: every family's default) at every copy count (``timing_steps`` per run where nothing trains)."""
     results = []
     with torch_threads(1):
-        for env_id, trains in _default_ids():
+        for env_id in env_ids or default_ids():
+            trains = _trains(env_id)
             for n in counts:
                 kinds = [k for k in KINDS if (k != "subproc" or n <= SUBPROC_MAX) and (k != "batched-1" or
                                                                                      auto_workers(n, trains) > 1)]
@@ -231,7 +235,7 @@ def _measure_memory(env_id: str, n: int, kind: str, steps: int) -> MemoryResult:
 
 def training_ids() -> list[str]:
     """The default ids of the families whose federations train (the memory section's default)."""
-    return [env_id for env_id, trains in _default_ids() if trains]
+    return [env_id for env_id in default_ids() if _trains(env_id)]
 
 
 def memory_benchmark(env_ids: Sequence[str], counts: tuple[int, ...] = (1, 64), steps: int = 3,
