@@ -14,9 +14,15 @@ class RowPolicy:
     so one evaluation loop runs fixed and learned policies alike. Observations reach
     :meth:`act` as float64. A policy that reads its env's exact statistics (:attr:`reads_env`)
     decides for that one env and refuses a batch of several observations.
+
+    A :attr:`batchable` policy gives every row of a batch the action it gives that row alone and
+    consumes nothing doing so (no random stream, no memory), so a vector env may ask one such
+    policy, injected into all its copies, once for every copy's observation
+    (``envs/hetero/vector.py``); its :meth:`act_rows` may decide the rows as arrays.
     """
 
     reads_env = False
+    batchable = False
 
     def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True) -> tuple[np.ndarray, Any]:
@@ -26,9 +32,13 @@ class RowPolicy:
         if self.reads_env and len(rows) > 1:
             raise ValueError(f"{type(self).__name__}.predict: observation has {len(rows)} rows; allowed: one "
                              "observation of the env the policy was built with (it reads that env's statistics)")
-        actions = np.stack([np.asarray(self.act(row)) for row in rows])
+        actions = self.act_rows(rows)
         return (actions if obs.ndim == 2 else actions[0]), state
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The action for one observation."""
         raise NotImplementedError
+
+    def act_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The actions for ``(n, d)`` observations, one row each (in row order)."""
+        return np.stack([np.asarray(self.act(row)) for row in rows])

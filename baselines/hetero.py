@@ -36,17 +36,29 @@ def _spec(env_or_spec: Env | HeteroSpec) -> HeteroSpec:
 class HeteroPolicy(RowPolicy):
     """Base of the fixed HAPFL policies: sizes from ``S^1``, split from ``S^2``, encoded for the view.
 
+    :meth:`sizes` and :meth:`split` take one observation's ``(k,)`` ratios or ``(n, k)`` rows of
+    several and decide every row on its own, so a batch is decided as arrays.
+
     Args:
         env: a HAPFL env (or its :class:`~fl_gym.envs.hetero_actions.HeteroSpec`).
     """
+
+    batchable = True
 
     def __init__(self, env: Env | HeteroSpec) -> None:
         self.hetero = _spec(env)
 
     def act(self, row: np.ndarray) -> np.ndarray:
         """Sizes from ``S^1``, the split from ``S^2``, encoded for the view."""
+        return self._decide(row[None])[0]
+
+    def act_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Every row at once where the policy is :attr:`batchable`, else row by row."""
+        return self._decide(rows) if self.batchable else super().act_rows(rows)
+
+    def _decide(self, rows: np.ndarray) -> np.ndarray:
         h = self.hetero
-        base = 1.0 / row[: h.clients_per_round]  # the observation is 1 / ratio
+        base = 1.0 / rows[:, : h.clients_per_round]  # the observation is 1 / ratio
         if h.view == "intensity":
             return h.encode(None, self.split(base))
         sizes = self.sizes(base)
@@ -54,12 +66,12 @@ class HeteroPolicy(RowPolicy):
         return h.encode(sizes, sigma)
 
     def sizes(self, s1: np.ndarray) -> np.ndarray:
-        """Size index per slot from ``S^1``."""
+        """Size index per slot from ``S^1`` (each row of a batch on its own)."""
         raise NotImplementedError
 
     def split(self, s2: np.ndarray) -> np.ndarray:
         """Epoch shares from ``S^2`` (default: equal)."""
-        return np.full(len(s2), 1.0 / len(s2))
+        return np.full(s2.shape, 1.0 / s2.shape[-1])
 
 
 def _size_index(spec: HeteroSpec, size: str) -> int:
@@ -81,31 +93,35 @@ class UniformPolicy(HeteroPolicy):
         self.size = _size_index(self.hetero, size)
 
     def sizes(self, s1):
-        return np.full(len(s1), self.size)
+        return np.full(s1.shape, self.size)
 
 
 class RandomPolicy(HeteroPolicy):
-    """Uniform random sizes and a Dirichlet(1) split: the floor."""
+    """Uniform random sizes and a Dirichlet(1) split: the floor (row by row: each row's sizes, then its split)."""
+
+    batchable = False
 
     def __init__(self, env: Env | HeteroSpec, seed: int | None = None) -> None:
         super().__init__(env)
         self.rng = np.random.default_rng(seed)
 
     def sizes(self, s1):
-        return self.rng.integers(0, self.hetero.num_sizes, len(s1))
+        return self.rng.integers(0, self.hetero.num_sizes, s1.shape)
 
     def split(self, s2):
-        return self.rng.dirichlet(np.ones(len(s2)))
+        return self.rng.dirichlet(np.ones(s2.shape[-1]), s2.shape[:-1])
 
 
 class GreedyBySpeedPolicy(HeteroPolicy):
     """Rank clients by ``S^1``, cut ``delta`` equal-count groups; the fastest group gets the largest model."""
 
     def sizes(self, s1):
-        order = np.argsort(s1, kind="stable")
-        sizes = np.empty(len(s1), np.int64)
-        for g, members in enumerate(np.array_split(order, self.hetero.num_sizes)):
-            sizes[members] = self.hetero.num_sizes - 1 - g
+        d = self.hetero.num_sizes
+        order = np.argsort(s1, axis=-1, kind="stable")
+        groups = np.array_split(np.arange(s1.shape[-1]), d)  # rank positions per group, fastest first
+        by_rank = np.concatenate([np.full(len(g), d - 1 - i) for i, g in enumerate(groups)])
+        sizes = np.empty(s1.shape, np.int64)
+        np.put_along_axis(sizes, order, np.broadcast_to(by_rank, s1.shape), axis=-1)
         return sizes
 
 
@@ -114,7 +130,7 @@ class InverseTimePolicy(UniformPolicy):
 
     def split(self, s2):
         inv = 1.0 / np.asarray(s2, dtype=np.float64)
-        return inv / inv.sum()
+        return inv / inv.sum(axis=-1, keepdims=True)
 
 
 def balanced_sizes(s1: np.ndarray, time_ratio: np.ndarray) -> np.ndarray:
@@ -156,7 +172,7 @@ class BalancedOraclePolicy(HeteroPolicy):
     """
 
     def sizes(self, s1):
-        return balanced_sizes(s1, self.hetero.time_ratio)
+        return np.apply_along_axis(balanced_sizes, -1, s1, self.hetero.time_ratio)
 
     split = InverseTimePolicy.split
 
@@ -169,6 +185,8 @@ class HAPFLPolicy(HeteroPolicy):
         ppo1: a predictor on ``FLHeteroAlloc-v0``'s spaces.
         ppo2: a predictor on ``FLHeteroIntensity-v0``'s spaces.
     """
+
+    batchable = False  # its networks' products on a batch may round differently from one row's
 
     def __init__(self, env: Env | HeteroSpec, ppo1: Any, ppo2: Any) -> None:
         super().__init__(env)

@@ -115,6 +115,22 @@ def test_every_id_has_a_fixed_policy_that_acts_in_its_space(env_id):
 
 
 @pytest.mark.parametrize("env_id", IDS)
+def test_a_batchable_fixed_policy_gives_each_row_of_a_batch_its_own_action(env_id):
+    """What lets a vector env ask one policy for all its copies (``RowPolicy.batchable``)."""
+    env = gym.make(env_id)
+    env.observation_space.seed(1)
+    rows = np.stack([env.observation_space.sample() for _ in range(5)])
+    for name, entry in family_of(env_id).fixed_policies(env_id).items():
+        try:
+            policy = entry.build(env)
+        except ValueError:  # a policy for other scenarios, as above
+            continue
+        if getattr(policy, "batchable", False):
+            alone = np.stack([policy.predict(row, deterministic=True)[0] for row in rows])
+            np.testing.assert_array_equal(policy.predict(rows, deterministic=True)[0], alone, err_msg=name)
+
+
+@pytest.mark.parametrize("env_id", IDS)
 def test_a_step_keeps_no_trained_round_but_the_pending_one(env_id, monkeypatch):
     """A played round's local models are freed once aggregated: before the next round trains, and after the step."""
     from fl_gym.federation import Federation

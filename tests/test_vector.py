@@ -271,12 +271,19 @@ def test_evaluation_runs_the_seeds_side_by_side_as_their_solo_episodes():
 TIMING = [env_id for env_id in IDS if family_of(env_id).vector_clock]
 
 
-@pytest.mark.parametrize("env_id,kwargs", [(i, {"obs_mode": m}) for i in TIMING for m in OBS_MODES]
+INJECTED = [("FLHeteroAlloc-v0", {"intensity_policy": "inverse", "obs_mode": "extended"}),
+            ("FLHeteroAlloc-v0", {"intensity_policy": "random"}),
+            ("FLHeteroIntensity-v0", {"allocation_policy": "oracle", "obs_mode": "extended"}),
+            ("FLHeteroIntensity-v0", {"allocation_policy": "random"})]
+
+
+@pytest.mark.parametrize("env_id,kwargs", [(i, {"obs_mode": m}) for i in TIMING for m in OBS_MODES] + INJECTED
                          + [(TIMING[0], {"randomize_scenario": True}), (TIMING[0], {"residual_policy": "oracle"})])
 def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     """The family's vector clock plays every copy's step as arrays; observations, rewards and
     every info value equal the stand-alone env's exactly, through auto-resets (which, with
-    ``randomize_scenario``, bring new device profiles and partitions)."""
+    ``randomize_scenario``, bring new device profiles and partitions), with the views' injected
+    policies asked in one batch (fixed ones by name) or per copy (``random``: each copy's stream)."""
     n, rounds = 3, 3
     vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, rounds_per_episode=rounds, **kwargs)
     assert vec._clock is None and vec._clock_class is not None  # built at the first reset
@@ -306,16 +313,38 @@ def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     np.testing.assert_array_equal(vec.envs[1].step(action)[0], solo[1].step(action)[0])
 
 
+@pytest.mark.parametrize("batchable,calls", [(True, [(4, 6)]), (False, [(6,)] * 4)])
+def test_timing_copies_ask_a_shared_batchable_policy_once_and_any_other_once_per_copy(batchable, calls):
+    """One object injected into every copy that decides each row as alone (``batchable``) gets one
+    call with the copies' rows when their rounds open; otherwise each copy asks its own."""
+    from fl_gym.baselines.hetero import GreedyBySpeedPolicy
+
+    seen = []
+
+    class Counting(GreedyBySpeedPolicy):
+        def predict(self, observation, *args, **kwargs):
+            seen.append(np.shape(observation))
+            return super().predict(observation, *args, **kwargs)
+
+    Counting.batchable = batchable
+    spec = gym.make("FLHeteroAlloc-v0").unwrapped.hetero
+    vec = fl_gym.make_vec("FLHeteroIntensity-v0", 4, seed=0, allocation_policy=Counting(spec))
+    vec.reset()
+    seen.clear()
+    vec.step(_actions(vec.action_space, 4, np.random.default_rng(0)))
+    assert seen == calls
+
+
 def test_the_row_rules_of_the_vector_clock_equal_the_scalar_ones():
     from fl_gym.envs.hetero.actions import integerize, softmax
-    from fl_gym.envs.hetero.vector import row_integerize, row_softmax
+    from fl_gym.envs.hetero.vector import row_integerize
 
     rng = np.random.default_rng(1)
     logits = np.concatenate([rng.uniform(-1, 1, (50, 6)), np.tile([1, -1, -1, -1, -1, -1], (2, 1))])
-    sigma = row_softmax(logits)
+    sigma = softmax(logits)
     for row, a in zip(sigma, logits, strict=True):
         np.testing.assert_array_equal(row, softmax(a))
-    peaked = row_softmax(np.array([[1.0, -1, -1, -1, -1, -1]]), scale=30.0)  # overshoots by 5
+    peaked = softmax(np.array([[1.0, -1, -1, -1, -1, -1]]), scale=30.0)  # overshoots by 5
     sigma = np.concatenate([sigma, peaked])
     for total in (6, 12, 120):
         tau = row_integerize(sigma, total)

@@ -22,10 +22,10 @@ LOGIT_SCALE = 3.0
 
 
 def softmax(a: np.ndarray, scale: float = LOGIT_SCALE) -> np.ndarray:
-    """``softmax(scale * a)``, stable; invariant to adding a constant to ``a``."""
+    """``softmax(scale * a)`` over the last axis, stable; invariant to adding a constant to ``a``."""
     z = scale * np.asarray(a, dtype=np.float64)
-    e = np.exp(z - z.max())
-    return e / e.sum()
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def integerize(sigma: np.ndarray, total: int) -> np.ndarray:
@@ -61,9 +61,9 @@ def size_centres(sizes: np.ndarray, num_sizes: int) -> np.ndarray:
 
 
 def sigma_logits(sigma: np.ndarray) -> np.ndarray:
-    """Logits in ``[-1, 1]`` whose :func:`softmax` is ``sigma`` (clipped at +-3 centred log-ratio)."""
+    """Logits in ``[-1, 1]`` whose :func:`softmax` is ``sigma`` (clipped at +-3 centred log-ratio; per row)."""
     logs = np.log(np.asarray(sigma, dtype=np.float64) + 1e-12)
-    return np.clip(logs - logs.mean(), -LOGIT_SCALE, LOGIT_SCALE) / LOGIT_SCALE
+    return np.clip(logs - logs.mean(axis=-1, keepdims=True), -LOGIT_SCALE, LOGIT_SCALE) / LOGIT_SCALE
 
 
 @dataclass(frozen=True)
@@ -89,12 +89,12 @@ class HeteroSpec:
         return dataclasses.replace(self, view=view)
 
     def encode(self, sizes: np.ndarray | None, sigma: np.ndarray | None) -> np.ndarray:
-        """The action of this view that carries ``sizes`` and/or ``sigma``."""
+        """The action of this view that carries ``sizes`` and/or ``sigma`` (or the rows of several)."""
         if self.view == "alloc":
             return np.asarray(sizes, dtype=np.int64)
         if self.view == "intensity":
             return sigma_logits(sigma).astype(np.float32)
-        return np.concatenate([size_centres(sizes, self.num_sizes), sigma_logits(sigma)]).astype(np.float32)
+        return np.concatenate([size_centres(sizes, self.num_sizes), sigma_logits(sigma)], axis=-1).astype(np.float32)
 
     def decode(self, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``(sizes, sigma)`` an action of this view specifies (None for the half it does not)."""

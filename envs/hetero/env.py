@@ -102,8 +102,7 @@ class _HeteroEnv(FLEnv):
         width = self.client_rows.width * self.k + self.client_rows.globals
         self.observation_space = spaces.Box(0.0, 1.0, (width,), np.float32)
         self.action_space = self._action_space()
-        self._allocation = self._inner("alloc")
-        self._intensity = self._inner("intensity")
+        self._policies = {view: self._inner(view) for view in ("alloc", "intensity")}  # the injected ones, built
         self._residual = self._residual_base(cfg.residual_policy)
         self._prev_size = np.full(fed.num_clients, -1)
         self._lr = np.full(fed.num_clients, cfg.scenario.lr)
@@ -156,7 +155,7 @@ class _HeteroEnv(FLEnv):
         t_d = opened.probe_time[slots]
         pending = HeteroRound(opened, slots, t_d / t_d.min())
         if self.view == "intensity":
-            sizes = self._predict(self._allocation, self._features(pending, pending.s1))
+            sizes = self._predict(self._policies["alloc"], self._features(pending, pending.s1))
             pending = HeteroRound(opened, slots, pending.s1, sizes)
         return pending
 
@@ -184,7 +183,8 @@ class _HeteroEnv(FLEnv):
         sizes = pending.sizes if sizes is None else sizes
         if sigma is None:
             s2 = self.time_ratio[sizes] * pending.s1
-            sigma = self._intensity_view.decode(self._predict(self._intensity, self._features(pending, s2)))[1]
+            shares = self._predict(self._policies["intensity"], self._features(pending, s2))
+            sigma = self._intensity_view.decode(shares)[1]
         tau = sigma * self.total_epochs if self.config.fractional_epochs else integerize(sigma, self.total_epochs)
         return HeteroDecision(sizes, sigma, tau)
 

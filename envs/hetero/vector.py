@@ -11,8 +11,13 @@ bit, the episode a stand-alone env plays. Afterwards each env holds the state it
 would have left (rounds, clock, previous sizes, the next pending round), so anything may read or
 step a copy in between.
 
-The joint view decides as arrays too; the one-lever views ask their injected policy per copy, as
-their own step does.
+The joint view decides as arrays too. The one-lever views ask their injected policy (the
+intensity view's allocation policy when the round opens, the allocation view's intensity policy
+when it is played) one batched call for every copy where the copies' policies are one
+:attr:`~fl_gym.baselines.base.RowPolicy.batchable` policy (the same fixed policy by name, or
+one shared object), which decides each row as it decides that row alone; any other policy
+(``"random"`` draws from each copy's own stream, a frozen network may round a batch
+differently) is asked once per copy, as the copy's own step asks it.
 """
 
 from __future__ import annotations
@@ -21,18 +26,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from fl_gym.clock import RoundLoad
-from fl_gym.envs.hetero.actions import size_bins
+from fl_gym.envs.hetero.actions import size_bins, softmax
 from fl_gym.envs.hetero.env import HeteroDecision, HeteroRound, _HeteroEnv
 from fl_gym.records import OpenedRound
-
-
-def row_softmax(a: np.ndarray, scale: float = 3.0) -> np.ndarray:
-    """:func:`~fl_gym.envs.hetero.actions.softmax` of each row (the same operations, per row)."""
-    z = scale * np.asarray(a, dtype=np.float64)
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
 
 
 def row_integerize(sigma: np.ndarray, total: int) -> np.ndarray:
@@ -75,6 +74,7 @@ class HeteroClock:
         self.load, self.probe = np.zeros((3, n, self.num_clients)), np.zeros((n, self.num_clients))
         self.prev_size = np.zeros((n, self.num_clients), envs[0]._prev_size.dtype)
         self.sizes_used = np.zeros((n, envs[0].num_sizes), bool)
+        self.sizes = np.zeros((n, self.k), np.int64) if envs[0].view == "intensity" else None  # injected, per round
         for i in range(n):
             self.refresh(i)
 
@@ -86,6 +86,8 @@ class HeteroClock:
         self.samples[i], self.extras[i], self.entropy[i] = fed.sizes, env._extras, fed.label_entropy
         pending = env._pending
         self.slots[i], self.s1[i] = pending.slots, pending.s1
+        if self.sizes is not None:
+            self.sizes[i] = pending.sizes
         load = pending.opened.load
         self.load[:, i] = load.availability, load.drift, load.noise
         self.probe[i] = pending.opened.probe_time
@@ -151,20 +153,51 @@ class HeteroClock:
         return terms, columns
 
     def _decide(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sizes, epoch shares and epochs of every copy (``HeteroSpec.decode`` + ``integerize``)."""
+        """Sizes, epoch shares and epochs of every copy (``_HeteroEnv._decide`` row by row)."""
         first = self.envs[0]
-        if first.view != "joint" or first._residual is not None or \
-                actions.shape != (len(self.envs), *first.action_space.shape) or not np.isfinite(actions).all():
-            # per copy: the one-lever views ask their injected policy, a residual action its base policy
+        a = self._checked(actions)
+        if a is None or first._residual is not None:
+            # per copy: each checks its own action (and raises its own error), a residual asks its base policy
             decisions = [env._decide(env._pending, env._check_action(a)) for env, a in zip(self.envs, actions,
                                                                                           strict=True)]
             return (np.stack([d.sizes for d in decisions]), np.stack([d.sigma for d in decisions]),
                     np.stack([d.epochs for d in decisions]))
-        a = np.clip(actions, -1, 1)
-        sizes, sigma = size_bins(a[:, : self.k], first.num_sizes), row_softmax(a[:, self.k:])
+        a = a if first.view == "alloc" else np.clip(a, -1, 1)
+        if first.view == "joint":
+            sizes, sigma = size_bins(a[:, : self.k], first.num_sizes), softmax(a[:, self.k:])
+        elif first.view == "intensity":
+            sizes, sigma = self.sizes, softmax(a)
+        else:
+            sizes = a.astype(np.int64)
+            shares = self._ask("intensity", self._features(first.time_ratio[sizes] * self.s1))
+            sigma = softmax(np.clip(shares, -1, 1))
         total = first.total_epochs
         tau = sigma * total if first.config.fractional_epochs else row_integerize(sigma, total)
         return sizes, sigma, tau
+
+    def _checked(self, actions: np.ndarray) -> np.ndarray | None:
+        """The copies' actions as their own ``_check_action`` returns them, or None if any would refuse its own."""
+        space, a = self.envs[0].action_space, np.asarray(actions)
+        kind = a.dtype.kind
+        if kind not in "biuf" or a.shape != (len(self.envs), *space.shape):
+            return None
+        if kind == "f" and not np.isfinite(a).all():
+            return None
+        if isinstance(space, spaces.MultiDiscrete):
+            whole = a.astype(space.dtype)
+            fits = ((space.start <= whole) & (whole - space.start < space.nvec)).all()
+            return whole if fits and (kind != "f" or np.array_equal(whole, a)) else None
+        return a
+
+    def _ask(self, role: str, features: np.ndarray) -> np.ndarray:
+        """Every copy's injected ``role`` policy's action on its row of ``features`` (module docstring)."""
+        first = self.envs[0]
+        policy = first._policies[role]
+        if getattr(policy, "batchable", False) and all(_same_choice(env._injected[role], first._injected[role])
+                                                       for env in self.envs):
+            return np.asarray(policy.predict(features, deterministic=True)[0])
+        rows = zip(self.envs, features, strict=True)
+        return np.stack([env._predict(env._policies[role], row) for env, row in rows])
 
     def _times(self, sel: np.ndarray, sizes: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, ...]:
         """Training, probe and client times per client, bytes uploaded per copy (``Federation._compute_times``)."""
@@ -221,28 +254,32 @@ class HeteroClock:
                       * self.load[2])
         t_d = self.probe[self.rows, self.slots]
         self.s1 = t_d / t_d.min(axis=1, keepdims=True)
+        # the intensity view's injected allocation policy sizes each copy's round
+        self.sizes = self._ask("alloc", self._features(self.s1)) if self.envs[0].view == "intensity" else None
         # each copy's pending round holds row views of these arrays (iterating an array yields its rows)
         opened = map(OpenedRound, [fed.round + 1 for fed in self.feds], masks, map(RoundLoad, *self.load), self.probe)
-        for env, pending in zip(self.envs, map(HeteroRound, opened, self.slots, self.s1), strict=True):
+        sizes = [None] * n if self.sizes is None else self.sizes
+        for env, pending in zip(self.envs, map(HeteroRound, opened, self.slots, self.s1, sizes), strict=True):
             env._pending = pending
-        if self.envs[0].view == "intensity":  # the injected allocation policy sizes each copy's round
-            for env in self.envs:
-                pending = env._pending
-                sizes = env._predict(env._allocation, env._features(pending, pending.s1))
-                env._pending = HeteroRound(pending.opened, pending.slots, pending.s1, sizes)
 
     def _observe(self) -> np.ndarray:
         """Every copy's observation (``_HeteroEnv._observe``)."""
+        return self._features(self.s1 if self.sizes is None else self.envs[0].time_ratio[self.sizes] * self.s1)
+
+    def _features(self, ratio: np.ndarray) -> np.ndarray:
+        """Every copy's ``_HeteroEnv._features`` for its row of ``(copies, k)`` ``ratio``."""
         first = self.envs[0]
-        ratio = self.s1
-        if first.view == "intensity":
-            ratio = first.time_ratio[np.stack([env._pending.sizes for env in self.envs])] * self.s1
         if first.config.obs_mode != "extended":
             catalogue = np.tile(first._catalogue[: first.client_rows.globals], (len(self.envs), 1))
             return np.concatenate([1.0 / ratio, catalogue], axis=1).astype(np.float32)
         prev = (self.prev_size[self.rows, self.slots] + 1) / first.num_sizes
         extras = self.extras[self.rows[:, :, None], np.arange(2)[None, :, None], self.slots[:, None, :]]
         return np.concatenate([1.0 / ratio, extras[:, 0], extras[:, 1], prev], axis=1).astype(np.float32)
+
+
+def _same_choice(a: Any, b: Any) -> bool:
+    """Whether two injected policies are one: the same fixed policy's name, or the same object."""
+    return a is b or (isinstance(a, str) and a == b)
 
 
 def _masked_max(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
