@@ -1,6 +1,6 @@
 """``fl-gym bench --sections vec,memory,ppo``: the vector envs on each family's default preset, their memory, PPO.
 
-For every family's first env id (its default preset), SB3's
+For each env id (by default every family's first, its default preset), SB3's
 ``DummyVecEnv`` (copies one after the other), ``SubprocVecEnv`` (one process per copy; up to 16
 copies) and the batched vector env in one process and with its default workers
 (:func:`~fl_gym.envs.vectorize.auto_workers`: one process per core with at least 8 copies each)
