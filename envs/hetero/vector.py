@@ -75,6 +75,9 @@ class HeteroClock:
         self.prev_size = np.zeros((n, self.num_clients), envs[0]._prev_size.dtype)
         self.sizes_used = np.zeros((n, envs[0].num_sizes), bool)
         self.sizes = np.zeros((n, self.k), np.int64) if envs[0].view == "intensity" else None  # injected, per round
+        # per role, whether every copy was given one injected policy (fixed for the copies' lives)
+        self.one_choice = {role: all(_same_choice(env._injected[role], envs[0]._injected[role]) for env in envs)
+                           for role in envs[0]._injected}
         for i in range(n):
             self.refresh(i)
 
@@ -191,10 +194,8 @@ class HeteroClock:
 
     def _ask(self, role: str, features: np.ndarray) -> np.ndarray:
         """Every copy's injected ``role`` policy's action on its row of ``features`` (module docstring)."""
-        first = self.envs[0]
-        policy = first._policies[role]
-        if getattr(policy, "batchable", False) and all(_same_choice(env._injected[role], first._injected[role])
-                                                       for env in self.envs):
+        policy = self.envs[0]._policies[role]  # read each time: a scenario redrawn at reset rebuilds it
+        if self.one_choice[role] and getattr(policy, "batchable", False):
             return np.asarray(policy.predict(features, deterministic=True)[0])
         rows = zip(self.envs, features, strict=True)
         return np.stack([env._predict(env._policies[role], row) for env, row in rows])
