@@ -6,7 +6,9 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from stable_baselines3 import PPO
 
 from fl_gym.training import runs
@@ -197,11 +199,24 @@ def test_bench_memory_section(capsys):
                            capsys)
     assert code == 0
     number = r" \| ([\d.-]+)"
-    rows = re.findall(r"\| FLLearningRate-v0 \| (\d+) \| (\w+)" + number * 4 + r" \|", out)
+    rows = re.findall(r"\| FLLearningRate-v0 \| (\d+) \| (\w+)" + number * 7 + r" \|", out)
     assert [(n, kind) for n, kind, *_ in rows] == [("1", "batched"), ("2", "batched"), ("2", "dummy")]
-    for _, _, peak, resident, _, models in rows:
+    one_peak = float(rows[0][2])
+    for _, _, peak, resident, _, models, ratio, net, _ in rows:
         assert float(peak) >= float(resident) > 0  # the high-water mark bounds what is held after the steps
-        assert float(models) > 0
+        # each copy holds its global model (4,810 float32 parameters) and its probe gradients
+        assert float(models) > 4810 * 4 / 2**20
+        assert float(net) == pytest.approx((float(peak) - float(models)) / one_peak, abs=0.01)
+        assert float(ratio) == pytest.approx(float(peak) / one_peak, abs=0.01)
+
+
+def test_float_tensor_bytes_counts_each_float_storage_once_outside_the_excluded():
+    from fl_gym.training.vec_bench import float_tensor_bytes
+
+    model, data, labels = torch.zeros(10, 6), torch.zeros(100), torch.zeros(7, dtype=torch.int64)
+    objects = [model, model[2:5], model.view(60), data, data[:10], labels, "not a tensor", np.zeros(50)]
+    assert float_tensor_bytes(objects, exclude=(data,)) == 60 * 4  # the views share the model's storage
+    assert float_tensor_bytes(objects) == 60 * 4 + 100 * 4
 
 
 def test_memory_section_defaults_to_every_training_family():
