@@ -7,9 +7,10 @@ copies) and the batched vector env in one process and with its default workers
 at several copy counts, each the median of repeated timed runs of a few vector steps
 (interleaved, after a warm-up), with the ratios measured in the same run. One torch thread per
 process (the env's ``num_threads=1``, so worker processes do not oversubscribe the cores). The
-``memory`` section reads the resident memory of the batched and the dummy vector env of one
-accuracy-driven default, each in a fresh process; the ``ppo`` section times SB3 PPO for 100k
-steps on that default with each vector env.
+``memory`` section reads the resident memory of the batched and the dummy vector env of every
+family that trains (and the models the copies hold, which the memory target adds), each in a
+fresh process; the ``ppo`` section times SB3 PPO for 100k steps on one accuracy-driven default
+with each vector env.
 """
 
 from __future__ import annotations
