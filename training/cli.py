@@ -379,8 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
     p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, memory "
                    "(resident memory of --memory-envs at one copy and the vec section's copy counts, each in a "
-                   "fresh process), ppo (PPO wall time with each vector env: about 30 minutes at the default "
-                   "--ppo-steps), ray (Ray actors against processes, a sharded federation; needs fl-gym[ray])")
+                   "fresh process, and the models the copies hold), ppo (PPO wall time with each vector env: "
+                   "about 30 minutes at the default --ppo-steps), ray (Ray actors against processes, a sharded "
+                   "federation; needs fl-gym[ray])")
     p.add_argument("--ppo-env", default="FLLearningRate-v0", help="env id of the ppo section (its ppo.yml block)")
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
     p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
