@@ -13,14 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-import torch
-
 from fl_gym.clock import ClockConfig
 from fl_gym.config import FederationConfig
 from fl_gym.data.datasets import DATASETS
 from fl_gym.data.partition import KINDS, PartitionConfig
 from fl_gym.engine.optim import OptimizerConfig
-from fl_gym.validation import is_int_at_least, is_positive, require, require_choice
+from fl_gym.validation import is_int_at_least, is_positive, require, require_choice, require_device
 
 SelfConfig = TypeVar("SelfConfig", bound="EnvConfig")
 
@@ -114,7 +112,7 @@ class ScenarioConfig:
         require(is_int_at_least(self.rounds_per_episode, 1), "rounds_per_episode", self.rounds_per_episode,
                 "an integer >= 1")
         require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
-        require(_is_device(self.device), "device", self.device, "a torch device such as 'cpu' or 'cuda:0'")
+        require_device("device", self.device)
         require(self.num_threads is None or is_int_at_least(self.num_threads, 1), "num_threads", self.num_threads,
                 "None or an integer >= 1")
 
@@ -150,16 +148,6 @@ class ScenarioConfig:
             partition=self.partition_config(), clock=self.clock_config(), batch_size=self.batch_size,
             optimizer=OptimizerConfig(self.optimizer, self.momentum), eval_every=self.eval_every, device=self.device,
             num_threads=self.num_threads, **family)
-
-
-def _is_device(name: object) -> bool:
-    if not isinstance(name, str):
-        return False
-    try:
-        torch.device(name)
-    except (RuntimeError, ValueError):
-        return False
-    return True
 
 
 SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(ScenarioConfig))

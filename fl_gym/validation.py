@@ -6,6 +6,8 @@ import math
 import numbers
 from collections.abc import Iterable
 
+import torch
+
 
 def require(ok: bool, name: str, value: object, allowed: str) -> None:
     """Raise ``ValueError`` naming the parameter, the value received and what is allowed."""
@@ -17,6 +19,25 @@ def require_choice(name: str, value: object, choices: Iterable[object]) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     choices = tuple(choices)
     require(value in choices, name, value, "one of " + ", ".join(repr(c) for c in choices))
+
+
+def require_device(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` names a torch device this machine has.
+
+    Checked when the config is made, so a run asked for ``'cuda'`` on a machine without one stops
+    with the parameter's name before any data is loaded, not in torch's driver error mid-build.
+    """
+    try:
+        device = torch.device(value) if isinstance(value, str) else None
+    except (RuntimeError, ValueError):
+        device = None
+    require(device is not None, name, value, "a torch device such as 'cpu' or 'cuda:0'")
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        present = f"'cpu' or 'cuda:0' to 'cuda:{count - 1}'" if count else "'cpu' (torch sees no CUDA device here)"
+        require((device.index or 0) < count, name, value, f"a device this machine has: {present}")
+    elif device.type == "mps":
+        require(torch.backends.mps.is_available(), name, value, "a device this machine has: 'cpu' (no MPS here)")
 
 
 def is_positive(x: float) -> bool:

@@ -270,6 +270,9 @@ def test_bench_ppo_section(capsys):
     (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),
     (["bench", "--sections", "memory", "--memory-envs", "FLSelect-v0,CartPole-v1"], "--memory-envs=['CartPole-v1']"),
     (["bench", "--sections", "vec", "--vec-ids", "FLHetero-v9"], "--vec-ids=['FLHetero-v9']"),
+    (["bench", "--sections", "vec", "--device", "cuda:99"], "--device='cuda:99' is out of range; allowed: a device "
+                                                             "this machine has"),
+    (["train", "FLSelect-v0", "--env-kwargs", "device=cuda:99"], "device='cuda:99' is out of range"),
 ])
 def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path):
     code, out, err = run_cli([*args, *(["--runs-dir", tmp_path] if args[0] == "train" else [])], capsys)

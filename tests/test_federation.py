@@ -182,10 +182,20 @@ def test_synthetic_natural_partition():
     (dict(model_costs=(1.0, 2.0)), "model_costs"), (dict(dataset="imagenet"), "dataset"),
     (dict(partition=PartitionConfig("natural")), "partition.kind"), (dict(local_test="all"), "local_test"),
     (dict(companion="mlr", algorithm="pfedme"), "algorithm"), (dict(server_data_fraction=1.0), "server_data_fraction"),
+    (dict(device="gpu"), "device"),
 ])
 def test_bad_config_names_the_parameter(changes, param):
     with pytest.raises(ValueError, match=f"{param}="):
         FederationConfig(**changes)
+
+
+def test_a_device_this_machine_lacks_is_refused_when_the_config_is_made():
+    """Not in torch's driver error once the data is loaded: ``cuda:<count>`` is one past the last device."""
+    with pytest.raises(ValueError, match=r"device='cuda:\d+' is out of range; allowed: a device this machine has"):
+        FederationConfig(device=f"cuda:{torch.cuda.device_count()}")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch sees no CUDA device here"):
+            FederationConfig(device="cuda")
 
 
 @pytest.mark.parametrize("field,value,match", [

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import fl_gym
 from fl_gym import Federation, FederationConfig, PartitionConfig, RoundPlan
 from fl_gym.baselines.hetero import BalancedOraclePolicy
 from fl_gym.engine import Member, OptimizerConfig, local_steps, make_schedule, train_cohort
@@ -85,3 +86,23 @@ def test_hetero_torch_backend_on_cuda():
         assert g["round_time"] == c["round_time"]
         assert 0.0 <= g["hetero/lite_accuracy"] <= 1.0
         assert abs(g["hetero/lite_accuracy"] - c["hetero/lite_accuracy"]) < 0.1
+
+
+@pytest.mark.parametrize("env_id", ["FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"])
+def test_batched_copies_on_cuda_train_there_and_keep_the_cpu_clock(env_id):
+    """The merged engine calls keep every copy's tensors on its device. Observations are held to
+    finiteness only: merged kernels on the GPU round differently from the CPU's, and accuracies
+    are counts that a last-bit difference may flip; the clock depends on the actions alone."""
+    runs = {}
+    for device in ("cpu", "cuda"):
+        vec = fl_gym.make_vec(env_id, 3, seed=5, monitor=False, rounds_per_episode=3, device=device)
+        assert vec.get_attr("federation", [0])[0].device.type == device
+        vec.reset()
+        vec.action_space.seed(0)
+        steps = [vec.step(np.stack([vec.action_space.sample() for _ in range(3)])) for _ in range(4)]
+        vec.close()
+        runs[device] = steps
+    for (obs, _, dones, infos), (cpu_obs, _, cpu_dones, cpu_infos) in zip(runs["cuda"], runs["cpu"], strict=True):
+        assert np.isfinite(obs).all() and obs.shape == cpu_obs.shape
+        assert list(dones) == list(cpu_dones)
+        assert [i["round_time"] for i in infos] == [i["round_time"] for i in cpu_infos]

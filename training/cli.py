@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_gym.data.datasets import DatasetNotFoundError
-from fl_gym.validation import MissingExtraError, is_int_at_least, require
+from fl_gym.validation import MissingExtraError, is_int_at_least, require, require_device
 
 USER_ERRORS = (ValueError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
 
@@ -192,6 +192,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.ppo_steps, 1), "--ppo-steps", args.ppo_steps, "an integer >= 1")
     require(is_int_at_least(args.ppo_envs, 1), "--ppo-envs", args.ppo_envs, "an integer >= 1")
     require(is_int_at_least(args.memory_steps, 1), "--memory-steps", args.memory_steps, "an integer >= 1")
+    require_device("--device", args.device)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if "engine" in sections:
         scenarios = args.scenarios.split(",")
@@ -208,7 +209,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "vec" in sections:
         counts = tuple(parse_ints(args.vec_envs))
         env_ids = _registered_ids(args.vec_ids, "--vec-ids") if args.vec_ids else vec_bench.default_ids()
-        print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, env_ids, progress=say)) + "\n")
+        print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, env_ids, device=args.device,
+                                                                    progress=say)) + "\n")
     if "memory" in sections:
         env_ids = _registered_ids(args.memory_envs, "--memory-envs") if args.memory_envs else vec_bench.training_ids()
         counts = (1, *(n for n in parse_ints(args.vec_envs) if n > 1))
@@ -394,7 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "memory (more shows what a long run holds)")
     p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (engine)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="torch device of the engine and vec sections (vec: of every "
+                   "copy's training and evaluation)")
     p.add_argument("--repeats", type=int, default=7, help="timed runs of the batched engine (median)")
     p.add_argument("--loop-repeats", type=int, default=3, help="timed runs of the per-client loop (median)")
     p.set_defaults(func=cmd_bench)

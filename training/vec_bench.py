@@ -64,15 +64,16 @@ def _trains(env_id: str) -> bool:
     return trains
 
 
-def stepper(env_id: str, kind: str, n: int, steps: int, workers: int | None = None
+def stepper(env_id: str, kind: str, n: int, steps: int, workers: int | None = None, device: str = "cpu"
             ) -> tuple[Callable[[], None], VecEnv]:
     """A timed run of ``steps`` vector steps of a ``make_env`` kind, and the vector env.
 
     ``kind`` ``batched-1`` is the batched env in one process; ``workers`` (None = the kind's
-    default) sets the shards of ``batched`` and ``ray``.
+    default) sets the shards of ``batched`` and ``ray``; ``device`` is every copy's torch device.
     """
     workers = 1 if kind == "batched-1" else workers
-    vec = make_env(env_id, n, seed=0, vec_env=kind.removesuffix("-1"), env_kwargs={"num_threads": 1}, workers=workers)
+    vec = make_env(env_id, n, seed=0, vec_env=kind.removesuffix("-1"),
+                   env_kwargs={"num_threads": 1, "device": device}, workers=workers)
     vec.action_space.seed(0)
     actions = np.stack([vec.action_space.sample() for _ in range(n)])
     vec.reset()
@@ -85,9 +86,13 @@ def stepper(env_id: str, kind: str, n: int, steps: int, workers: int | None = No
 
 
 def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[str] | None = None, steps: int = 6,
-                  timing_steps: int = 200, repeats: int = 5, progress: Callable[[str], None] = print
-                  ) -> list[VecResult]:
-    """Each id (default: every family's default) at every copy count (``timing_steps`` per run where nothing trains)."""
+                  timing_steps: int = 200, repeats: int = 5, device: str = "cpu",
+                  progress: Callable[[str], None] = print) -> list[VecResult]:
+    """Each id (default: every family's default) at every copy count (``timing_steps`` per run where nothing trains).
+
+    ``device`` is every copy's torch device (each timed run ends when its kernels have); where
+    nothing trains it changes nothing.
+    """
     results = []
     with torch_threads(1):
         for env_id in env_ids or default_ids():
@@ -95,10 +100,10 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
             for n in counts:
                 kinds = [k for k in KINDS if (k != "subproc" or n <= SUBPROC_MAX) and (k != "batched-1" or
                                                                                      auto_workers(n, trains) > 1)]
-                progress(f"{env_id}, {n} copies: {', '.join(kinds)}...")
+                progress(f"{env_id}, {n} copies on {device}: {', '.join(kinds)}...")
                 per_run = steps if trains else timing_steps
-                runs, vecs = zip(*[stepper(env_id, k, n, per_run) for k in kinds], strict=True)
-                seconds = interleaved_medians(list(runs), [repeats] * len(runs), torch.device("cpu"))
+                runs, vecs = zip(*[stepper(env_id, k, n, per_run, device=device) for k in kinds], strict=True)
+                seconds = interleaved_medians(list(runs), [repeats] * len(runs), torch.device(device))
                 workers = len(getattr(vecs[-1], "shards", [()]))  # the batched env's (the last kind)
                 for vec in vecs:
                     vec.close()
