@@ -165,6 +165,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
             self.federation.redraw_partition(int(self.np_random.integers(2**63 - 1)))
         self._round, self._uploads, self._ended = 0, 0, False
         self._reset_state()
+        self._pending = None  # the last episode's unplayed round is freed before the first one trains
         self._pending = self._prepare()
         return self._observe(self._pending), {"round": 0}
 
@@ -177,7 +178,8 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
             self.config.replace(num_clients=num_clients, num_clients_range=None, randomize_scenario=False)
         old = self.federation
         self.federation = Federation(config.federation_config(), int(rng.integers(2**63 - 1)), dataset=old._dataset)
-        self.federation.batcher = old.batcher  # a batched vector env's copy stays merged
+        # a batched vector env's copy stays merged, its lasting state in the copies' shared pool
+        self.federation.batcher, self.federation.buffers = old.batcher, old.buffers
         spaces_before = self.observation_space, self.action_space
         self._setup()  # the family's constants for the new federation
         require(spaces_before[0] == self.observation_space and spaces_before[1] == self.action_space,

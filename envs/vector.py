@@ -30,6 +30,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from fl_gym.engine.batcher import CohortBatcher
+from fl_gym.engine.pool import BufferPool
 from fl_gym.envs.registry import FAMILIES, resolve
 from fl_gym.validation import require
 
@@ -57,8 +58,9 @@ class BatchedVecEnv(VecEnv):
         # one copy, or copies that train nothing (a timing backend), have nothing to merge: step in turn
         merging = len(feds) > 1 and trains
         self.batcher = CohortBatcher(len(feds)) if merging else None
+        buffers = BufferPool()  # one pool for the copies' lasting state: it keeps what they hold at once
         for fed in feds if merging else ():
-            fed.batcher = self.batcher
+            fed.batcher, fed.buffers = self.batcher, buffers
         first = self.envs[0].unwrapped
         family = FAMILIES.get(getattr(first, "family", ""))
         varies = first.config.scenario.num_clients_range is not None  # a clock's (copies, K) arrays need one K

@@ -44,6 +44,7 @@ from fl_gym.engine.allocator import keep_freed_memory
 from fl_gym.engine.batcher import CohortBatcher, EvalRequest, ProbeRequest, TrainRequest
 from fl_gym.engine.evaluate import EvalResult
 from fl_gym.engine.losses import cross_entropy
+from fl_gym.engine.pool import BufferPool
 from fl_gym.engine.probe import Probe
 from fl_gym.engine.schedule import BatchDraw, local_steps
 from fl_gym.engine.trainer import Member, TrainResult
@@ -104,6 +105,9 @@ class Federation:
         algorithm: the local algorithm's strategy object (:mod:`fl_gym.engine.algorithms`).
         batcher: None, or the :class:`~fl_gym.engine.batcher.CohortBatcher` a batched vector env
             shares among its copies (training and evaluation then run merged with theirs).
+        buffers: the :class:`~fl_gym.engine.pool.BufferPool` the cohorts' models, the global
+            models and the probe gradients are written to, so they do not fragment the heap (a
+            batched vector env gives its copies one).
         remote: None (the clients train here), or the :class:`RemoteClients` they train on.
         val_indices: test-set indices of the validation split (None without one).
         eval_indices: test-set indices the reported accuracy is measured on.
@@ -145,6 +149,8 @@ class Federation:
         self._not_evaluated = (nan, nan, math.nan, math.nan)  # shared by every report of a round without evaluation
         self.algorithm: LocalAlgorithm = cfg.local_algorithm()
         self.batcher: CohortBatcher | None = None  # set by a batched vector env
+        # lasting per-round state (cohorts, global models, probe gradients) at the same addresses each round
+        self.buffers = BufferPool()
         self.remote: RemoteClients | None = None
         self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes, self.companion_arch is not None,
                                              read_only=True)
@@ -264,8 +270,9 @@ class Federation:
         self.global_models, self.companion_model = [], None
         if cfg.train:  # a timing-only federation has no models
             gen = self._torch_generator()
-            self.global_models = [a.init(gen, self.device) for a in self.archs]
-            self.companion_model = self.companion_arch.init(gen, self.device) if self.companion_arch else None
+            self.global_models = [self.buffers.keep(a.init(gen, self.device)) for a in self.archs]
+            self.companion_model = self.buffers.keep(self.companion_arch.init(gen, self.device)) \
+                if self.companion_arch else None
         self.algorithm.reset()
         self._servers = [ServerOptimizer(cfg.server, self.algorithm.server_mix) for _ in self.archs]
         self._companion_server = ServerOptimizer(cfg.server)
@@ -303,7 +310,8 @@ class Federation:
         batch_size = self.config.batch_size
         draw = BatchDraw.draw([self.train_parts[i] for i in clients], np.ones(len(clients), np.int64), batch_size,
                               self._probe_gen if gen is None else gen)
-        request = ProbeRequest(self.archs[0], models, self.x_train, self.y_train, draw, batch_size)
+        out = self.buffers.take(len(clients) * self.archs[0].num_params, models)
+        request = ProbeRequest(self.archs[0], models, self.x_train, self.y_train, draw, batch_size, out)
         return self.batcher.probe(request) if self.batcher else request.run()
 
     def _torch_generator(self) -> torch.Generator:
@@ -471,11 +479,15 @@ class Federation:
         members = []
         for m in np.unique(plan.model[order]):
             slots = np.flatnonzero(plan.model[order] == m)
-            stack = Stack.broadcast(self.archs[m], self.global_models[m], len(slots))
+            arch = self.archs[m]
+            buffer = self.buffers.take(len(slots) * arch.num_params, self.global_models[m])
+            stack = Stack.broadcast(arch, self.global_models[m], len(slots), buffer)
             full = len(slots) == len(order)
             members.append(Member(role, stack, None if full else torch.as_tensor(slots, device=self.device)))
         if self.companion_arch:
-            members.append(Member(LITE, Stack.broadcast(self.companion_arch, self.companion_model, len(order))))
+            arch, k = self.companion_arch, len(order)
+            buffer = self.buffers.take(k * arch.num_params, self.companion_model)
+            members.append(Member(LITE, Stack.broadcast(arch, self.companion_model, k, buffer)))
         return members
 
     def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats,
@@ -562,11 +574,11 @@ class Federation:
                                        torch.as_tensor(w, device=self.device))
             old = self._start_vector(member, plan, clients)
             if lite:
-                self.companion_model = self._companion_server.apply(old, average)
+                self.companion_model = self.buffers.keep(self._companion_server.apply(old, average))
             else:
                 m = int(plan.model[clients[0]])
                 average = self.algorithm.server_correction(member.stack.arch.name, average)
-                self.global_models[m] = self._servers[m].apply(old, average)
+                self.global_models[m] = self.buffers.keep(self._servers[m].apply(old, average))
         return weights
 
     def _evaluate_round(self, extras: dict) -> tuple[dict, float]:

@@ -20,6 +20,7 @@ from fl_gym.engine import (
     make_schedule,
     train_cohort,
 )
+from fl_gym.engine.pool import BufferPool
 from fl_gym.engine.probe import gradients_at
 from fl_gym.engine.reference import reference_train
 from fl_gym.models import Stack, build_model
@@ -336,3 +337,39 @@ def test_probe_gradients_match_autograd_and_leave_the_models_alone(digits, digit
         assert float(probe.loss[i]) == pytest.approx(loss.item(), rel=1e-5)
         torch.testing.assert_close(probe.grad[i], parameters_to_vector(grad), rtol=1e-4, atol=1e-6)
     assert torch.equal(models, before)
+
+
+def _address(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("hold", [
+    lambda t: None,  # nothing: the next take reuses it
+    lambda t: t[2:],  # a view
+    lambda t: t.numpy(),  # a NumPy array sharing its memory
+    lambda t: [t],  # the tensor handed out itself
+])
+def test_a_pooled_buffer_is_handed_out_again_only_once_nothing_else_holds_it(hold):
+    pool, like = BufferPool(), torch.zeros(1)
+    first = pool.take(6, like)
+    address, held = _address(first), hold(first)
+    del first
+    again = pool.take(6, like)
+    assert (_address(again) == address) == (held is None)
+    assert len(pool) == (1 if held is None else 2)
+
+
+def test_a_pool_keeps_its_most_recent_sizes_and_tells_its_free_buffers():
+    pool, like = BufferPool(sizes=2), torch.zeros(1)
+    for numel in (3, 4, 5):
+        pool.take(numel, like)
+    assert sorted(b.numel() for b in pool.free()) == [4, 5]  # 3, the least recently asked for, is forgotten
+    held = pool.take(4, like)
+    assert sorted(b.numel() for b in pool.free()) == [5] and held.numel() == 4
+    assert pool.take(4, torch.zeros(1, dtype=torch.float64)).dtype == torch.float64  # a dtype is a size of its own
+
+
+def test_keep_copies_a_fresh_result_into_a_pooled_buffer_of_its_shape():
+    pool, value = BufferPool(), torch.arange(6.0).view(2, 3)
+    kept = pool.keep(value)
+    assert kept.shape == (2, 3) and torch.equal(kept, value) and _address(kept) != _address(value)

@@ -132,7 +132,8 @@ def test_a_batchable_fixed_policy_gives_each_row_of_a_batch_its_own_action(env_i
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_a_step_keeps_no_trained_round_but_the_pending_one(env_id, monkeypatch):
-    """A played round's local models are freed once aggregated: before the next round trains, and after the step."""
+    """A played round's local models are freed once aggregated: before the next round trains, and after the step;
+    a reset frees the last episode's unplayed round before the first round of the next trains."""
     from fl_gym.federation import Federation
 
     env = gym.make(env_id, rounds_per_episode=5)
@@ -154,5 +155,6 @@ def test_a_step_keeps_no_trained_round_but_the_pending_one(env_id, monkeypatch):
     monkeypatch.setattr(Federation, "train_round", spy)
     for _ in range(3):
         env.step(env.action_space.sample())
+    env.reset(seed=1)
     assert len(alive_at_training) >= 3 and not any(alive_at_training)
     assert alive() <= 1  # a round that trains before the decision is pending

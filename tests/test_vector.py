@@ -127,6 +127,24 @@ def test_the_batcher_runs_copies_in_turn_and_passes_a_copy_error_to_the_caller(e
     assert batcher.run(lambda i: i * 10) == [0, 10, 20]  # and the batcher is usable afterwards
 
 
+@pytest.mark.parametrize("env_id", ["FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"])
+def test_copies_keep_their_lasting_state_in_one_pool_that_stops_growing(env_id):
+    """Each round's cohorts, global models and probe gradients reuse the pool's buffers, across
+    auto-resets too (episodes of 2 rounds), so it holds what the copies hold at once, no more."""
+    vec = fl_gym.make_vec(env_id, 3, seed=0, monitor=False, rounds_per_episode=2)
+    pools = {id(fed.buffers): fed.buffers for fed in vec.get_attr("federation")}
+    assert len(pools) == 1
+    (pool,) = pools.values()
+    vec.reset()
+    actions = _actions(vec.action_space, 3, np.random.default_rng(0))
+    sizes = []
+    for _ in range(6):
+        vec.step(actions)
+        sizes.append(len(pool))
+    vec.close()
+    assert sizes[2:] == [sizes[1]] * 4 and sizes[1] >= 3  # at least every copy's global model
+
+
 def test_a_batched_run_is_reproducible_bit_for_bit():
     def run():
         vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=2, rounds_per_episode=3)

@@ -192,7 +192,8 @@ class MemoryResult:
     holds after the steps; ``in_use`` the same after glibc returned its free pages
     (``malloc_trim``; NaN elsewhere); ``models`` what the copies hold of models after the steps
     (:func:`float_tensor_bytes`: global models, the pending round's trained local models or probe
-    gradients, per-client statistics), which the memory target adds to twice one copy's.
+    gradients, per-client statistics; not the free buffers their pool keeps for the next round),
+    which the memory target adds to twice one copy's.
     """
 
     env_id: str
@@ -253,8 +254,9 @@ def _measure_memory(env_id: str, n: int, kind: str, steps: int) -> MemoryResult:
         in_use = _memory_status()["VmRSS"] - before["VmRSS"]
     except (OSError, AttributeError):
         in_use = float("nan")
-    fed = vec.get_attr("federation", [0])[0]
-    models = float_tensor_bytes(gc.get_objects(), (fed.x_train, fed.x_test)) / 2**20
+    feds = vec.get_attr("federation")
+    spare = {id(t): t for fed in feds for t in fed.buffers.free()}  # kept for reuse, not models (one pool if shared)
+    models = float_tensor_bytes(gc.get_objects(), (feds[0].x_train, feds[0].x_test, *spare.values())) / 2**20
     vec.close()
     return MemoryResult(env_id, n, kind, after["VmHWM"] - before["VmRSS"], after["VmRSS"] - before["VmRSS"],
                         in_use, models)

@@ -99,6 +99,7 @@ class ProbeRequest:
     y: Tensor
     draw: BatchDraw
     batch_size: int
+    out: Tensor | None = None  # where the (k, P) gradients go (the requester's lasting buffer), else new
 
     def key(self) -> tuple:
         """Probes of one architecture with one batch size on the same data tensors merge."""
@@ -106,13 +107,13 @@ class ProbeRequest:
 
     def run(self) -> Probe:
         """Alone."""
-        return _probe(self.arch, self.models, self.x, self.y, self.draw, self.batch_size)
+        return _probe(self.arch, self.models, self.x, self.y, self.draw, self.batch_size, self.out)
 
 
-def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, draw: BatchDraw, batch_size: int
-           ) -> Probe:
+def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, draw: BatchDraw, batch_size: int,
+           out: Tensor | None = None) -> Probe:
     schedule = layout(draw, batch_size)
-    return gradients_at(arch, models, x, y, schedule.idx[0], schedule.weight[0])
+    return gradients_at(arch, models, x, y, schedule.idx[0], schedule.weight[0], out)
 
 
 Request = TrainRequest | EvalRequest | ProbeRequest
@@ -262,7 +263,8 @@ def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
     out, lo = [], 0
     for r in requests:
         k = len(r.models)
-        out.append(Probe(res.loss[lo: lo + k], res.grad[lo: lo + k]))
+        grad = res.grad[lo: lo + k]  # a view of the merged result, unless the request brought its own buffer
+        out.append(Probe(res.loss[lo: lo + k], grad if r.out is None else r.out.view(grad.shape).copy_(grad)))
         lo += k
     return out
 

@@ -178,9 +178,9 @@ class Stack:
         return stack
 
     @classmethod
-    def broadcast(cls, arch: Architecture, vector: Tensor, k: int) -> Stack:
-        """K copies of one ``(P,)`` vector."""
-        stack = cls(arch, vector.new_empty(k * arch.num_params))
+    def broadcast(cls, arch: Architecture, vector: Tensor, k: int, buffer: Tensor | None = None) -> Stack:
+        """K copies of one ``(P,)`` vector (written into ``buffer``, ``(K*P,)``, if given)."""
+        stack = cls(arch, vector.new_empty(k * arch.num_params) if buffer is None else buffer)
         for block, piece in zip(stack.blocks, vector.split(arch.sizes), strict=True):
             block.copy_(piece.view(block.shape[1:]))  # broadcast over the K rows
         return stack
