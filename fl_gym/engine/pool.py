@@ -4,7 +4,8 @@ A round's lasting results (a cohort's trained models, which the env may keep unt
 decision; the next global model; probe gradients) used to be new allocations each round, made
 among the round's temporaries. Landing in the holes the temporaries had left, they split them,
 and glibc's heap grew round after round while what was in use stayed flat: 64 copies of a
-training env in one process peaked a fifth higher after 100 steps than after three. Taken from a
+training env in one process peaked up to a fifth higher after 200 steps than after three
+(``fl-gym bench --sections memory``, docs/performance.md). Taken from a
 :class:`BufferPool`, they come back to the addresses earlier rounds' had, and the temporaries
 find their own holes whole. A batched vector env gives its copies one pool, so what it keeps is
 what the copies hold at once, not each copy's most.
