@@ -310,8 +310,8 @@ class Federation:
         batch_size = self.config.batch_size
         draw = BatchDraw.draw([self.train_parts[i] for i in clients], np.ones(len(clients), np.int64), batch_size,
                               self._probe_gen if gen is None else gen)
-        out = self.buffers.take(len(clients) * self.archs[0].num_params, models)
-        request = ProbeRequest(self.archs[0], models, self.x_train, self.y_train, draw, batch_size, out)
+        into = self.buffers.take(len(clients) * self.archs[0].num_params, models)
+        request = ProbeRequest(self.archs[0], models, self.x_train, self.y_train, draw, batch_size, into)
         return self.batcher.probe(request) if self.batcher else request.run()
 
     def _torch_generator(self) -> torch.Generator:

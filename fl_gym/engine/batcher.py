@@ -99,7 +99,7 @@ class ProbeRequest:
     y: Tensor
     draw: BatchDraw
     batch_size: int
-    out: Tensor | None = None  # where the (k, P) gradients go (the requester's lasting buffer), else new
+    into: Tensor | None = None  # where the (k, P) gradients go (the requester's lasting buffer), else new
 
     def key(self) -> tuple:
         """Probes of one architecture with one batch size on the same data tensors merge."""
@@ -107,13 +107,13 @@ class ProbeRequest:
 
     def run(self) -> Probe:
         """Alone."""
-        return _probe(self.arch, self.models, self.x, self.y, self.draw, self.batch_size, self.out)
+        return _probe(self.arch, self.models, self.x, self.y, self.draw, self.batch_size, self.into)
 
 
 def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, draw: BatchDraw, batch_size: int,
-           out: Tensor | None = None) -> Probe:
+           into: Tensor | None = None) -> Probe:
     schedule = layout(draw, batch_size)
-    return gradients_at(arch, models, x, y, schedule.idx[0], schedule.weight[0], out)
+    return gradients_at(arch, models, x, y, schedule.idx[0], schedule.weight[0], into)
 
 
 Request = TrainRequest | EvalRequest | ProbeRequest
@@ -264,7 +264,7 @@ def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
     for r in requests:
         k = len(r.models)
         grad = res.grad[lo: lo + k]  # a view of the merged result, unless the request brought its own buffer
-        out.append(Probe(res.loss[lo: lo + k], grad if r.out is None else r.out.view(grad.shape).copy_(grad)))
+        out.append(Probe(res.loss[lo: lo + k], grad if r.into is None else r.into.view(grad.shape).copy_(grad)))
         lo += k
     return out
 

@@ -25,7 +25,7 @@ _use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
 def _only_pooled(buffer: Tensor) -> bool:
-    """Whether nothing but ``buffer`` itself refers to its storage (the probe's own handle counts one)."""
+    """Whether nothing but ``buffer`` itself refers to its storage (the handle this check makes counts one)."""
     return _use_count is not None and _use_count(buffer.untyped_storage()._cdata) == 2
 
 

@@ -29,15 +29,15 @@ class Probe:
 
 
 def gradients_at(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, idx: Tensor, w: Tensor,
-                 out: Tensor | None = None) -> Probe:
+                 into: Tensor | None = None) -> Probe:
     """The mean cross-entropy of each row of ``models`` on its batch, and its gradient (evaluation mode).
 
     ``models`` is ``(k, P)`` (or already a :class:`Stack`); ``idx`` and ``w`` are one step of a
-    schedule (``(k, B)`` each); ``out``, if given, a ``(k*P,)`` buffer the gradients are written to.
+    schedule (``(k, B)`` each); ``into``, if given, a ``(k*P,)`` buffer the gradients are written to.
     """
     stack = models if isinstance(models, Stack) else Stack.from_rows(arch, models)
     shape = (stack.k, arch.num_params)
-    grad = stack.flat.new_zeros(shape) if out is None else out.view(shape).zero_()  # written as rows: no copy
+    grad = stack.flat.new_zeros(shape) if into is None else into.view(shape).zero_()  # written as rows: no copy
     out, tape = arch.forward(stack.blocks, arch.gather(x, idx), False)
     losses, dlogits = cross_entropy({"model": out}, y[idx], w)
     arch.backward(stack.blocks, tape, dlogits["model"], stack.row_views(grad), None)
