@@ -34,7 +34,8 @@ def require_device(name: str, value: object) -> None:
     require(device is not None, name, value, "a torch device such as 'cpu' or 'cuda:0'")
     if device.type == "cuda":
         count = torch.cuda.device_count()
-        present = f"'cpu' or 'cuda:0' to 'cuda:{count - 1}'" if count else "'cpu' (torch sees no CUDA device here)"
+        cuda = "'cuda:0'" if count == 1 else f"'cuda:0' to 'cuda:{count - 1}'"
+        present = f"'cpu' or {cuda}" if count else "'cpu' (torch sees no CUDA device here)"
         require((device.index or 0) < count, name, value, f"a device this machine has: {present}")
     elif device.type == "mps":
         require(torch.backends.mps.is_available(), name, value, "a device this machine has: 'cpu' (no MPS here)")
