@@ -479,16 +479,16 @@ class Federation:
         members = []
         for m in np.unique(plan.model[order]):
             slots = np.flatnonzero(plan.model[order] == m)
-            arch = self.archs[m]
-            buffer = self.buffers.take(len(slots) * arch.num_params, self.global_models[m])
-            stack = Stack.broadcast(arch, self.global_models[m], len(slots), buffer)
+            stack = self._broadcast(self.archs[m], self.global_models[m], len(slots))
             full = len(slots) == len(order)
             members.append(Member(role, stack, None if full else torch.as_tensor(slots, device=self.device)))
         if self.companion_arch:
-            arch, k = self.companion_arch, len(order)
-            buffer = self.buffers.take(k * arch.num_params, self.companion_model)
-            members.append(Member(LITE, Stack.broadcast(arch, self.companion_model, k, buffer)))
+            members.append(Member(LITE, self._broadcast(self.companion_arch, self.companion_model, len(order))))
         return members
+
+    def _broadcast(self, arch: Architecture, vector: torch.Tensor, k: int) -> Stack:
+        """``k`` copies of ``vector`` in a pooled buffer: a cohort's models may outlive the round's temporaries."""
+        return Stack.broadcast(arch, vector, k, self.buffers.take(k * arch.num_params, vector))
 
     def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats,
                gen: torch.Generator) -> list[Member]:
