@@ -38,7 +38,7 @@ Generic ``info`` keys, the same meaning in every family:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -117,7 +117,8 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         self.scenario_seed = int(scenario_seed)
         self.federation = Federation(self.config.federation_config(), self.scenario_seed)
         self._round, self._uploads, self._ended = 0, 0, False
-        self._pending: Any = None
+        self._pending_record: Any = None  # see _pending
+        self._pending_builder: Callable[[], Any] | None = None
         self._played_ahead: tuple | None = None  # a step a vector env played as arrays (envs/vector.py)
         self._setup()
 
@@ -126,6 +127,23 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
             raise ValueError(f"config={type(config).__name__} is out of range; allowed: a "
                              f"{self.config_class.__name__}")
         return self.config_class.from_kwargs(config, **kwargs)
+
+    @property
+    def _pending(self) -> Any:
+        """The round waiting for the agent's decision (None before the first reset).
+
+        A vector clock that played this copy's step as arrays (``envs/vector.py``) leaves a
+        builder instead, and the first read builds the record from the clock's rows: while the
+        vector env drives the copies nothing reads their records, and building them every step
+        would be a large share of the clock's work.
+        """
+        if self._pending_builder is not None:
+            self._pending_record, self._pending_builder = self._pending_builder(), None
+        return self._pending_record
+
+    @_pending.setter
+    def _pending(self, record: Any) -> None:
+        self._pending_record, self._pending_builder = record, None
 
     @property
     def rounds_per_episode(self) -> int:

@@ -102,8 +102,6 @@ class BatchedVecEnv(VecEnv):
                 env._played_ahead = result
         results = self.for_each_copy(self._step_one)
         obs, rewards, dones, infos = zip(*results, strict=True)
-        for i in np.flatnonzero(dones) if self._clock is not None else ():
-            self._clock.refresh(i)
         return np.stack(obs), np.asarray(rewards, np.float32), np.asarray(dones, bool), list(infos)
 
     def _step_one(self, i: int) -> tuple[np.ndarray, float, bool, dict[str, Any]]:

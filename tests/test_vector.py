@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -301,7 +303,9 @@ def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     """The family's vector clock plays every copy's step as arrays; observations, rewards and
     every info value equal the stand-alone env's exactly, through auto-resets (which, with
     ``randomize_scenario``, bring new device profiles and partitions), with the views' injected
-    policies asked in one batch (fixed ones by name) or per copy (``random``: each copy's stream)."""
+    policies asked in one batch (fixed ones by name) or per copy (``random``: each copy's stream).
+    The copies hold the state their own steps would have left: a copy's pending round, built
+    when read, is its twin's, and a copy stepped alone in between plays on as its twin."""
     n, rounds = 3, 3
     vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, rounds_per_episode=rounds, **kwargs)
     assert vec._clock is None and vec._clock_class is not None  # built at the first reset
@@ -311,24 +315,41 @@ def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
         np.testing.assert_array_equal(obs[i], env.reset(seed=5 + i)[0])
     rng = np.random.default_rng(0)
     for _ in range(2 * rounds + 1):
-        actions = _actions(vec.action_space, n, rng)
-        obs, rewards, dones, infos = vec.step(actions)
-        for i, env in enumerate(solo):
-            o, r, terminated, truncated, info = env.step(actions[i])
-            assert dones[i] == (terminated or truncated) and rewards[i] == np.float32(r)
-            if dones[i]:
-                np.testing.assert_array_equal(infos[i]["terminal_observation"], o)
-                o, _ = env.reset()
-            np.testing.assert_array_equal(obs[i], o)
-            assert list(info) == [k for k in infos[i] if k not in ("TimeLimit.truncated", "terminal_observation")]
-            for key, value in info.items():
-                if isinstance(value, dict):
-                    assert value == infos[i][key], key
-                else:
-                    np.testing.assert_array_equal(infos[i][key], value, err_msg=key)
-    # the envs hold the state their own steps would have left: a copy steps on alone, as its twin
+        _assert_vector_step_is_each_twins_step(vec, solo, _actions(vec.action_space, n, rng))
+    for copy, twin in zip(vec.envs, solo, strict=True):
+        _assert_same_record(copy.unwrapped._pending, twin.unwrapped._pending)
     action = _actions(vec.action_space, 1, rng)[0]
     np.testing.assert_array_equal(vec.envs[1].step(action)[0], solo[1].step(action)[0])
+    for _ in range(rounds):
+        _assert_vector_step_is_each_twins_step(vec, solo, _actions(vec.action_space, n, rng))
+
+
+def _assert_vector_step_is_each_twins_step(vec, solo, actions):
+    obs, rewards, dones, infos = vec.step(actions)
+    for i, env in enumerate(solo):
+        o, r, terminated, truncated, info = env.step(actions[i])
+        assert dones[i] == (terminated or truncated) and rewards[i] == np.float32(r)
+        if dones[i]:
+            np.testing.assert_array_equal(infos[i]["terminal_observation"], o)
+            o, _ = env.reset()
+        np.testing.assert_array_equal(obs[i], o)
+        assert list(info) == [k for k in infos[i] if k not in ("TimeLimit.truncated", "terminal_observation")]
+        for key, value in info.items():
+            if isinstance(value, dict):
+                assert value == infos[i][key], key
+            else:
+                np.testing.assert_array_equal(infos[i][key], value, err_msg=key)
+
+
+def _assert_same_record(a, b):
+    """Two records (dataclasses of arrays, numbers and records) with equal fields, exactly."""
+    assert type(a) is type(b)
+    for field in dataclasses.fields(a):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if dataclasses.is_dataclass(x):
+            _assert_same_record(x, y)
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=field.name)
 
 
 @pytest.mark.parametrize("batchable,calls", [(True, [(4, 6)]), (False, [(6,)] * 4)])

@@ -106,6 +106,7 @@ class _HeteroEnv(FLEnv):
         self._residual = self._residual_base(cfg.residual_policy)
         self._prev_size = np.full(fed.num_clients, -1)
         self._lr = np.full(fed.num_clients, cfg.scenario.lr)
+        # the round a step plays and what it decided, for that step's reward and info only
         self._played: HeteroRound | None = None
         self._decision: HeteroDecision | None = None
 

@@ -8,8 +8,9 @@ random draws still come from its own generators, in the order its own step draws
 candidates from the env's ``np_random``, the device load from the federation's stream), and
 every array operation is the scalar step's, elementwise, so copy ``i`` plays exactly, bit for
 bit, the episode a stand-alone env plays. Afterwards each env holds the state its own ``step``
-would have left (rounds, clock, previous sizes, the next pending round), so anything may read or
-step a copy in between.
+would have left (rounds, clock, previous sizes, the next pending round, whose record is built
+from the clock's rows when first read), so anything may read a copy in between, or step or
+reset it alone: the clock reads such a copy's own round back before its next step.
 
 The joint view decides as arrays too. The one-lever views ask their injected policy (the
 intensity view's allocation policy when the round opens, the allocation view's intensity policy
@@ -22,7 +23,7 @@ differently) is asked once per copy, as the copy's own step asks it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from gymnasium import spaces
 
 from fl_gym.clock import RoundLoad
 from fl_gym.envs.hetero.actions import size_bins, softmax
-from fl_gym.envs.hetero.env import HeteroDecision, HeteroRound, _HeteroEnv
+from fl_gym.envs.hetero.env import HeteroRound, _HeteroEnv
 from fl_gym.records import OpenedRound
 
 
@@ -39,14 +40,13 @@ def row_integerize(sigma: np.ndarray, total: int) -> np.ndarray:
     x = sigma * total
     tau = np.maximum(1, np.floor(x)).astype(np.int64)
     short = total - tau.sum(axis=1)
-    order = np.argsort(-(x - tau), axis=1, kind="stable")  # largest remainder first, ties to lower slot
-    bump = (np.arange(tau.shape[1]) < np.maximum(short, 0)[:, None]).astype(np.int64)
-    np.put_along_axis(tau, order, np.take_along_axis(tau, order, 1) + bump, 1)
-    rows = np.arange(len(tau))
-    for step in range(int(np.max(-short, initial=0))):  # only the floor of 1 can overshoot
+    rows = np.arange(len(tau))[:, None]
+    order = np.argsort(tau - x, axis=1, kind="stable")  # largest remainder first, ties to lower slot
+    tau[rows, order] += np.arange(tau.shape[1]) < short[:, None]
+    for step in range(-int(short.min())):  # only the floor of 1 can overshoot
         slack = np.where(tau > 1, x - tau, np.inf)
         over = -short > step
-        tau[rows[over], np.argmin(slack, axis=1)[over]] -= 1
+        tau[rows[over, 0], slack.argmin(axis=1)[over]] -= 1
     return tau
 
 
@@ -71,18 +71,24 @@ class HeteroClock:
         self.samples, self.t_scale = np.zeros((n, self.num_clients), fed.sizes.dtype), np.zeros(n)
         self.extras, self.entropy = np.zeros((n, *envs[0]._extras.shape)), np.zeros((n, self.num_clients))
         self.slots, self.s1 = np.zeros((n, self.k), np.int64), np.zeros((n, self.k))
-        self.load, self.probe = np.zeros((3, n, self.num_clients)), np.zeros((n, self.num_clients))
+        self.masks, self.load = np.zeros((n, self.num_clients), bool), np.zeros((3, n, self.num_clients))
+        self.probe = np.zeros((n, self.num_clients))
         self.prev_size = np.zeros((n, self.num_clients), envs[0]._prev_size.dtype)
         self.sizes_used = np.zeros((n, envs[0].num_sizes), bool)
         self.sizes = np.zeros((n, self.k), np.int64) if envs[0].view == "intensity" else None  # injected, per round
         # per role, whether every copy was given one injected policy (fixed for the copies' lives)
         self.one_choice = {role: all(_same_choice(env._injected[role], envs[0]._injected[role]) for env in envs)
                            for role in envs[0]._injected}
+        # what each copy holds while its pending round is the clock's rows (FLEnv._pending)
+        self.builders = [partial(self._pending_of, i) for i in range(n)]
         for i in range(n):
             self.refresh(i)
 
     def refresh(self, i: int) -> None:
-        """Read copy ``i``'s scenario and pending round after a reset (which may draw a new one, same ``K``)."""
+        """Read copy ``i``'s scenario and pending round after a reset or a step of its own.
+
+        A reset may draw a new scenario (same ``K``). The clock holds the round from then on.
+        """
         env = self.envs[i]
         fed = self.feds[i] = env.federation
         self.speed[i], self.bandwidth[i], self.t_scale[i] = fed.profiles.speed, fed.profiles.bandwidth, env.t_scale
@@ -92,16 +98,28 @@ class HeteroClock:
         if self.sizes is not None:
             self.sizes[i] = pending.sizes
         load = pending.opened.load
+        self.masks[i], self.probe[i] = pending.opened.candidates, pending.opened.probe_time
         self.load[:, i] = load.availability, load.drift, load.noise
-        self.probe[i] = pending.opened.probe_time
         # the copy's size records become rows of the clock's arrays (views): one write updates every copy's
         self.prev_size[i], self.sizes_used[i] = env._prev_size, env._sizes_used
         env._prev_size, env._sizes_used = self.prev_size[i], self.sizes_used[i]
+        env._pending_builder = self.builders[i]
+
+    def _pending_of(self, i: int) -> HeteroRound:
+        """Copy ``i``'s pending round as its own ``_prepare`` builds it, of row views of the clock's arrays."""
+        opened = OpenedRound(self.feds[i].round + 1, self.masks[i], RoundLoad(*self.load[:, i]), self.probe[i])
+        return HeteroRound(opened, self.slots[i], self.s1[i], None if self.sizes is None else self.sizes[i])
 
     # ---- one step ----------------------------------------------------------------------------
 
     def step(self, actions: np.ndarray) -> list[tuple[np.ndarray, float, bool, bool, dict[str, Any]]]:
-        """Play every copy's pending round; each copy's ``(obs, reward, terminated, truncated, info)``."""
+        """Play every copy's pending round; each copy's ``(obs, reward, terminated, truncated, info)``.
+
+        A copy that reset, or stepped alone, since the clock's last step holds a round the clock
+        has not read yet: it reads it first.
+        """
+        for i in [i for i, env in enumerate(self.envs) if env._pending_builder is not self.builders[i]]:
+            self.refresh(i)
         first = self.envs[0]
         sizes, sigma, tau = self._decide(np.asarray(actions))
         sel = np.zeros((len(self.envs), self.num_clients), bool)
@@ -114,7 +132,7 @@ class HeteroClock:
         seconds = round_time.tolist()
         self.prev_size[self.rows, self.slots] = sizes  # every copy's env._prev_size[slots] = sizes
         self.sizes_used[self.rows, sizes] = True
-        self._commit(map(HeteroDecision, sizes, sigma, tau), seconds)
+        self._commit(seconds)
         infos = self._infos(seconds, (slowest - fastest).tolist(), uploaded.tolist(), terms, columns)
         ended = [env._ended for env in self.envs]
         self._prepare()
@@ -220,19 +238,19 @@ class HeteroClock:
             upload = nbytes * fed.algorithm.upload_factor / self.bandwidth * sel
         return train, probe, download + compute + upload, (nbytes * fed.algorithm.upload_factor * sel).sum(axis=1)
 
-    def _commit(self, decisions: Iterable[HeteroDecision], seconds: list[float]) -> None:
+    def _commit(self, seconds: list[float]) -> None:
         """Leave every copy's env and federation as its own step would (before the next round opens).
 
-        The size records are the clock's rows, written for every copy at once by :meth:`step`.
+        The size records are the clock's rows, written for every copy at once by :meth:`step`; the
+        played round and decision a scalar step keeps for its own info are not needed after it.
         """
         k, limit = self.k, self.envs[0].rounds_per_episode
-        for env, fed, decision, round_time in zip(self.envs, self.feds, decisions, seconds, strict=True):
+        for env, fed, round_time in zip(self.envs, self.feds, seconds, strict=True):
             fed.round += 1
             fed.elapsed += round_time
             env._round += 1
             env._uploads += k
             env._ended = env._round >= limit
-            env._played, env._decision = env._pending, decision
 
     # ---- the next round ----------------------------------------------------------------------
 
@@ -257,11 +275,9 @@ class HeteroClock:
         self.s1 = t_d / t_d.min(axis=1, keepdims=True)
         # the intensity view's injected allocation policy sizes each copy's round
         self.sizes = self._ask("alloc", self._features(self.s1)) if self.envs[0].view == "intensity" else None
-        # each copy's pending round holds row views of these arrays (iterating an array yields its rows)
-        opened = map(OpenedRound, [fed.round + 1 for fed in self.feds], masks, map(RoundLoad, *self.load), self.probe)
-        sizes = [None] * n if self.sizes is None else self.sizes
-        for env, pending in zip(self.envs, map(HeteroRound, opened, self.slots, self.s1, sizes), strict=True):
-            env._pending = pending
+        self.masks = masks
+        for env, builder in zip(self.envs, self.builders, strict=True):
+            env._pending_builder = builder  # the round is these rows; a read builds its record
 
     def _observe(self) -> np.ndarray:
         """Every copy's observation (``_HeteroEnv._observe``)."""
