@@ -59,6 +59,7 @@ from fl_gym.records import (
     TrainedRound,
     check_aggregation,
 )
+from fl_gym.validation import require
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
 
@@ -265,10 +266,11 @@ class Federation:
         cfg = self.config
         seeds = np.random.SeedSequence(seed)
         self.rng = np.random.default_rng(seeds)
-        self._probe_gen = torch.Generator(device=self.device).manual_seed(int(seeds.spawn(1)[0].generate_state(1)[0]))
         self.sampler = self.rng if sampler is None else sampler
         self.global_models, self.companion_model = [], None
-        if cfg.train:  # a timing-only federation has no models
+        # a timing-only federation has no models and takes no probes
+        self._probe_gen = self.generator(int(seeds.spawn(1)[0].generate_state(1)[0])) if cfg.train else None
+        if cfg.train:
             gen = self._torch_generator()
             self.global_models = [self.buffers.keep(a.init(gen, self.device)) for a in self.archs]
             self.companion_model = self.buffers.keep(self.companion_arch.init(gen, self.device)) \
@@ -301,6 +303,7 @@ class Federation:
             models: ``(k, P)`` the models to take the gradients at; default the first global model.
             gen: the batches' generator instead of the probe stream (fixed batches per key).
         """
+        require(self.config.train, "train", False, "True (a timing-only federation takes no probes)")
         clients = np.asarray(clients, np.int64)
         if models is None:
             models = self.global_models[0].expand(len(clients), -1)

@@ -75,6 +75,8 @@ def test_timing_only_federation_reports_times_without_learning(tiny_config):
     assert np.isnan(rep.client_time[2]) and np.all(rep.client_time[[0, 1, 3]] > 0)
     assert rep.round_time == pytest.approx(np.nanmax(rep.client_time))
     assert rep.straggling_latency == pytest.approx(np.nanmax(rep.client_time) - np.nanmin(rep.client_time))
+    with pytest.raises(ValueError, match=r"train=False .*timing-only federation takes no probes"):
+        fed.probe(np.array([0, 1]))
 
 
 def test_round_times_follow_the_cost_model():

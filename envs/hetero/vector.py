@@ -122,10 +122,8 @@ class HeteroClock:
             self.refresh(i)
         first = self.envs[0]
         sizes, sigma, tau = self._decide(np.asarray(actions))
-        sel = np.zeros((len(self.envs), self.num_clients), bool)
-        sel[self.rows, self.slots] = True
-        train, probe, client, uploaded = self._times(sel, sizes, tau)
-        slowest, fastest = _masked_max(client, sel), _masked_min(client, sel)
+        train, probe, client, uploaded = self._times(sizes, tau)
+        slowest, fastest = client.max(axis=1), client.min(axis=1)
         round_time = slowest + self.feds[0].config.clock.aggregation_time
         terms, columns = self._terms_and_columns(sizes, sigma, tau.astype(np.float64), train, probe, round_time)
         reward = sum(weight * terms[name] for name, weight in first._reward_weights().items()).tolist()
@@ -155,8 +153,7 @@ class HeteroClock:
                            probe: np.ndarray, round_time: np.ndarray) -> tuple[dict[str, np.ndarray], list]:
         """Every copy's reward terms, and ``_HeteroEnv._family_info`` as ``(key, rows)`` pairs (made this step)."""
         first, rows, slots = self.envs[0], self.rows, self.slots
-        t_l = train[rows, slots]
-        t_c = probe[rows, slots] + t_l
+        t_l, t_c = train, probe + train
         per_epoch = t_l / epochs
         r2_seconds = t_l.min(axis=1) - t_l.max(axis=1)
         terms = {"r1": first.config.max_ratio - per_epoch.max(axis=1) / per_epoch.min(axis=1),
@@ -166,7 +163,7 @@ class HeteroClock:
             ("hetero/probe_time", self.probe[rows, slots]), ("hetero/train_time", t_l),
             ("hetero/train_time_per_epoch", per_epoch), ("hetero/compute_time", t_c),
             ("hetero/straggling_compute", (t_c.max(axis=1) - t_c.min(axis=1)).tolist()),
-            ("hetero/straggling_local", (t_l.max(axis=1) - t_l.min(axis=1)).tolist()),
+            ("hetero/straggling_local", (-r2_seconds).tolist()),
             ("hetero/r1", terms["r1"].tolist()), ("hetero/r2_seconds", r2_seconds.tolist()),
             ("hetero/time_ratio", np.tile(first.time_ratio, (len(self.envs), 1))),
             ("hetero/cost_ratio", first.time_ratio[sizes] * self.s1),
@@ -218,25 +215,25 @@ class HeteroClock:
         rows = zip(self.envs, features, strict=True)
         return np.stack([env._predict(env._policies[role], row) for env, row in rows])
 
-    def _times(self, sel: np.ndarray, sizes: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Training, probe and client times per client, bytes uploaded per copy (``Federation._compute_times``)."""
-        fed = self.feds[0]
-        model = np.zeros(sel.shape, np.int64)
-        model[self.rows, self.slots] = sizes
-        epochs = np.zeros(sel.shape)
-        epochs[self.rows, self.slots] = tau
-        availability, drift, noise = self.load
-        base = fed.clock.cfg.seconds_per_unit * self.costs[model] * self.samples / (self.speed * availability)
-        train = epochs * base * drift * noise
-        probe = self.probe if fed.companion_arch else np.zeros(sel.shape)
-        compute = probe + train
-        nbytes = self.nbytes[model]
+    def _times(self, sizes: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Training, probe and client times of the sampled clients, bytes uploaded per copy.
+
+        ``Federation._compute_times`` and ``_communication`` on the ``(copies, k)`` sampled
+        clients alone (the rest neither train nor upload).
+        """
+        fed, sampled = self.feds[0], (self.rows, self.slots)
+        availability, drift, noise = self.load[:, self.rows, self.slots]
+        cost = fed.clock.cfg.seconds_per_unit * self.costs[sizes]
+        train = tau * (cost * self.samples[sampled] / (self.speed[sampled] * availability)) * drift * noise
+        probe = self.probe[sampled] if fed.companion_arch else np.zeros(train.shape)
+        nbytes = self.nbytes[sizes]
         if fed._free_comm:
-            download, upload = np.zeros(sel.shape), np.zeros(sel.shape)
+            download = upload = np.zeros(train.shape)
         else:
-            download = nbytes / (self.bandwidth * fed.config.clock.download_ratio)
-            upload = nbytes * fed.algorithm.upload_factor / self.bandwidth * sel
-        return train, probe, download + compute + upload, (nbytes * fed.algorithm.upload_factor * sel).sum(axis=1)
+            bandwidth = self.bandwidth[sampled]
+            download = nbytes / (bandwidth * fed.config.clock.download_ratio)
+            upload = nbytes * fed.algorithm.upload_factor / bandwidth
+        return train, probe, download + (probe + train) + upload, (nbytes * fed.algorithm.upload_factor).sum(axis=1)
 
     def _commit(self, seconds: list[float]) -> None:
         """Leave every copy's env and federation as its own step would (before the next round opens).
@@ -298,10 +295,3 @@ def _same_choice(a: Any, b: Any) -> bool:
     """Whether two injected policies are one: the same fixed policy's name, or the same object."""
     return a is b or (isinstance(a, str) and a == b)
 
-
-def _masked_max(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    return np.where(mask, values, -np.inf).max(axis=1)
-
-
-def _masked_min(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    return np.where(mask, values, np.inf).min(axis=1)
