@@ -140,11 +140,11 @@ class HeteroClock:
     def _infos(self, seconds: list, latency: list, uploaded: list, terms: dict[str, np.ndarray],
                columns: list) -> list[dict[str, Any]]:
         """Every copy's ``info`` (``FLEnv._info``), built column by column after the copies' commits."""
-        terms_rows = zip(*(v.tolist() for v in terms.values()), strict=True)
+        terms_rows = zip(*(terms[name].tolist() for name in ("r1", "r2", "neg_round_time")), strict=True)
         base = {"round": [env._round for env in self.envs], "sim_time": [fed.elapsed for fed in self.feds],
                 "round_time": seconds, "straggling_latency": latency, "upload_bytes": uploaded,
                 "uploads": [env._uploads for env in self.envs], "clients": list(self.slots),
-                "reward_terms": [dict(zip(terms, row, strict=True)) for row in terms_rows]}
+                "reward_terms": [{"r1": r1, "r2": r2, "neg_round_time": t} for r1, r2, t in terms_rows]}
         keys = (*base, *(name for name, _ in columns))  # the scalar step's keys, in its order
         values = zip(*base.values(), *(list(rows) for _, rows in columns), strict=True)
         return [dict(zip(keys, row, strict=True)) for row in values]
