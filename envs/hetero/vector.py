@@ -176,8 +176,8 @@ class HeteroClock:
         a = self._checked(actions)
         if a is None or first._residual is not None:
             # per copy: each checks its own action (and raises its own error), a residual asks its base policy
-            decisions = [env._decide(env._pending, env._check_action(a)) for env, a in zip(self.envs, actions,
-                                                                                          strict=True)]
+            decisions = [env._decide(self._pending_of(i), env._check_action(a))
+                         for i, (env, a) in enumerate(zip(self.envs, actions, strict=True))]
             return (np.stack([d.sizes for d in decisions]), np.stack([d.sigma for d in decisions]),
                     np.stack([d.epochs for d in decisions]))
         a = a if first.view == "alloc" else np.clip(a, -1, 1)
@@ -260,8 +260,8 @@ class HeteroClock:
             fed.rng.standard_normal(out=normals)  # = RoundLoad.draw's (3, K) normals
         z = z.transpose(1, 0, 2)
         self.slots = np.sort(drawn[:, :k], axis=1)
-        masks = np.zeros((n, big_k), bool)
-        masks[self.rows, self.slots] = True
+        self.masks = np.zeros((n, big_k), bool)
+        self.masks[self.rows, self.slots] = True
         clock = self.feds[0].config.clock
         self.load = np.stack([np.exp(clock.sigma_dyn * z[0]), np.exp(clock.sigma_drift * z[1]),
                               np.exp(clock.sigma_meas * z[2])])
@@ -272,7 +272,6 @@ class HeteroClock:
         self.s1 = t_d / t_d.min(axis=1, keepdims=True)
         # the intensity view's injected allocation policy sizes each copy's round
         self.sizes = self._ask("alloc", self._features(self.s1)) if self.envs[0].view == "intensity" else None
-        self.masks = masks
         for env, builder in zip(self.envs, self.builders, strict=True):
             env._pending_builder = builder  # the round is these rows; a read builds its record
 
