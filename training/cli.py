@@ -300,6 +300,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 # ---- parser --------------------------------------------------------------------------------
 
 
+def _add_output_arguments(p: argparse.ArgumentParser, verb: str) -> None:
+    """Where an evaluating command writes, its torch threads and its progress output."""
+    p.add_argument("--out", default=None, help=f"default: runs/ENV_ID/{verb}-TIMESTAMP")
+    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-progress", action="store_true")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = argparse.ArgumentParser(prog="fl-gym", description="Federated learning as Gymnasium environments.")
@@ -340,10 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
     p.add_argument("--rounds", type=int, default=None, help="rounds per episode (default: the env's)")
     p.add_argument("--target", type=float, default=None, help="accuracy target: adds rounds to reach it")
-    p.add_argument("--out", default=None, help="default: runs/ENV_ID/compare-TIMESTAMP")
-    p.add_argument("--runs-dir", default="runs")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--no-progress", action="store_true")
+    _add_output_arguments(p, "compare")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("generalise", help="policies on held-out scenarios and zero-shot variants, against a "
@@ -359,10 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
     p.add_argument("--metrics", default=None, help="info keys to tabulate, comma-separated (default: "
                    "straggling_latency,sim_time,return)")
-    p.add_argument("--out", default=None, help="default: runs/ENV_ID/generalise-TIMESTAMP")
-    p.add_argument("--runs-dir", default="runs")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--no-progress", action="store_true")
+    _add_output_arguments(p, "generalise")
     p.set_defaults(func=cmd_generalise)
 
     p = sub.add_parser("flower", help="play a policy on a Flower federation (local simulation), compared with "

@@ -19,15 +19,7 @@ def plot_xy(lines: dict[str, tuple[list[float], list[float]]], xlabel: str, ylab
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, (x, y) in lines.items():
         ax.plot(x, y, marker=".", label=label)
-    if logx:
-        ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _finish(fig, ax, xlabel, ylabel, title, path, logx)
 
 
 def plot_bands(lines: dict[str, tuple[list[float] | None, dict[str, list[float]]]], xlabel: str, ylabel: str,
@@ -40,15 +32,7 @@ def plot_bands(lines: dict[str, tuple[list[float] | None, dict[str, list[float]]
         keep = ~np.isnan(mean)
         (line,) = ax.plot(xs[keep], mean[keep], marker="." if keep.sum() < 40 else None, label=label)
         ax.fill_between(xs[keep], (mean - std)[keep], (mean + std)[keep], color=line.get_color(), alpha=0.2)
-    if logx:
-        ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _finish(fig, ax, xlabel, ylabel, title, path, logx)
 
 
 def plot_histogram(histogram: np.ndarray, title: str, path: str | Path) -> Path:
@@ -64,6 +48,19 @@ def plot_histogram(histogram: np.ndarray, title: str, path: str | Path) -> Path:
     ax.set_title(title)
     if histogram.shape[1] <= 20:
         ax.legend(title="class", fontsize=7, ncol=2, bbox_to_anchor=(1.01, 1), loc="upper left")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _finish(fig, ax, xlabel: str, ylabel: str, title: str, path: str | Path, logx: bool) -> Path:
+    """Label, grid and legend a line plot, then save it."""
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
 
