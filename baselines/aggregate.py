@@ -6,6 +6,7 @@
 | :class:`UniformWeightsPolicy` | ``-ln(share) / L`` (centred) | equal |
 | :class:`FedAdpPolicy` | ``f(theta~) / L`` | FedAdp's Gompertz weights |
 | :class:`FedCosPolicy` | ``(ln cos - ln D) / L`` (centred) | ``cos(w_i, w)``, FedEnt's figure baseline |
+| :class:`CleanWeightsPolicy` | ``-1`` on noisy clients, else 0 | privileged: the noisy clients left out |
 """
 
 from __future__ import annotations
@@ -83,9 +84,28 @@ class FedCosPolicy(WeightsPolicy):
         return (a - a.mean()) / self.scale
 
 
+class CleanWeightsPolicy(WeightsPolicy):
+    """Privileged: data-size weights with the noisy clients' weight driven to ~0 (``a = -1``).
+
+    Reads ``federation.noisy``, which a server cannot see: the upper reference of a benchmark task
+    with noisy clients, not a server's policy.
+    """
+
+    reads_env = True
+
+    def __init__(self, env: Env) -> None:
+        super().__init__(env)
+        self.env = env.unwrapped
+
+    def offsets(self, rows):
+        return np.where(self.env.federation.noisy, -1.0, 0.0)
+
+
 POLICIES = {
     "fedavg": PolicyEntry(FedAvgWeightsPolicy, "FedAvg: data-size weights (the zero action)"),
     "uniform": PolicyEntry(UniformWeightsPolicy, "equal weights for every client"),
     "fedadp": PolicyEntry(FedAdpPolicy, "FedAdp: Gompertz weights of the smoothed angles (kwarg alpha=5)"),
     "fedcos": PolicyEntry(FedCosPolicy, "FedCos: weights = cosine of each local model with the global model"),
+    "clean": PolicyEntry(CleanWeightsPolicy, "privileged: FedAvg's weights with the noisy clients left out (reads "
+                         "federation.noisy): an upper reference"),
 }

@@ -23,6 +23,22 @@ class RowPolicy:
 
     reads_env = False
     batchable = False
+    rng: np.random.Generator | None = None
+    _own_seed: int | None = None
+
+    def _seed_rng(self, seed: int | None) -> None:
+        """Give a policy that draws its own generator (never the env's), from ``seed``."""
+        self._own_seed, self.rng = seed, np.random.default_rng(seed)
+
+    def reseed(self, episode_seed: int) -> None:
+        """Draw from ``(own seed, episode_seed)`` from now on (nothing for a policy that draws nothing).
+
+        Evaluation calls it with each episode's seed, so a seeded policy plays a different pattern on
+        every evaluation seed, and the same one whenever that seed is played again.
+        """
+        if self.rng is not None:
+            own = [] if self._own_seed is None else [self._own_seed]
+            self.rng = np.random.default_rng([*own, episode_seed])
 
     def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True) -> tuple[np.ndarray, Any]:

@@ -103,7 +103,7 @@ class RandomPolicy(HeteroPolicy):
 
     def __init__(self, env: Env | HeteroSpec, seed: int | None = None) -> None:
         super().__init__(env)
-        self.rng = np.random.default_rng(seed)
+        self._seed_rng(seed)
 
     def sizes(self, s1):
         return self.rng.integers(0, self.hetero.num_sizes, s1.shape)

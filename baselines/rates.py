@@ -139,6 +139,16 @@ def stats_from_observation(observation: np.ndarray, m: int) -> dict[str, np.ndar
             "last_unit": rows[:, ROW.index("last_rate")]}
 
 
+class CleanRatePolicy(ConstantLRPolicy):
+    """Privileged: the constant rate ``lr`` for clean clients, ``lr_min`` for noisy ones (``federation.noisy``).
+
+    A server cannot see label noise: the upper reference of a benchmark task with noisy clients.
+    """
+
+    def rates(self, st):
+        return np.where(self.env.federation.noisy[st.clients], self.cfg.lr_min, self.lr)
+
+
 POLICIES = {
     "fedavg": PolicyEntry(ConstantLRPolicy, "FedAvg: every client at the constant rate lr (kwarg lr)"),
     "fedprox": PolicyEntry(ConstantLRPolicy, "FedProx (mu=0.01) at the constant rate", {"local_algorithm": "fedprox"}),
@@ -150,4 +160,6 @@ POLICIES = {
     "fedent": PolicyEntry(FedEntPolicy, "FedEnt, online mean-field (kwargs beta, gamma, mode=online|offline, "
                                         "solver=foc|argmin)"),
     "decay": PolicyEntry(DecayOnlyPolicy, "FedEnt's smoothing alone: gamma * last rate (kwarg gamma=0.99)"),
+    "clean": PolicyEntry(CleanRatePolicy, "privileged: the constant rate lr for clean clients, lr_min for noisy ones "
+                         "(reads federation.noisy): an upper reference"),
 }

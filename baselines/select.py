@@ -25,6 +25,7 @@ from fl_gym.baselines.base import RowPolicy
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
 from fl_gym.envs.select.spaces import PickLayout, QueueLayout, SelectLayout
+from fl_gym.validation import is_int_at_least, is_non_negative, require
 
 
 class SelectPolicy(RowPolicy):
@@ -73,7 +74,8 @@ class RandomDropPolicy(SelectPolicy):
         super().__init__(env)
         if not 0 < q <= 1:
             raise ValueError(f"q={q!r} is out of range; allowed: a float in (0, 1]")
-        self.q, self.rng = q, np.random.default_rng(seed)
+        self.q = q
+        self._seed_rng(seed)
 
     def keep(self, soft_labels, sizes):
         mask = self.rng.random(len(sizes)) < self.q
@@ -91,6 +93,43 @@ class ExhaustiveMaxEntropyPolicy(SelectPolicy):
         return mask
 
 
+class EntropyTrimPolicy(SelectPolicy):
+    """Drop the ``k`` candidates whose soft label has the highest entropy (at least one kept).
+
+    A practitioner's robust filter, FedEntropy's judgement turned around: a model trained on
+    corrupted or random labels predicts near-uniformly, so its soft label is the most uncertain.
+    """
+
+    def __init__(self, env: Env | SelectLayout, k: int = 1) -> None:
+        super().__init__(env)
+        require(is_int_at_least(k, 0), "k", k, "an integer >= 0")
+        self.k = k
+
+    def keep(self, soft_labels, sizes):
+        drop = np.argsort(-entropy_rows(soft_labels), kind="stable")[: min(self.k, len(sizes) - 1)]
+        mask = np.ones(len(sizes), bool)
+        mask[drop] = False
+        return mask
+
+
+class CleanKeepPolicy(SelectPolicy):
+    """Privileged: keep the candidates whose labels are clean (``federation.noisy``; all if none is).
+
+    Not a server's policy (the server cannot see label noise): the upper reference of a benchmark
+    task with noisy clients.
+    """
+
+    reads_env = True
+
+    def __init__(self, env: Env) -> None:
+        super().__init__(env)
+        self.env = env.unwrapped
+
+    def keep(self, soft_labels, sizes):
+        clean = ~self.env.federation.noisy[self.env.candidate_ids]
+        return clean if clean.any() else np.ones(len(sizes), bool)
+
+
 class PickPolicy(RowPolicy):
     """Base of the ``FLSelectPick-v0`` policies: a pick-mask per observation (client rows).
 
@@ -102,7 +141,7 @@ class PickPolicy(RowPolicy):
     def __init__(self, env: Env | PickLayout, m: int | None = None, seed: int = 0) -> None:
         self.layout = env if isinstance(env, PickLayout) else env.unwrapped.layout
         self.m = m if m is not None else env.unwrapped.m
-        self.rng = np.random.default_rng(seed)
+        self._seed_rng(seed)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The pick-mask as ``MultiBinary`` bits."""
@@ -154,6 +193,51 @@ class StalestPickPolicy(PickPolicy):
         return self._mask(np.argsort(-stale, kind="stable")[: self.m])
 
 
+class ConfidentPickPolicy(PickPolicy):
+    """The ``m`` clients of lowest ``H(last soft label) / log c - w * staleness`` (never trained: entropy 0).
+
+    A practitioner's pick that avoids clients whose models stay uncertain (corrupted or random
+    labels) while ``w`` keeps the rest in rotation; ``w = 0`` is greedy, a large ``w`` round robin.
+    """
+
+    def __init__(self, env: Env | PickLayout, m: int | None = None, w: float = 0.5) -> None:
+        super().__init__(env, m)
+        require(is_non_negative(w), "w", w, "a float >= 0")
+        self.w = w
+
+    def pick(self, observation):
+        soft = self.layout.rows(observation)[:, : self.layout.num_classes]
+        uncertain = entropy_rows(soft) / np.log(self.layout.num_classes)
+        score = uncertain - self.w * self.layout.column(observation, "staleness")
+        return self._mask(np.argsort(score, kind="stable")[: self.m])
+
+
+class CleanPickPolicy(PickPolicy):
+    """Privileged: ``m`` clients drawn uniformly among those with clean labels (topped up if too few).
+
+    The upper reference of a pick task with noisy clients (``federation.noisy``, which a server
+    cannot see).
+    """
+
+    reads_env = True
+
+    def __init__(self, env: Env, m: int | None = None, seed: int = 0) -> None:
+        super().__init__(env, m, seed)
+        self.env = env.unwrapped
+
+    def pick(self, observation):
+        noisy = self.env.federation.noisy
+        clean, bad = self.rng.permutation(np.flatnonzero(~noisy)), self.rng.permutation(np.flatnonzero(noisy))
+        return self._mask(np.concatenate([clean, bad])[: self.m])
+
+
+def entropy_rows(probabilities: np.ndarray) -> np.ndarray:
+    """Entropy (nats) of each row of ``probabilities`` (a row of zeros: 0)."""
+    p = np.clip(probabilities, 0, None)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.where(p > 0, p * np.log(p), 0.0).sum(axis=-1)
+
+
 class TopLambdaEntropyPolicy(RowPolicy):
     """DDFL (Ma et al.): aggregate the ``floor(lam K)`` devices of highest label entropy (spec 3.2).
 
@@ -170,7 +254,8 @@ class TopLambdaEntropyPolicy(RowPolicy):
         if not 0 < lam <= 1:
             raise ValueError(f"lam={lam!r} is out of range; allowed: a float in (0, 1]")
         self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
-        self.lam, self.rng = lam, np.random.default_rng(seed)
+        self.lam = lam
+        self._seed_rng(seed)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """``(K,)`` int8: the top ``floor(lam K)`` by entropy."""
@@ -220,6 +305,10 @@ POLICIES = {
     "all": PolicyEntry(SelectAllPolicy, "every candidate uploads, on the env's own sampler", {}, SELECT),
     "random-drop": PolicyEntry(RandomDropPolicy, "keep each candidate with probability q (kwargs q=0.8, seed=0): "
                                "FedEntropy's upload rate without its judgement", {}, SELECT),
+    "entropy-trim": PolicyEntry(EntropyTrimPolicy, "drop the k most uncertain soft labels (kwarg k=1): a robust "
+                                "filter against corrupted clients", {}, SELECT),
+    "clean": PolicyEntry(CleanKeepPolicy, "privileged: keep the clean-label candidates (reads federation.noisy): "
+                         "an upper reference, not a server's policy", {}, SELECT),
     "exhaustive": PolicyEntry(ExhaustiveMaxEntropyPolicy, "exhaustive maximum entropy subset (m <= 12)", {}, SELECT),
     "pools": PolicyEntry(PoolSamplerPolicy, "FedEntropy's epsilon-greedy pool draw (kwargs seed, p_positive), "
                          "judge filter: FedEntropy", {"post_filter": "judge"}, PICK),
@@ -229,6 +318,10 @@ POLICIES = {
                                {"post_filter": "all"}, PICK),
     "stalest": PolicyEntry(StalestPickPolicy, "the m stalest clients (round robin), judge filter",
                            {"post_filter": "judge"}, PICK),
+    "confident-pick": PolicyEntry(ConfidentPickPolicy, "the m clients of most certain last soft label, minus w x "
+                                  "staleness (kwarg w=0.5); every one uploads", {"post_filter": "all"}, PICK),
+    "clean-pick": PolicyEntry(CleanPickPolicy, "privileged: m clean-label clients uniformly (reads federation.noisy): "
+                              "an upper reference", {"post_filter": "all"}, PICK),
     "ddfl": PolicyEntry(TopLambdaEntropyPolicy, "DDFL: 10 % server data streamed to the devices, top 90 % by label "
                         "entropy, entropy weights (kwargs lam, seed)", SERVER_DATA, QUEUE),
     "ddfl-0.8": PolicyEntry(lambda env, seed=0: TopLambdaEntropyPolicy(env, 0.8, seed), "DDFL with lambda = 0.8",

@@ -47,6 +47,7 @@ SELECT = Family(
     demo="fl_gym.training.select.demo:run_demo",
     reproduce="fl_gym.training.select.results:reproduce",
     docs="docs/envs/flselect.md",
+    tasks="fl_gym.training.select.tasks:TASKS",
 )
 
 AGGREGATE = Family(
@@ -59,6 +60,7 @@ AGGREGATE = Family(
     demo="fl_gym.training.learning.demo:run_weights_demo",
     reproduce="fl_gym.training.learning.results:reproduce_weights",
     docs="docs/envs/flaggregate.md",
+    tasks="fl_gym.training.learning.tasks:AGGREGATE_TASKS",
 )
 
 
@@ -73,6 +75,7 @@ RATES = Family(
     demo="fl_gym.training.learning.demo:run_rates_demo",
     reproduce="fl_gym.training.learning.results:reproduce_rates",
     docs="docs/envs/fllearningrate.md",
+    tasks="fl_gym.training.learning.tasks:RATE_TASKS",
 )
 
 

@@ -188,14 +188,22 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         return self._observe(self._pending), {"round": 0}
 
     def _draw_scenario(self, seed: int) -> None:
-        """A new static scenario (and client count) from ``seed``; the data set and spaces stay."""
+        """A new static scenario (and client count) from ``seed``; the data set and spaces stay.
+
+        Within ``scenario_seed_range`` the federation is the one that scenario seed builds.
+        """
+        span = self.config.scenario.scenario_seed_range
+        if span is not None:
+            seed = span[0] + seed % (span[1] - span[0])
         rng = np.random.default_rng(seed)
         low, high = self.config.scenario.client_counts()
         num_clients = int(rng.integers(low, high + 1))
         config = self.config if num_clients == self.config.scenario.num_clients else \
-            self.config.replace(num_clients=num_clients, num_clients_range=None, randomize_scenario=False)
+            self.config.replace(num_clients=num_clients, num_clients_range=None, scenario_seed_range=None,
+                                randomize_scenario=False)
         old = self.federation
-        self.federation = Federation(config.federation_config(), int(rng.integers(2**63 - 1)), dataset=old._dataset)
+        scenario_seed = seed if span is not None else int(rng.integers(2**63 - 1))
+        self.federation = Federation(config.federation_config(), scenario_seed, dataset=old._dataset)
         # a batched vector env's copy stays merged, its lasting state in the copies' shared pool
         self.federation.batcher, self.federation.buffers = old.batcher, old.buffers
         spaces_before = self.observation_space, self.action_space

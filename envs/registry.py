@@ -123,6 +123,8 @@ class Family:
             (:class:`~fl_gym.envs.vector.BatchedVecEnv` uses it).
         agent_kwargs: env arguments a trained agent is bound to (without them its observation or
             action means something else); ``fl-gym compare`` evaluates a loaded run with its values.
+        tasks: entry point of the family's benchmark tasks, a tuple of
+            :class:`fl_gym.training.benchmark.Task` (``fl-gym benchmark``).
     """
 
     name: str
@@ -138,6 +140,7 @@ class Family:
     docs: str = ""
     vector_clock: str | None = None
     agent_kwargs: tuple[str, ...] = ()
+    tasks: str | None = None
 
     def fixed_policies(self, env_id: str) -> dict[str, PolicyEntry]:
         """The fixed policies that act on ``env_id``."""

@@ -18,7 +18,7 @@ from fl_gym.config import FederationConfig
 from fl_gym.data.datasets import DATASETS
 from fl_gym.data.partition import KINDS, PartitionConfig
 from fl_gym.engine.optim import OptimizerConfig
-from fl_gym.validation import is_int_at_least, is_positive, require, require_choice, require_device
+from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice, require_device
 
 SelfConfig = TypeVar("SelfConfig", bound="EnvConfig")
 
@@ -50,6 +50,13 @@ class ScenarioConfig:
             data set is shared, not reloaded).
         num_clients_range: ``(low, high)``, inclusive: with ``randomize_scenario``, each episode's
             ``K`` is drawn uniformly from it (families whose spaces do not depend on ``K`` only).
+        scenario_seed_range: ``(low, high)``, high exclusive: with ``randomize_scenario``, each
+            episode's federation is the one ``scenario_seed=s`` builds, ``s`` drawn uniformly from
+            the range (a benchmark's training federations, kept apart from its test seeds); None
+            draws from all 63-bit seeds.
+        noisy_clients: share of the clients whose training labels are all random (drawn with the
+            scenario; ``federation.noisy`` tells which): corrupted devices that a selection or
+            weighting policy can learn to detect from their updates.
         heterogeneity: ``H``, fastest/slowest static device speed.
         sigma_dyn: log-std of per-round availability.
         sigma_drift: log-std of drift between a round's probe and its training.
@@ -79,6 +86,8 @@ class ScenarioConfig:
     redraw_partition: bool = False
     randomize_scenario: bool = False
     num_clients_range: tuple[int, int] | None = None
+    scenario_seed_range: tuple[int, int] | None = None
+    noisy_clients: float = 0.0
     heterogeneity: float = 10.0
     sigma_dyn: float = 0.2
     sigma_drift: float = 0.1
@@ -100,6 +109,9 @@ class ScenarioConfig:
         require_choice("partition", self.partition, KINDS)
         self.partition_config()
         self._check_clients_range()
+        self._check_seed_range()
+        require(is_non_negative(self.noisy_clients) and self.noisy_clients < 1, "noisy_clients", self.noisy_clients,
+                "a float in [0, 1)")
         fewest = self.client_counts()[0]
         require(self.num_iid <= fewest, "num_iid", self.num_iid, f"at most the fewest clients, {fewest}")
         require(isinstance(self.redraw_partition, bool), "redraw_partition", self.redraw_partition, "True or False")
@@ -125,6 +137,15 @@ class ScenarioConfig:
         require(self.randomize_scenario, "num_clients_range", span, "None unless randomize_scenario=True")
         object.__setattr__(self, "num_clients_range", (int(span[0]), int(span[1])))
 
+    def _check_seed_range(self) -> None:
+        span = self.scenario_seed_range
+        if span is None:
+            return
+        require(isinstance(span, (tuple, list)) and len(span) == 2 and all(is_int_at_least(n, 0) for n in span)
+                and span[0] < span[1], "scenario_seed_range", span, "None or (low, high) with 0 <= low < high")
+        require(self.randomize_scenario, "scenario_seed_range", span, "None unless randomize_scenario=True")
+        object.__setattr__(self, "scenario_seed_range", (int(span[0]), int(span[1])))
+
     def client_counts(self) -> tuple[int, int]:
         """The smallest and largest ``K`` an episode can have."""
         return self.num_clients_range or (self.num_clients, self.num_clients)
@@ -147,7 +168,7 @@ class ScenarioConfig:
             dataset=self.dataset, data_root=self.data_root, num_clients=self.num_clients,
             partition=self.partition_config(), clock=self.clock_config(), batch_size=self.batch_size,
             optimizer=OptimizerConfig(self.optimizer, self.momentum), eval_every=self.eval_every, device=self.device,
-            num_threads=self.num_threads, **family)
+            num_threads=self.num_threads, noisy_clients=self.noisy_clients, **family)
 
 
 SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(ScenarioConfig))

@@ -41,6 +41,10 @@ class FederationConfig:
         server_data_fraction: share of the training set the server keeps, class-balanced and
             disjoint from every client (DDFL's ``G_D``; ``Federation.server_indices``). Off (0) by
             default: server-held data is a privacy choice a scenario must opt into.
+        noisy_clients: share of the clients (rounded to a count) whose training labels are all
+            replaced by uniformly random ones, drawn with the scenario (``Federation.noisy``):
+            corrupted or free-riding devices that a selection or weighting policy can learn to
+            detect from their updates. Off (0) by default.
         models: architectures a client can be given (``RoundPlan.model`` indexes them); one global
             model per entry, aggregated over the clients that trained it.
         companion: an architecture every client also trains alongside its model by mutual
@@ -90,6 +94,7 @@ class FederationConfig:
     local_test_fraction: float = 0.2
     validation_size: int = 0
     server_data_fraction: float = 0.0
+    noisy_clients: float = 0.0
     models: tuple[str, ...] = ("mlp-small",)
     companion: str | None = None
     distillation: MutualDistillation = field(default_factory=MutualDistillation)
@@ -125,6 +130,8 @@ class FederationConfig:
                 "a float in [0, 1)")
         require(self.server_data_fraction == 0 or self.partition.kind != "natural", "server_data_fraction",
                 self.server_data_fraction, "0 with partition.kind='natural'")
+        require(is_non_negative(self.noisy_clients) and self.noisy_clients < 1, "noisy_clients", self.noisy_clients,
+                "a float in [0, 1)")
         require(len(self.models) >= 1, "models", self.models, "a non-empty tuple of model names")
         for name in self.models + ((self.companion,) if self.companion else ()):
             require_choice("models", name, MODELS)

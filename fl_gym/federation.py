@@ -37,6 +37,7 @@ from fl_gym.aggregation import ServerOptimizer, aggregation_weights, weighted_av
 from fl_gym.clock import Clock, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
 from fl_gym.data.datasets import TORCHVISION, Dataset, DatasetNotFoundError, label_only, load_dataset
+from fl_gym.data.noise import noisy_view, training_rows
 from fl_gym.data.partition import holdout_split, matched_test_split, partition, stratified_subset
 from fl_gym.data.report import PartitionReport
 from fl_gym.engine.algorithms import LocalAlgorithm
@@ -98,7 +99,11 @@ class Federation:
     Attributes:
         server_indices: training samples the server holds (``server_data_fraction``; empty by default).
         sizes: ``(K,)`` training samples per client.
-        histogram: ``(K, C)`` training labels per client and class.
+        histogram: ``(K, C)`` training labels per client and class (the clean labels: a noisy
+            client's corruption shows only in how it trains).
+        scenario_seed: the seed the static scenario was drawn from.
+        noisy: ``(K,)`` bool, read-only: the clients whose training labels are random
+            (``noisy_clients``); what a server cannot see, for privileged reference policies.
         label_entropy: ``(K,)`` entropy of each client's training labels, in bits.
         profiles: static device speeds and bandwidths.
         global_models: one ``(P_m,)`` parameter vector per entry of ``config.models``.
@@ -116,6 +121,7 @@ class Federation:
 
     def __init__(self, config: FederationConfig, scenario_seed: int = 0, dataset: Dataset | None = None) -> None:
         self.config = cfg = config
+        self.scenario_seed = scenario_seed
         self.device = torch.device(cfg.device)
         if cfg.num_threads is not None:
             torch.set_num_threads(cfg.num_threads)
@@ -130,6 +136,7 @@ class Federation:
         self.x_train, self.y_train = data.x_train.to(self.device), data.y_train.to(self.device)
         self.x_test, self.y_test = data.x_test.to(self.device), data.y_test.to(self.device)
         self.train_parts: list[torch.Tensor] = []
+        self.noisy = np.zeros(cfg.num_clients, bool)  # drawn below, after every other scenario draw
         self._set_train_parts(train_parts)
         self.test_parts = [torch.as_tensor(p, device=self.device) for p in test_parts]
         self.archs = [build_model(m, data.input_shape, data.num_classes) for m in cfg.models]
@@ -145,6 +152,10 @@ class Federation:
         self._free_comm = math.isinf(cfg.clock.bandwidth)
         self.probe_cost = self.companion_cost if cfg.probe_cost is None else cfg.probe_cost
         self._split_validation(scenario)
+        self.noisy = self._draw_noisy(scenario)
+        self._train_x, self._train_y = (noisy_view(self.x_train, self.y_train, self.num_classes) if self.noisy.any()
+                                        else (self.x_train, self.y_train))
+        self._rows = training_rows(self.train_parts, self.noisy.tolist(), len(self._labels))
         nan = np.full(len(self.archs), math.nan)
         nan.flags.writeable = False
         self._not_evaluated = (nan, nan, math.nan, math.nan)  # shared by every report of a round without evaluation
@@ -156,6 +167,15 @@ class Federation:
         self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes, self.companion_arch is not None,
                                              read_only=True)
         self.reset(scenario_seed)
+
+    def _draw_noisy(self, rng: np.random.Generator) -> np.ndarray:
+        """``(K,)`` bool, read-only: the clients with corrupted labels (none without ``noisy_clients``)."""
+        noisy = np.zeros(self.num_clients, bool)
+        count = round(self.config.noisy_clients * self.num_clients)
+        if count:  # drawn after every other scenario draw, so a federation without noise is unchanged
+            noisy[rng.choice(self.num_clients, count, replace=False)] = True
+        noisy.flags.writeable = False
+        return noisy
 
     def _split_validation(self, rng: np.random.Generator) -> None:
         """Global evaluation sets (test-set indices): the test set, or its rest beside a held-out validation set."""
@@ -208,6 +228,7 @@ class Federation:
         self.partition_report = report
         self.sizes, self.histogram, self.label_entropy = report.sizes, report.histogram, report.entropy
         self.train_parts = [torch.as_tensor(np.asarray(p, np.int64), device=self.device) for p in parts]
+        self._rows = training_rows(self.train_parts, self.noisy.tolist(), len(self._labels))
 
     def assign_data(self, client: int, indices: np.ndarray) -> None:
         """Replace ``client``'s training indices (e.g. a server data queue growing its working set).
@@ -311,10 +332,10 @@ class Federation:
             key = int(torch.randint(2**62, (1,), generator=self._probe_gen if gen is None else gen))
             return self.remote.probe(self, clients, models, key)
         batch_size = self.config.batch_size
-        draw = BatchDraw.draw([self.train_parts[i] for i in clients], np.ones(len(clients), np.int64), batch_size,
+        draw = BatchDraw.draw([self._rows[i] for i in clients], np.ones(len(clients), np.int64), batch_size,
                               self._probe_gen if gen is None else gen)
         into = self.buffers.take(len(clients) * self.archs[0].num_params, models)
-        request = ProbeRequest(self.archs[0], models, self.x_train, self.y_train, draw, batch_size, into)
+        request = ProbeRequest(self.archs[0], models, self._train_x, self._train_y, draw, batch_size, into)
         return self.batcher.probe(request) if self.batcher else request.run()
 
     def _torch_generator(self) -> torch.Generator:
@@ -496,11 +517,11 @@ class Federation:
     def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats,
                gen: torch.Generator) -> list[Member]:
         cfg = self.config
-        draw = BatchDraw.draw([self.train_parts[i] for i in order], steps[order], cfg.batch_size, gen)
+        draw = BatchDraw.draw([self._rows[i] for i in order], steps[order], cfg.batch_size, gen)
         members = self.members(plan, order)
         lr = torch.as_tensor(plan.lr[order], dtype=torch.float32, device=self.device)
         loss_fn = cfg.distillation if self.companion_arch else cross_entropy
-        request = TrainRequest(members, self.x_train, self.y_train, draw, cfg.batch_size, lr, cfg.optimizer, loss_fn,
+        request = TrainRequest(members, self._train_x, self._train_y, draw, cfg.batch_size, lr, cfg.optimizer, loss_fn,
                                self.algorithm, order, gen)
         result: TrainResult = self.batcher.train(request) if self.batcher else request.run()
         stats.loss[order] = result.mean_loss[self._role].cpu().numpy()
@@ -523,7 +544,7 @@ class Federation:
                 else:
                     stats.local_accuracy[clients] = acc
             if cfg.soft_labels and member.role != LITE:
-                res = self._evaluate(evaluated, self.x_train, self.y_train, [self.train_parts[i] for i in clients])
+                res = self._evaluate(evaluated, self._train_x, self._train_y, [self._rows[i] for i in clients])
                 stats.soft_labels[clients] = res.soft_labels.cpu().numpy()
 
     def _start_vector(self, member: Member, plan: RoundPlan, clients: np.ndarray) -> torch.Tensor:

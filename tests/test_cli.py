@@ -322,7 +322,8 @@ def test_reproduce_select_writes_every_section_and_resumes(tmp_path, capsys):
                "clients_per_round=5"],
      ["## mnist-pathological", "## mnist-dirichlet", "fedavg[lr=0.03]", "feddyn", "decay", "fedent"]),
     ("aggregate", ["dataset=digits", "model=mlp-small", "rounds_per_episode=2", "validation_size=50",
-                   "samples_per_client=50"], ["## mnist-5iid-5oneclass", "## mnist-mlr", "fedadp", "fedcos"]),
+                   "samples_per_client=50"], ["## mnist-5iid-5oneclass", "## mnist-mlr", "## fmnist-5iid-5oneclass",
+                                              "fedadp", "fedcos"]),
 ])
 def test_reproduce_learning_families_write_every_section(tmp_path, capsys, family, kwargs, sections):
     args = ["reproduce", family, "--out", tmp_path, "--seeds", "0", "--env-kwargs", *kwargs]
@@ -337,6 +338,23 @@ def test_reproduce_learning_families_write_every_section(tmp_path, capsys, famil
         assert "## FedEnt's closed form, mnist-pathological" in report and "| 2 |" in report
 
 
+@pytest.mark.parametrize("family", ["rates", "aggregate"])
+def test_reproduce_sections_and_target_are_chosen_and_a_preset_is_refused(tmp_path, capsys, family):
+    kwargs = ["dataset=digits", "model=mlp-small", "rounds_per_episode=2", "validation_size=50"]
+    kwargs += ["num_clients=20", "clients_per_round=5"] if family == "rates" else ["samples_per_client=50"]
+    section = "mnist-dirichlet" if family == "rates" else "mnist-mlr"
+    args = ["reproduce", family, "--out", tmp_path, "--seeds", "0", "--sections", section, "--target", 0.3,
+            "--env-kwargs", *kwargs]
+    assert run_cli(args, capsys)[0] == 0
+    report = (tmp_path / "report.md").read_text()
+    assert f"## {section}" in report and report.count("\n## ") <= 2  # the section (and FedEnt's log)
+    assert json.loads((tmp_path / section / "results.json").read_text())["summary"]["fedavg"]["reached"]
+    code, _, err = run_cli(["reproduce", family, "--out", tmp_path, "--env-kwargs", "preset=small"], capsys)
+    assert code == 2 and "--env-kwargs preset='small' is out of range" in err
+    code, _, err = run_cli(["reproduce", family, "--out", tmp_path, "--sections", "nosuch"], capsys)
+    assert code == 2 and "--sections=['nosuch']" in err
+
+
 def test_rounds_to_target_by_hand():
     from fl_gym.training.compare import _to_target
     from fl_gym.training.evaluation import Episode
@@ -345,9 +363,20 @@ def test_rounds_to_target_by_hand():
         return Episode(0, rewards=[0.0] * len(accs), rounds=[{"accuracy": a} for a in accs])
 
     stats = _to_target([episode([0.2, 0.6, 0.7]), episode([0.1, math.nan, 0.55]), episode([0.1, 0.2, 0.3])], 0.5)
-    assert stats["rounds_to_target"][0] == pytest.approx((2 + 3 + 4) / 3)  # never reached: length + 1
+    assert stats["rounds_to_target"][0] == 3.0  # median of 2, 3 and a miss (censored: infinite)
     assert stats["reached"][0] == pytest.approx(2 / 3)
+    stats = _to_target([episode([0.6]), episode([0.1]), episode([0.2])], 0.5)
+    assert math.isnan(stats["rounds_to_target"][0]) and stats["reached"][0] == pytest.approx(1 / 3)  # under half
     assert _to_target([episode([0.9])], None) == {}
+
+
+def test_compare_keeps_every_seeds_curve(tmp_path):
+    from fl_gym.training.compare import compare
+
+    results = compare("FLAggregate-v0", ["fedavg"], (10000, 10001), {"rounds_per_episode": 3}, progress=False)
+    curves = results["series"]["fedavg"]["accuracy"]
+    assert np.asarray(curves["per_seed"]).shape == (2, 3)
+    np.testing.assert_allclose(np.mean(curves["per_seed"], axis=0), curves["mean"])
 
 
 def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):

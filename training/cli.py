@@ -1,9 +1,9 @@
 """The ``fl-gym`` console script.
 
-Sub-commands: ``envs``, ``train``, ``compare``, ``bench``, ``data describe``, ``fedavg``, ``demo``
-and ``reproduce``. A user mistake (unknown env id or policy, a malformed ``k=v``, a
-hyperparameter the algorithm does not take, a missing model file) prints one line and exits
-with status 2; Ctrl-C during training exits with 130 after saying how to resume.
+Sub-commands: ``envs``, ``train``, ``compare``, ``generalise``, ``flower``, ``bench``,
+``benchmark``, ``data describe``, ``fedavg``, ``demo`` and ``reproduce``. A user mistake (unknown
+env id or policy, a malformed ``k=v``, a hyperparameter the algorithm does not take, a missing
+model file) prints one line and exits with status 2; Ctrl-C during training exits with 130 after saying how to resume.
 """
 
 from __future__ import annotations
@@ -167,6 +167,43 @@ def cmd_flower(args: argparse.Namespace) -> int:
     write_outputs(out, strategy.spec, args.policy, args.seed, rows, seconds)
     print(markdown(rows))
     print(f"Flower run: {seconds:.1f} s (start-up included); results in {out}")
+    return 0
+
+
+def parse_seed_list(text: str, flag: str) -> tuple[int, ...]:
+    """``"0-4"`` or ``"0,2,5"`` (ranges inclusive) -> the seeds; a ValueError naming ``flag`` otherwise."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.partition("-")
+        try:
+            seeds += list(range(int(low), int(high) + 1)) if dash else [int(part)]
+        except ValueError as err:
+            raise ValueError(f"{flag}={text!r} is out of range; allowed: seeds such as 0-4 or 0,2,5") from err
+    require(bool(seeds) and all(s >= 0 for s in seeds) and len(set(seeds)) == len(seeds), flag, text,
+            "distinct seeds >= 0, such as 0-4 or 0,2,5")
+    return tuple(seeds)
+
+
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    """Pin a suite's references, train and test agents on it, or report it (docs/benchmark.md)."""
+    from fl_gym.training import benchmark
+
+    _threads(args.threads)
+    tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
+    if args.benchmark_command == "tasks":
+        for task in benchmark.suite(args.suite):
+            print(f"{task.name}: {task.env_id}, {task.budget} steps, score {task.score}; {task.doc}")
+        return 0
+    out = Path(args.out or Path(args.runs_dir) / f"benchmark-{args.suite}")
+    if args.benchmark_command == "run":
+        seeds = parse_seed_list(args.seeds, "--seeds")
+        benchmark.run(args.suite, args.algo, seeds, out, tasks, progress=not args.no_progress)
+        print(f"done; fl-gym benchmark report --suite {args.suite} --runs {out}")
+        return 0
+    require(is_int_at_least(args.reps, 100), "--reps", args.reps, "an integer >= 100")
+    content = benchmark.report(args.suite, args.runs or out, args.out_report, reps=args.reps)
+    print(content["markdown"])
+    print(f"report in {args.out_report or args.runs or out}")
     return 0
 
 
@@ -403,6 +440,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=7, help="timed runs of the batched engine (median)")
     p.add_argument("--loop-repeats", type=int, default=3, help="timed runs of the per-client loop (median)")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("benchmark", help="the benchmark suites: pin references, train and test agents, report "
+                       "(docs/benchmark.md)")
+    bench_sub = p.add_subparsers(dest="benchmark_command", required=True)
+    for name, text in (("run", "train and test --algo on every task and seed (resumable); --algo fixed pins the "
+                        "references"), ("report", "tables, intervals and profiles of a run folder"),
+                       ("tasks", "list a suite's tasks")):
+        b = bench_sub.add_parser(name, help=text)
+        b.add_argument("--suite", default="core-v1", help="core-v1, or smoke (a pipeline check)")
+        b.add_argument("--tasks", default="", help="comma-separated task names (default: the whole suite)")
+        b.add_argument("--out", default=None, help="run folder (default runs/benchmark-SUITE)")
+        b.add_argument("--runs-dir", default="runs")
+        b.add_argument("--threads", type=int, default=1)
+        b.set_defaults(func=cmd_benchmark)
+        if name == "run":
+            b.add_argument("--algo", default="ppo", help="ppo, recurrent-ppo, maskable-ppo, or fixed (the references)")
+            b.add_argument("--seeds", default="0-4", help="training seeds, e.g. 0-4 or 0,2")
+            b.add_argument("--no-progress", action="store_true")
+        if name == "report":
+            b.add_argument("--runs", default=None, help="the run folder to report (default: --out's default)")
+            b.add_argument("--out-report", default=None, help="where the report goes (default: the run folder)")
+            b.add_argument("--reps", type=int, default=2000, help="bootstrap replicates")
 
     p = sub.add_parser("data", help="data sets and partitions")
     data_sub = p.add_subparsers(dest="data_command", required=True)

@@ -122,9 +122,10 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
     """Evaluate every policy on the same seeds; write tables and plots to ``out_dir``; return the results.
 
     ``env_kwargs`` apply to every policy; a baseline's own env variant is applied on top. With a
-    ``target`` accuracy the table adds ``rounds_to_target``: the first round whose ``accuracy``
-    reaches it (an episode that never does counts as its length + 1) and ``reached``, the share
-    of episodes that did.
+    ``target`` accuracy the table adds ``rounds_to_target``, the median over episodes of the first
+    round whose ``accuracy`` reaches it (misses censored, :func:`_to_target`), and ``reached``, the
+    share of episodes that did. ``series`` keeps each metric per round: its mean, its std and
+    every episode's curve (``per_seed``, in seed order), so a new target or statistic needs no rerun.
     """
     require(rounds is None or is_int_at_least(rounds, 1), "--rounds", rounds, "an integer >= 1")
     require(target is None or 0 < target <= 1, "--target", target, "None or a float in (0, 1]")
@@ -154,18 +155,23 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
 
 
 def _to_target(episodes: list[Episode], target: float | None) -> dict[str, tuple[float, float]]:
-    """``rounds_to_target`` and ``reached`` (mean, std) over episodes; empty without a target."""
+    """``rounds_to_target`` (median, NaN) and ``reached`` (mean, std) over episodes; empty without a target.
+
+    An episode that never reaches the target is censored at its horizon: its rounds to the target
+    are unknown but more than it played, so they count as infinite in the median (the Kaplan-Meier
+    median when every episode has the same horizon), and the median is NaN where fewer than half
+    of the episodes reached the target. Never as the horizon + 1, which would understate them.
+    """
     if target is None:
         return {}
     hits = []
     for e in episodes:
         acc = np.asarray(e.series("accuracy"), dtype=float)
         reached = np.flatnonzero(acc >= target)
-        hits.append(float(reached[0] + 1) if len(reached) else math.nan)
-    horizon = [len(e.rounds) + 1.0 for e in episodes]
-    counted = [h if not math.isnan(h) else n for h, n in zip(hits, horizon, strict=True)]
-    share = [0.0 if math.isnan(h) else 1.0 for h in hits]
-    return {"rounds_to_target": (float(np.mean(counted)), float(np.std(counted, ddof=1)) if len(hits) > 1 else 0.0),
+        hits.append(float(reached[0] + 1) if len(reached) else math.inf)
+    median = float(np.median(hits))
+    share = [0.0 if math.isinf(h) else 1.0 for h in hits]
+    return {"rounds_to_target": (median if math.isfinite(median) else math.nan, math.nan),
             "reached": (float(np.mean(share)), float(np.std(share, ddof=1)) if len(hits) > 1 else 0.0)}
 
 
@@ -174,22 +180,31 @@ def _series(episodes: list[Episode], metric: str) -> dict[str, list[float]]:
     length = min(len(e.rounds) for e in episodes)
     stacked = np.array([e.series(metric)[:length] for e in episodes], dtype=float)
     if np.isnan(stacked).all():
-        return {"mean": [], "std": []}
+        return {"mean": [], "std": [], "per_seed": []}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # rounds without an evaluation are NaN for every seed
-        return {"mean": np.nanmean(stacked, axis=0).tolist(), "std": np.nanstd(stacked, axis=0).tolist()}
+        return {"mean": np.nanmean(stacked, axis=0).tolist(), "std": np.nanstd(stacked, axis=0).tolist(),
+                "per_seed": stacked.tolist()}
 
 
 def markdown_table(results: dict[str, Any]) -> str:
     """Mean ± std of the family's metrics, one row per policy (columns no policy reports are left out)."""
     summary = results["summary"]
-    names = {**results["columns"], "rounds_to_target": "rounds to target", "reached": "reached target"}
+    names = {**results["columns"], "rounds_to_target": "rounds to target (median)", "reached": "reached target"}
     columns = [(k, name) for k, name in names.items() if any(k in s for s in summary.values())]
     lines = ["| policy | " + " | ".join(name for _, name in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for spec, stats in summary.items():
-        cells = [f"{stats[k][0]:.4g} ± {stats[k][1]:.2g}" if k in stats else "n/a" for k, _ in columns]
+        cells = [_cell(stats[k]) if k in stats else "n/a" for k, _ in columns]
         lines.append(f"| {spec} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(stat: tuple[float, float]) -> str:
+    """``mean ± std``; a median (std NaN) alone, and ``n/a`` where it is NaN."""
+    value, spread = stat
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:.4g}" if math.isnan(spread) else f"{value:.4g} ± {spread:.2g}"
 
 
 def write_outputs(results: dict[str, Any], out_dir: Path) -> list[Path]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from fl_gym.envs.registry import metrics_for
 from fl_gym.envs.vector import BatchedVecEnv
+from fl_gym.validation import require
 
 SKIP = ("round", "reward_terms", "TimeLimit.truncated", "terminal_observation")
 
@@ -73,6 +74,9 @@ class _Runner:
         self.state, self.start, self.done = None, np.ones((1,), dtype=bool), False
 
     def reset(self) -> None:
+        reseed = getattr(self.policy, "reseed", None)  # a fixed policy's own draws follow the episode seed
+        if reseed is not None:
+            reseed(self.seed)
         self.obs, _ = self.env.reset(seed=self.seed)
         self.done = self.max_rounds is not None and self.max_rounds < 1
 
@@ -98,16 +102,26 @@ def run_episode(env: gym.Env, policy: Any, seed: int, max_rounds: int | None = N
     return runner.episode
 
 
-def evaluate(make_env: Callable[[], gym.Env], make_policy: Callable[[gym.Env], Any], seeds: Iterable[int],
-             max_rounds: int | None = None) -> list[Episode]:
+def evaluate(make_env: Callable[[], gym.Env] | Sequence[Callable[[], gym.Env]],
+             make_policy: Callable[[gym.Env], Any], seeds: Iterable[int], max_rounds: int | None = None
+             ) -> list[Episode]:
     """Episodes of a fresh policy per seed on a fresh env per seed.
 
     The seeds' episodes run side by side as the copies of a batched vector env (their FL rounds
     merged into one engine call, :class:`~fl_gym.envs.vector.BatchedVecEnv`); each copy's policy
-    acts on its own env, and a copy whose episode has ended waits for the others.
+    acts on its own env, and a copy whose episode has ended waits for the others. A seeded fixed
+    policy draws from its seed and the episode's (``reseed``).
+
+    Args:
+        make_env: the env factory of every episode, or one factory per seed (e.g. per federation).
+        make_policy: ``make_policy(env)`` -> a predictor for that env.
+        seeds: the episodes' seeds.
+        max_rounds: stop each episode after this many rounds (None: at its end).
     """
     seeds = list(seeds)
-    vec = BatchedVecEnv([make_env] * len(seeds))
+    makers = list(make_env) if isinstance(make_env, Sequence) else [make_env] * len(seeds)
+    require(len(makers) == len(seeds), "make_env", f"{len(makers)} factories", f"one per seed ({len(seeds)})")
+    vec = BatchedVecEnv(makers)
     try:
         runners = [_Runner(env, make_policy(env), seed, max_rounds, True)
                    for env, seed in zip(vec.envs, seeds, strict=True)]

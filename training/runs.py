@@ -127,7 +127,11 @@ def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict
 def new_run_dir(cfg: RunConfig, runs_dir: str | Path = "runs", run_id: str | None = None) -> Path:
     """Create ``runs/<env-id>/<run-id>/`` and write its ``config.yml``."""
     run_id = run_id or f"{cfg.algo}-seed{cfg.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    folder = Path(runs_dir) / cfg.env_id / run_id
+    return create_run_dir(cfg, Path(runs_dir) / cfg.env_id / run_id)
+
+
+def create_run_dir(cfg: RunConfig, folder: Path) -> Path:
+    """Create the run folder ``folder`` and write its ``config.yml`` (refused if it holds a run)."""
     if (folder / "config.yml").exists():
         raise ValueError(f"run folder {folder} exists; pick another --run-id or continue it with --resume {folder}")
     folder.mkdir(parents=True, exist_ok=True)

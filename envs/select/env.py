@@ -207,6 +207,11 @@ class FLSelectEnv(_SelectionEnv):
         self.observation_space = self.layout.observation_space()
         self.action_space = self.layout.action_space()
 
+    @property
+    def candidate_ids(self) -> np.ndarray:
+        """``(m,)`` the client ids of the pending round's candidates, in row (and action bit) order."""
+        return self._pending.slots
+
     def _prepare(self) -> SelectRound:
         """Draw the candidates and train them."""
         sample = self.pools.draw if self.config.sampler == "pools" else self.pools.uniform

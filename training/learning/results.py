@@ -26,6 +26,7 @@ from fl_gym.training.cli import parse_ints, parse_kv
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
 from fl_gym.training.trace import decision_trace
+from fl_gym.validation import require
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ WEIGHTS = {  # the paper's target is 95 %; cnn-small does not reach it in 150 ro
     "mnist-5iid-5oneclass": Section({"preset": "paper_mnist_cnn"}, _SMALL_CNN, 0.95, 0.9),
     "mnist-5iid-5twoclass": Section({"preset": "paper_mnist_cnn", "classes_per_client": 2}, _SMALL_CNN, 0.95, 0.9),
     "mnist-mlr": Section({"preset": "paper_mlr"}, {}, 0.85),
+    "fmnist-5iid-5oneclass": Section({"preset": "paper_fmnist_cnn"}, _SMALL_CNN, 0.80),
 }
 WEIGHT_POLICIES = ["fedavg", "fedadp", "fedcos"]
 AGENT_POLICIES = {"FLLearningRate-v0": ["fedavg", "fedavg[lr=0.1]", "fedavg[lr=0.2]", "fedent", "decay", "fedadam",
@@ -68,18 +70,29 @@ def parser(family: str) -> argparse.ArgumentParser:
     p.add_argument("--paper-scale", action="store_true", help="the papers' models, epochs and rounds")
     p.add_argument("--agent-steps", type=int, default=0, help="PPO steps on the small preset (0: no agent)")
     p.add_argument("--agent-seeds", default="1000,1001,1002,1003,1004", help="the agent's evaluation seeds")
+    p.add_argument("--target", type=float, default=None, help="accuracy target of every section (default: each "
+                   "section's own)")
+    p.add_argument("--sections", default="", help="comma-separated sections to run (default: all)")
     return p
 
 
 def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], argv: list[str]) -> int:
     args = parser(family).parse_args(argv)
     out, seeds, base = Path(args.out), parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs")
+    require("preset" not in base, "--env-kwargs preset", base.get("preset"), f"none: each section sets its own "
+            f"preset; pick sections with --sections ({', '.join(sections)})")
+    require(args.target is None or 0 < args.target <= 1, "--target", args.target, "a float in (0, 1]")
+    chosen = [n for n in args.sections.split(",") if n] or list(sections)
+    unknown = [n for n in chosen if n not in sections]
+    require(not unknown, "--sections", unknown, ", ".join(sections))
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables: dict[str, dict[str, Any]] = {}
     logs = {}
-    for name, sec in sections.items():
+    for name in chosen:
+        sec = sections[name]
         kwargs = {**sec.kwargs, **({} if args.paper_scale else sec.reduced), **base}
         target = sec.target if args.paper_scale or sec.reduced_target is None else sec.reduced_target
+        target = args.target if args.target is not None else target
         tables[name] = section(out, name, env_id, policies, seeds, kwargs, say, target)
         if env_id == "FLLearningRate-v0":
             logs[name] = fedent_log(kwargs, seeds[0], out / name / "fedent-log.md")

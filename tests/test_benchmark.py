@@ -1,0 +1,170 @@
+"""The benchmark: tasks and their seed rules, the fixed policies its tasks add, and the pipeline end to end."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import fl_gym  # noqa: F401
+from fl_gym.baselines.aggregate import CleanWeightsPolicy
+from fl_gym.baselines.rates import CleanRatePolicy
+from fl_gym.baselines.select import CleanKeepPolicy, ConfidentPickPolicy, EntropyTrimPolicy, entropy_rows
+from fl_gym.envs.select.spaces import PickLayout, SelectLayout
+from fl_gym.training import benchmark
+from fl_gym.training.benchmark.tasks import TRAIN_SCENARIOS, TUNING_SCENARIOS, TUNING_SEEDS, all_tasks, suite
+from fl_gym.training.cli import main, parse_seed_list
+from fl_gym.training.compare import policy_spec
+
+CORE = suite("core-v1")
+
+
+def test_core_suite_has_a_task_per_family_that_has_one():
+    assert {t.env_id for t in CORE} >= {"FLSelect-v0", "FLSelectPick-v0", "FLAggregate-v0", "FLLearningRate-v0"}
+
+
+@pytest.mark.parametrize("task", all_tasks().values(), ids=lambda t: t.name)
+def test_seed_sets_are_disjoint(task):
+    low, high = TRAIN_SCENARIOS
+    assert all(low <= s < high for s in TUNING_SCENARIOS)
+    assert not any(low <= s < high for s in task.test_scenarios)
+    # a run's env copies are seeded seed + i, and from seed + steps done on a resume: far below these
+    assert min(task.eval_seeds) > 10 * task.budget + 1000 and min(TUNING_SEEDS) > 10 * task.budget + 1000
+    assert not set(task.eval_seeds) & set(TUNING_SEEDS)
+
+
+@pytest.mark.parametrize("task", CORE, ids=lambda t: t.name)
+def test_every_task_builds_passes_check_env_and_names_known_policies(task):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for split in ("test", "extrapolation"):
+            check_env(gym.make(task.env_id, **task.test_kwargs(task.test_scenarios[0], split)).unwrapped)
+        train = gym.make(task.env_id, **task.train_kwargs())
+        train.reset(seed=0)
+        assert low_high(train.unwrapped.federation.scenario_seed)
+    assert [str(w.message) for w in caught] == []
+    for spec in (*task.heuristics, *(c for cands in task.tuned.values() for c in cands), task.upper):
+        policy_spec(spec, task.env_id)  # a ValueError for a name the family does not know
+
+
+def low_high(seed: int) -> bool:
+    return TRAIN_SCENARIOS[0] <= seed < TRAIN_SCENARIOS[1]
+
+
+def test_normalized_score_reads_the_references():
+    refs = {"aggregate-noisy": {"refs": {"test": {"ref_min": 0.80, "ref_max": 0.84}}}}
+    assert benchmark.normalized_score("aggregate-noisy", 0.86, refs=refs) == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="task="):
+        benchmark.normalized_score("nosuch", 0.5, refs=refs)
+
+
+def test_stored_references_cover_the_core_suite_and_normalise_their_own_policies():
+    refs = benchmark.stored_references("core-v1")
+    assert set(refs) == {t.name for t in CORE}
+    for name, record in refs.items():
+        ref = record["refs"]["test"]
+        best = np.mean(record["policies"][ref["best"]]["test"])
+        fedavg = np.mean(record["policies"][record["reference"]]["test"])
+        assert benchmark.normalized_score(name, best) == pytest.approx(1.0)
+        assert benchmark.normalized_score(name, fedavg) == pytest.approx(0.0, abs=1e-12)
+        assert all(np.mean(record["policies"][spec]["test"]) <= ref["ref_max"] for spec in record["fixed"])
+
+
+# ---- the fixed policies the tasks add --------------------------------------------------------
+
+
+def test_entropy_trim_drops_the_most_uncertain_soft_labels():
+    soft = np.array([[0.9, 0.1], [0.5, 0.5], [0.6, 0.4], [1.0, 0.0]])
+    policy = EntropyTrimPolicy(SelectLayout(4, 2), k=2)
+    assert policy.keep(soft, np.ones(4)).tolist() == [True, False, False, True]
+    assert EntropyTrimPolicy(SelectLayout(4, 2), k=9).keep(soft, np.ones(4)).sum() == 1  # at least one kept
+    np.testing.assert_allclose(entropy_rows(np.array([[0.5, 0.5], [0.0, 0.0]])), [np.log(2), 0.0])
+
+
+def test_confident_pick_trades_certainty_against_staleness():
+    layout = PickLayout(3, 2)
+    rows = np.array([[0.5, 0.5, 1, 0.0, 1, 0, 0],  # uncertain, fresh
+                     [1.0, 0.0, 1, 0.0, 1, 0, 0],  # certain, fresh
+                     [0.5, 0.5, 1, 0.9, 1, 0, 0]])  # uncertain, stale
+    obs = np.concatenate([rows.ravel(), np.zeros(6)])
+    assert ConfidentPickPolicy(layout, m=1, w=0.0).pick(obs).tolist() == [False, True, False]
+    assert ConfidentPickPolicy(layout, m=1, w=2.0).pick(obs).tolist() == [False, False, True]
+
+
+def test_privileged_policies_leave_out_exactly_the_noisy_clients():
+    env = gym.make("FLAggregate-v0", noisy_clients=0.3, rounds_per_episode=2)
+    obs, _ = env.reset(seed=0)
+    noisy = env.unwrapped.federation.noisy
+    action, _ = CleanWeightsPolicy(env).predict(obs)
+    assert np.array_equal(action == -1, noisy) and np.all(action[~noisy] == 0)
+
+    env = gym.make("FLSelect-v0", noisy_clients=0.3, rounds_per_episode=2)
+    obs, _ = env.reset(seed=0)
+    keep = CleanKeepPolicy(env).keep(*env.unwrapped.layout.rows(obs))
+    clean = ~env.unwrapped.federation.noisy[env.unwrapped.candidate_ids]
+    assert np.array_equal(keep, clean) or (not clean.any() and keep.all())
+
+    env = gym.make("FLLearningRate-v0", noisy_clients=0.3, lr_min=0.01, rounds_per_episode=2)
+    env.reset(seed=0)
+    rates = CleanRatePolicy(env, lr=0.2).rates(env.unwrapped.round_stats)
+    ids = env.unwrapped.round_stats.clients
+    np.testing.assert_allclose(rates, np.where(env.unwrapped.federation.noisy[ids], 0.01, 0.2))
+
+
+def test_a_seeded_fixed_policy_plays_a_different_pattern_per_evaluation_seed():
+    from fl_gym.training.evaluation import evaluate
+
+    spec = policy_spec("random-drop[q=0.5]", "FLSelect-v0")
+    episodes = evaluate(lambda: gym.make("FLSelect-v0", rounds_per_episode=4), spec.factory, [1, 2, 1])
+    kept = [[r["select/kept_share"] for r in e.rounds] for e in episodes]
+    assert kept[0] == kept[2] and kept[0] != kept[1]
+
+
+# ---- the pipeline, end to end on the smoke suite ----------------------------------------------
+
+
+def test_parse_seed_list():
+    assert parse_seed_list("0-2,5", "--seeds") == (0, 1, 2, 5)
+    for bad in ("a", "3-1", "1,1", "-1"):
+        with pytest.raises(ValueError, match="--seeds="):
+            parse_seed_list(bad, "--seeds")
+
+
+def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert main(["benchmark", "run", "--suite", "smoke", "--algo", "fixed", "--out", str(out)]) == 0
+    refs = json.loads((out / "references.json").read_text())["smoke-aggregate"]
+    assert refs["tuned"]["fedadp-alpha"]["chosen"] in ("fedadp[alpha=2]", "fedadp[alpha=10]")
+    assert np.asarray(refs["policies"]["fedavg"]["test"]).shape == (2, 2)  # (evaluation seeds, federations)
+    assert main(["benchmark", "run", "--suite", "smoke", "--algo", "ppo", "--seeds", "0-1", "--out", str(out),
+                 "--no-progress"]) == 0
+    assert main(["benchmark", "run", "--suite", "smoke", "--algo", "ppo", "--seeds", "0", "--out", str(out),
+                 "--no-progress"]) == 0  # finished runs are not redone
+    assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out), "--reps", "200"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    suite_rows = report["splits"]["test"]["suite"]
+    assert set(suite_rows) == {"best fixed", "reference (FedAvg)", "upper reference", "ppo"}
+    assert suite_rows["best fixed"]["iqm"][0] == pytest.approx(1.0)
+    assert suite_rows["reference (FedAvg)"]["iqm"][0] == pytest.approx(0.0, abs=1e-12)
+    assert suite_rows["ppo"]["runs"] == 2
+    assert json.loads(report["env_specs"]["smoke-aggregate"])["id"] == "FLAggregate-v0"
+    for name in ("report.md", "report.csv", "profile_test.png", "profile_extrapolation.png"):
+        assert (out / name).is_file()
+    assert "IQM [95 % CI]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["benchmark", "run", "--suite", "nosuch"], "suite='nosuch'"),
+    (["benchmark", "run", "--suite", "smoke", "--tasks", "nosuch"], "--tasks=['nosuch']"),
+    (["benchmark", "run", "--suite", "smoke", "--seeds", "x"], "--seeds='x'"),
+    (["benchmark", "report", "--suite", "smoke", "--reps", "3"], "--reps=3"),
+])
+def test_benchmark_cli_errors_are_one_line(argv, message, capsys, tmp_path):
+    assert main([*argv, "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+

@@ -1,0 +1,132 @@
+"""fl-gym's benchmark: suites of tasks with train/test federations, pinned reference scores, agents' runs, reports.
+
+``fl-gym benchmark run --suite core-v1 --algo fixed`` pins the references (every fixed policy on
+the test federations, tuned baselines chosen on the tuning federations); ``--algo ppo --seeds 0-4``
+trains and tests agents; ``fl-gym benchmark report`` writes the tables, intervals and profiles.
+A suite's references, as the pinned command measured them, ship with the package
+(``references/SUITE.json``), so :func:`normalized_score` works without rerunning them.
+See ``docs/benchmark.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from fl_gym.atomic import read_json, write_json
+from fl_gym.training.benchmark import report as reporting
+from fl_gym.training.benchmark.protocol import run_agent, task_references
+from fl_gym.training.benchmark.scores import normalized_score as _normalized
+from fl_gym.training.benchmark.tasks import Task, all_tasks, suite, suite_names
+from fl_gym.validation import require
+
+__all__ = ["Task", "all_tasks", "suite", "suite_names", "references", "run", "report", "normalized_score",
+           "stored_references"]
+
+
+def _tasks(suite_name: str, only: Sequence[str] | None) -> list[Task]:
+    tasks = suite(suite_name)
+    if only:
+        names = [t.name for t in tasks]
+        unknown = [n for n in only if n not in names]
+        require(not unknown, "--tasks", unknown, f"tasks of {suite_name}: {', '.join(names)}")
+        tasks = [t for t in tasks if t.name in only]
+    return tasks
+
+
+def references(suite_name: str, out: str | Path, only: Sequence[str] | None = None,
+               say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Pin the suite's references (resumable per task); writes ``out/references/TASK.json`` and ``out/references.json``.
+
+    ``references.json`` gathers every task of the suite pinned under ``out`` so far, so processes
+    that pin different ``only`` tasks into one folder share it.
+    """
+    out = Path(out)
+    for task in _tasks(suite_name, only):
+        path = out / "references" / f"{task.name}.json"
+        if not path.is_file():
+            say(f"{task.name}: references")
+            write_json(path, task_references(task, say))
+    records = {t.name: read_json(p) for t in suite(suite_name)
+               if (p := out / "references" / f"{t.name}.json").is_file()}  # also those pinned by another process
+    write_json(out / "references.json", records)
+    return records
+
+
+def run(suite_name: str, algo: str, seeds: Sequence[int], out: str | Path, only: Sequence[str] | None = None,
+        progress: bool = True, say: Callable[[str], None] = print) -> dict[str, dict[str, list[dict]]]:
+    """Train and score ``algo`` on every task and seed (resumable); ``algo="fixed"`` pins the references instead."""
+    if algo == "fixed":
+        references(suite_name, out, only, say)
+        return {}
+    results: dict[str, list[dict]] = {}
+    for task in _tasks(suite_name, only):
+        for seed in seeds:
+            say(f"{task.name}: {algo} seed {seed} ({task.budget} steps)")
+            results.setdefault(task.name, []).append(run_agent(task, algo, seed, Path(out), progress, say))
+    return {algo: results}
+
+
+def stored_references(suite_name: str) -> dict[str, Any]:
+    """The references of ``suite_name`` that ship with the package (as its pinned command measured them).
+
+    Raises:
+        FileNotFoundError: the suite has none stored.
+    """
+    path = resources.files("fl_gym.training.benchmark").joinpath("references", f"{suite_name}.json")
+    if not path.is_file():
+        raise FileNotFoundError(f"no stored references for suite {suite_name!r}; pin them with "
+                                f"fl-gym benchmark run --suite {suite_name} --algo fixed")
+    return read_json(path)
+
+
+def normalized_score(task: str | Task, value: float, split: str = "test", refs: dict[str, Any] | None = None
+                     ) -> float:
+    """``value`` on ``task`` as a normalised score: 0 = FedAvg, 1 = the best fixed policy (stored references)."""
+    task = task if isinstance(task, Task) else all_tasks().get(task)
+    require(task is not None, "task", task, ", ".join(all_tasks()))
+    records = refs if refs is not None else stored_references(task.suites[0])
+    require(task.name in records, "task", task.name, f"a task with references ({', '.join(records)})")
+    ref = records[task.name]["refs"][split]
+    return _normalized(value, ref["ref_min"], ref["ref_max"])
+
+
+def _agent_runs(runs_dir: Path, tasks: Sequence[Task]) -> dict[str, dict[str, list[dict]]]:
+    """``algo -> task -> scores.json records`` found under ``runs_dir/TASK/ALGO-seedN/``."""
+    agents: dict[str, dict[str, list[dict]]] = {}
+    for task in tasks:
+        for path in sorted((runs_dir / task.name).glob("*-seed*/scores.json")):
+            record = read_json(path)
+            agents.setdefault(record["algo"], {}).setdefault(task.name, []).append(record)
+    return agents
+
+
+def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None, reps: int = 2000
+           ) -> dict[str, Any]:
+    """Tables of the suite's references and every agent run under ``runs_dir``, written to ``out`` (or ``runs_dir``).
+
+    The references come from ``runs_dir/references.json`` if the run pinned them, else the stored
+    ones. Returns :func:`~fl_gym.training.benchmark.report.build`'s content and its ``markdown``.
+    """
+    runs_dir = Path(runs_dir)
+    tasks = suite(suite_name)
+    local = runs_dir / "references.json"
+    refs = read_json(local) if local.is_file() else stored_references(suite_name)
+    missing = [t.name for t in tasks if t.name not in refs]
+    require(not missing, "references", sorted(refs), f"a record for every task of {suite_name} (missing {missing})")
+    refs = {t.name: refs[t.name] for t in tasks}
+    content = reporting.build(refs, _agent_runs(runs_dir, tasks), reps)
+    specs = {t.name: env_spec_json(t) for t in tasks}
+    reporting.write_report(content, refs, suite_name, specs, Path(out or runs_dir))
+    return {**content, "markdown": reporting.markdown(content, refs, suite_name)}
+
+
+def env_spec_json(task: Task) -> str:
+    """The task's ``EnvSpec.to_json()`` with its arguments (the vector entry point, a bound callable, left out)."""
+    spec = gym.spec(task.env_id)
+    return dataclasses.replace(spec, kwargs={**spec.kwargs, **task.env_kwargs}, vector_entry_point=None).to_json()

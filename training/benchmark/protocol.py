@@ -1,0 +1,111 @@
+"""The benchmark protocol: score a policy on a task's federations, pin the references, train and test agents.
+
+* :func:`score_policy`: one policy spec (``fl-gym compare`` syntax: a fixed policy's name, or
+  ``ALGO:RUN_DIR``) on every test federation and evaluation seed of a task, as a
+  ``(seeds, federations)`` matrix of episode scores. All the episodes run side by side as the
+  copies of one batched vector env.
+* :func:`task_references`: the pinned procedure behind a task's reference scores. Tuned
+  baselines choose their setting on the tuning federations (inside the training range); then
+  every fixed policy, the chosen ones and the upper reference are scored on the test and
+  extrapolation splits. ``ref_min`` is the reference policy's (FedAvg's) mean, ``ref_max`` the
+  best fixed policy's, per split.
+* :func:`run_agent`: train one agent on a task's training federations (an ``fl-gym train`` run
+  folder, resumable) and score it like the fixed policies; its ``scores.json`` is written last,
+  so a finished run is never redone and an interrupted one continues from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from fl_gym.atomic import read_json, write_json
+from fl_gym.training import runs
+from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
+from fl_gym.training.compare import policy_spec
+from fl_gym.training.evaluation import evaluate
+
+Say = Callable[[str], None]
+
+
+def score_policy(task: Task, spec: str, split: str = "test", scenarios: tuple[int, ...] | None = None,
+                 seeds: tuple[int, ...] | None = None) -> np.ndarray:
+    """``(len(seeds), len(scenarios))`` episode scores of ``spec`` (default: on the task's test federations)."""
+    scenarios = task.test_scenarios if scenarios is None else scenarios
+    seeds = task.eval_seeds if seeds is None else seeds
+    policy = policy_spec(spec, task.env_id, tuple(seeds))
+    makers = [functools.partial(gym.make, task.env_id, **{**task.test_kwargs(s, split), **policy.env_kwargs})
+              for s in scenarios for _ in seeds]
+    episodes = evaluate(makers, policy.factory, [seed for _ in scenarios for seed in seeds])
+    return np.array([task.score_of(e) for e in episodes]).reshape(len(scenarios), len(seeds)).T
+
+
+def tune(task: Task, say: Say = print) -> dict[str, dict[str, Any]]:
+    """Each tuned baseline's candidates on the tuning federations: ``name -> {"chosen", "means"}``."""
+    out = {}
+    for name, candidates in task.tuned.items():
+        means = {}
+        for spec in candidates:
+            means[spec] = float(score_policy(task, spec, "test", TUNING_SCENARIOS, TUNING_SEEDS).mean())
+            say(f"  {task.name}: tuning {name}: {spec} {means[spec]:.4f}")
+        out[name] = {"chosen": max(means, key=means.get), "means": means}
+    return out
+
+
+def task_references(task: Task, say: Say = print) -> dict[str, Any]:
+    """The task's pinned reference record (module docstring); scores kept per seed and federation."""
+    start = time.perf_counter()
+    tuned = tune(task, say)
+    fixed = list(dict.fromkeys([*task.heuristics, *(t["chosen"] for t in tuned.values())]))
+    policies: dict[str, dict[str, list[list[float]]]] = {}
+    for spec in fixed + ([task.upper] if task.upper else []):
+        policies[spec] = {}
+        for split in SPLITS:
+            scores = score_policy(task, spec, split)
+            policies[spec][split] = scores.tolist()
+            say(f"  {task.name}: {spec} on {split}: {scores.mean():.4f}")
+    refs = {}
+    for split in SPLITS:
+        means = {spec: float(np.mean(policies[spec][split])) for spec in fixed}
+        best = max(means, key=means.get)
+        refs[split] = {"ref_min": means[task.reference], "ref_max": means[best], "best": best}
+    return {"task": task.name, "env_id": task.env_id, "score": task.score, "reference": task.reference,
+            "upper": task.upper, "fixed": fixed, "tuned": tuned, "refs": refs, "policies": policies,
+            "test_scenarios": list(task.test_scenarios), "eval_seeds": list(task.eval_seeds),
+            "wall_s": time.perf_counter() - start}
+
+
+def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = True, say: Say = print
+              ) -> dict[str, Any]:
+    """Train (or resume) ``algo`` with ``seed`` on ``task`` in ``out_dir / task / ALGO-seedN``; score it.
+
+    Returns the run's ``scores.json`` record: the scores per split as ``(seeds, federations)``.
+    """
+    folder = Path(out_dir) / task.name / f"{algo}-seed{seed}"
+    done = folder / "scores.json"
+    if done.is_file():
+        return read_json(done)
+    if not (folder / "config.yml").is_file():
+        cfg = runs.resolve(task.env_id, algo, _preset(task, algo), env_kwargs=task.train_kwargs(), seed=seed,
+                           total_timesteps=task.budget)
+        runs.create_run_dir(cfg, folder)
+    start = time.perf_counter()
+    runs.train(folder, progress=progress, say=say)
+    spec = f"{algo}:{folder}"
+    record = {"task": task.name, "algo": algo, "seed": seed, "budget": task.budget,
+              "train_wall_s_last_session": time.perf_counter() - start,
+              "scores": {split: score_policy(task, spec, split).tolist() for split in SPLITS}}
+    write_json(done, record)
+    return record
+
+
+def _preset(task: Task, algo: str) -> str | None:
+    """The ``PRESET`` of the task's ``ENV_ID/PRESET`` hyperparameter block (None: the env's own block)."""
+    block = task.hyperparams_for(algo)
+    return block.split("/", 1)[1] if block else None

@@ -1,0 +1,186 @@
+"""``fl-gym benchmark report``: per-task tables, suite aggregates with intervals, profiles; MD, CSV, JSON, PNG.
+
+Inputs are a suite's reference record (:func:`~fl_gym.training.benchmark.protocol.task_references`
+per task) and any agent runs (:func:`~fl_gym.training.benchmark.protocol.run_agent`). A method's
+runs on a task are its independent repetitions: an agent's training seeds, or a fixed policy's
+evaluation seeds; a run's value is its mean over the test federations. Scores are normalised per
+split with that split's references: 0 = the reference policy (FedAvg), 1 = the best fixed policy.
+The suite rows aggregate over tasks (Agarwal et al., NeurIPS 2021): IQM, mean and median with 95 %
+stratified bootstrap intervals, and the probability of improving on the best fixed policy.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import platform
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fl_gym.atomic import write_json, write_text
+from fl_gym.training.benchmark import scores
+from fl_gym.training.benchmark.tasks import SPLITS
+
+BEST, REFERENCE, UPPER = "best fixed", "reference (FedAvg)", "upper reference"
+PROFILE_TAUS = np.linspace(-0.5, 2.5, 61)
+
+
+def run_values(matrix: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
+    """A fixed policy's ``(seeds, federations)`` scores -> one value per seed (its mean over federations)."""
+    return np.asarray(matrix, np.float64).mean(axis=1)
+
+
+def method_runs(refs: Mapping[str, Any], agents: Mapping[str, Mapping[str, list[dict]]], split: str
+                ) -> dict[str, dict[str, np.ndarray]]:
+    """``method -> task -> (runs,)`` raw values: every fixed policy, the suite rows and each agent."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for task, record in refs.items():
+        for spec, by_split in record["policies"].items():
+            out.setdefault(spec, {})[task] = run_values(by_split[split])
+        out.setdefault(BEST, {})[task] = run_values(record["policies"][record["refs"][split]["best"]][split])
+        out.setdefault(REFERENCE, {})[task] = run_values(record["policies"][record["reference"]][split])
+        if record["upper"]:
+            out.setdefault(UPPER, {})[task] = run_values(record["policies"][record["upper"]][split])
+    for algo, tasks in agents.items():
+        for task, records in tasks.items():
+            if task in refs:
+                out.setdefault(algo, {})[task] = np.array([np.mean(r["scores"][split]) for r in records])
+    return out
+
+
+def normalise(values: np.ndarray, record: Mapping[str, Any], split: str) -> np.ndarray:
+    """Raw values of a task -> normalised scores with the split's references."""
+    ref = record["refs"][split]
+    return np.array([scores.normalized_score(v, ref["ref_min"], ref["ref_max"]) for v in values])
+
+
+def suite_matrix(per_task: Mapping[str, np.ndarray], refs: Mapping[str, Any], split: str) -> np.ndarray | None:
+    """``(runs, tasks)`` normalised scores (runs cut to the fewest any task has); None if a task has no runs."""
+    if set(per_task) != set(refs):
+        return None
+    runs = min(len(v) for v in per_task.values())
+    return np.stack([normalise(per_task[t][:runs], refs[t], split) for t in refs], axis=1)
+
+
+def build(refs: Mapping[str, Any], agents: Mapping[str, Mapping[str, list[dict]]], reps: int = 2000
+          ) -> dict[str, Any]:
+    """The report's content: per split, per-task rows and suite aggregates."""
+    report: dict[str, Any] = {"tasks": list(refs), "splits": {}}
+    for split in SPLITS:
+        runs = method_runs(refs, agents, split)
+        tasks = {t: _task_rows(runs, refs[t], t, split) for t in refs}
+        best = suite_matrix(runs[BEST], refs, split)
+        suite = {}
+        for method in [BEST, REFERENCE, UPPER, *agents]:
+            matrix = suite_matrix(runs.get(method, {}), refs, split)
+            if matrix is None:
+                continue
+            suite[method] = {stat: scores.bootstrap_ci(matrix, fn, reps) for stat, fn in
+                             (("iqm", scores.iqm), ("mean", scores.mean), ("median", scores.median))}
+            suite[method]["runs"] = int(matrix.shape[0])
+            suite[method]["p_improve_on_best"] = scores.improvement_ci(matrix, best, reps)
+            suite[method]["profile"] = scores.performance_profile(matrix, PROFILE_TAUS).tolist()
+            suite[method]["at_or_above_best"] = int((matrix.mean(axis=0) >= 1.0).sum())
+        report["splits"][split] = {"tasks": tasks, "suite": suite}
+    return report
+
+
+def _task_rows(runs: Mapping[str, Mapping[str, np.ndarray]], record: Mapping[str, Any], task: str, split: str
+               ) -> list[dict[str, Any]]:
+    """One row per method with values on ``task``: raw mean and standard error, normalised mean."""
+    rows = []
+    for method, tasks in runs.items():
+        if task not in tasks or method in (BEST, REFERENCE, UPPER):
+            continue
+        values = tasks[task]
+        se = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+        rows.append({"method": method, "runs": len(values), "raw": float(values.mean()), "se": se,
+                     "normalised": float(normalise(values, record, split).mean()),
+                     "role": _role(method, record)})
+    return rows
+
+
+def _role(method: str, record: Mapping[str, Any]) -> str:
+    if method == record["upper"]:
+        return "upper (privileged)"
+    if method == record["reference"]:
+        return "reference"
+    if method in record["fixed"]:
+        tuned = [n for n, t in record["tuned"].items() if t["chosen"] == method]
+        return f"tuned ({tuned[0]})" if tuned else "fixed"
+    return "agent"
+
+
+def markdown(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str) -> str:
+    """The report as Markdown: suite aggregates, then one table per task, per split."""
+    lines = [f"# Benchmark {suite_name}", "", hardware_line(), ""]
+    for split, body in report["splits"].items():
+        lines += [f"## {split} split", "", "| method | runs | IQM [95 % CI] | mean [95 % CI] | median | "
+                  "P(> best fixed) [95 % CI] | tasks >= 1 |", "|---|---|---|---|---|---|---|"]
+        for method, agg in body["suite"].items():
+            lines.append(f"| {method} | {agg['runs']} | {_ci(agg['iqm'])} | {_ci(agg['mean'])} | "
+                         f"{agg['median'][0]:.2f} | {_ci(agg['p_improve_on_best'])} | "
+                         f"{agg['at_or_above_best']}/{len(refs)} |")
+        for task, rows in body["tasks"].items():
+            ref = refs[task]["refs"][split]
+            lines += ["", f"### {task} ({split})", "",
+                      f"ref_min {ref['ref_min']:.4f} ({refs[task]['reference']}), ref_max {ref['ref_max']:.4f} "
+                      f"({ref['best']}); score: {refs[task]['score']}", "",
+                      "| method | role | runs | raw ± s.e. | normalised |", "|---|---|---|---|---|"]
+            for row in sorted(rows, key=lambda r: -r["raw"]):
+                lines.append(f"| {row['method']} | {row['role']} | {row['runs']} | {row['raw']:.4f} ± "
+                             f"{row['se']:.4f} | {row['normalised']:.2f} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _ci(triple: Sequence[float]) -> str:
+    return f"{triple[0]:.2f} [{triple[1]:.2f}, {triple[2]:.2f}]"
+
+
+def table_csv(report: Mapping[str, Any]) -> str:
+    """Every per-task row of every split as CSV."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["split", "task", "method", "role", "runs", "raw", "se", "normalised"])
+    for split, body in report["splits"].items():
+        for task, rows in body["tasks"].items():
+            for r in rows:
+                writer.writerow([split, task, r["method"], r["role"], r["runs"], r["raw"], r["se"], r["normalised"]])
+    return buffer.getvalue()
+
+
+def hardware() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    import torch
+
+    return {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+
+
+def hardware_line() -> str:
+    """One line for the report's header."""
+    h = hardware()
+    return f"Measured on {h['machine']}, {h['cpus']} CPUs, Python {h['python']}, torch {h['torch']}."
+
+
+def plot_profiles(report: Mapping[str, Any], split: str, path: Path) -> Path:
+    """Performance profiles: the share of run-task scores above each normalised score."""
+    from fl_gym.training.plots import plot_xy
+
+    lines = {m: (PROFILE_TAUS.tolist(), agg["profile"]) for m, agg in report["splits"][split]["suite"].items()}
+    return plot_xy(lines, "normalised score tau (0 = FedAvg, 1 = best fixed policy)", "share of runs x tasks > tau",
+                   f"performance profiles, {split} split", path)
+
+
+def write_report(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str, specs: Mapping[str, str],
+                 out: Path) -> list[Path]:
+    """``report.md``, ``report.csv``, ``report.json`` (with the hardware and each task's env spec), profile PNGs."""
+    data = {**report, "suite": suite_name, "hardware": hardware(), "env_specs": dict(specs)}
+    written = [write_text(out / "report.md", markdown(report, refs, suite_name)),
+               write_text(out / "report.csv", table_csv(report)), write_json(out / "report.json", data)]
+    return written + [plot_profiles(report, split, out / f"profile_{split}.png") for split in report["splits"]]
