@@ -18,7 +18,18 @@ from fl_gym.config import FederationConfig
 from fl_gym.data.datasets import DATASETS
 from fl_gym.data.partition import KINDS, PartitionConfig
 from fl_gym.engine.optim import OptimizerConfig
-from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice, require_device
+from fl_gym.validation import (
+    MAX_LR,
+    MAX_ROUNDS,
+    MAX_THREADS,
+    is_int_at_least,
+    is_non_negative,
+    is_positive,
+    is_threads,
+    require,
+    require_choice,
+    require_device,
+)
 
 SelfConfig = TypeVar("SelfConfig", bound="EnvConfig")
 
@@ -118,15 +129,15 @@ class ScenarioConfig:
         require(isinstance(self.randomize_scenario, bool), "randomize_scenario", self.randomize_scenario,
                 "True or False")
         self.clock_config()
-        require(is_positive(self.lr), "lr", self.lr, "a float > 0")
+        require(is_positive(self.lr) and self.lr <= MAX_LR, "lr", self.lr, f"a float in (0, {MAX_LR:g}]")
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
         OptimizerConfig(self.optimizer, self.momentum)
-        require(is_int_at_least(self.rounds_per_episode, 1), "rounds_per_episode", self.rounds_per_episode,
-                "an integer >= 1")
+        require(is_int_at_least(self.rounds_per_episode, 1) and self.rounds_per_episode <= MAX_ROUNDS,
+                "rounds_per_episode", self.rounds_per_episode, f"an integer in [1, {MAX_ROUNDS}]")
         require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
         require_device("device", self.device)
-        require(self.num_threads is None or is_int_at_least(self.num_threads, 1), "num_threads", self.num_threads,
-                "None or an integer >= 1")
+        require(is_threads(self.num_threads), "num_threads", self.num_threads,
+                f"None or an integer in [1, {MAX_THREADS}]")
 
     def _check_clients_range(self) -> None:
         span = self.num_clients_range

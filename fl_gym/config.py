@@ -15,7 +15,16 @@ from fl_gym.engine.algorithms import SGD, FedDyn, FedProx, LocalAlgorithm, Moon,
 from fl_gym.engine.losses import MutualDistillation
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.models.zoo import MODELS
-from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice, require_device
+from fl_gym.validation import (
+    MAX_THREADS,
+    is_int_at_least,
+    is_non_negative,
+    is_positive,
+    is_threads,
+    require,
+    require_choice,
+    require_device,
+)
 
 ALGORITHMS = ("fedavg", "fedprox", "pfedme", "scaffold", "moon", "feddyn")
 STATELESS = ("fedavg", "fedprox")  # no client or server state between rounds: clients can train anywhere
@@ -156,8 +165,8 @@ class FederationConfig:
         require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
         require(is_int_at_least(self.eval_batch_size, 1), "eval_batch_size", self.eval_batch_size, "an integer >= 1")
         require_device("device", self.device)
-        require(self.num_threads is None or is_int_at_least(self.num_threads, 1), "num_threads", self.num_threads,
-                "None or an integer >= 1")
+        require(is_threads(self.num_threads), "num_threads", self.num_threads,
+                f"None or an integer in [1, {MAX_THREADS}]")
         require(self.partition.kind != "natural" or self.dataset == "synthetic", "partition.kind",
                 self.partition.kind, "'natural' only with dataset='synthetic'")
 

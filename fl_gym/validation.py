@@ -41,6 +41,17 @@ def require_device(name: str, value: object) -> None:
         require(torch.backends.mps.is_available(), name, value, "a device this machine has: 'cpu' (no MPS here)")
 
 
+MAX_THREADS = 256  # torch threads; far more exhaust memory (libgomp aborts the process)
+MAX_LR = 100.0  # a local or server learning rate above this only produces NaN
+MAX_ROUNDS = 100_000  # rounds per episode (the papers use at most 1,000); more never returns from a reset
+MAX_EPOCHS = 1_000.0  # local epochs per round
+
+
+def is_threads(x: object) -> bool:
+    """None, or an integer in ``[1, MAX_THREADS]``."""
+    return x is None or (is_int_at_least(x, 1) and int(x) <= MAX_THREADS)
+
+
 def is_positive(x: float) -> bool:
     """True for finite numbers > 0 (rejects NaN and inf)."""
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0

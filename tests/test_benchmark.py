@@ -168,3 +168,26 @@ def test_benchmark_cli_errors_are_one_line(argv, message, capsys, tmp_path):
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
 
+
+
+def test_a_new_method_is_scored_like_the_fixed_policies():
+    from fl_gym.baselines.aggregate import FedAvgWeightsPolicy
+    from fl_gym.training.benchmark.protocol import score_policy
+
+    task = all_tasks()["smoke-aggregate"]
+    mine = score_policy(task, lambda env: FedAvgWeightsPolicy(env))
+    np.testing.assert_array_equal(mine, score_policy(task, "fedavg"))
+    assert mine.shape == (len(task.eval_seeds), len(task.test_scenarios))
+
+
+def test_task_headroom_by_hand():
+    from fl_gym.training.benchmark.report import task_headroom
+
+    record = {"reference": "a", "upper": "u", "refs": {"test": {"ref_min": 0.5, "ref_max": 0.6, "best": "b"}},
+              "policies": {"a": {"test": [[0.4, 0.6], [0.5, 0.5]]},  # runs (seed means) 0.5, 0.5
+                           "b": {"test": [[0.6, 0.6], [0.5, 0.7]]},  # runs 0.6, 0.6
+                           "u": {"test": [[0.8, 0.8], [0.8, 0.8]]}}}
+    room = task_headroom(record, "test")
+    assert room["spread"] == pytest.approx(0.1) and room["upper"] == pytest.approx(3.0)
+    assert room["spread_in_se"] == float("inf")  # no spread between the runs of either
+    assert room["seed_sd"] == pytest.approx(np.mean([np.std([0.4, 0.5], ddof=1), np.std([0.6, 0.5], ddof=1)]))

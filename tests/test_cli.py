@@ -282,9 +282,21 @@ def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path
     assert not list(tmp_path.rglob("config.yml"))  # nothing half-created
 
 
+@pytest.mark.parametrize("command", [["train", "FLAggregate-v0"], ["compare", "FLAggregate-v0", "--policies", "fedavg"],
+                                     ["fedavg"], ["benchmark", "tasks"]])
+@pytest.mark.parametrize("threads", ["0", "-1", "100000"])
+def test_threads_out_of_range_is_one_line(command, threads, capsys):
+    assert main([*command, "--threads", threads]) == 2
+    err = capsys.readouterr().err
+    assert f"--threads={threads} is out of range" in err and len(err.strip().splitlines()) == 1
+
+
 def test_parse_kv_types():
     assert parse_kv(["a=1", "b=0.5", "c=true", "d=[1, 2]", "e=digits"], "x") == {
         "a": 1, "b": 0.5, "c": True, "d": [1, 2], "e": "digits"}
+    parsed = parse_kv(["lr=3e-4", "n=1e9", "m=-2E+3", "k=1e", "v=1.5e-2"], "x")
+    assert parsed == {"lr": 3e-4, "n": 1e9, "m": -2000.0, "k": "1e", "v": 0.015}
+    assert all(isinstance(parsed[k], float) for k in ("lr", "n", "m", "v"))
 
 
 def test_readme_snippet_runs_as_written(capsys):

@@ -87,3 +87,4 @@ def test_scenario_seed_range_is_validated(span, why):
         gym.make("FLAggregate-v0", randomize_scenario=True, scenario_seed_range=span)
     with pytest.raises(ValueError, match="None unless randomize_scenario=True"):
         gym.make("FLAggregate-v0", scenario_seed_range=(1, 9))
+

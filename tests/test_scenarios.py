@@ -100,3 +100,15 @@ def test_a_batched_copy_keeps_merging_after_a_new_scenario():
     after = [env.unwrapped.federation for env in vec.envs]
     assert all(a is not b and a.batcher is vec.batcher for a, b in zip(after, before, strict=True))
     vec.close()
+
+
+@pytest.mark.parametrize("env_id, kwargs, name", [
+    ("FLLearningRate-v0", {"num_threads": 10**9}, "num_threads="),
+    ("FLLearningRate-v0", {"lr": 1e9}, "lr="),
+    ("FLLearningRate-v0", {"lr_max": 1e9}, "lr_max="),
+    ("FLAggregate-v0", {"local_epochs": 1e9}, "local_epochs="),
+    ("FLAggregate-v0", {"rounds_per_episode": 10**9}, "rounds_per_episode="),
+])
+def test_values_that_would_hang_abort_or_make_nan_are_refused_at_make(env_id, kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        gym.make(env_id, **kwargs)

@@ -15,13 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from fl_gym.data.datasets import DatasetNotFoundError
-from fl_gym.validation import MissingExtraError, is_int_at_least, require, require_device
+from fl_gym.validation import MAX_THREADS, MissingExtraError, is_int_at_least, require, require_device
 
 USER_ERRORS = (ValueError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
 
 
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)")
+
+
 def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
-    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``; values are parsed as YAML (numbers, bools, lists)."""
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``; values are parsed as YAML (numbers, bools, lists).
+
+    YAML 1.1 reads ``3e-4`` (an exponent without a dot) as a string; such values are numbers here.
+    """
     import yaml
 
     out: dict[str, Any] = {}
@@ -30,7 +36,7 @@ def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
         if not sep or not key:
             raise ValueError(f"{what}: expected key=value, got {item!r}")
         try:
-            out[key] = yaml.safe_load(value)
+            out[key] = float(value) if NUMBER.fullmatch(value.strip()) else yaml.safe_load(value)
         except yaml.YAMLError as err:
             raise ValueError(f"{what}: cannot parse the value of {item!r}: {err.problem}") from err
     return out
@@ -47,6 +53,7 @@ def parse_ints(text: str) -> tuple[int, ...]:
 def _threads(n: int) -> None:
     import torch
 
+    require(is_int_at_least(n, 1) and n <= MAX_THREADS, "--threads", n, f"an integer in [1, {MAX_THREADS}]")
     torch.set_num_threads(n)
 
 

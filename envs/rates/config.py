@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fl_gym.envs.learning import LearningConfig
-from fl_gym.validation import is_int_at_least, is_positive, require, require_choice
+from fl_gym.validation import MAX_LR, is_int_at_least, is_positive, require, require_choice
 
 _PAPER = dict(dataset="mnist", num_clients=100, lr=0.01, batch_size=32, rounds_per_episode=50)
 _PAPER_OWN = dict(clients_per_round=20, local_epochs=3.0, model="fedent-mnist-cnn", validation_size=2000,
@@ -59,5 +59,5 @@ class RateConfig(LearningConfig):
                 self.clients_per_round, f"an integer in [1, fewest clients={n}]")
         require_choice("action_mode", self.action_mode, ACTION_MODES)
         require(is_positive(self.lr_min), "lr_min", self.lr_min, "a float > 0")
-        require(is_positive(self.lr_max) and self.lr_max > self.lr_min, "lr_max", self.lr_max,
-                f"a float > lr_min={self.lr_min}")
+        require(is_positive(self.lr_max) and self.lr_min < self.lr_max <= MAX_LR, "lr_max", self.lr_max,
+                f"a float in (lr_min={self.lr_min}, {MAX_LR:g}]")

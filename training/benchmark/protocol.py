@@ -28,18 +28,27 @@ import numpy as np
 from fl_gym.atomic import read_json, write_json
 from fl_gym.training import runs
 from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
-from fl_gym.training.compare import policy_spec
+from fl_gym.training.compare import PolicySpec, policy_spec
 from fl_gym.training.evaluation import evaluate
 
 Say = Callable[[str], None]
 
 
-def score_policy(task: Task, spec: str, split: str = "test", scenarios: tuple[int, ...] | None = None,
-                 seeds: tuple[int, ...] | None = None) -> np.ndarray:
-    """``(len(seeds), len(scenarios))`` episode scores of ``spec`` (default: on the task's test federations)."""
+def score_policy(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
+                 scenarios: tuple[int, ...] | None = None, seeds: tuple[int, ...] | None = None) -> np.ndarray:
+    """``(len(seeds), len(scenarios))`` episode scores of a policy (default: on the task's test federations).
+
+    Args:
+        task: the task.
+        spec: a policy spec (``fl-gym compare`` syntax), or ``make_policy(env)`` returning anything
+            with SB3's ``predict`` (a new method, evaluated exactly as the fixed policies are).
+        split: ``test`` or ``extrapolation``.
+        scenarios: the federations (default: the task's test federations).
+        seeds: the episodes on each (default: the task's evaluation seeds).
+    """
     scenarios = task.test_scenarios if scenarios is None else scenarios
     seeds = task.eval_seeds if seeds is None else seeds
-    policy = policy_spec(spec, task.env_id, tuple(seeds))
+    policy = policy_spec(spec, task.env_id, tuple(seeds)) if isinstance(spec, str) else PolicySpec("custom", spec)
     makers = [functools.partial(gym.make, task.env_id, **{**task.test_kwargs(s, split), **policy.env_kwargs})
               for s in scenarios for _ in seeds]
     episodes = evaluate(makers, policy.factory, [seed for _ in scenarios for seed in seeds])

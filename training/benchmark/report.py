@@ -73,6 +73,7 @@ def build(refs: Mapping[str, Any], agents: Mapping[str, Mapping[str, list[dict]]
     for split in SPLITS:
         runs = method_runs(refs, agents, split)
         tasks = {t: _task_rows(runs, refs[t], t, split) for t in refs}
+        headroom = {t: task_headroom(refs[t], split) for t in refs}
         best = suite_matrix(runs[BEST], refs, split)
         suite = {}
         for method in [BEST, REFERENCE, UPPER, *agents]:
@@ -85,8 +86,30 @@ def build(refs: Mapping[str, Any], agents: Mapping[str, Mapping[str, list[dict]]
             suite[method]["p_improve_on_best"] = scores.improvement_ci(matrix, best, reps)
             suite[method]["profile"] = scores.performance_profile(matrix, PROFILE_TAUS).tolist()
             suite[method]["at_or_above_best"] = int((matrix.mean(axis=0) >= 1.0).sum())
-        report["splits"][split] = {"tasks": tasks, "suite": suite}
+        report["splits"][split] = {"tasks": tasks, "headroom": headroom, "suite": suite}
     return report
+
+
+def _standard_error(values: np.ndarray) -> float:
+    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+
+
+def task_headroom(record: Mapping[str, Any], split: str) -> dict[str, float]:
+    """Whether the task's decisions matter and where the ceiling is, from its reference scores.
+
+    ``spread``: best fixed policy minus the reference (raw); ``spread_in_se``: that spread over
+    the larger of the two standard errors (runs = evaluation seeds); ``upper``: the privileged
+    policy's normalised score (NaN without one); ``seed_sd``: the reference policy's episode-score
+    standard deviation across evaluation seeds on one federation (averaged over federations), the
+    noise a single episode carries.
+    """
+    ref = record["refs"][split]
+    lowest, best = (np.asarray(record["policies"][s][split]) for s in (record["reference"], ref["best"]))
+    se = max(_standard_error(run_values(lowest)), _standard_error(run_values(best)))
+    spread = ref["ref_max"] - ref["ref_min"]
+    upper = float(np.mean(record["policies"][record["upper"]][split])) if record["upper"] else float("nan")
+    return {"spread": spread, "spread_in_se": spread / se if se > 0 else float("inf"),
+            "upper": (upper - ref["ref_min"]) / spread, "seed_sd": float(lowest.std(axis=0, ddof=1).mean())}
 
 
 def _task_rows(runs: Mapping[str, Mapping[str, np.ndarray]], record: Mapping[str, Any], task: str, split: str
@@ -97,8 +120,7 @@ def _task_rows(runs: Mapping[str, Mapping[str, np.ndarray]], record: Mapping[str
         if task not in tasks or method in (BEST, REFERENCE, UPPER):
             continue
         values = tasks[task]
-        se = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
-        rows.append({"method": method, "runs": len(values), "raw": float(values.mean()), "se": se,
+        rows.append({"method": method, "runs": len(values), "raw": float(values.mean()), "se": _standard_error(values),
                      "normalised": float(normalise(values, record, split).mean()),
                      "role": _role(method, record)})
     return rows
@@ -126,10 +148,12 @@ def markdown(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str
                          f"{agg['median'][0]:.2f} | {_ci(agg['p_improve_on_best'])} | "
                          f"{agg['at_or_above_best']}/{len(refs)} |")
         for task, rows in body["tasks"].items():
-            ref = refs[task]["refs"][split]
+            ref, room = refs[task]["refs"][split], body["headroom"][task]
             lines += ["", f"### {task} ({split})", "",
                       f"ref_min {ref['ref_min']:.4f} ({refs[task]['reference']}), ref_max {ref['ref_max']:.4f} "
-                      f"({ref['best']}); score: {refs[task]['score']}", "",
+                      f"({ref['best']}); score: {refs[task]['score']}. Spread {room['spread']:.4f} = "
+                      f"{room['spread_in_se']:.1f} s.e.; upper reference at {room['upper']:.2f}; one episode's "
+                      f"seed-to-seed s.d. {room['seed_sd']:.4f}.", "",
                       "| method | role | runs | raw ± s.e. | normalised |", "|---|---|---|---|---|"]
             for row in sorted(rows, key=lambda r: -r["raw"]):
                 lines.append(f"| {row['method']} | {row['role']} | {row['runs']} | {row['raw']:.4f} ± "
