@@ -144,8 +144,8 @@ class PickPolicy(RowPolicy):
         self._seed_rng(seed)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
-        """The pick-mask as ``MultiBinary`` bits."""
-        return self.pick(observation).astype(np.int8)
+        """The pick-mask, encoded for the env's action (bits, or scores)."""
+        return self.layout.encode(self.pick(observation))
 
     def pick(self, observation: np.ndarray) -> np.ndarray:
         """``(N,)`` bool: the clients that train."""

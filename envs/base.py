@@ -281,18 +281,23 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
 
 
 class ValidationGain:
-    """The validation accuracy an accuracy-gain reward is measured from.
+    """The validation accuracy and loss a gain reward is measured from.
 
     For a federation with a validation split: read at the episode's start, moved on by every report.
+
+    Attributes:
+        last: the last validation accuracy.
+        last_loss: the last validation cross-entropy.
     """
 
     def __init__(self, federation: Federation) -> None:
-        self.last = federation.validation_accuracy()
+        self.last, self.last_loss = federation.validation()
 
-    def update(self, report: RoundReport) -> float:
-        """This round's gain; the report's accuracy becomes the reference."""
-        gain, self.last = report.val_accuracy - self.last, report.val_accuracy
-        return gain
+    def update(self, report: RoundReport) -> tuple[float, float]:
+        """This round's accuracy gain and loss drop; the report's values become the reference."""
+        gain, drop = report.val_accuracy - self.last, self.last_loss - report.val_loss
+        self.last, self.last_loss = report.val_accuracy, report.val_loss
+        return gain, drop
 
     @property
     def observed(self) -> float:

@@ -206,13 +206,13 @@ class Federation:
         return [self._test_request(self.archs[0], self.global_models[0], self.val_indices)]
 
     @staticmethod
-    def _validation_accuracy(results: list[EvalResult]) -> float:
-        """The accuracy in the results of :meth:`_validation_requests` (NaN where there was none)."""
-        return float(results[0].accuracy[0]) if results else math.nan
+    def _validation(results: list[EvalResult]) -> tuple[float, float]:
+        """The accuracy and loss in the results of :meth:`_validation_requests` (NaN where there was none)."""
+        return (float(results[0].accuracy[0]), float(results[0].loss[0])) if results else (math.nan, math.nan)
 
-    def validation_accuracy(self) -> float:
-        """The first global model's accuracy on the validation set (NaN without one)."""
-        return self._validation_accuracy(self._evaluate_all(self._validation_requests()))
+    def validation(self) -> tuple[float, float]:
+        """The first global model's accuracy and cross-entropy on the validation set (NaN without one)."""
+        return self._validation(self._evaluate_all(self._validation_requests()))
 
     @staticmethod
     def _load(cfg: FederationConfig) -> Dataset:
@@ -419,9 +419,9 @@ class Federation:
         if trained.cohort is not None:
             self.algorithm.commit(np.flatnonzero(aggregated))  # before the server correction reads it
             weights = self._aggregate(trained, aggregated, weight, extras)
-        globals_, val_accuracy = self._evaluate_round(extras)
+        globals_, (val_accuracy, val_loss) = self._evaluate_round(extras)
         report = RoundReport.of(trained, aggregated=aggregated, clock=self.elapsed, weights=weights, extras=extras,
-                                val_accuracy=val_accuracy, **comm, **globals_)
+                                val_accuracy=val_accuracy, val_loss=val_loss, **comm, **globals_)
         if self.remote is not None:
             self.remote.round_finished(report)
         return report
@@ -605,16 +605,16 @@ class Federation:
                 self.global_models[m] = self.buffers.keep(self._servers[m].apply(old, average))
         return weights
 
-    def _evaluate_round(self, extras: dict) -> tuple[dict, float]:
-        """The round's test evaluation of the global models (when due) and validation accuracy, in one flush."""
+    def _evaluate_round(self, extras: dict) -> tuple[dict, tuple[float, float]]:
+        """The round's test evaluation of the global models (when due) and validation accuracy and loss, one flush."""
         due = self.config.train and (self.round % self.config.eval_every == 0 or self.round == 1)
         tests = self._global_requests() if due else []
         results = self._evaluate_all(tests + self._validation_requests())
         values = self._global_values(results[: len(tests)]) if due else self._not_evaluated
-        val_accuracy = self._validation_accuracy(results[len(tests):])
+        validation = self._validation(results[len(tests):])
         if self.companion_arch:
             extras["companion_global_accuracy"], extras["companion_global_loss"] = values[2], values[3]
-        return {"global_accuracy": values[0], "global_loss": values[1]}, val_accuracy
+        return {"global_accuracy": values[0], "global_loss": values[1]}, validation
 
     def _global_requests(self) -> list[EvalRequest]:
         """Every global model, then the companion, on the test set's evaluation samples."""

@@ -244,6 +244,8 @@ class RoundReport(ClientResults):
         global_accuracy: ``(M,)`` each global model on the test set (less the validation set, if
             any); ``global_loss`` alike. NaN in rounds without an evaluation.
         val_accuracy: the first global model on the validation set, every round (NaN without one).
+        val_loss: its mean cross-entropy there (NaN without one): a reward with less noise than
+            the accuracy of a small validation set.
         extras: method-specific values: with a companion model ``companion_loss``,
             ``companion_accuracy``, ``companion_weights`` (per client) and
             ``companion_global_accuracy``, ``companion_global_loss`` (floats).
@@ -268,6 +270,7 @@ class RoundReport(ClientResults):
     global_accuracy: np.ndarray
     global_loss: np.ndarray
     val_accuracy: float = math.nan
+    val_loss: float = math.nan
     extras: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -191,3 +191,7 @@ def test_task_headroom_by_hand():
     assert room["spread"] == pytest.approx(0.1) and room["upper"] == pytest.approx(3.0)
     assert room["spread_in_se"] == float("inf")  # no spread between the runs of either
     assert room["seed_sd"] == pytest.approx(np.mean([np.std([0.4, 0.5], ddof=1), np.std([0.6, 0.5], ddof=1)]))
+    assert np.isnan(room["reward_snr"])
+    record["returns"] = {"a": {"test": [[1.0, 1.0], [1.0, 1.0]]}, "b": {"test": [[2.0, 3.0], [2.0, 1.0]]}}
+    paired = np.array([1.0, 2.0, 1.0, 0.0])
+    assert task_headroom(record, "test")["reward_snr"] == pytest.approx(paired.mean() / paired.std(ddof=1))

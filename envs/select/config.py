@@ -54,6 +54,8 @@ class SelectionConfig(PresetConfig):
         prox_mu: FedProx's ``mu``.
         lambda_comm: weight of the uplink penalty (per episode: uploading everything every round
             costs ``lambda_comm``).
+        reward_signal: the validation gain rewarded: ``accuracy`` (its accuracy gain) or ``loss``
+            (the drop of its cross-entropy, less noisy on a small validation set).
         lambda_entropy: weight of the selected mixture's normalised entropy (shaping; 0 = off).
         lambda_repair: penalty of an action the env had to repair (empty, or too many clients).
     """
@@ -65,6 +67,7 @@ class SelectionConfig(PresetConfig):
     local_algorithm: str = "fedavg"
     prox_mu: float = 0.01
     lambda_comm: float = 0.05
+    reward_signal: str = "accuracy"
     lambda_entropy: float = 0.0
     lambda_repair: float = 0.01
 
@@ -76,6 +79,7 @@ class SelectionConfig(PresetConfig):
         require(0 <= self.p_positive <= 1, "p_positive", self.p_positive, "a float in [0, 1]")
         require_choice("local_algorithm", self.local_algorithm, LOCAL_ALGORITHMS)
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
+        require_choice("reward_signal", self.reward_signal, ("accuracy", "loss"))
         for name in ("lambda_comm", "lambda_entropy", "lambda_repair"):
             require(is_non_negative(getattr(self, name)), name, getattr(self, name), "a float >= 0")
 
@@ -116,16 +120,20 @@ class PickConfig(SelectionConfig):
         reward: ``accuracy`` (validation accuracy gain minus the uplink penalty, as ``FLSelect-v0``)
             or ``favor`` (FAVOR's ``64^(acc - target) - 1``, Wang et al., INFOCOM 2020).
         target_accuracy: the ``favor`` reward's target.
+        pick_action: ``bits`` (``MultiBinary(N)``, up to ``m`` set) or ``scores`` (``Box(-1, 1,
+            (N,))``, the ``m`` highest pick: what a Gaussian policy learns well, starting uniform).
     """
 
     post_filter: str = "judge"
     reward: str = "accuracy"
     target_accuracy: float = 0.9
+    pick_action: str = "bits"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require_choice("post_filter", self.post_filter, ("judge", "all"))
         require_choice("reward", self.reward, ("accuracy", "favor"))
+        require_choice("pick_action", self.pick_action, ("bits", "scores"))
         require(0 < self.target_accuracy <= 1, "target_accuracy", self.target_accuracy, "a float in (0, 1]")
 
 

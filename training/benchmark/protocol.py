@@ -2,8 +2,8 @@
 
 * :func:`score_policy`: one policy spec (``fl-gym compare`` syntax: a fixed policy's name, or
   ``ALGO:RUN_DIR``) on every test federation and evaluation seed of a task, as a
-  ``(seeds, federations)`` matrix of episode scores. All the episodes run side by side as the
-  copies of one batched vector env.
+  ``(seeds, federations)`` matrix of episode scores (:func:`play` gives the episodes). All the
+  episodes run side by side as the copies of one batched vector env.
 * :func:`task_references`: the pinned procedure behind a task's reference scores. Tuned
   baselines choose their setting on the tuning federations (inside the training range); then
   every fixed policy, the chosen ones and the upper reference are scored on the test and
@@ -29,14 +29,14 @@ from fl_gym.atomic import read_json, write_json
 from fl_gym.training import runs
 from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
 from fl_gym.training.compare import PolicySpec, policy_spec
-from fl_gym.training.evaluation import evaluate
+from fl_gym.training.evaluation import Episode, evaluate
 
 Say = Callable[[str], None]
 
 
-def score_policy(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
-                 scenarios: tuple[int, ...] | None = None, seeds: tuple[int, ...] | None = None) -> np.ndarray:
-    """``(len(seeds), len(scenarios))`` episode scores of a policy (default: on the task's test federations).
+def play(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
+         scenarios: tuple[int, ...] | None = None, seeds: tuple[int, ...] | None = None) -> list[list[Episode]]:
+    """A policy's episodes on the task's federations: ``[seed][federation]``.
 
     Args:
         task: the task.
@@ -52,7 +52,21 @@ def score_policy(task: Task, spec: str | Callable[[gym.Env], Any], split: str = 
     makers = [functools.partial(gym.make, task.env_id, **{**task.test_kwargs(s, split), **policy.env_kwargs})
               for s in scenarios for _ in seeds]
     episodes = evaluate(makers, policy.factory, [seed for _ in scenarios for seed in seeds])
-    return np.array([task.score_of(e) for e in episodes]).reshape(len(scenarios), len(seeds)).T
+    return [[episodes[f * len(seeds) + k] for f in range(len(scenarios))] for k in range(len(seeds))]
+
+
+def score_policy(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
+                 scenarios: tuple[int, ...] | None = None, seeds: tuple[int, ...] | None = None) -> np.ndarray:
+    """``(seeds, federations)`` episode scores of a policy (arguments as :func:`play`)."""
+    return _scores(task, play(task, spec, split, scenarios, seeds))
+
+
+def _scores(task: Task, episodes: list[list[Episode]]) -> np.ndarray:
+    return np.array([[task.score_of(e) for e in row] for row in episodes])
+
+
+def _returns(episodes: list[list[Episode]]) -> np.ndarray:
+    return np.array([[float(np.sum(e.rewards)) for e in row] for row in episodes])
 
 
 def tune(task: Task, say: Say = print) -> dict[str, dict[str, Any]]:
@@ -73,11 +87,13 @@ def task_references(task: Task, say: Say = print) -> dict[str, Any]:
     tuned = tune(task, say)
     fixed = list(dict.fromkeys([*task.heuristics, *(t["chosen"] for t in tuned.values())]))
     policies: dict[str, dict[str, list[list[float]]]] = {}
+    returns: dict[str, dict[str, list[list[float]]]] = {}
     for spec in fixed + ([task.upper] if task.upper else []):
-        policies[spec] = {}
+        policies[spec], returns[spec] = {}, {}
         for split in SPLITS:
-            scores = score_policy(task, spec, split)
-            policies[spec][split] = scores.tolist()
+            episodes = play(task, spec, split)
+            scores = _scores(task, episodes)
+            policies[spec][split], returns[spec][split] = scores.tolist(), _returns(episodes).tolist()
             say(f"  {task.name}: {spec} on {split}: {scores.mean():.4f}")
     refs = {}
     for split in SPLITS:
@@ -85,7 +101,7 @@ def task_references(task: Task, say: Say = print) -> dict[str, Any]:
         best = max(means, key=means.get)
         refs[split] = {"ref_min": means[task.reference], "ref_max": means[best], "best": best}
     return {"task": task.name, "env_id": task.env_id, "score": task.score, "reference": task.reference,
-            "upper": task.upper, "fixed": fixed, "tuned": tuned, "refs": refs, "policies": policies,
+            "upper": task.upper, "fixed": fixed, "tuned": tuned, "refs": refs, "policies": policies, "returns": returns,
             "test_scenarios": list(task.test_scenarios), "eval_seeds": list(task.eval_seeds),
             "wall_s": time.perf_counter() - start}
 
@@ -106,10 +122,11 @@ def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = 
         runs.create_run_dir(cfg, folder)
     start = time.perf_counter()
     runs.train(folder, progress=progress, say=say)
-    spec = f"{algo}:{folder}"
+    episodes = {split: play(task, f"{algo}:{folder}", split) for split in SPLITS}
     record = {"task": task.name, "algo": algo, "seed": seed, "budget": task.budget,
               "train_wall_s_last_session": time.perf_counter() - start,
-              "scores": {split: score_policy(task, spec, split).tolist() for split in SPLITS}}
+              "scores": {split: _scores(task, e).tolist() for split, e in episodes.items()},
+              "returns": {split: _returns(e).tolist() for split, e in episodes.items()}}
     write_json(done, record)
     return record
 

@@ -101,15 +101,23 @@ def task_headroom(record: Mapping[str, Any], split: str) -> dict[str, float]:
     the larger of the two standard errors (runs = evaluation seeds); ``upper``: the privileged
     policy's normalised score (NaN without one); ``seed_sd``: the reference policy's episode-score
     standard deviation across evaluation seeds on one federation (averaged over federations), the
-    noise a single episode carries.
+    noise a single episode carries; ``reward_snr``: the best fixed policy's return minus the
+    reference's, episode by episode (same seed and federation), mean over standard deviation: how
+    clearly the training reward tells the two apart in one episode (NaN without returns).
     """
     ref = record["refs"][split]
     lowest, best = (np.asarray(record["policies"][s][split]) for s in (record["reference"], ref["best"]))
     se = max(_standard_error(run_values(lowest)), _standard_error(run_values(best)))
     spread = ref["ref_max"] - ref["ref_min"]
     upper = float(np.mean(record["policies"][record["upper"]][split])) if record["upper"] else float("nan")
+    returns = record.get("returns", {})
+    snr = float("nan")
+    if returns:
+        paired = np.asarray(returns[ref["best"]][split]) - np.asarray(returns[record["reference"]][split])
+        snr = float(paired.mean() / paired.std(ddof=1))
     return {"spread": spread, "spread_in_se": spread / se if se > 0 else float("inf"),
-            "upper": (upper - ref["ref_min"]) / spread, "seed_sd": float(lowest.std(axis=0, ddof=1).mean())}
+            "upper": (upper - ref["ref_min"]) / spread, "seed_sd": float(lowest.std(axis=0, ddof=1).mean()),
+            "reward_snr": snr}
 
 
 def _task_rows(runs: Mapping[str, Mapping[str, np.ndarray]], record: Mapping[str, Any], task: str, split: str
@@ -153,7 +161,8 @@ def markdown(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str
                       f"ref_min {ref['ref_min']:.4f} ({refs[task]['reference']}), ref_max {ref['ref_max']:.4f} "
                       f"({ref['best']}); score: {refs[task]['score']}. Spread {room['spread']:.4f} = "
                       f"{room['spread_in_se']:.1f} s.e.; upper reference at {room['upper']:.2f}; one episode's "
-                      f"seed-to-seed s.d. {room['seed_sd']:.4f}.", "",
+                      f"seed-to-seed s.d. {room['seed_sd']:.4f}; reward signal-to-noise (best fixed - reference, "
+                      f"per episode) {room['reward_snr']:.2f}.", "",
                       "| method | role | runs | raw ± s.e. | normalised |", "|---|---|---|---|---|"]
             for row in sorted(rows, key=lambda r: -r["raw"]):
                 lines.append(f"| {row['method']} | {row['role']} | {row['runs']} | {row['raw']:.4f} ± "

@@ -1,0 +1,36 @@
+"""The validation-loss reward: its terms telescope to the episode's drop of validation cross-entropy."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import fl_gym  # noqa: F401
+
+
+@pytest.mark.parametrize("env_id, kwargs", [
+    ("FLAggregate-v0", {"reward": "loss_drop"}),
+    ("FLLearningRate-v0", {"reward": "loss_drop"}),
+    ("FLSelect-v0", {"reward_signal": "loss", "lambda_comm": 0.0, "lambda_repair": 0.0}),
+])
+def test_loss_rewards_sum_to_the_drop_of_validation_loss(env_id, kwargs):
+    env = gym.make(env_id, rounds_per_episode=4, **kwargs)
+    env.reset(seed=5)
+    fed = env.unwrapped.federation
+    start_accuracy, start = fed.validation()
+    total, done = 0.0, False
+    env.action_space.seed(0)
+    while not done:
+        _, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        assert info["reward_terms"]["loss_drop"] == pytest.approx(reward, abs=1e-9)
+        total += reward
+        done = terminated or truncated
+    end_accuracy, end = fed.validation()
+    assert np.isfinite(start) and total == pytest.approx(start - end, abs=1e-6)
+    assert 0 <= end_accuracy <= 1 and end < start  # four rounds of training lower the loss
+
+
+def test_reward_signal_is_validated():
+    with pytest.raises(ValueError, match="reward_signal='gain'"):
+        gym.make("FLSelect-v0", reward_signal="gain")
