@@ -112,20 +112,26 @@ class SetPolicy(ActorCriticPolicy):
         hidden: width of every layer.
         pool: ``mean`` or ``attention``.
         transform: None or ``neglog`` (``-log(obs)``, for ratio features in ``(0, 1]``).
+        action_bias: the actor output's initial bias (a logit, or a Gaussian's mean), so that PPO
+            starts at a sensible action: ``2.0`` on keep-bits keeps each client with probability
+            0.88 at first (near FedAvg's "keep all") instead of a coin flip.
         kwargs: :class:`~stable_baselines3.common.policies.ActorCriticPolicy`'s (``log_std_init``,
             ``ortho_init``, ``optimizer_kwargs``, ...); ``net_arch`` and ``use_sde`` are not used.
     """
 
     def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, lr_schedule: Any,
                  client_rows: ClientRows | None = None, hidden: int = 64, pool: str = "mean",
-                 transform: str | None = None, **kwargs: Any) -> None:
+                 transform: str | None = None, action_bias: float = 0.0, **kwargs: Any) -> None:
         require(isinstance(client_rows, ClientRows), "client_rows", client_rows,
                 "the env's ClientRows (an env whose observation lists per-client rows)")
         require(is_int_at_least(hidden, 4) and hidden % 4 == 0, "hidden", hidden, "a multiple of 4 >= 4")
         require_choice("pool", pool, POOLS)
         require(transform in TRANSFORMS, "transform", transform, "None or 'neglog'")
         require(not kwargs.get("use_sde", False), "use_sde", True, "False (SetPolicy has no gSDE)")
+        require(isinstance(action_bias, (int, float)) and np.isfinite(action_bias), "action_bias", action_bias,
+                "a finite float")
         self.client_rows, self.hidden, self.pool, self.transform = client_rows, hidden, pool, transform
+        self.action_bias = float(action_bias)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
     def rows_in(self, obs_dim: int) -> int:
@@ -163,6 +169,7 @@ class SetPolicy(ActorCriticPolicy):
             self.mlp_extractor.apply(lambda m: self.init_weights(m, gain=float(np.sqrt(2))))
             self.init_weights(self.mlp_extractor.actor[-1], gain=0.01)
             self.value_net.apply(lambda m: self.init_weights(m, gain=1.0))
+        nn.init.constant_(self.mlp_extractor.actor[-1].bias, self.action_bias)
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
     def _get_action_dist_from_latent(self, latent_pi: torch.Tensor) -> Distribution:
@@ -198,7 +205,8 @@ class SetPolicy(ActorCriticPolicy):
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(client_rows=self.client_rows, hidden=self.hidden, pool=self.pool, transform=self.transform)
+        data.update(client_rows=self.client_rows, hidden=self.hidden, pool=self.pool, transform=self.transform,
+                    action_bias=self.action_bias)
         return data
 
 

@@ -93,6 +93,7 @@ def test_a_round_level_action_reads_the_pooled_context():
     (dict(hidden=6), "hidden"),
     (dict(transform="log"), "transform"),
     (dict(use_sde=True), "use_sde"),
+    (dict(action_bias=float("nan")), "action_bias"),
 ])
 def test_bad_policy_arguments_name_the_parameter(kwargs, name):
     rows, action_space = LAYOUTS["rates"]
@@ -100,6 +101,17 @@ def test_bad_policy_arguments_name_the_parameter(kwargs, name):
     args = {"client_rows": rows, **kwargs}
     with pytest.raises(ValueError, match=name):
         SetPolicy(obs_space, action_space, lambda _: 3e-4, **args)
+
+
+def test_action_bias_starts_keep_bits_near_keep_all_and_survives_saving(tmp_path):
+    env = make_env("FLSelect-v0", 1, env_kwargs={"rounds_per_episode": 2})
+    model = build_agent(env, {**load_hyperparams("FLSelect-v0"), "policy": "SetPolicy",
+                              "policy_kwargs": {"hidden": 16, "action_bias": 2.0}}, "ppo")
+    obs = torch.as_tensor(env.reset(), dtype=torch.float32)
+    probs = model.policy.get_distribution(obs).distribution.probs
+    assert torch.allclose(probs, torch.full_like(probs, 1 / (1 + np.exp(-2.0))), atol=0.02)
+    model.save(tmp_path / "m.zip")
+    assert PPO.load(tmp_path / "m.zip", device="cpu").policy.action_bias == 2.0
 
 
 def test_set_policy_is_for_ppo_only():
