@@ -398,3 +398,18 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     code, _, err = run_cli(["compare", "FLSelect-v0", "--policies", "random-drop[q=2]", "--rounds", 2, "--no-progress",
                             "--out", tmp_path], capsys)
     assert code == 2 and "q=2 is out of range" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "FLAggregate-v0", "--run-id", "../../escaped"], "--run-id='../../escaped' is out of range"),
+    (["compare", "FLAggregate-v0", "--policies", ""], "--policies='' is out of range"),
+    (["compare", "FLAggregate-v0", "--policies", "fedavg", "--rounds", "31"], "--rounds=31 is out of range"),
+    (["fedavg", "--rounds", "0"], "--rounds=0 is out of range"),
+    (["bench", "--sections", "vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),
+    (["data", "describe", "digits", "--out", "d_noext"], "--out='d_noext' is out of range"),
+])
+def test_more_bad_inputs_are_one_line_before_any_work(argv, message, capsys, tmp_path):
+    assert main([*argv, *(["--runs-dir", str(tmp_path)] if argv[0] == "train" else [])]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "escaped").exists()

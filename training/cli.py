@@ -127,6 +127,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     _threads(args.threads)
     specs = [s for s in re.split(r",(?![^\[]*\])", args.policies) if s]  # commas inside [...] are kwargs
+    require(bool(specs), "--policies", args.policies, "one or more policies, comma-separated")
     out = Path(args.out or Path(args.runs_dir) / args.env_id / f"compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     results = compare(args.env_id, specs, parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs"),
                       args.rounds, out, progress=not args.no_progress, target=args.target)
@@ -252,6 +253,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(bench.recipe_table(bench.recipe_benchmark(progress=say)) + "\n")
     if "vec" in sections:
         counts = tuple(parse_ints(args.vec_envs))
+        require(all(n >= 1 for n in counts), "--vec-envs", args.vec_envs, "copy counts >= 1")
         env_ids = _registered_ids(args.vec_ids, "--vec-ids") if args.vec_ids else vec_bench.default_ids()
         print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, env_ids, device=args.device,
                                                                     progress=say)) + "\n")
@@ -292,6 +294,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from fl_gym.data import PartitionConfig, PartitionReport, load_dataset, partition
     from fl_gym.training.plots import plot_histogram
 
+    require(args.out is None or Path(args.out).suffix.lower() == ".png", "--out", args.out, "a path ending in .png")
     data = load_dataset(args.dataset, root=args.data_root, download=args.download)
     if args.partition == "natural":
         parts = [train for train, _ in data.natural_split]
@@ -315,6 +318,7 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     from fl_gym import Federation, FederationConfig, PartitionConfig, RoundPlan
 
     _threads(args.threads)
+    require(is_int_at_least(args.rounds, 1), "--rounds", args.rounds, "an integer >= 1")
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
                            partition=PartitionConfig(alpha=args.alpha), batch_size=args.batch_size)
     fed = Federation(cfg, scenario_seed=args.seed)

@@ -133,8 +133,12 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
     parsed = [policy_spec(spec, env_id, tuple(seeds)) for spec in specs]  # bad specs fail before any work
     labels = [p.label for p in parsed]
     require(len(set(labels)) == len(labels), "--policies", specs, "distinct policies")
-    for p in parsed:  # bad env kwargs fail before any work
-        gym.make(env_id, **{**(env_kwargs or {}), **p.env_kwargs}).close()
+    for p in parsed:  # bad env kwargs and rounds fail before any work
+        env = gym.make(env_id, **{**(env_kwargs or {}), **p.env_kwargs})
+        horizon = env.unwrapped.rounds_per_episode
+        env.close()
+        require(rounds is None or rounds <= horizon, "--rounds", rounds,
+                f"at most the episode's {horizon} rounds (raise rounds_per_episode with --env-kwargs)")
     episodes: dict[str, list[Episode]] = {}
     bar = tqdm(total=len(parsed) * len(seeds), desc=f"compare {env_id}", unit="episode",
                disable=None if progress else True)  # None: off when not writing to a terminal
