@@ -102,7 +102,7 @@ def test_a_copys_federation_called_outside_a_vector_step_runs_its_request_alone(
     alone = gym.make("FLAggregate-v0", rounds_per_episode=2)
     alone.reset(seed=4)
     before = vec.batcher.flushes
-    assert vec.envs[0].unwrapped.federation.validation_accuracy() == alone.unwrapped.federation.validation_accuracy()
+    assert vec.envs[0].unwrapped.federation.validation() == alone.unwrapped.federation.validation()
     assert vec.batcher.flushes == before
     vec.close()
 
