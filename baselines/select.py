@@ -22,6 +22,7 @@ import numpy as np
 from gymnasium import Env
 
 from fl_gym.baselines.base import RowPolicy
+from fl_gym.data.report import label_entropy
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
 from fl_gym.envs.select.spaces import PickLayout, QueueLayout, SelectLayout
@@ -106,7 +107,7 @@ class EntropyTrimPolicy(SelectPolicy):
         self.k = k
 
     def keep(self, soft_labels, sizes):
-        drop = np.argsort(-entropy_rows(soft_labels), kind="stable")[: min(self.k, len(sizes) - 1)]
+        drop = np.argsort(-label_entropy(soft_labels), kind="stable")[: min(self.k, len(sizes) - 1)]
         mask = np.ones(len(sizes), bool)
         mask[drop] = False
         return mask
@@ -207,7 +208,7 @@ class ConfidentPickPolicy(PickPolicy):
 
     def pick(self, observation):
         soft = self.layout.rows(observation)[:, : self.layout.num_classes]
-        uncertain = entropy_rows(soft) / np.log(self.layout.num_classes)
+        uncertain = label_entropy(soft) / np.log2(self.layout.num_classes)
         score = uncertain - self.w * self.layout.column(observation, "staleness")
         return self._mask(np.argsort(score, kind="stable")[: self.m])
 
@@ -229,13 +230,6 @@ class CleanPickPolicy(PickPolicy):
         noisy = self.env.federation.noisy
         clean, bad = self.rng.permutation(np.flatnonzero(~noisy)), self.rng.permutation(np.flatnonzero(noisy))
         return self._mask(np.concatenate([clean, bad])[: self.m])
-
-
-def entropy_rows(probabilities: np.ndarray) -> np.ndarray:
-    """Entropy (nats) of each row of ``probabilities`` (a row of zeros: 0)."""
-    p = np.clip(probabilities, 0, None)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return -np.where(p > 0, p * np.log(p), 0.0).sum(axis=-1)
 
 
 class TopLambdaEntropyPolicy(RowPolicy):

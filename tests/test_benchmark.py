@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 import fl_gym  # noqa: F401
 from fl_gym.baselines.aggregate import CleanWeightsPolicy
 from fl_gym.baselines.rates import CleanRatePolicy
-from fl_gym.baselines.select import CleanKeepPolicy, ConfidentPickPolicy, EntropyTrimPolicy, entropy_rows
+from fl_gym.baselines.select import CleanKeepPolicy, ConfidentPickPolicy, EntropyTrimPolicy
 from fl_gym.envs.select.spaces import PickLayout, SelectLayout
 from fl_gym.training import benchmark
 from fl_gym.training.benchmark.tasks import TRAIN_SCENARIOS, TUNING_SCENARIOS, TUNING_SEEDS, all_tasks, suite
@@ -82,7 +82,6 @@ def test_entropy_trim_drops_the_most_uncertain_soft_labels():
     policy = EntropyTrimPolicy(SelectLayout(4, 2), k=2)
     assert policy.keep(soft, np.ones(4)).tolist() == [True, False, False, True]
     assert EntropyTrimPolicy(SelectLayout(4, 2), k=9).keep(soft, np.ones(4)).sum() == 1  # at least one kept
-    np.testing.assert_allclose(entropy_rows(np.array([[0.5, 0.5], [0.0, 0.0]])), [np.log(2), 0.0])
 
 
 def test_confident_pick_trades_certainty_against_staleness():

@@ -258,7 +258,8 @@ def test_favor_reward():
 
 
 def test_data_entropy_and_bias_values():
-    from fl_gym.envs.select.queue import bias, entropy_bits
+    from fl_gym.data.report import label_entropy as entropy_bits
+    from fl_gym.envs.select.queue import bias
 
     h = np.array([np.eye(10)[3] * 7, np.ones(10), np.r_[5, 5, np.zeros(8)], np.zeros(10)])
     np.testing.assert_allclose(entropy_bits(h), [0.0, math.log2(10), 1.0, 0.0])

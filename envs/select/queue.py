@@ -14,15 +14,6 @@ import math
 import numpy as np
 
 
-def entropy_bits(histogram: np.ndarray) -> np.ndarray:
-    """Label entropy in bits per row of ``(K, C)`` counts (0 for an empty row; ``0 log 0 = 0``)."""
-    h = np.asarray(histogram, np.float64)
-    total = h.sum(axis=-1, keepdims=True)
-    q = np.divide(h, total, out=np.zeros_like(h), where=total > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return -np.where(q > 0, q * np.log2(q), 0.0).sum(axis=-1)
-
-
 def bias(histogram: np.ndarray, population: np.ndarray) -> np.ndarray:
     """``||q_k - q_pop||_2 / sqrt(1 - 1/C)``, clipped to ``[0, 1]`` (spec 2.6, normalised)."""
     h = np.asarray(histogram, np.float64)

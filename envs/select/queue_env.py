@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from fl_gym.data.report import label_entropy
 from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain
 from fl_gym.envs.select.config import QueueConfig
-from fl_gym.envs.select.queue import DataQueue, bias, entropy_bits, segment_size
+from fl_gym.envs.select.queue import DataQueue, bias, segment_size
 from fl_gym.envs.select.spaces import QUEUE_GLOBAL, QUEUE_ROW, QueueLayout
 from fl_gym.records import RoundPlan, RoundReport, TrainedRound
 
@@ -115,7 +116,7 @@ class FLSelectQueueEnv(FLEnv):
                 fed.assign_many(grown)
         plan = RoundPlan.make(fed.num_clients, lr=self._lr, epochs=self.config.local_epochs)
         trained = fed.train_round(fed.open_round(), plan)
-        return QueueRound(trained, entropy_bits(fed.histogram), bias(fed.histogram, self._population))
+        return QueueRound(trained, label_entropy(fed.histogram), bias(fed.histogram, self._population))
 
     def _observe(self, pending: QueueRound) -> np.ndarray:
         fed = self.federation
