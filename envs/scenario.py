@@ -21,14 +21,13 @@ from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.validation import (
     MAX_LR,
     MAX_ROUNDS,
-    MAX_THREADS,
     is_int_at_least,
-    is_non_negative,
     is_positive,
-    is_threads,
     require,
     require_choice,
     require_device,
+    require_share,
+    require_threads,
 )
 
 SelfConfig = TypeVar("SelfConfig", bound="EnvConfig")
@@ -121,8 +120,7 @@ class ScenarioConfig:
         self.partition_config()
         self._check_clients_range()
         self._check_seed_range()
-        require(is_non_negative(self.noisy_clients) and self.noisy_clients < 1, "noisy_clients", self.noisy_clients,
-                "a float in [0, 1)")
+        require_share("noisy_clients", self.noisy_clients)
         fewest = self.client_counts()[0]
         require(self.num_iid <= fewest, "num_iid", self.num_iid, f"at most the fewest clients, {fewest}")
         require(isinstance(self.redraw_partition, bool), "redraw_partition", self.redraw_partition, "True or False")
@@ -136,8 +134,7 @@ class ScenarioConfig:
                 "rounds_per_episode", self.rounds_per_episode, f"an integer in [1, {MAX_ROUNDS}]")
         require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
         require_device("device", self.device)
-        require(is_threads(self.num_threads), "num_threads", self.num_threads,
-                f"None or an integer in [1, {MAX_THREADS}]")
+        require_threads("num_threads", self.num_threads)
 
     def _check_clients_range(self) -> None:
         span = self.num_clients_range

@@ -16,14 +16,14 @@ from fl_gym.engine.losses import MutualDistillation
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.models.zoo import MODELS
 from fl_gym.validation import (
-    MAX_THREADS,
     is_int_at_least,
     is_non_negative,
     is_positive,
-    is_threads,
     require,
     require_choice,
     require_device,
+    require_share,
+    require_threads,
 )
 
 ALGORITHMS = ("fedavg", "fedprox", "pfedme", "scaffold", "moon", "feddyn")
@@ -139,8 +139,7 @@ class FederationConfig:
                 "a float in [0, 1)")
         require(self.server_data_fraction == 0 or self.partition.kind != "natural", "server_data_fraction",
                 self.server_data_fraction, "0 with partition.kind='natural'")
-        require(is_non_negative(self.noisy_clients) and self.noisy_clients < 1, "noisy_clients", self.noisy_clients,
-                "a float in [0, 1)")
+        require_share("noisy_clients", self.noisy_clients)
         require(len(self.models) >= 1, "models", self.models, "a non-empty tuple of model names")
         for name in self.models + ((self.companion,) if self.companion else ()):
             require_choice("models", name, MODELS)
@@ -165,8 +164,7 @@ class FederationConfig:
         require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
         require(is_int_at_least(self.eval_batch_size, 1), "eval_batch_size", self.eval_batch_size, "an integer >= 1")
         require_device("device", self.device)
-        require(is_threads(self.num_threads), "num_threads", self.num_threads,
-                f"None or an integer in [1, {MAX_THREADS}]")
+        require_threads("num_threads", self.num_threads)
         require(self.partition.kind != "natural" or self.dataset == "synthetic", "partition.kind",
                 self.partition.kind, "'natural' only with dataset='synthetic'")
 

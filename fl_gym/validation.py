@@ -47,9 +47,15 @@ MAX_ROUNDS = 100_000  # rounds per episode (the papers use at most 1,000); more 
 MAX_EPOCHS = 1_000.0  # local epochs per round
 
 
-def is_threads(x: object) -> bool:
-    """None, or an integer in ``[1, MAX_THREADS]``."""
-    return x is None or (is_int_at_least(x, 1) and int(x) <= MAX_THREADS)
+def require_threads(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is None or an integer in ``[1, MAX_THREADS]``."""
+    ok = value is None or (is_int_at_least(value, 1) and int(value) <= MAX_THREADS)
+    require(ok, name, value, f"None or an integer in [1, {MAX_THREADS}]")
+
+
+def require_share(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a finite float in ``[0, 1)`` (a share of clients or data)."""
+    require(is_non_negative(value) and value < 1, name, value, "a float in [0, 1)")
 
 
 def is_positive(x: float) -> bool:
