@@ -13,6 +13,8 @@ alike. A policy reads ``S^1 = 1 / obs[:k]`` (or ``S^2`` on the intensity view), 
 | :class:`GreedyBySpeedPolicy` | ``delta`` equal groups by ``S^1``, fastest largest | equal | sizes-only ablation |
 | :class:`InverseTimePolicy` | one size | ``sigma ∝ 1/S^2`` | "RL intensity only"; optimum of ``R^2`` |
 | :class:`BalancedOraclePolicy` | minimise ``max/min`` of ``M(s_i) S^1_i`` | ``sigma ∝ 1/S^2`` | analytic reference |
+| :class:`HistoryOraclePolicy` | the oracle's, on forecast times | ``sigma ∝ 1/S^2``, forecast | history reference |
+| :class:`ClairvoyantOraclePolicy` | the oracle's, on true times | ``sigma ∝ 1/S^2``, true | privileged upper |
 | :class:`HAPFLPolicy` | PPO1 | PPO2 on ``M(sizes) S^1`` | the method |
 """
 
@@ -25,7 +27,7 @@ from gymnasium import Env
 
 from fl_gym.baselines.base import RowPolicy
 from fl_gym.envs.hetero.actions import HeteroSpec
-from fl_gym.envs.hetero.config import SIZE_NAMES
+from fl_gym.envs.hetero.config import HISTORY_HORIZON, SIZE_NAMES
 from fl_gym.envs.registry import PolicyEntry
 
 
@@ -177,6 +179,55 @@ class BalancedOraclePolicy(HeteroPolicy):
     split = InverseTimePolicy.split
 
 
+class HistoryOraclePolicy(BalancedOraclePolicy):
+    """The oracle on forecast per-epoch times: ``S^1`` times each client's last measured slowdown.
+
+    Reads ``obs_mode="history"``: a slowdown ``d`` measured ``a`` rounds before this one forecasts
+    ``d ** (rho ** (a + 1))``, the conditional median of an AR(1) log drift of persistence
+    ``rho``; a client never measured (or measured longer ago than the observation shows)
+    forecasts 1. ``rho=0`` is the plain oracle.
+
+    Args:
+        env: a HAPFL env with ``obs_mode="history"``.
+        rho: the persistence the forecast assumes.
+    """
+
+    def __init__(self, env: Env | HeteroSpec, rho: float = 0.9) -> None:
+        super().__init__(env)
+        if not 0 <= rho <= 1:
+            raise ValueError(f"rho={rho!r} is out of range; allowed: a float in [0, 1]")
+        self.rho = rho
+
+    def _decide(self, rows: np.ndarray) -> np.ndarray:
+        k = self.hetero.clients_per_round
+        if rows.shape[-1] != 3 * k:
+            raise ValueError(f"observation width={rows.shape[-1]} is out of range; allowed: {3 * k} "
+                             f"(obs_mode='history')")
+        slowdown = 1.0 / rows[:, k: 2 * k].astype(np.float64) - 1.0
+        age = np.rint(rows[:, 2 * k:].astype(np.float64) * (1 + HISTORY_HORIZON)) - 1
+        forecast = np.where(age < HISTORY_HORIZON, slowdown ** (self.rho ** (age + 1)), 1.0)
+        return super()._decide(np.concatenate([rows[:, :k] / forecast, rows[:, k:]], axis=-1))
+
+
+class ClairvoyantOraclePolicy(BalancedOraclePolicy):
+    """Privileged: the oracle on the true per-epoch times, this round's drift included.
+
+    Reads the pending round's drift, which the server learns only after training: the upper
+    reference of a task with a persistent load, not a server's policy.
+    """
+
+    reads_env, batchable = True, False
+
+    def __init__(self, env: Env) -> None:
+        super().__init__(env)
+        self.env = env.unwrapped
+
+    def _decide(self, rows: np.ndarray) -> np.ndarray:
+        pending, k = self.env._pending, self.hetero.clients_per_round
+        drift = pending.opened.load.drift[pending.slots]
+        return super()._decide(np.concatenate([rows[:, :k] / drift, rows[:, k:]], axis=-1))
+
+
 class HAPFLPolicy(HeteroPolicy):
     """HAPFL: a frozen PPO1 picks sizes from ``S^1``, a frozen PPO2 splits epochs from ``M(sizes) S^1``.
 
@@ -210,6 +261,13 @@ def _uniform(env: Env | HeteroSpec, size: str = "large") -> UniformPolicy:
     return UniformPolicy(_spec(env), size)
 
 
+def _history_oracle(env: Env | HeteroSpec, rho: float = 0.9) -> HistoryOraclePolicy:
+    if isinstance(env, Env) and (mode := env.unwrapped.config.obs_mode) != "history":
+        raise ValueError(f"obs_mode={mode!r} is out of range; allowed: 'history' (history-oracle reads the "
+                         f"measured slowdowns)")
+    return HistoryOraclePolicy(_spec(env), rho)
+
+
 def _fixed(cls: type[HeteroPolicy]):
     return lambda env, **kwargs: cls(_spec(env), **kwargs)
 
@@ -224,6 +282,10 @@ POLICIES = {
     "greedy": PolicyEntry(_fixed(GreedyBySpeedPolicy), "fastest third gets the largest model, equal epochs"),
     "inverse": PolicyEntry(_fixed(InverseTimePolicy), "one size (kwarg size), epochs proportional to speed"),
     "oracle": PolicyEntry(_fixed(BalancedOraclePolicy), "exactly balanced sizes, epochs proportional to speed"),
+    "history-oracle": PolicyEntry(_history_oracle, "the oracle on forecast times: each client's last measured "
+                                  "slowdown, shrunk by its age (kwarg rho=0.9)", {"obs_mode": "history"}),
+    "clairvoyant": PolicyEntry(ClairvoyantOraclePolicy, "privileged: the oracle on the true times, this round's "
+                               "drift included (reads the pending round): an upper reference"),
     "fedavg": PolicyEntry(_uniform, "FedAvg (McMahan et al., 2017): large models, equal epochs, no LiteModel",
                           {"algorithm": "fedavg"}),
     "fedprox": PolicyEntry(_uniform, "FedProx (Li et al., 2020): FedAvg's allocation with the proximal term",

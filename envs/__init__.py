@@ -31,6 +31,7 @@ HAPFL = Family(
     vector_clock="fl_gym.envs.hetero.vector:HeteroClock",
     agent_kwargs=("obs_mode", "residual_policy"),
     docs="docs/envs/flhetero.md",
+    tasks="fl_gym.training.hetero.tasks:TASKS",
 )
 
 SELECT = Family(

@@ -71,6 +71,9 @@ class ScenarioConfig:
         sigma_dyn: log-std of per-round availability.
         sigma_drift: log-std of drift between a round's probe and its training.
         sigma_meas: log-std of timing noise.
+        load_persistence: round-to-round autocorrelation in ``[0, 1)`` of each device's log
+            availability and drift (0 = independent rounds; 0.9 = a busy device stays busy for
+            about ten rounds, so its history predicts it).
         seconds_per_unit: seconds per sample per unit of model cost on the fastest device.
         bandwidth: upload bytes/s of the best link (``inf`` = communication is free).
         lr: local learning rate.
@@ -102,6 +105,7 @@ class ScenarioConfig:
     sigma_dyn: float = 0.2
     sigma_drift: float = 0.1
     sigma_meas: float = 0.0
+    load_persistence: float = 0.0
     seconds_per_unit: float = 1e-3
     bandwidth: float = float("inf")
     lr: float = 0.05
@@ -168,7 +172,7 @@ class ScenarioConfig:
         """The device cost model."""
         return ClockConfig(seconds_per_unit=self.seconds_per_unit, heterogeneity=self.heterogeneity,
                            sigma_dyn=self.sigma_dyn, sigma_drift=self.sigma_drift, sigma_meas=self.sigma_meas,
-                           bandwidth=self.bandwidth)
+                           load_persistence=self.load_persistence, bandwidth=self.bandwidth)
 
     def federation_config(self, **family: Any) -> FederationConfig:
         """The simulator's config: this scenario plus the family's fields (models, algorithm, ...)."""

@@ -7,7 +7,10 @@ Per-epoch time of a model of cost ``c`` on client ``i`` in round ``r`` (specs: t
 ``psi_i`` is the client's static speed, log-uniform on ``[1/H, 1]`` with one client pinned at
 each end so the full spread exists; ``xi_{r,i} = exp(sigma_dyn z)`` its availability this round.
 Local training adds a drift ``exp(sigma_drift z)`` between the probe and training, and every
-reported time a measurement noise ``exp(sigma_meas z)``. Communication is ``bytes / bandwidth``
+reported time a measurement noise ``exp(sigma_meas z)``. Availability and drift are i.i.d. per
+round by default; with ``load_persistence = rho > 0`` each is a per-client AR(1) process in log
+space, ``log x_r = rho log x_{r-1} + sqrt(1 - rho^2) sigma z_r``, with the same stationary law
+``exp(sigma z)``: a device busy in one round tends to stay busy, so its history predicts it. Communication is ``bytes / bandwidth``
 (off by default: infinite bandwidth). All draws come from generators passed in, so episodes are
 reproducible.
 """
@@ -34,6 +37,8 @@ class ClockConfig:
         sigma_dyn: log-std of the per-round availability ``xi``.
         sigma_drift: log-std of the drift between probe and local training.
         sigma_meas: log-std of the noise on each reported time.
+        load_persistence: ``rho`` in ``[0, 1)``, the round-to-round autocorrelation of the log
+            availability and log drift (0 = independent rounds).
         bandwidth: upload bytes per second of the best link (``inf`` = no communication time).
         bandwidth_heterogeneity: ratio of the best to the worst link (log-uniform between).
         download_ratio: download bandwidth as a multiple of upload bandwidth.
@@ -45,6 +50,7 @@ class ClockConfig:
     sigma_dyn: float = 0.2
     sigma_drift: float = 0.1
     sigma_meas: float = 0.0
+    load_persistence: float = 0.0
     bandwidth: float = math.inf
     bandwidth_heterogeneity: float = 1.0
     download_ratio: float = 1.0
@@ -56,6 +62,8 @@ class ClockConfig:
                 "a float >= 1")
         for name in ("sigma_dyn", "sigma_drift", "sigma_meas", "aggregation_time"):
             require(is_non_negative(getattr(self, name)), name, getattr(self, name), "a float >= 0")
+        require(is_non_negative(self.load_persistence) and self.load_persistence < 1, "load_persistence",
+                self.load_persistence, "a float in [0, 1)")
         require(self.bandwidth > 0, "bandwidth", self.bandwidth, "a float > 0 (inf = free communication)")
         require(is_positive(self.bandwidth_heterogeneity) and self.bandwidth_heterogeneity >= 1,
                 "bandwidth_heterogeneity", self.bandwidth_heterogeneity, "a float >= 1")
@@ -99,16 +107,36 @@ class RoundLoad:
     noise: np.ndarray
 
     @classmethod
-    def draw(cls, num_clients: int, cfg: ClockConfig, rng: np.random.Generator) -> RoundLoad:
-        """One round's draws (always three ``(K,)`` normals, so the stream does not depend on sigmas)."""
+    def draw(cls, num_clients: int, cfg: ClockConfig, rng: np.random.Generator,
+             previous: RoundLoad | None = None) -> RoundLoad:
+        """One round's draws (always three ``(K,)`` normals, so the stream does not depend on sigmas).
+
+        ``previous``: the last round's load, which a persistent load (``load_persistence``)
+        continues; None starts the chain from its stationary law.
+        """
         z = rng.standard_normal((3, num_clients))
-        return cls(np.exp(cfg.sigma_dyn * z[0]), np.exp(cfg.sigma_drift * z[1]), np.exp(cfg.sigma_meas * z[2]))
+        last = None if previous is None else np.stack([previous.availability, previous.drift])
+        return cls(*load_factors(z, cfg, last))
 
     @classmethod
     def still(cls, num_clients: int) -> RoundLoad:
         """No dynamics: every factor 1."""
         ones = np.ones(num_clients)
         return cls(ones, ones, ones)
+
+
+def load_factors(z: np.ndarray, cfg: ClockConfig, previous: np.ndarray | None = None) -> np.ndarray:
+    """Availability, drift and noise from standard normals ``z`` of shape ``(3, ...)``.
+
+    ``previous``: ``(2, ...)`` last availability and drift (None = the first round). Any trailing
+    shape works, so one federation's ``(3, K)`` and many copies' ``(3, N, K)`` take one path.
+    """
+    sigma = np.array([cfg.sigma_dyn, cfg.sigma_drift, cfg.sigma_meas]).reshape(3, *[1] * (z.ndim - 1))
+    log = sigma * z
+    rho = cfg.load_persistence
+    if rho > 0 and previous is not None:
+        log[:2] = rho * np.log(previous) + math.sqrt(1.0 - rho * rho) * log[:2]
+    return np.exp(log)
 
 
 class Clock:

@@ -300,6 +300,7 @@ class Federation:
         self._servers = [ServerOptimizer(cfg.server, self.algorithm.server_mix) for _ in self.archs]
         self._companion_server = ServerOptimizer(cfg.server)
         self.round, self.elapsed = 0, 0.0
+        self.last_load: RoundLoad | None = None  # the latest round's, which a persistent load continues
 
     def redraw_partition(self, seed: int) -> None:
         """Split the training data afresh from ``seed`` (same kind, same clients and devices).
@@ -369,7 +370,8 @@ class Federation:
             if mask.shape != (k_all,) or not mask.any():
                 raise ValueError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an int, "
                                  f"or a bool mask of shape ({k_all},) with at least one client")
-        load = RoundLoad.draw(k_all, self.config.clock, self.rng) if load is None else load
+        load = RoundLoad.draw(k_all, self.config.clock, self.rng, self.last_load) if load is None else load
+        self.last_load = load
         probe = self.clock.epoch_time(self.sizes, self.probe_cost, load)
         return OpenedRound(self.round + 1, mask, load, probe)
 

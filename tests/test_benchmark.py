@@ -24,7 +24,7 @@ CORE = suite("core-v1")
 
 
 def test_core_suite_has_a_task_per_family_that_has_one():
-    assert {t.env_id for t in CORE} >= {"FLSelect-v0", "FLSelectPick-v0", "FLAggregate-v0", "FLLearningRate-v0"}
+    assert {t.env_id for t in CORE} >= {"FLHetero-v0", "FLSelect-v0", "FLSelectPick-v0", "FLAggregate-v0", "FLLearningRate-v0"}
 
 
 @pytest.mark.parametrize("task", all_tasks().values(), ids=lambda t: t.name)

@@ -50,8 +50,30 @@ def test_round_load_is_seeded_and_off_when_sigmas_are_zero():
         pytest.approx(0.2, rel=0.03)
 
 
+def test_a_persistent_load_continues_the_last_round_by_hand():
+    cfg = ClockConfig(sigma_dyn=0.2, sigma_drift=0.5, sigma_meas=0.1, load_persistence=0.6)
+    last = RoundLoad(np.array([2.0, 0.5]), np.array([1.5, 1.0]), np.array([9.0, 9.0]))
+    z = np.random.default_rng(3).standard_normal((3, 2))
+    load = RoundLoad.draw(2, cfg, np.random.default_rng(3), last)
+    np.testing.assert_allclose(load.availability, np.exp(0.6 * np.log([2.0, 0.5]) + 0.8 * 0.2 * z[0]))
+    np.testing.assert_allclose(load.drift, np.exp(0.6 * np.log([1.5, 1.0]) + 0.8 * 0.5 * z[1]))
+    np.testing.assert_allclose(load.noise, np.exp(0.1 * z[2]))  # measurement noise stays independent
+    first = RoundLoad.draw(2, cfg, np.random.default_rng(3))  # no last round: the stationary law
+    np.testing.assert_allclose(first.drift, np.exp(0.5 * z[1]))
+
+
+def test_a_persistent_load_keeps_its_spread_and_has_the_autocorrelation_asked_for():
+    cfg, rng = ClockConfig(sigma_drift=0.5, load_persistence=0.9), np.random.default_rng(0)
+    loads = [RoundLoad.draw(2000, cfg, rng)]
+    for _ in range(40):
+        loads.append(RoundLoad.draw(2000, cfg, rng, loads[-1]))
+    log = np.log(np.stack([load.drift for load in loads]))
+    assert log[-1].std() == pytest.approx(0.5, rel=0.05)
+    assert np.corrcoef(log[-2], log[-1])[0, 1] == pytest.approx(0.9, abs=0.02)
+
+
 @pytest.mark.parametrize("kwargs,param", [
-    (dict(seconds_per_unit=0), "seconds_per_unit"), (dict(heterogeneity=0.5), "heterogeneity"),
+    (dict(seconds_per_unit=0), "seconds_per_unit"), (dict(load_persistence=1.0), "load_persistence"), (dict(heterogeneity=0.5), "heterogeneity"),
     (dict(sigma_dyn=-0.1), "sigma_dyn"), (dict(bandwidth=0), "bandwidth"),
     (dict(bandwidth_heterogeneity=0.9), "bandwidth_heterogeneity"),
 ])

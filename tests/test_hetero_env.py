@@ -7,7 +7,9 @@ import pytest
 import fl_gym  # noqa: F401  (registers the ids)
 from fl_gym.baselines.hetero import (
     BalancedOraclePolicy,
+    ClairvoyantOraclePolicy,
     GreedyBySpeedPolicy,
+    HistoryOraclePolicy,
     InverseTimePolicy,
     RandomPolicy,
     UniformPolicy,
@@ -164,6 +166,64 @@ def test_extended_observation():
     assert np.all((obs[6:18] >= 0) & (obs[6:18] <= 1))
     again, _ = env.reset(seed=0)  # a new episode starts without previous sizes: same seed, same observation
     assert np.array_equal(again, env.reset(seed=0)[0]) and np.all(again[18:] == 0)
+
+
+DRIFTING = dict(obs_mode="history", load_persistence=0.9, sigma_drift=0.5)
+
+
+def test_the_history_observation_shows_each_clients_last_slowdown_and_its_age():
+    env = gym.make("FLHetero-v0", **DRIFTING)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (18,) and np.all(obs[6:] == [0.5] * 6 + [1.0] * 6)  # nobody measured yet
+    fed, slowdown, last = env.unwrapped.federation, {}, {}
+    for t in range(1, 5):
+        played = env.unwrapped._pending
+        obs, _, _, _, info = env.step(env.action_space.sample())
+        for c in played.slots:
+            slowdown[c], last[c] = played.opened.load.drift[c], t
+        slots = env.unwrapped._pending.slots
+        expected = [1 / (1 + slowdown[c]) if c in last else 0.5 for c in slots]
+        ages = [(1 + t - last[c]) / 11 if c in last else 1.0 for c in slots]
+        np.testing.assert_allclose(obs[6:12], expected, rtol=1e-6)
+        np.testing.assert_allclose(obs[12:], ages, rtol=1e-6)
+    # the measured slowdown is what the server can compute: per-epoch training time over the probe's forecast
+    c = played.slots[0]
+    costs = fed.model_costs[info["hetero/sizes"][0]] + fed.companion_cost
+    measured = info["hetero/train_time_per_epoch"][0] / (info["hetero/probe_time"][0] * costs / fed.probe_cost)
+    assert measured == pytest.approx(slowdown[c])
+
+
+def test_the_history_oracle_plays_the_oracle_on_forecast_speeds_by_hand():
+    spec = gym.make("FLHetero-v0", **DRIFTING, preset="scale20").unwrapped.hetero
+    rng = np.random.default_rng(1)
+    s1 = np.exp(rng.uniform(0, 2, 12))
+    drift, age = np.exp(rng.normal(0, 0.5, 12)), rng.integers(0, 14, 12)
+    obs = np.concatenate([1 / s1, 1 / (1 + drift), (1 + np.minimum(age, 10)) / 11]).astype(np.float32)
+    forecast = np.where(age < 10, drift ** (0.7 ** (age + 1.0)), 1.0)
+    by_hand = np.concatenate([(1 / s1) / forecast, obs[12:]]).astype(np.float32)
+    np.testing.assert_allclose(HistoryOraclePolicy(spec, rho=0.7).predict(obs)[0],
+                               BalancedOraclePolicy(spec).predict(by_hand)[0], atol=1e-6)
+    np.testing.assert_array_equal(HistoryOraclePolicy(spec, rho=0.0).predict(obs)[0][:12],
+                                  BalancedOraclePolicy(spec).predict(obs)[0][:12])  # rho 0: the oracle's sizes
+    with pytest.raises(ValueError, match="observation width=12"):
+        HistoryOraclePolicy(spec).predict(obs[:12])
+    with pytest.raises(ValueError, match="rho=1.5"):
+        HistoryOraclePolicy(spec, rho=1.5)
+
+
+def test_the_clairvoyant_oracle_balances_the_true_per_epoch_times():
+    """Seeing this round's drift, it picks the balanced sizes of the true per-epoch times and (with
+    fractional epochs) equal training times; the probe-only oracle's training times straggle."""
+    env = gym.make("FLHetero-v0", **DRIFTING, fractional_epochs=True)
+    clairvoyant, oracle = ClairvoyantOraclePolicy(env), BalancedOraclePolicy(env)
+    infos, _ = _rollout(env, clairvoyant, 5)
+    for info in infos:
+        ratio = env.unwrapped.time_ratio
+        per_epoch_base = info["hetero/train_time_per_epoch"] / ratio[info["hetero/sizes"]]  # ∝ S^1 x drift
+        np.testing.assert_array_equal(balanced_sizes(per_epoch_base, ratio), info["hetero/sizes"])
+        np.testing.assert_allclose(info["hetero/train_time"], info["hetero/train_time"].mean(), rtol=1e-6)  # float32 actions
+    straggle = [np.ptp(i["hetero/train_time"]) for i in _rollout(env, oracle, 5)[0]]
+    assert min(straggle) > 0.01 * np.mean([i["hetero/train_time"].mean() for i in infos])
 
 
 @pytest.mark.parametrize("env_id,action,match", [

@@ -298,7 +298,8 @@ INJECTED = [("FLHeteroAlloc-v0", {"intensity_policy": "inverse", "obs_mode": "ex
 
 
 @pytest.mark.parametrize("env_id,kwargs", [(i, {"obs_mode": m}) for i in TIMING for m in OBS_MODES] + INJECTED
-                         + [(TIMING[0], {"randomize_scenario": True}), (TIMING[0], {"residual_policy": "oracle"})])
+                         + [(TIMING[0], {"randomize_scenario": True}), (TIMING[0], {"residual_policy": "oracle"}),
+                            (TIMING[0], {"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5})])
 def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     """The family's vector clock plays every copy's step as arrays; observations, rewards and
     every info value equal the stand-alone env's exactly, through auto-resets (which, with

@@ -39,7 +39,8 @@ SIZE_NAMES = {2: ("small", "large"), 3: ("small", "medium", "large")}
 DEFAULT_COSTS = {"lite": 1.0, "small": 3.5, "medium": 7.5, "large": 13.0}
 ALGORITHMS = ("hapfl", "fedavg", "fedprox", "pfedme")
 REWARD_MODES = ("joint", "r1", "r2", "neg_round_time")
-OBS_MODES = ("paper", "extended", "catalogue")
+OBS_MODES = ("paper", "extended", "catalogue", "history")
+HISTORY_HORIZON = 10  # rounds after which a device's last measured slowdown counts as old (obs_mode="history")
 SCENARIO_DEFAULTS = dict(alpha=0.4, seconds_per_unit=5e-4, lr=3e-4, batch_size=64, optimizer="adam")
 
 
@@ -71,7 +72,10 @@ class HeteroConfig(EnvConfig):
             entropy and previous size per slot: ``4k``) or ``"catalogue"`` (the paper's ``k``, then
             the size catalogue: the cost ``M`` of the size the ordinal size action picks at 1/6,
             1/2 and 5/6 of its range, over the largest size's, so an agent sees what a size
-            costs in any catalogue: ``k + 3``).
+            costs in any catalogue: ``k + 3``) or ``"history"`` (adds, per slot, the slowdown
+            ``d`` the server measured the last time the client trained, as ``1 / (1 + d)``, and
+            how long ago, as ``(1 + min(rounds, 10)) / 11`` (1 = never): ``3k``; with a persistent
+            load, ``load_persistence``, that history predicts this round's drift).
         residual_policy: a fixed policy's name (``oracle``, ``inverse``, ...): the agent's action
             is a correction added to that policy's action (clipped to ``[-1, 1]``) instead of the
             action itself (Box views only; ours, not the paper's).

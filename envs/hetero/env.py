@@ -33,7 +33,7 @@ from gymnasium import spaces
 from fl_gym.clock import RoundLoad
 from fl_gym.envs.base import ClientRows, FLEnv, Predictor
 from fl_gym.envs.hetero.actions import HeteroSpec, integerize, size_bins
-from fl_gym.envs.hetero.config import HeteroConfig
+from fl_gym.envs.hetero.config import HISTORY_HORIZON, HeteroConfig
 from fl_gym.envs.registry import family_of
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
 from fl_gym.validation import require
@@ -67,6 +67,17 @@ class HeteroDecision:
     epochs: np.ndarray
 
 
+def history_features(ratio: np.ndarray, slowdown: np.ndarray, age: np.ndarray) -> np.ndarray:
+    """``obs_mode="history"``'s observation (rows of a batch alike): ``1 / ratio``, ``1 / (1 + slowdown)``, age.
+
+    ``age``: rounds since the slowdown was measured (``inf`` = never), shown as
+    ``(1 + min(age, HISTORY_HORIZON)) / (1 + HISTORY_HORIZON)``: every feature lies in ``(0, 1]``,
+    so ``-log`` (SetPolicy's ``neglog``) reads each as a finite scale.
+    """
+    old = (1.0 + np.minimum(age, HISTORY_HORIZON)) / (1.0 + HISTORY_HORIZON)
+    return np.concatenate([1.0 / ratio, 1.0 / (1.0 + slowdown), old], axis=-1).astype(np.float32)
+
+
 class _HeteroEnv(FLEnv):
     """Shared simulator, sampling, assessment, decoding, rewards and info of the three views."""
 
@@ -97,7 +108,8 @@ class _HeteroEnv(FLEnv):
         self.t_scale = cfg.local_epochs * self.time_ratio[-1] * float(np.median(lite_epoch))
         self._extras = np.stack([fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)])
         self._catalogue = self.time_ratio[size_bins(CATALOGUE_PROBES, self.num_sizes)] / self.time_ratio[-1]
-        rows = {"paper": ClientRows(1), "extended": ClientRows(4), "catalogue": ClientRows(1, len(CATALOGUE_PROBES))}
+        rows = {"paper": ClientRows(1), "extended": ClientRows(4), "catalogue": ClientRows(1, len(CATALOGUE_PROBES)),
+                "history": ClientRows(3)}
         self.client_rows = replace(rows[cfg.obs_mode], feature_major=True)
         width = self.client_rows.width * self.k + self.client_rows.globals
         self.observation_space = spaces.Box(0.0, 1.0, (width,), np.float32)
@@ -105,6 +117,7 @@ class _HeteroEnv(FLEnv):
         self._policies = {view: self._inner(view) for view in ("alloc", "intensity")}  # the injected ones, built
         self._residual = self._residual_base(cfg.residual_policy)
         self._prev_size = np.full(fed.num_clients, -1)
+        self._seen = np.zeros((2, fed.num_clients))  # per client: last measured slowdown, round it was measured
         self._lr = np.full(fed.num_clients, cfg.scenario.lr)
         # the round a step plays and what it decided, for that step's reward and info only
         self._played: HeteroRound | None = None
@@ -147,6 +160,7 @@ class _HeteroEnv(FLEnv):
 
     def _reset_state(self) -> None:
         self._prev_size[:] = -1  # a new episode: no client has a previous size yet
+        self._seen[0], self._seen[1] = 1.0, -np.inf  # nor a measured slowdown
         self._sizes_used = np.zeros(self.num_sizes, bool)
 
     def _prepare(self) -> HeteroRound:
@@ -165,10 +179,13 @@ class _HeteroEnv(FLEnv):
         return self._features(pending, ratio)
 
     def _features(self, pending: HeteroRound, ratio: np.ndarray) -> np.ndarray:
-        """``1 / ratio`` per slot (and, extended, size, label entropy and previous size)."""
+        """``1 / ratio`` per slot (and, extended, size, label entropy and previous size; history, the slowdowns)."""
+        slots = pending.slots
+        if self.config.obs_mode == "history":
+            seen = self._seen[:, slots]
+            return history_features(ratio, seen[0], self.federation.round - seen[1])
         if self.config.obs_mode != "extended":
             return np.concatenate([1.0 / ratio, self._catalogue[: self.client_rows.globals]]).astype(np.float32)
-        slots = pending.slots
         prev = (self._prev_size[slots] + 1) / self.num_sizes
         return np.concatenate([1.0 / ratio, self._extras[0, slots], self._extras[1, slots], prev]).astype(np.float32)
 
@@ -198,6 +215,8 @@ class _HeteroEnv(FLEnv):
         plan = RoundPlan(selected.copy(), model, epochs, self._lr, selected.copy())
         report = self.federation.finish_round(self.federation.train_round(pending.opened, plan))
         self._prev_size[slots] = decision.sizes
+        # the slowdown the server measures: per-epoch training time over the probe's forecast, the drift
+        self._seen[0, slots], self._seen[1, slots] = pending.opened.load.drift[slots], self.federation.round
         self._sizes_used[decision.sizes] = True
         self._played, self._decision = pending, decision
         return report

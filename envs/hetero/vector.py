@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from fl_gym.clock import RoundLoad
+from fl_gym.clock import RoundLoad, load_factors
 from fl_gym.envs.hetero.actions import size_bins, softmax
-from fl_gym.envs.hetero.env import HeteroRound, _HeteroEnv
+from fl_gym.envs.hetero.env import HeteroRound, _HeteroEnv, history_features
 from fl_gym.records import OpenedRound
 
 
@@ -74,6 +74,7 @@ class HeteroClock:
         self.masks, self.load = np.zeros((n, self.num_clients), bool), np.zeros((3, n, self.num_clients))
         self.probe = np.zeros((n, self.num_clients))
         self.prev_size = np.zeros((n, self.num_clients), envs[0]._prev_size.dtype)
+        self.seen = np.zeros((n, *envs[0]._seen.shape))
         self.sizes_used = np.zeros((n, envs[0].num_sizes), bool)
         self.sizes = np.zeros((n, self.k), np.int64) if envs[0].view == "intensity" else None  # injected, per round
         # per role, whether every copy was given one injected policy (fixed for the copies' lives)
@@ -101,8 +102,8 @@ class HeteroClock:
         self.masks[i], self.probe[i] = pending.opened.candidates, pending.opened.probe_time
         self.load[:, i] = load.availability, load.drift, load.noise
         # the copy's size records become rows of the clock's arrays (views): one write updates every copy's
-        self.prev_size[i], self.sizes_used[i] = env._prev_size, env._sizes_used
-        env._prev_size, env._sizes_used = self.prev_size[i], self.sizes_used[i]
+        self.prev_size[i], self.sizes_used[i], self.seen[i] = env._prev_size, env._sizes_used, env._seen
+        env._prev_size, env._sizes_used, env._seen = self.prev_size[i], self.sizes_used[i], self.seen[i]
         env._pending_builder = self.builders[i]
 
     def _pending_of(self, i: int) -> HeteroRound:
@@ -131,6 +132,9 @@ class HeteroClock:
         self.prev_size[self.rows, self.slots] = sizes  # every copy's env._prev_size[slots] = sizes
         self.sizes_used[self.rows, sizes] = True
         self._commit(seconds)
+        played = np.array([fed.round for fed in self.feds], np.float64)[:, None]
+        self.seen[self.rows, 0, self.slots] = self.load[1][self.rows, self.slots]  # the measured slowdowns
+        self.seen[self.rows, 1, self.slots] = played
         infos = self._infos(seconds, (slowest - fastest).tolist(), uploaded.tolist(), terms, columns)
         ended = [env._ended for env in self.envs]
         self._prepare()
@@ -262,9 +266,9 @@ class HeteroClock:
         self.slots = np.sort(drawn[:, :k], axis=1)
         self.masks = np.zeros((n, big_k), bool)
         self.masks[self.rows, self.slots] = True
-        clock = self.feds[0].config.clock
-        self.load = np.stack([np.exp(clock.sigma_dyn * z[0]), np.exp(clock.sigma_drift * z[1]),
-                              np.exp(clock.sigma_meas * z[2])])
+        self.load = load_factors(z, self.feds[0].config.clock, self.load[:2])  # continues each copy's last load
+        for i, fed in enumerate(self.feds):
+            fed.last_load = RoundLoad(*self.load[:, i])
         fed = self.feds[0]
         self.probe = (fed.clock.cfg.seconds_per_unit * fed.probe_cost * self.samples / (self.speed * self.load[0])
                       * self.load[2])
@@ -282,6 +286,10 @@ class HeteroClock:
     def _features(self, ratio: np.ndarray) -> np.ndarray:
         """Every copy's ``_HeteroEnv._features`` for its row of ``(copies, k)`` ``ratio``."""
         first = self.envs[0]
+        if first.config.obs_mode == "history":
+            seen = self.seen[self.rows[:, :, None], np.arange(2)[None, :, None], self.slots[:, None, :]]
+            rounds = np.array([fed.round for fed in self.feds], np.float64)[:, None]
+            return history_features(ratio, seen[:, 0], rounds - seen[:, 1])
         if first.config.obs_mode != "extended":
             catalogue = np.tile(first._catalogue[: first.client_rows.globals], (len(self.envs), 1))
             return np.concatenate([1.0 / ratio, catalogue], axis=1).astype(np.float32)
