@@ -2,7 +2,7 @@
 
 | policy | rate of client ``i`` this round |
 |---|---|
-| :class:`ConstantLRPolicy` | ``eta0`` (FedAvg; with an algorithm variant, FedProx, FedDyn, FedAvgM, FedAdam) |
+| :class:`ConstantLRPolicy` | ``eta0``, or cosine-annealed (FedAvg; with an algorithm variant, FedProx, FedDyn, FedAvgM, FedAdam) |
 | :class:`FedEntPolicy` | ``gamma last_i + (1 - gamma) eta_raw_i``, ``eta_raw`` FedEnt's closed form |
 | :class:`DecayOnlyPolicy` | ``gamma last_i`` (FedEnt with ``eta_raw = 0``: the ablation of the adaptive part) |
 
@@ -46,15 +46,32 @@ class RatePolicy(RowPolicy):
         raise NotImplementedError
 
 
-class ConstantLRPolicy(RatePolicy):
-    """FedAvg's constant rate ``lr`` (default: the scenario's ``lr``, which is ``eta0``)."""
+SCHEDULES = ("constant", "cosine")
 
-    def __init__(self, env: Env, lr: float | None = None) -> None:
+
+class ConstantLRPolicy(RatePolicy):
+    """FedAvg's rate ``lr`` for every client (default: the scenario's ``lr``, which is ``eta0``), on a schedule.
+
+    ``schedule="constant"`` keeps it; ``"cosine"`` anneals it over the episode's rounds,
+    ``lr (1 + cos(pi t / T)) / 2`` in round ``t = 0 .. T-1`` (Loshchilov and Hutter, ICLR 2017,
+    without restarts), never below the env's ``lr_min``: the schedule a practitioner tries first.
+    """
+
+    def __init__(self, env: Env, lr: float | None = None, schedule: str = "constant") -> None:
         super().__init__(env)
         self.lr = self.cfg.scenario.lr if lr is None else lr
+        require(schedule in SCHEDULES, "schedule", schedule, ", ".join(SCHEDULES))
+        self.schedule = schedule
+
+    def rate(self) -> float:
+        """This round's rate of the schedule."""
+        if self.schedule == "constant":
+            return self.lr
+        t, horizon = self.env._round, self.env.rounds_per_episode
+        return max(self.cfg.lr_min, self.lr * (1.0 + math.cos(math.pi * t / horizon)) / 2.0)
 
     def rates(self, st):
-        return np.full(len(st.clients), self.lr)
+        return np.full(len(st.clients), self.rate())
 
 
 class DecayOnlyPolicy(RatePolicy):
@@ -140,17 +157,18 @@ def stats_from_observation(observation: np.ndarray, m: int) -> dict[str, np.ndar
 
 
 class CleanRatePolicy(ConstantLRPolicy):
-    """Privileged: the constant rate ``lr`` for clean clients, ``lr_min`` for noisy ones (``federation.noisy``).
+    """Privileged: FedAvg's rate (and schedule) for clean clients, ``lr_min`` for noisy ones (``federation.noisy``).
 
     A server cannot see label noise: the upper reference of a benchmark task with noisy clients.
     """
 
     def rates(self, st):
-        return np.where(self.env.federation.noisy[st.clients], self.cfg.lr_min, self.lr)
+        return np.where(self.env.federation.noisy[st.clients], self.cfg.lr_min, self.rate())
 
 
 POLICIES = {
-    "fedavg": PolicyEntry(ConstantLRPolicy, "FedAvg: every client at the constant rate lr (kwarg lr)"),
+    "fedavg": PolicyEntry(ConstantLRPolicy, "FedAvg: every client at the rate lr (kwargs lr, schedule=constant|"
+                                            "cosine)"),
     "fedprox": PolicyEntry(ConstantLRPolicy, "FedProx (mu=0.01) at the constant rate", {"local_algorithm": "fedprox"}),
     "feddyn": PolicyEntry(ConstantLRPolicy, "FedDyn (alpha=0.001) at the constant rate", {"local_algorithm": "feddyn"}),
     "fedadam": PolicyEntry(ConstantLRPolicy, "FedAdam on the server (eta_s=0.01) at the constant rate",
@@ -160,6 +178,6 @@ POLICIES = {
     "fedent": PolicyEntry(FedEntPolicy, "FedEnt, online mean-field (kwargs beta, gamma, mode=online|offline, "
                                         "solver=foc|argmin)"),
     "decay": PolicyEntry(DecayOnlyPolicy, "FedEnt's smoothing alone: gamma * last rate (kwarg gamma=0.99)"),
-    "clean": PolicyEntry(CleanRatePolicy, "privileged: the constant rate lr for clean clients, lr_min for noisy ones "
-                         "(reads federation.noisy): an upper reference"),
+    "clean": PolicyEntry(CleanRatePolicy, "privileged: FedAvg's rate lr (and schedule) for clean clients, lr_min for "
+                         "noisy ones (reads federation.noisy): an upper reference"),
 }

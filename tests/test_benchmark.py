@@ -47,7 +47,7 @@ def test_every_task_builds_passes_check_env_and_names_known_policies(task):
         train.reset(seed=0)
         assert low_high(train.unwrapped.federation.scenario_seed)
     assert [str(w.message) for w in caught] == []
-    for spec in (*task.heuristics, *(c for cands in task.tuned.values() for c in cands), task.upper):
+    for spec in (*task.heuristics, *(c for cands in task.tuned.values() for c in cands), *task.uppers):
         policy_spec(spec, task.env_id)  # a ValueError for a name the family does not know
 
 
@@ -126,6 +126,17 @@ def test_a_seeded_fixed_policy_plays_a_different_pattern_per_evaluation_seed():
 # ---- the pipeline, end to end on the smoke suite ----------------------------------------------
 
 
+def test_a_searched_upper_reference_takes_the_best_candidate_of_each_federation_by_hand():
+    from fl_gym.training.benchmark.protocol import per_federation_best
+
+    a = [[0.5, 0.9], [0.7, 0.9]]  # (seeds, federations): means 0.6, 0.9
+    b = [[0.8, 0.1], [0.6, 0.3]]  # means 0.7, 0.2
+    scores, returns = per_federation_best([a, b], [[[1, 2], [3, 4]], [[5, 6], [7, 8]]])
+    assert scores == [[0.8, 0.9], [0.6, 0.9]] and returns == [[5, 2], [7, 4]]
+    task = all_tasks()["lr-noisy"]
+    assert len(task.uppers) > 1 and task.upper_name.startswith("best per federation of {clean[")
+
+
 def test_parse_seed_list():
     assert parse_seed_list("0-2,5", "--seeds") == (0, 1, 2, 5)
     for bad in ("a", "3-1", "1,1", "-1"):
@@ -139,6 +150,10 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     refs = json.loads((out / "references.json").read_text())["smoke-aggregate"]
     assert refs["tuned"]["fedadp-alpha"]["chosen"] in ("fedadp[alpha=2]", "fedadp[alpha=10]")
     assert np.asarray(refs["policies"]["fedavg"]["test"]).shape == (2, 2)  # (evaluation seeds, federations)
+    hetero = json.loads((out / "references.json").read_text())["smoke-hetero"]  # a searched upper reference
+    searched = [hetero["policies"][c]["test"] for c in ("clairvoyant", "oracle")]
+    assert hetero["policies"][hetero["upper"]]["test"] == [[max(searched, key=lambda s: np.mean(np.array(s)[:, f]))[k][f]
+                                                            for f in range(2)] for k in range(2)]
     assert main(["benchmark", "run", "--suite", "smoke", "--algo", "ppo", "--seeds", "0-1", "--out", str(out),
                  "--no-progress"]) == 0
     assert main(["benchmark", "run", "--suite", "smoke", "--algo", "ppo", "--seeds", "0", "--out", str(out),
@@ -151,6 +166,8 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     assert suite_rows["reference (FedAvg)"]["iqm"][0] == pytest.approx(0.0, abs=1e-12)
     assert suite_rows["ppo"]["runs"] == 2
     assert json.loads(report["env_specs"]["smoke-aggregate"])["id"] == "FLAggregate-v0"
+    assert json.loads(report["env_specs"]["smoke-hetero"])["kwargs"]["obs_mode"] == "history"
+    assert (out / "smoke-hetero" / "ppo-seed1" / "scores.json").is_file()
     for name in ("report.md", "report.csv", "profile_test.png", "profile_extrapolation.png"):
         assert (out / name).is_file()
     assert "IQM [95 % CI]" in capsys.readouterr().out

@@ -124,6 +124,15 @@ def test_check9_decay_only_is_gamma_to_the_participations():
         assert np.all(info["rates/lrs"] <= eta0 * 0.9 * (1 + 1e-5))
 
 
+def test_the_cosine_schedule_anneals_the_rate_over_the_episode_by_hand():
+    env = gym.make("FLLearningRate-v0", rounds_per_episode=4, lr_min=0.01, lr_max=1.0)
+    infos = _run(env, ConstantLRPolicy(env, lr=0.4, schedule="cosine"))
+    expected = [0.4, 0.4 * (1 + math.cos(math.pi / 4)) / 2, 0.2, 0.4 * (1 + math.cos(3 * math.pi / 4)) / 2]
+    np.testing.assert_allclose([info["rates/lrs"][0] for info in infos], expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="schedule='step'"):
+        ConstantLRPolicy(env, schedule="step")
+
+
 def test_check9_fedent_with_gamma_one_is_constant_lr_bit_for_bit():
     env = gym.make("FLLearningRate-v0", rounds_per_episode=4)
     _run(env, FedEntPolicy(env, gamma=1.0))

@@ -88,22 +88,38 @@ def task_references(task: Task, say: Say = print) -> dict[str, Any]:
     fixed = list(dict.fromkeys([*task.heuristics, *(t["chosen"] for t in tuned.values())]))
     policies: dict[str, dict[str, list[list[float]]]] = {}
     returns: dict[str, dict[str, list[list[float]]]] = {}
-    for spec in fixed + ([task.upper] if task.upper else []):
+    for spec in fixed + list(task.uppers):
         policies[spec], returns[spec] = {}, {}
         for split in SPLITS:
             episodes = play(task, spec, split)
             scores = _scores(task, episodes)
             policies[spec][split], returns[spec][split] = scores.tolist(), _returns(episodes).tolist()
             say(f"  {task.name}: {spec} on {split}: {scores.mean():.4f}")
+    if len(task.uppers) > 1:
+        name = task.upper_name
+        policies[name], returns[name] = {}, {}
+        for split in SPLITS:
+            policies[name][split], returns[name][split] = per_federation_best(
+                [policies[c][split] for c in task.uppers], [returns[c][split] for c in task.uppers])
+        say(f"  {task.name}: {name}: {np.mean(policies[name]['test']):.4f} on test")
     refs = {}
     for split in SPLITS:
         means = {spec: float(np.mean(policies[spec][split])) for spec in fixed}
         best = max(means, key=means.get)
         refs[split] = {"ref_min": means[task.reference], "ref_max": means[best], "best": best}
     return {"task": task.name, "env_id": task.env_id, "score": task.score, "reference": task.reference,
-            "upper": task.upper, "fixed": fixed, "tuned": tuned, "refs": refs, "policies": policies, "returns": returns,
+            "upper": task.upper_name, "uppers": list(task.uppers), "fixed": fixed, "tuned": tuned, "refs": refs, "policies": policies, "returns": returns,
             "test_scenarios": list(task.test_scenarios), "eval_seeds": list(task.eval_seeds),
             "wall_s": time.perf_counter() - start}
+
+
+def per_federation_best(scores: list[list[list[float]]], returns: list[list[list[float]]]
+                        ) -> tuple[list[list[float]], list[list[float]]]:
+    """Per federation (column), the candidate with the best mean score: its ``(seeds, federations)`` scores and returns."""
+    scores_, returns_ = np.array(scores), np.array(returns)  # (candidates, seeds, federations)
+    best = scores_.mean(axis=1).argmax(axis=0)
+    columns = np.arange(scores_.shape[2])
+    return scores_[best, :, columns].T.tolist(), returns_[best, :, columns].T.tolist()
 
 
 def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = True, say: Say = print

@@ -137,6 +137,8 @@ def _task_rows(runs: Mapping[str, Mapping[str, np.ndarray]], record: Mapping[str
 def _role(method: str, record: Mapping[str, Any]) -> str:
     if method == record["upper"]:
         return "upper (privileged)"
+    if method in record.get("uppers", ()):
+        return "privileged (searched)"
     if method == record["reference"]:
         return "reference"
     if method in record["fixed"]:

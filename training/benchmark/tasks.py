@@ -79,7 +79,9 @@ class Task:
         tuned: name -> candidate specs: a baseline whose setting is chosen on the tuning
             federations (the best candidate there), then tested like the others.
         upper: a privileged policy spec (it sees what the server cannot), above the fixed
-            policies: the headroom shown beside the scores; None if the task has none.
+            policies: the headroom shown beside the scores; or a tuple of specs, whose best on
+            each test federation is the upper reference (a per-federation search, chosen on the
+            episodes it is scored on, so slightly optimistic); None if the task has none.
         extrapolation: env arguments outside the training range, played on the test federations.
         score: how an episode is scored (a key of :data:`SCORES`, higher is better).
         hyperparams: the ``ppo.yml`` block the agents train with (``ENV_ID/PRESET``).
@@ -97,7 +99,7 @@ class Task:
     reference: str
     heuristics: tuple[str, ...]
     tuned: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    upper: str | None = None
+    upper: str | tuple[str, ...] | None = None
     extrapolation: Mapping[str, Any] = field(default_factory=dict)
     score: str = "accuracy_auc"
     hyperparams: str | None = None
@@ -115,6 +117,18 @@ class Task:
         inside = [s for s in self.test_scenarios if low <= s < high]
         require(not inside, f"task {self.name!r}: test_scenarios", inside, f"seeds outside the training range "
                 f"[{low}, {high})")
+
+    @property
+    def uppers(self) -> tuple[str, ...]:
+        """The upper reference's candidate specs (one, or the searched ones)."""
+        return (self.upper,) if isinstance(self.upper, str) else tuple(self.upper or ())
+
+    @property
+    def upper_name(self) -> str | None:
+        """The upper reference's name in the reference record."""
+        if isinstance(self.upper, str) or self.upper is None:
+            return self.upper
+        return f"best per federation of {{{', '.join(self.upper)}}}"
 
     def train_kwargs(self) -> dict[str, Any]:
         """The env arguments of training: the task's, over the training federations."""

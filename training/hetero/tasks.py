@@ -24,4 +24,11 @@ TASKS = (
          reference="large", heuristics=("large", "small", "greedy", "inverse", "oracle", "history-oracle"),
          tuned={"history-oracle-rho": tuple(f"history-oracle[rho={r}]" for r in (0.5, 0.7, 0.9, 1.0))},
          upper="clairvoyant", extrapolation={"heterogeneity": 50.0}, hyperparams="FLHetero-v0/bench"),
+    Task(name="smoke-hetero", env_id="FLHetero-v0", suites=("smoke",),
+         doc="A three-round hetero-drift for checking the benchmark's pipeline in seconds (not a benchmark).",
+         env_kwargs={"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5, "rounds_per_episode": 3},
+         budget=32, score="return", reference="large", heuristics=("large", "oracle"),
+         tuned={"history-oracle-rho": ("history-oracle[rho=0.5]", "history-oracle[rho=0.9]")},
+         upper=("clairvoyant", "oracle"), extrapolation={"heterogeneity": 50.0}, hyperparams="FLHetero-v0/smoke",
+         test_scenarios=(1, 2), eval_seeds=(1_000_000_000, 1_000_000_001)),
 )

@@ -39,6 +39,8 @@ RATE_TASKS = (
          env_kwargs=_RATES, budget=100_000, reference="fedavg",
          heuristics=("fedavg", "fedent", "decay", "fedavgm", "fedadam"),
          tuned={"constant": tuple(f"fedavg[lr={lr}]" for lr in (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)),
+                "cosine": tuple(f"fedavg[lr={lr},schedule=cosine]" for lr in (0.1, 0.2, 0.4, 0.8)),
                 "fedavgm-lr": tuple(f"fedavgm[lr={lr}]" for lr in (0.01, 0.02, 0.05, 0.1))},
-         upper="clean[lr=0.2]", extrapolation={"noisy_clients": 0.5}, hyperparams="FLLearningRate-v0/bench"),
+         upper=tuple(f"clean[lr={lr},schedule={s}]" for lr in (0.1, 0.2, 0.4, 0.8) for s in ("constant", "cosine")),
+         extrapolation={"noisy_clients": 0.5}, hyperparams="FLLearningRate-v0/bench"),
 )
