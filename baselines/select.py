@@ -274,6 +274,51 @@ class AggregateAllPolicy(RowPolicy):
         return np.ones(self.layout.num_clients, np.int8)
 
 
+class CosTrimPolicy(RowPolicy):
+    """Aggregate every device but the ``k`` whose update agrees least with the round's mean update.
+
+    Reads ``update_cos`` (this round) or ``mean_update_cos`` (its mean over the episode so far;
+    ``smooth=True``) of a queue env with ``update_stats=True``: a robust filter in the spirit of
+    FedAdp's angles (Wu and Wang, 2021), against devices whose updates point elsewhere.
+
+    Args:
+        env: a queue env with ``update_stats=True`` (or its layout).
+        k: devices dropped per round.
+        smooth: rank by the episode's mean instead of this round's value.
+    """
+
+    def __init__(self, env: Env | QueueLayout, k: int = 3, smooth: bool = True) -> None:
+        self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
+        if not (isinstance(k, int) and 0 <= k < self.layout.num_clients):
+            raise ValueError(f"k={k!r} is out of range; allowed: an integer in [0, {self.layout.num_clients - 1}]")
+        self.column = "mean_update_cos" if smooth else "update_cos"
+        self.layout.column(np.zeros(self.layout.observation_space().shape), self.column)  # needs update_stats
+        self.k = k
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """All ones but the ``k`` lowest (ties to the lower id)."""
+        keep = np.ones(self.layout.num_clients, np.int8)
+        keep[np.argsort(self.layout.column(observation, self.column), kind="stable")[: self.k]] = 0
+        return keep
+
+
+class CleanQueuePolicy(RowPolicy):
+    """Privileged: aggregate the devices whose labels are clean (``federation.noisy``; all if none is).
+
+    A server cannot see label noise: the upper reference of a queue task with noisy devices.
+    """
+
+    reads_env = True
+
+    def __init__(self, env: Env) -> None:
+        self.env = env.unwrapped
+
+    def act(self, observation: np.ndarray) -> np.ndarray:
+        """``1`` for every clean device."""
+        clean = ~self.env.federation.noisy
+        return (clean if clean.any() else np.ones_like(clean)).astype(np.int8)
+
+
 UNIFORM, PROX, SCAFFOLD, MOON = ({"sampler": "uniform"}, {"local_algorithm": "fedprox"},
                                  {"local_algorithm": "scaffold"}, {"local_algorithm": "moon"})
 SELECT, PICK, QUEUE = ("FLSelect-v0",), ("FLSelectPick-v0",), ("FLSelectQueue-v0",)
@@ -324,6 +369,10 @@ POLICIES = {
                              SERVER_DATA, QUEUE),
     "fedavg-noniid": PolicyEntry(AggregateAllPolicy, "FedAvg on the one-class devices: no server data, data-size "
                                  "weights", {"server_data_fraction": 0.0, "aggregation_weights": "data_size"}, QUEUE),
+    "cos-trim": PolicyEntry(CosTrimPolicy, "drop the k devices whose updates agree least with the mean update "
+                            "(kwargs k=3, smooth=True: the episode's mean); needs update_stats=True", {}, QUEUE),
+    "clean-queue": PolicyEntry(CleanQueuePolicy, "privileged: aggregate the clean-label devices (reads "
+                               "federation.noisy): an upper reference", {}, QUEUE),
     "top-entropy": PolicyEntry(TopLambdaEntropyPolicy, "DDFL's selection without server data (kwargs lam, seed)",
                                {"server_data_fraction": 0.0}, QUEUE),
 }

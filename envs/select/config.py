@@ -41,7 +41,27 @@ ENCODINGS = ("multibinary", "discrete")
 
 
 @dataclass(frozen=True)
-class SelectionConfig(PresetConfig):
+class RewardConfig(PresetConfig):
+    """What every selection env's config shares: the uplink penalty and the validation signal rewarded.
+
+    Attributes:
+        lambda_comm: weight of the uplink penalty (per episode: uploading everything every round
+            costs ``lambda_comm``).
+        reward_signal: the validation gain rewarded: ``accuracy`` (its accuracy gain) or ``loss``
+            (the drop of its cross-entropy, less noisy on a small validation set).
+    """
+
+    lambda_comm: float = 0.05
+    reward_signal: str = "accuracy"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(is_non_negative(self.lambda_comm), "lambda_comm", self.lambda_comm, "a float >= 0")
+        require_choice("reward_signal", self.reward_signal, ("accuracy", "loss"))
+
+
+@dataclass(frozen=True)
+class SelectionConfig(RewardConfig):
     """What ``FLSelect-v0`` and ``FLSelectPick-v0`` share (their own configs add the rest).
 
     ``preset``: ``tiny`` (default) or ``paper`` (the module table), with :class:`PresetConfig`'s fields.
@@ -52,10 +72,6 @@ class SelectionConfig(PresetConfig):
         local_algorithm: ``fedavg``, ``fedprox``, ``scaffold`` (uploads its control variate too) or
             ``moon`` (contrastive term, mu 0.1, tau 0.5).
         prox_mu: FedProx's ``mu``.
-        lambda_comm: weight of the uplink penalty (per episode: uploading everything every round
-            costs ``lambda_comm``).
-        reward_signal: the validation gain rewarded: ``accuracy`` (its accuracy gain) or ``loss``
-            (the drop of its cross-entropy, less noisy on a small validation set).
         lambda_entropy: weight of the selected mixture's normalised entropy (shaping; 0 = off).
         lambda_repair: penalty of an action the env had to repair (empty, or too many clients).
     """
@@ -66,8 +82,6 @@ class SelectionConfig(PresetConfig):
     p_positive: float = 0.8
     local_algorithm: str = "fedavg"
     prox_mu: float = 0.01
-    lambda_comm: float = 0.05
-    reward_signal: str = "accuracy"
     lambda_entropy: float = 0.0
     lambda_repair: float = 0.01
 
@@ -79,8 +93,7 @@ class SelectionConfig(PresetConfig):
         require(0 <= self.p_positive <= 1, "p_positive", self.p_positive, "a float in [0, 1]")
         require_choice("local_algorithm", self.local_algorithm, LOCAL_ALGORITHMS)
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
-        require_choice("reward_signal", self.reward_signal, ("accuracy", "loss"))
-        for name in ("lambda_comm", "lambda_entropy", "lambda_repair"):
+        for name in ("lambda_entropy", "lambda_repair"):
             require(is_non_negative(getattr(self, name)), name, getattr(self, name), "a float >= 0")
 
     def federation_config(self) -> FederationConfig:
@@ -138,7 +151,7 @@ class PickConfig(SelectionConfig):
 
 
 @dataclass(frozen=True)
-class QueueConfig(PresetConfig):
+class QueueConfig(RewardConfig):
     """Arguments of ``FLSelectQueue-v0`` (DDFL, spec ``ddfl.md`` 7), and the shared scenario's.
 
     ``preset``: ``tiny`` (digits, 20 one-class clients, 30 rounds, ``segment_rho`` 0.04) or
@@ -159,7 +172,11 @@ class QueueConfig(PresetConfig):
         aggregation_weights: ``entropy`` (DDFL: weights proportional to label entropy, data size if
             all kept devices have zero entropy) or ``data_size`` (FedAvg).
         empty_action: an all-zero action ``skip`` s aggregation (the global model stays) or keeps ``all``.
-        lambda_comm: weight of the uplink penalty (0: DDFL-vs-PPO comparisons are pure accuracy).
+        lambda_comm: as :class:`RewardConfig`'s, default 0 (DDFL-vs-PPO comparisons are pure accuracy).
+        update_stats: the observation adds, per device, the cosine of its update with the
+            round's mean update, this round's and its mean over the episode so far (ours, not
+            DDFL's: what the server computes from the uploaded models, from which corrupted
+            devices can be told).
     """
 
     presets: ClassVar[Mapping[str, Mapping[str, dict]]] = QUEUE_PRESETS
@@ -173,9 +190,11 @@ class QueueConfig(PresetConfig):
     aggregation_weights: str = "entropy"
     empty_action: str = "skip"
     lambda_comm: float = 0.0
+    update_stats: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require(isinstance(self.update_stats, bool), "update_stats", self.update_stats, "True or False")
         require(0 <= self.server_data_fraction < 1, "server_data_fraction", self.server_data_fraction,
                 "a float in [0, 1)")
         require(self.server_data_fraction == 0 or self.allow_server_data is True, "server_data_fraction",
@@ -190,7 +209,6 @@ class QueueConfig(PresetConfig):
                 "an integer >= 1")
         require_choice("aggregation_weights", self.aggregation_weights, ("entropy", "data_size"))
         require_choice("empty_action", self.empty_action, ("skip", "all"))
-        require(is_non_negative(self.lambda_comm), "lambda_comm", self.lambda_comm, "a float >= 0")
 
     def federation_config(self) -> FederationConfig:
         """Real training with a validation set and, opted in, the server's data share."""

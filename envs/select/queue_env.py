@@ -27,7 +27,7 @@ from fl_gym.data.report import label_entropy
 from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain
 from fl_gym.envs.select.config import QueueConfig
 from fl_gym.envs.select.queue import DataQueue, bias, segment_size
-from fl_gym.envs.select.spaces import QUEUE_GLOBAL, QUEUE_ROW, QueueLayout
+from fl_gym.envs.select.spaces import QUEUE_GLOBAL, QUEUE_ROW, UPDATE_ROW, QueueLayout
 from fl_gym.records import RoundPlan, RoundReport, TrainedRound
 
 
@@ -39,11 +39,13 @@ class QueueRound:
         trained: every device trained on its working set.
         entropy: ``(K,)`` label entropy of each working set, bits.
         bias: ``(K,)`` normalised distance of each label distribution to the population's.
+        update_cos: ``(K,)`` ``(1 + cos) / 2`` of each update's angle to the round's mean update.
     """
 
     trained: TrainedRound
     entropy: np.ndarray
     bias: np.ndarray
+    update_cos: np.ndarray
 
 
 class FLSelectQueueEnv(FLEnv):
@@ -59,10 +61,12 @@ class FLSelectQueueEnv(FLEnv):
     keeps the global model (flagged), ``"all"`` aggregates everyone.
 
     ## Observation Space
-    ``Box(0, 1, (6K + 3,))``: :class:`~fl_gym.envs.select.spaces.QueueLayout`.
+    ``Box(0, 1, (6K + 3,))``, or ``(8K + 3,)`` with ``update_stats``:
+    :class:`~fl_gym.envs.select.spaces.QueueLayout`.
 
     ## Rewards
-    Validation accuracy gain ``- lambda_comm / T * kept / K``.
+    Validation accuracy gain (``reward_signal="loss"``: the drop of the validation cross-entropy)
+    ``- lambda_comm / T * kept / K``.
 
     ## Episode End
     Truncated after ``rounds_per_episode`` rounds.
@@ -84,8 +88,8 @@ class FLSelectQueueEnv(FLEnv):
 
     def _setup(self) -> None:
         cfg, fed = self.config, self.federation
-        self.layout = QueueLayout(fed.num_clients)
-        self.client_rows = ClientRows(len(QUEUE_ROW), len(QUEUE_GLOBAL))
+        self.layout = QueueLayout(fed.num_clients, QUEUE_ROW + UPDATE_ROW if cfg.update_stats else QUEUE_ROW)
+        self.client_rows = ClientRows(len(self.layout.row), len(QUEUE_GLOBAL))
         self.observation_space = self.layout.observation_space()
         self.action_space = self.layout.action_space()
         self._base = [p.cpu().numpy() for p in fed.train_parts]
@@ -105,6 +109,7 @@ class FLSelectQueueEnv(FLEnv):
         self.queue = DataQueue(fed.server_indices, self._base, self.segment, self.config.queue_mode, self.np_random)
         self._selected_prev = np.zeros(fed.num_clients)
         self._selections = np.zeros(fed.num_clients)
+        self._cos_sum = np.zeros(fed.num_clients)  # of the played rounds' update_cos
         self._validation = ValidationGain(fed)
 
     def _prepare(self) -> QueueRound:
@@ -116,13 +121,17 @@ class FLSelectQueueEnv(FLEnv):
                 fed.assign_many(grown)
         plan = RoundPlan.make(fed.num_clients, lr=self._lr, epochs=self.config.local_epochs)
         trained = fed.train_round(fed.open_round(), plan)
-        return QueueRound(trained, label_entropy(fed.histogram), bias(fed.histogram, self._population))
+        cos = (1.0 + np.cos(np.nan_to_num(trained.stats.update_angle, nan=np.pi / 2))) / 2.0
+        return QueueRound(trained, label_entropy(fed.histogram), bias(fed.histogram, self._population), cos)
 
     def _observe(self, pending: QueueRound) -> np.ndarray:
         fed = self.federation
         rate = self._selections / max(1, self._round)
-        rows = np.column_stack([pending.entropy / self._log2_c, fed.sizes / fed.sizes.max(), pending.bias,
-                                self._selected_prev, rate, self.queue.received() / fed.sizes])
+        rows = [pending.entropy / self._log2_c, fed.sizes / fed.sizes.max(), pending.bias, self._selected_prev, rate,
+                self.queue.received() / fed.sizes]
+        if self.config.update_stats:
+            rows += [pending.update_cos, (self._cos_sum + pending.update_cos) / (self._round + 1)]
+        rows = np.column_stack(rows)
         glob = [self._round / self.rounds_per_episode, self._validation.observed, self.queue.undelivered()]
         return np.concatenate([rows.ravel(), glob]).astype(np.float32)
 
@@ -139,15 +148,19 @@ class FLSelectQueueEnv(FLEnv):
         report = fed.finish_round(pending.trained, aggregate=keep, weight=weight)
         self._selected_prev = keep.astype(float)
         self._selections += keep
-        self._gain, _ = self._validation.update(report)
+        self._cos_sum += pending.update_cos
+        self._gain = self._validation.update(report)
         self._played, self._keep = (pending.entropy, pending.bias), keep  # for the info: not the trained models
         return report
 
     def _reward_terms(self, report: RoundReport) -> dict[str, float]:
-        return {"acc_gain": self._gain, "uplink": float(self._keep.mean())}
+        accuracy, loss = self._gain
+        return {"acc_gain": accuracy, "loss_drop": loss, "uplink": float(self._keep.mean())}
 
     def _reward_weights(self) -> dict[str, float]:
-        return {"acc_gain": 1.0, "uplink": -self.config.lambda_comm / self.rounds_per_episode}
+        accuracy = self.config.reward_signal == "accuracy"
+        return {"acc_gain": float(accuracy), "loss_drop": float(not accuracy),
+                "uplink": -self.config.lambda_comm / self.rounds_per_episode}
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
         (entropy_bits, bias), keep = self._played, self._keep

@@ -141,6 +141,7 @@ class PickLayout:
 
 
 QUEUE_ROW = ("entropy", "size", "bias", "selected", "selection_rate", "server_share")
+UPDATE_ROW = ("update_cos", "mean_update_cos")  # with update_stats=True
 QUEUE_GLOBAL = ("progress", "val_accuracy", "undelivered")
 
 
@@ -150,25 +151,32 @@ class QueueLayout:
 
     A row (:data:`QUEUE_ROW`): label entropy of the working set / ``log2 C``, size / largest,
     distance of its label distribution to the population's (normalised, spec 2.6), selected last
-    round, selection rate, share of server samples in its working set. Globals
+    round, selection rate, share of server samples in its working set; with ``update_stats``
+    (:data:`UPDATE_ROW`) also ``(1 + cos) / 2`` of the angle between its update and the round's
+    mean update, and the mean of that value over the episode's rounds so far. Globals
     (:data:`QUEUE_GLOBAL`): round / rounds, last validation accuracy, mean undelivered share of
     the server data. All in ``[0, 1]``.
 
     Attributes:
         num_clients: ``K``.
+        row: the row's features.
     """
 
     num_clients: int
+    row: tuple[str, ...] = QUEUE_ROW
 
     def observation_space(self) -> spaces.Box:
-        """``Box(0, 1, (6K + 3,))``."""
-        return spaces.Box(0.0, 1.0, (self.num_clients * len(QUEUE_ROW) + len(QUEUE_GLOBAL),), np.float32)
+        """``Box(0, 1, (len(row) K + 3,))``."""
+        return spaces.Box(0.0, 1.0, (self.num_clients * len(self.row) + len(QUEUE_GLOBAL),), np.float32)
 
     def action_space(self) -> spaces.MultiBinary:
         """``MultiBinary(K)``: bit ``k`` aggregates device ``k``."""
         return spaces.MultiBinary(self.num_clients)
 
     def column(self, observation: np.ndarray, name: str) -> np.ndarray:
-        """One of :data:`QUEUE_ROW` for every device."""
-        table = np.asarray(observation, np.float64)[: self.num_clients * len(QUEUE_ROW)]
-        return table.reshape(self.num_clients, len(QUEUE_ROW))[:, QUEUE_ROW.index(name)]
+        """One of :attr:`row` for every device."""
+        if name not in self.row:
+            raise ValueError(f"column={name!r} is out of range; allowed: one of {', '.join(self.row)} (the update "
+                             f"statistics need update_stats=True)")
+        table = np.asarray(observation, np.float64)[: self.num_clients * len(self.row)]
+        return table.reshape(self.num_clients, len(self.row))[:, self.row.index(name)]

@@ -5,13 +5,18 @@ a model trained on random labels predicts near-uniformly, which FedEntropy's max
 judgement mistakes for a valuable contribution, and which a robust filter or an agent can learn
 to avoid. The uplink is free (``lambda_comm=0``) and the reward is the drop of the validation
 cross-entropy (``reward_signal="loss"``), which separates good from bad selections in one episode
-far more clearly than the accuracy of 150 validation images. The privileged ``clean`` and
-``clean-pick`` policies, which read the noisy clients, are the upper references.
+far more clearly than the accuracy of 150 validation images. The privileged ``clean``,
+``clean-pick`` and ``clean-queue`` policies, which read the noisy clients, are the upper references.
+On ``FLSelectQueue-v0`` (DDFL) a device's label entropy, which DDFL ranks by, does not show its
+noise; the task adds the update statistics a server computes (``update_stats``).
 """
 
 from __future__ import annotations
 
+from fl_gym.baselines.select import SERVER_DATA
 from fl_gym.training.benchmark.tasks import Task
+
+_QUEUE = {**SERVER_DATA, "lambda_comm": 0.0}  # DDFL's setting: the server streams 10 % of the data to the devices
 
 TASKS = (
     Task(name="select-noisy", env_id="FLSelect-v0",
@@ -32,4 +37,12 @@ TASKS = (
          reference="random-pick", heuristics=("random-pick", "pools", "stalest", "confident-pick"),
          tuned={"confident-pick-w": tuple(f"confident-pick[w={w}]" for w in (0.0, 0.25, 0.5, 1.0, 2.0))},
          upper="clean-pick", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelectPick-v0/bench"),
+    Task(name="queue-noisy", env_id="FLSelectQueue-v0",
+         doc="Which of 20 one-class devices are aggregated each round, with DDFL's server data queue (10 %), 6 of them "
+             "on random labels: their label entropy looks like anyone's, their updates point elsewhere.",
+         env_kwargs={**_QUEUE, "noisy_clients": 0.3, "update_stats": True, "reward_signal": "loss"},
+         budget=100_000,
+         reference="queue-all", heuristics=("queue-all", "ddfl", "ddfl-0.8", "cos-trim"),
+         tuned={"cos-trim-k": tuple(f"cos-trim[k={k},smooth={m}]" for k in (3, 6, 9) for m in (True, False))},
+         upper="clean-queue", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelectQueue-v0/bench"),
 )
