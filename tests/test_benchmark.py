@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -167,6 +168,14 @@ def test_a_searched_upper_reference_takes_the_best_candidate_of_each_federation_
     assert scores == [[0.8, 0.9], [0.6, 0.9]] and returns == [[5, 2], [7, 4]]
     task = all_tasks()["lr-noisy"]
     assert len(task.uppers) > 1 and task.upper_name.startswith("best per federation of {clean[")
+
+
+def test_agent_kwargs_reach_the_agents_env_alone_and_only_the_familys_may_be_given():
+    base = all_tasks()["hetero-drift"]
+    task = dataclasses.replace(base, agent_kwargs={"residual_policy": "oracle"})
+    assert task.train_kwargs()["residual_policy"] == "oracle" and "residual_policy" not in task.test_kwargs(1)
+    with pytest.raises(ValueError, match="agent_kwargs=\\['lr'\\]"):
+        dataclasses.replace(base, agent_kwargs={"lr": 0.1})
 
 
 def test_parse_seed_list():

@@ -99,6 +99,17 @@ def test_schedule_covers_each_epoch_once(digits_parts):
     assert sched.active[0] == 3 and sched.active[-1] == (steps == steps.max()).sum()
 
 
+def test_a_batch_beyond_every_clients_data_is_the_full_batch(digits_parts):
+    """``batch_size=10**9`` lays out what a batch of the largest client's size does (no 10**9-wide tensors)."""
+    parts = sorted((torch.as_tensor(p) for p in digits_parts[:3]), key=len, reverse=True)
+    steps = np.array([2, 2, 1])
+    huge = make_schedule(parts, steps, 10**9, torch.Generator().manual_seed(0))
+    full = make_schedule(parts, steps, len(parts[0]), torch.Generator().manual_seed(0))
+    assert huge.idx.shape == full.idx.shape == (2, 3, len(parts[0]))
+    assert torch.equal(huge.idx, full.idx) and torch.equal(huge.weight, full.weight)
+    assert list(huge.batches_per_epoch) == [1, 1, 1]
+
+
 def test_fractional_epochs_round_steps():
     assert local_steps(np.array([100, 100, 5]), np.array([0.5, 0.0, 0.01]), 10).tolist() == [5, 0, 1]
 

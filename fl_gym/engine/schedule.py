@@ -127,6 +127,7 @@ def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
     device = parts[0].device
     k = len(parts)
     n_np = np.array([p.shape[0] for p in parts])
+    batch_size = min(batch_size, int(n_np.max()))  # a batch beyond every client's data is its full batch
     n = torch.as_tensor(n_np, device=device)
     nb = (n + batch_size - 1) // batch_size
     steps_t = torch.as_tensor(steps, device=device)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_gym.envs.registry import FAMILIES, resolve
+from fl_gym.envs.registry import FAMILIES, family_of, resolve
 from fl_gym.training.evaluation import Episode
 from fl_gym.validation import require
 
@@ -85,6 +85,8 @@ class Task:
         extrapolation: env arguments outside the training range, played on the test federations.
         score: how an episode is scored (a key of :data:`SCORES`, higher is better).
         hyperparams: the ``ppo.yml`` block the agents train with (``ENV_ID/PRESET``).
+        agent_kwargs: env arguments of the agents' env alone, in training and test (the family's
+            ``agent_kwargs``, e.g. a residual base policy); the fixed policies play without them.
         algo_hyperparams: per algorithm, a block replacing :attr:`hyperparams`.
         suites: the suites the task belongs to.
         test_scenarios: the held-out federations (outside :data:`TRAIN_SCENARIOS`).
@@ -103,6 +105,7 @@ class Task:
     extrapolation: Mapping[str, Any] = field(default_factory=dict)
     score: str = "accuracy_auc"
     hyperparams: str | None = None
+    agent_kwargs: Mapping[str, Any] = field(default_factory=dict)
     algo_hyperparams: Mapping[str, str] = field(default_factory=dict)
     suites: tuple[str, ...] = ("core-v1",)
     test_scenarios: tuple[int, ...] = TEST_SCENARIOS
@@ -113,6 +116,9 @@ class Task:
         require(self.reference in self.heuristics, f"task {self.name!r}: reference", self.reference,
                 f"one of its heuristics {list(self.heuristics)}")
         require(self.budget >= 1, f"task {self.name!r}: budget", self.budget, "an integer >= 1")
+        bound = family_of(self.env_id).agent_kwargs
+        require(set(self.agent_kwargs) <= set(bound), f"task {self.name!r}: agent_kwargs", sorted(self.agent_kwargs),
+                f"keys of the family's agent_kwargs {list(bound)}")
         low, high = TRAIN_SCENARIOS
         inside = [s for s in self.test_scenarios if low <= s < high]
         require(not inside, f"task {self.name!r}: test_scenarios", inside, f"seeds outside the training range "
@@ -131,8 +137,9 @@ class Task:
         return f"best per federation of {{{', '.join(self.upper)}}}"
 
     def train_kwargs(self) -> dict[str, Any]:
-        """The env arguments of training: the task's, over the training federations."""
-        return {**self.env_kwargs, "randomize_scenario": True, "scenario_seed_range": TRAIN_SCENARIOS}
+        """The env arguments of an agent's training: the task's and its own, over the training federations."""
+        return {**self.env_kwargs, **self.agent_kwargs, "randomize_scenario": True,
+                "scenario_seed_range": TRAIN_SCENARIOS}
 
     def test_kwargs(self, scenario_seed: int, split: str = "test") -> dict[str, Any]:
         """The env arguments of one test federation (``split``: ``test`` or ``extrapolation``)."""
