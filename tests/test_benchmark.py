@@ -200,6 +200,9 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     assert main(["benchmark", "run", "--suite", "smoke", "--algo", "ppo", "--seeds", "0", "--out", str(out),
                  "--no-progress"]) == 0  # finished runs are not redone
     assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out), "--reps", "200"]) == 0
+    assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out), "--out", str(tmp_path / "r"),
+                 "--reps", "200"]) == 0
+    assert (tmp_path / "r" / "report.md").read_text() == (out / "report.md").read_text()
     report = json.loads((out / "report.json").read_text())
     suite_rows = report["splits"]["test"]["suite"]
     assert set(suite_rows) == {"best fixed", "reference (FedAvg)", "upper reference", "ppo"}

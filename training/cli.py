@@ -202,16 +202,18 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         for task in benchmark.suite(args.suite):
             print(f"{task.name}: {task.env_id}, {task.budget} steps, score {task.score}; {task.doc}")
         return 0
-    out = Path(args.out or Path(args.runs_dir) / f"benchmark-{args.suite}")
+    default = Path(args.runs_dir) / f"benchmark-{args.suite}"
     if args.benchmark_command == "run":
         seeds = parse_seed_list(args.seeds, "--seeds")
+        out = Path(args.out or default)
         benchmark.run(args.suite, args.algo, seeds, out, tasks, progress=not args.no_progress)
         print(f"done; fl-gym benchmark report --suite {args.suite} --runs {out}")
         return 0
     require(is_int_at_least(args.reps, 100), "--reps", args.reps, "an integer >= 100")
-    content = benchmark.report(args.suite, args.runs or out, args.out_report, reps=args.reps)
+    runs_folder = Path(args.runs or default)
+    content = benchmark.report(args.suite, runs_folder, args.out, reps=args.reps)
     print(content["markdown"])
-    print(f"report in {args.out_report or args.runs or out}")
+    print(f"report in {args.out or runs_folder}")
     return 0
 
 
@@ -473,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
         b = bench_sub.add_parser(name, help=text)
         b.add_argument("--suite", default="core-v1", help="core-v1, or smoke (a pipeline check)")
         b.add_argument("--tasks", default="", help="comma-separated task names (default: the whole suite)")
-        b.add_argument("--out", default=None, help="run folder (default runs/benchmark-SUITE)")
+        b.add_argument("--out", default=None, help="run: the run folder (default runs/benchmark-SUITE); report: where "
+                       "the report goes (default: the run folder)")
         b.add_argument("--runs-dir", default="runs")
         b.add_argument("--threads", type=int, default=1)
         b.set_defaults(func=cmd_benchmark)
@@ -482,8 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
             b.add_argument("--seeds", default="0-4", help="training seeds, e.g. 0-4 or 0,2")
             b.add_argument("--no-progress", action="store_true")
         if name == "report":
-            b.add_argument("--runs", default=None, help="the run folder to report (default: --out's default)")
-            b.add_argument("--out-report", default=None, help="where the report goes (default: the run folder)")
+            b.add_argument("--runs", default=None, help="the run folder to report (default runs/benchmark-SUITE)")
             b.add_argument("--reps", type=int, default=2000, help="bootstrap replicates")
 
     p = sub.add_parser("data", help="data sets and partitions")
