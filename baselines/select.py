@@ -320,7 +320,8 @@ class CleanQueuePolicy(RowPolicy):
 
 
 UNIFORM, PROX, SCAFFOLD, MOON = ({"sampler": "uniform"}, {"local_algorithm": "fedprox"},
-                                 {"local_algorithm": "scaffold"}, {"local_algorithm": "moon"})
+                                 {"local_algorithm": "scaffold", "momentum": 0.0},  # option II needs plain SGD
+                                 {"local_algorithm": "moon"})
 SELECT, PICK, QUEUE = ("FLSelect-v0",), ("FLSelectPick-v0",), ("FLSelectQueue-v0",)
 SERVER_DATA = {"server_data_fraction": 0.1, "allow_server_data": True, "aggregation_weights": "entropy"}
 POLICIES = {

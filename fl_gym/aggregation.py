@@ -14,7 +14,8 @@ Server rules, each a step on the pseudo-gradient ``delta = sum_i W_i w_i - w``:
   ``lr = 1``, ``momentum = 0`` is ``average``);
 * ``fedadam`` (Reddi et al., 2021, as in the FedEnt spec 6.5): ``m <- b1 m + (1-b1) delta``,
   ``v <- b2 v + (1-b2) delta^2``, ``w <- w + lr m / (sqrt(v) + tau)`` with ``m0 = 0``,
-  ``v0 = tau^2``, no bias correction.
+  ``v0 = tau^2``, no bias correction. ``delta`` follows the weight rule (data size by default);
+  Reddi et al. average uniformly: ``aggregation="uniform"``.
 """
 
 from __future__ import annotations

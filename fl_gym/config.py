@@ -155,6 +155,10 @@ class FederationConfig:
         require(is_non_negative(self.moon_mu), "moon_mu", self.moon_mu, "a float >= 0")
         require(is_positive(self.moon_tau), "moon_tau", self.moon_tau, "a float > 0")
         require(is_positive(self.feddyn_alpha), "feddyn_alpha", self.feddyn_alpha, "a float > 0")
+        plain = self.optimizer.name == "sgd" and self.optimizer.momentum == 0
+        require(self.algorithm != "scaffold" or plain, "momentum", self.optimizer.momentum,
+                "0 with optimizer='sgd' for algorithm='scaffold' (its option-II control variate assumes plain SGD "
+                "steps; with momentum it overstates the drift and training diverges)")
         stateful = self.algorithm not in STATELESS
         require(not (stateful and self.companion), "algorithm", self.algorithm,
                 "'fedavg' or 'fedprox' when a companion model is set")

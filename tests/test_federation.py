@@ -305,6 +305,18 @@ def test_scaffold_keeps_the_server_variate_the_mean_of_the_clients(tiny_config):
     assert fed.algorithm.server == {}  # a new episode starts from zero variates
 
 
+@pytest.mark.parametrize("optimizer", [OptimizerConfig(momentum=0.9), OptimizerConfig("adam")])
+def test_scaffold_refuses_a_local_optimiser_other_than_plain_sgd(tiny_config, optimizer):
+    with pytest.raises(ValueError, match="momentum=.* allowed: 0 with optimizer='sgd' for algorithm='scaffold'"):
+        tiny_config.replace(algorithm="scaffold", optimizer=optimizer)
+
+
+def test_scaffold_in_the_select_baselines_runs_plain_sgd_on_the_paper_preset():
+    from fl_gym.baselines.select import POLICIES
+
+    assert POLICIES["scaffold"].env_kwargs["momentum"] == 0.0  # the paper preset's SGD has momentum 0.5
+
+
 def test_feddyn_keeps_the_server_dual_the_mean_of_the_clients_and_corrects_the_average(tiny_config):
     fed = Federation(tiny_config.replace(algorithm="feddyn", feddyn_alpha=0.1), scenario_seed=0)
     fed.run_round(RoundPlan.make(4, lr=0.05))

@@ -252,9 +252,14 @@ class Scaffold(Corrected):
     Every local step descends ``g - c_i + c``. After ``K_i`` steps at rate ``lr_i`` from the global
     ``w``, a client's new variate is ``c_i+ = c_i - c + (w - w_i) / (K_i lr_i)``; only the clients
     the server aggregates commit it, and the server moves ``c += sum_aggregated (c_i+ - c_i) / N``,
-    which keeps ``c`` the mean of all ``N`` clients' variates (spec ``fedentropy.md`` 3.3). Each
-    aggregated client uploads its model and its variate change (``upload_factor = 2``). Variates
-    live per architecture (``(P,)`` server, ``(N, P)`` clients), zero at the start of an episode.
+    which keeps ``c`` the mean of all ``N`` clients' variates (the paper's Algorithm 1, lines 12-17,
+    with ``|S| / N`` for a partial cohort). Each aggregated client uploads its model and its
+    variate change (``upload_factor = 2``). Variates live per architecture (``(P,)`` server,
+    ``(N, P)`` clients), zero at the start of an episode.
+
+    Option II's variate assumes plain SGD steps, so the federation refuses SCAFFOLD with local
+    momentum or Adam. The models are averaged with ``FederationConfig.aggregation`` (data-size
+    weights by default); the paper averages uniformly: ``aggregation="uniform"``.
 
     Args:
         num_clients: ``N``.
@@ -295,7 +300,8 @@ class FedDyn(Corrected):
     ``-h_i + alpha (w - w(t))`` to the gradient. An aggregated client then moves its dual
     ``h_i <- h_i - alpha (w_i - w(t))``; the server's ``h <- h - alpha/N sum_aggregated (w_i - w(t))``
     and the next global model is the clients' average minus ``h / alpha``. Duals live per
-    architecture, zero at the start of an episode.
+    architecture, zero at the start of an episode. The average uses ``FederationConfig.aggregation``
+    (data-size weights by default); the paper's is uniform: ``aggregation="uniform"``.
 
     Args:
         num_clients: ``N``.
