@@ -158,3 +158,21 @@ def test_a_step_keeps_no_trained_round_but_the_pending_one(env_id, monkeypatch):
     env.reset(seed=1)
     assert len(alive_at_training) >= 3 and not any(alive_at_training)
     assert alive() <= 1  # a round that trains before the decision is pending
+
+
+REAL_TRAINING = {"hetero": {"backend": "torch", "local_epochs": 1}}  # HAPFL's accuracies need real training
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_every_registered_metric_appears_in_a_steps_info(env_id):
+    """What the tables, plots and TensorBoard read (``metrics_for``) is what a step reports."""
+    from fl_gym.envs.registry import metrics_for
+    from fl_gym.training.evaluation import flatten_info
+
+    env = gym.make(env_id, rounds_per_episode=2, **REAL_TRAINING.get(family_of(env_id).name, {}))
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    info = flatten_info(env.step(env.action_space.sample())[4])
+    learns = env.unwrapped.federation.config.train  # a timing-only federation has no accuracy
+    expected = [m.key for m in metrics_for(env_id) if m.key != "return" and (learns or m.key != "accuracy")]
+    assert [key for key in expected if key not in info] == []

@@ -110,6 +110,7 @@ class FLSelectQueueEnv(FLEnv):
         self._selected_prev = np.zeros(fed.num_clients)
         self._selections = np.zeros(fed.num_clients)
         self._cos_sum = np.zeros(fed.num_clients)  # of the played rounds' update_cos
+        self._uplink_bytes = 0.0
         self._validation = ValidationGain(fed)
 
     def _prepare(self) -> QueueRound:
@@ -149,6 +150,7 @@ class FLSelectQueueEnv(FLEnv):
         self._selected_prev = keep.astype(float)
         self._selections += keep
         self._cos_sum += pending.update_cos
+        self._uplink_bytes += report.upload_bytes
         self._gain = self._validation.update(report)
         self._played, self._keep = (pending.entropy, pending.bias), keep  # for the info: not the trained models
         return report
@@ -164,7 +166,10 @@ class FLSelectQueueEnv(FLEnv):
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
         (entropy_bits, bias), keep = self._played, self._keep
+        pooled = self.federation.histogram[keep].sum(axis=0, keepdims=True)  # the kept working sets' labels
         return {"select/kept": np.flatnonzero(keep), "select/kept_share": float(keep.mean()),
+                "select/entropy_kept": float(label_entropy(pooled)[0] / self._log2_c),
+                "select/cum_uplink_bytes": self._uplink_bytes,
                 "select/entropy_bits": entropy_bits,
                 "select/mean_entropy": float(entropy_bits.mean() / self._log2_c),
                 "select/mean_bias": float(bias.mean()), "select/weights": report.weights,
