@@ -28,6 +28,7 @@ from fl_gym.validation import (
     require_device,
     require_share,
     require_threads,
+    require_types,
 )
 
 SelfConfig = TypeVar("SelfConfig", bound="EnvConfig")
@@ -235,6 +236,8 @@ class EnvConfig:
             raise ValueError(f"{cls.__name__}: argument {unknown[0]!r} is not accepted; allowed: {allowed}")
         mine = {k: v for k, v in kwargs.items() if k in own}
         scenario_kwargs = {k: v for k, v in kwargs.items() if k in shared}
+        require_types(cls, mine)
+        require_types(ScenarioConfig, scenario_kwargs)
         if base is not None:
             mine = {**{k: getattr(base, k) for k in own}, **mine}
         start = kwargs.get("scenario") or (base.scenario if base is not None else None)

@@ -25,6 +25,9 @@ import numpy as np
 from fl_gym.validation import is_non_negative, is_positive, require
 
 
+MAX_SIGMA = 5.0  # log-std of a device's load: a factor of e^20 at four sigmas
+
+
 @dataclass(frozen=True)
 class ClockConfig:
     """Cost model of the simulated devices.
@@ -60,8 +63,10 @@ class ClockConfig:
         require(is_positive(self.seconds_per_unit), "seconds_per_unit", self.seconds_per_unit, "a float > 0")
         require(is_positive(self.heterogeneity) and self.heterogeneity >= 1, "heterogeneity", self.heterogeneity,
                 "a float >= 1")
-        for name in ("sigma_dyn", "sigma_drift", "sigma_meas", "aggregation_time"):
-            require(is_non_negative(getattr(self, name)), name, getattr(self, name), "a float >= 0")
+        for name in ("sigma_dyn", "sigma_drift", "sigma_meas"):  # exp(sigma z) overflows far beyond the bound
+            require(is_non_negative(getattr(self, name)) and getattr(self, name) <= MAX_SIGMA, name,
+                    getattr(self, name), f"a float in [0, {MAX_SIGMA:g}]")
+        require(is_non_negative(self.aggregation_time), "aggregation_time", self.aggregation_time, "a float >= 0")
         require(is_non_negative(self.load_persistence) and self.load_persistence < 1, "load_persistence",
                 self.load_persistence, "a float in [0, 1)")
         require(self.bandwidth > 0, "bandwidth", self.bandwidth, "a float > 0 (inf = free communication)")

@@ -181,8 +181,11 @@ class Federation:
         """Global evaluation sets (test-set indices): the test set, or its rest beside a held-out validation set."""
         everyone = np.arange(len(self.y_test))
         self.val_indices, self.eval_indices = None, torch.as_tensor(everyone, device=self.device)
-        if self.config.validation_size and self.config.train:
-            val = stratified_subset(self.y_test.cpu().numpy(), self.config.validation_size, rng)
+        size, labels = self.config.validation_size, self.y_test.cpu().numpy()
+        if size and self.config.train:
+            require(size < len(labels), "validation_size", size, f"an integer in [1, {len(labels) - 1}] (the "
+                    f"{self.config.dataset} test set has {len(labels)} samples, and some must stay for the test)")
+            val = stratified_subset(labels, size, rng)
             self.val_indices = torch.as_tensor(val, device=self.device)
             self.eval_indices = torch.as_tensor(np.setdiff1d(everyone, val), device=self.device)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
@@ -71,6 +73,65 @@ def is_non_negative(x: float) -> bool:
 def is_int_at_least(x: object, low: int) -> bool:
     """True for Python or NumPy integers (not bools) that are >= ``low``."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool) and int(x) >= low
+
+
+def require_types(cls: type, values: Mapping[str, object]) -> None:
+    """Raise ``ValueError`` for a value whose type its dataclass field's annotation does not allow.
+
+    The annotation is the one declaration of a field's type: ``float`` takes any real number but
+    a bool or NaN, ``int`` an integer, ``tuple[float, float]`` a tuple or list of two, a
+    ``Mapping`` a mapping, a class an instance of it, ``X | None`` either. Checked before a
+    config's own range checks, so a string or None reaches none of its comparisons.
+    """
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        if name in hints and not _matches(value, hints[name]):
+            raise ValueError(f"{name}={value!r} is out of range; allowed: {_describe(hints[name])}")
+
+
+def _matches(value: object, hint: object) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool) or type(value).__name__ == "bool_"
+    if hint is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_matches(v, args[0]) for v in value)
+        return len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args, strict=True))
+    if origin in (Mapping, dict):
+        return isinstance(value, Mapping) and all(_matches(k, args[0]) and _matches(v, args[1])
+                                                  for k, v in value.items())
+    if origin is Callable or hint is Callable:
+        return callable(value)
+    return not isinstance(hint, type) or isinstance(value, hint)
+
+
+def _describe(hint: object) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    if hint is type(None):
+        return "None"
+    if origin is tuple:
+        return f"a tuple of {len(args)} ({', '.join(_describe(a) for a in args)})" if Ellipsis not in args else \
+            f"a tuple of {_describe(args[0])}"
+    if origin in (Mapping, dict):
+        return f"a mapping of {_describe(args[0])} to {_describe(args[1])}"
+    names = {bool: "True or False", int: "an integer", float: "a real number (not NaN)", str: "a string"}
+    if hint in names:
+        return names[hint]
+    return f"a {getattr(hint, '__name__', hint)}"
 
 
 class MissingExtraError(ImportError):

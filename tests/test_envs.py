@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import warnings
 import weakref
@@ -176,3 +177,35 @@ def test_every_registered_metric_appears_in_a_steps_info(env_id):
     learns = env.unwrapped.federation.config.train  # a timing-only federation has no accuracy
     expected = [m.key for m in metrics_for(env_id) if m.key != "return" and (learns or m.key != "accuracy")]
     assert [key for key in expected if key not in info] == []
+
+
+BAD_VALUES = (None, "abc", [1, 2], float("nan"), float("inf"), -1, 0, 10**9, True, {"a": 1})
+
+
+def _arguments(env_id: str) -> list[str]:
+    cfg = gym.make(env_id).unwrapped.config
+    own = [f.name for f in dataclasses.fields(cfg) if f.name != "scenario"]
+    return own + [f.name for f in dataclasses.fields(cfg.scenario)]
+
+
+@pytest.mark.parametrize("env_id", IDS)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_fuzz_every_argument_is_refused_by_name_or_gives_an_env_that_steps(env_id, data):
+    """Any keyword argument with a wrong type, a special float, a huge or a negative value: a
+    ``ValueError`` naming the argument at ``gym.make``, or an env whose first steps are finite."""
+    name = data.draw(st.sampled_from(_arguments(env_id)), label="argument")
+    value = data.draw(st.sampled_from(BAD_VALUES), label="value")
+    kwargs = {"rounds_per_episode": 2, name: value}
+    try:
+        env = gym.make(env_id, **kwargs)
+    except ValueError as err:
+        assert f"{name}=" in str(err) or name in str(err), str(err)
+        return
+    obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)
+    for _ in range(2):
+        obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+        assert np.all(np.isfinite(obs)) and np.isfinite(reward)
+        if terminated or truncated:
+            break

@@ -112,3 +112,26 @@ def test_a_batched_copy_keeps_merging_after_a_new_scenario():
 def test_values_that_would_hang_abort_or_make_nan_are_refused_at_make(env_id, kwargs, name):
     with pytest.raises(ValueError, match=name):
         gym.make(env_id, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(momentum=None), "momentum=None is out of range; allowed: a real number (not NaN)"),
+    (dict(reward_weights=0), "reward_weights=0 is out of range; allowed: a tuple of 2"),
+    (dict(model_costs=0), "model_costs=0 is out of range; allowed: a mapping of a string to a real number"),
+    (dict(preset=[1, 2]), "preset=[1, 2] is out of range; allowed: a string"),
+    (dict(distillation="abc"), "distillation='abc' is out of range; allowed: a MutualDistillation"),
+    (dict(fractional_epochs=-1), "fractional_epochs=-1 is out of range; allowed: True or False"),
+    (dict(target_accuracy="x"), "target_accuracy='x' is out of range; allowed: a real number (not NaN) or None"),
+    (dict(sigma_drift=1e9), "sigma_drift=1000000000.0 is out of range; allowed: a float in [0, 5]"),
+    (dict(data_root=-1), "data_root=-1 is out of range; allowed: a string or None"),
+])
+def test_a_value_of_the_wrong_type_is_refused_by_its_fields_annotation(kwargs, message):
+    with pytest.raises(ValueError) as err:
+        gym.make("FLHetero-v0", **kwargs)
+    assert message in str(err.value)
+
+
+def test_a_validation_set_larger_than_the_test_set_is_refused_by_name():
+    with pytest.raises(ValueError, match="validation_size=1000000000 is out of range; allowed: an integer in "
+                                         r"\[1, 358\] \(the digits test set has 359"):
+        gym.make("FLAggregate-v0", validation_size=10**9)

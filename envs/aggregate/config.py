@@ -58,4 +58,5 @@ class AggregateConfig(LearningConfig):
         super().__post_init__()
         require(is_positive(self.lr_decay) and self.lr_decay <= 1, "lr_decay", self.lr_decay, "a float in (0, 1]")
         require(is_positive(self.action_scale), "action_scale", self.action_scale, "a float > 0")
-        require(is_positive(self.gompertz_alpha), "gompertz_alpha", self.gompertz_alpha, "a float > 0")
+        require(is_positive(self.gompertz_alpha) and self.gompertz_alpha <= 100, "gompertz_alpha", self.gompertz_alpha,
+                "a float in (0, 100] (FedAdp: 5)")
