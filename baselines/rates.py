@@ -2,7 +2,7 @@
 
 | policy | rate of client ``i`` this round |
 |---|---|
-| :class:`ConstantLRPolicy` | ``eta0``, or cosine-annealed (FedAvg; with an algorithm variant, FedProx, FedDyn, FedAvgM, FedAdam) |
+| :class:`ConstantLRPolicy` | ``eta0``, or cosine-annealed (FedAvg; with a variant, FedProx, FedDyn, FedAvgM, FedAdam) |
 | :class:`FedEntPolicy` | ``gamma last_i + (1 - gamma) eta_raw_i``, ``eta_raw`` FedEnt's closed form |
 | :class:`DecayOnlyPolicy` | ``gamma last_i`` (FedEnt with ``eta_raw = 0``: the ablation of the adaptive part) |
 

@@ -10,9 +10,9 @@ Local training adds a drift ``exp(sigma_drift z)`` between the probe and trainin
 reported time a measurement noise ``exp(sigma_meas z)``. Availability and drift are i.i.d. per
 round by default; with ``load_persistence = rho > 0`` each is a per-client AR(1) process in log
 space, ``log x_r = rho log x_{r-1} + sqrt(1 - rho^2) sigma z_r``, with the same stationary law
-``exp(sigma z)``: a device busy in one round tends to stay busy, so its history predicts it. Communication is ``bytes / bandwidth``
-(off by default: infinite bandwidth). All draws come from generators passed in, so episodes are
-reproducible.
+``exp(sigma z)``: a device busy in one round tends to stay busy, so its history predicts it.
+Communication is ``bytes / bandwidth`` (off by default: infinite bandwidth). All draws come from
+generators passed in, so episodes are reproducible.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from fl_gym.validation import is_non_negative, is_positive, require
-
 
 MAX_SIGMA = 5.0  # log-std of a device's load: a factor of e^20 at four sigmas
 

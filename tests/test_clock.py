@@ -73,7 +73,8 @@ def test_a_persistent_load_keeps_its_spread_and_has_the_autocorrelation_asked_fo
 
 
 @pytest.mark.parametrize("kwargs,param", [
-    (dict(seconds_per_unit=0), "seconds_per_unit"), (dict(load_persistence=1.0), "load_persistence"), (dict(heterogeneity=0.5), "heterogeneity"),
+    (dict(seconds_per_unit=0), "seconds_per_unit"), (dict(load_persistence=1.0), "load_persistence"),
+    (dict(heterogeneity=0.5), "heterogeneity"),
     (dict(sigma_dyn=-0.1), "sigma_dyn"), (dict(bandwidth=0), "bandwidth"),
     (dict(bandwidth_heterogeneity=0.9), "bandwidth_heterogeneity"),
 ])

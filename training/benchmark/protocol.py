@@ -108,14 +108,15 @@ def task_references(task: Task, say: Say = print) -> dict[str, Any]:
         best = max(means, key=means.get)
         refs[split] = {"ref_min": means[task.reference], "ref_max": means[best], "best": best}
     return {"task": task.name, "env_id": task.env_id, "score": task.score, "reference": task.reference,
-            "upper": task.upper_name, "uppers": list(task.uppers), "fixed": fixed, "tuned": tuned, "refs": refs, "policies": policies, "returns": returns,
+            "upper": task.upper_name, "uppers": list(task.uppers), "fixed": fixed, "tuned": tuned, "refs": refs,
+            "policies": policies, "returns": returns,
             "test_scenarios": list(task.test_scenarios), "eval_seeds": list(task.eval_seeds),
             "wall_s": time.perf_counter() - start}
 
 
 def per_federation_best(scores: list[list[list[float]]], returns: list[list[list[float]]]
                         ) -> tuple[list[list[float]], list[list[float]]]:
-    """Per federation (column), the candidate with the best mean score: its ``(seeds, federations)`` scores and returns."""
+    """Per federation (column), the candidate of best mean score: its ``(seeds, federations)`` scores and returns."""
     scores_, returns_ = np.array(scores), np.array(returns)  # (candidates, seeds, federations)
     best = scores_.mean(axis=1).argmax(axis=0)
     columns = np.arange(scores_.shape[2])
