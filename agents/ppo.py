@@ -26,7 +26,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 from fl_gym.agents.features import FEATURE_EXTRACTORS
 from fl_gym.agents.sets import SetPolicy, client_rows_of
 from fl_gym.envs.vectorize import batched_vec_env
-from fl_gym.validation import is_int_at_least, is_non_negative, is_positive
+from fl_gym.validation import UserError, is_int_at_least, is_non_negative, is_positive
 
 ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO, "maskable-ppo": MaskablePPO}
 DEFAULT_POLICY = {"ppo": "MlpPolicy", "recurrent-ppo": "MlpLstmPolicy", "maskable-ppo": "MlpPolicy"}
@@ -64,7 +64,7 @@ def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str
     ``<monitor_dir>/<i>.monitor.csv``.
     """
     if vec_env not in VEC_ENVS:
-        raise ValueError(f"vec_env={vec_env!r} is out of range; allowed: {', '.join(map(repr, VEC_ENVS))}")
+        raise UserError(f"vec_env={vec_env!r} is out of range; allowed: {', '.join(map(repr, VEC_ENVS))}")
     kwargs = dict(env_kwargs or {})
     if monitor_dir is not None:
         Path(monitor_dir).mkdir(parents=True, exist_ok=True)
@@ -108,7 +108,7 @@ def load_hyperparams(env_id: str, preset: str | None = None, path: str | Path | 
     if key not in table:
         if preset is not None:
             known = sorted(k.split("/", 1)[1] for k in table if k.startswith(env_id + "/"))
-            raise ValueError(f"preset={preset!r} is out of range; allowed for {env_id}: {known or 'none'}")
+            raise UserError(f"preset={preset!r} is out of range; allowed for {env_id}: {known or 'none'}")
         return {}
     return copy.deepcopy(table[key])
 
@@ -136,21 +136,21 @@ def build_agent(env: gym.Env, hyperparams: dict[str, Any], algo: str = "ppo", se
 def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
     """Raise ``ValueError`` for an unknown algorithm, a key its constructor does not take, or a value out of range."""
     if algo not in ALGOS:
-        raise ValueError(f"algo={algo!r} is out of range; allowed: one of {', '.join(ALGOS)}")
+        raise UserError(f"algo={algo!r} is out of range; allowed: one of {', '.join(ALGOS)}")
     cls = ALGOS[algo]
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "env"}
     unknown = sorted(set(hyperparams) - accepted - set(NOT_KWARGS))
     if unknown:
-        raise ValueError(f"hyperparameter {unknown[0]!r} is not accepted by {cls.__name__}; "
+        raise UserError(f"hyperparameter {unknown[0]!r} is not accepted by {cls.__name__}; "
                          f"allowed: {', '.join(sorted(accepted))}")
     for key, (ok, allowed) in VALUE_RULES.items():
         if key in hyperparams and (isinstance(hyperparams[key], bool) or not ok(hyperparams[key])):
-            raise ValueError(f"hyperparameter {key}={hyperparams[key]!r} is out of range; allowed: {allowed}")
+            raise UserError(f"hyperparameter {key}={hyperparams[key]!r} is out of range; allowed: {allowed}")
     if hyperparams.get("policy") == "SetPolicy" and algo != "ppo":
-        raise ValueError(f"policy='SetPolicy' is out of range for algo={algo!r}; allowed: algo 'ppo'")
+        raise UserError(f"policy='SetPolicy' is out of range for algo={algo!r}; allowed: algo 'ppo'")
     extractor = (hyperparams.get("policy_kwargs") or {}).get("features_extractor")
     if extractor is not None and extractor not in FEATURE_EXTRACTORS:
-        raise ValueError(f"features_extractor={extractor!r} is out of range; allowed: {', '.join(FEATURE_EXTRACTORS)}")
+        raise UserError(f"features_extractor={extractor!r} is out of range; allowed: {', '.join(FEATURE_EXTRACTORS)}")
 
 
 def _policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

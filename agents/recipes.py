@@ -22,6 +22,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
 from fl_gym.atomic import read_json, save_atomic, write_json
 from fl_gym.envs.registry import Recipe, Stage, family_of, resolve
+from fl_gym.validation import UserError
 
 RECIPE_FILE = "recipe.json"
 StageTrainer = Callable[[Stage, dict[str, Any], int], BaseAlgorithm]
@@ -53,7 +54,7 @@ def find_recipe(env_id: str, name: str) -> Recipe:
     """
     recipe = family_of(env_id).recipe(name)
     if recipe is None or recipe.target != env_id:
-        raise ValueError(f"recipe {name!r} is out of range for {env_id}; allowed: "
+        raise UserError(f"recipe {name!r} is out of range for {env_id}; allowed: "
                          f"{', '.join(r.name for r in family_of(env_id).recipes if r.target == env_id) or 'none'}")
     return recipe
 
@@ -144,5 +145,5 @@ def load_recipe(folder: str | Path) -> tuple[Recipe, dict[str, BaseAlgorithm]]:
 
 
 def yaml_preset(preset: str) -> str | None:
-    """The ``ppo.yml`` preset of a recipe preset name: ``"paper"`` is the base blocks (the spec's recipe)."""
+    """The ``ppo.yml`` preset of a recipe preset name: ``"paper"`` is the base blocks (HAPFL's own recipe)."""
     return None if preset == "paper" else preset

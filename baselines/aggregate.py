@@ -1,4 +1,4 @@
-"""Fixed policies for ``FLAggregate-v0`` (spec ``fedadp.md`` 7.2), reading the observation.
+"""Fixed policies for ``FLAggregate-v0`` (FedAdp: Wu and Wang, IEEE TCCN 2021), reading the observation.
 
 | policy | action | weights |
 |---|---|---|
@@ -66,7 +66,7 @@ class FedAdpPolicy(WeightsPolicy):
 
 
 class FedCosPolicy(WeightsPolicy):
-    """FedCos (FedEnt spec 6.5, Eq. 51): weights ``cos(w_i(t), w(t))``, normalised.
+    """FedCos, as Zheng et al. (IEEE TMC 2024, Eq. 51) state it: weights ``cos(w_i(t), w(t))``, normalised.
 
     The cosine of each local model with the global model is read from the env's exact
     statistics (the observation holds the update's angle, not the model's).

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from fl_gym.validation import UserError
+
 
 class RowPolicy:
     """A fixed policy that decides each observation on its own (:meth:`act`).
@@ -46,7 +48,7 @@ class RowPolicy:
         obs = np.asarray(observation, np.float64)
         rows = obs if obs.ndim == 2 else obs[None]
         if self.reads_env and len(rows) > 1:
-            raise ValueError(f"{type(self).__name__}.predict: observation has {len(rows)} rows; allowed: one "
+            raise UserError(f"{type(self).__name__}.predict: observation has {len(rows)} rows; allowed: one "
                              "observation of the env the policy was built with (it reads that env's statistics)")
         actions = self.act_rows(rows)
         return (actions if obs.ndim == 2 else actions[0]), state

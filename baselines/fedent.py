@@ -1,13 +1,13 @@
-"""FedEnt's closed-form learning rate (Zheng et al., TMC 2024; spec ``fedent.md`` sections 3-4).
+"""FedEnt's closed-form learning rate (Zheng et al., IEEE TMC 2024, Eqs. 15-31 and Algorithm 1).
 
 Everything is scalar arithmetic in float64 on three numbers per client: ``s = ||w||^2``,
-``a_i = w^T g_i`` and ``b_i = ||g_i||^2`` (spec 3.3), where ``w`` is the broadcast (or mean-field)
+``a_i = w^T g_i`` and ``b_i = ||g_i||^2`` (our scalar reduction of Eq. 21), where ``w`` is the broadcast (or mean-field)
 model and ``g_i`` a minibatch gradient of client ``i`` there.
 
 * :func:`solve_eta`: one client's Eq. (21) root with ``Phi = phi2(t+1)`` held fixed, by the
-  Picard iteration of spec 3.4 (or :func:`argmin_eta`, spec 3.7).
+  Picard iteration of Eq. 21 (or :func:`argmin_eta`, our safeguard).
 * :func:`joint_solve`: the one-round fixed point of Eq. (26) over the clients (Mode B, the online
-  mean-field default, spec 5.3).
+  mean-field default, ours: Algorithm 1's fixed point, Eq. 26, solved each round on the real trajectory).
 * :func:`mean_field_offline`: Algorithm 1, the paper's precomputed ``phi1(t), phi2(t)`` (Mode A).
 """
 
@@ -29,7 +29,7 @@ GOLDEN = (math.sqrt(5) - 1) / 2
 
 @dataclass(frozen=True)
 class FedEntSettings:
-    """FedEnt's constants (spec 4.4).
+    """FedEnt's constants (the paper's Table 4 where it gives them).
 
     Attributes:
         beta: weight of the entropy term against the rate penalty.
@@ -72,7 +72,7 @@ def _share(eta: float, theta: float, s: float, a: float, b: float, phi: float) -
 
 
 def one_round_cost(eta: float, theta: float, s: float, a: float, b: float, phi: float, beta: float) -> float:
-    """``f_i(eta) = beta p ln p + (1 - beta) eta^2`` with ``p = theta ||w - eta g||^2 / Phi`` (spec 3.1)."""
+    """``f_i(eta) = beta p ln p + (1 - beta) eta^2``, ``p = theta ||w - eta g||^2 / Phi``: Eq. 21's one-round cost."""
     p = _share(eta, theta, s, a, b, phi)
     return beta * p * math.log(p) + (1 - beta) * eta * eta
 
@@ -90,7 +90,7 @@ def argmin_eta(theta: float, s: float, a: float, b: float, phi: float, cfg: FedE
 
 
 def solve_eta(theta: float, s: float, a: float, b: float, phi: float, cfg: FedEntSettings) -> float:
-    """One client's rate from Eq. (21) with ``Phi`` fixed (spec 4.1 ``SOLVE_ETA``), clamped to ``[0, eta_max]``."""
+    """One client's rate from Eq. (21) with ``Phi`` fixed, clamped to ``[0, eta_max]``."""
     if cfg.solver == "argmin":
         return argmin_eta(theta, s, a, b, phi, cfg)
     q = b if cfg.denominator == "sq_norm" else math.sqrt(b)
@@ -106,12 +106,12 @@ def solve_eta(theta: float, s: float, a: float, b: float, phi: float, cfg: FedEn
         if abs(new - eta) < 1e-10:
             return new
         eta = new
-    return argmin_eta(theta, s, a, b, phi, cfg)  # no convergence: the robust fallback (spec 3.7)
+    return argmin_eta(theta, s, a, b, phi, cfg)  # no convergence: the robust fallback (ours)
 
 
 def joint_solve(theta: Sequence[float], s: float, a: Sequence[float], b: Sequence[float], cfg: FedEntSettings,
                 tol: float = 1e-9) -> Solution:
-    """Rates and ``phi2(t+1)`` at their joint fixed point (spec 4.1 ``JOINT_SOLVE``), damped after 20 iterations."""
+    """Rates and ``phi2(t+1)`` at their joint fixed point (Eqs. 21 and 26), damped after 20 iterations."""
     theta, a, b = (np.asarray(v, np.float64) for v in (theta, a, b))
     phi, eta = float(s), np.zeros(len(theta))
     for it in range(1, 101):
@@ -150,7 +150,7 @@ Gradient = Callable[[np.ndarray, Tensor, int], Tensor]  # (clients, model, round
 def mean_field_offline(gradient: Gradient, w0: Tensor, schedule: Sequence[np.ndarray], thetas: Sequence[np.ndarray],
                        cfg: FedEntSettings, eps: float = 1e-3, max_sweeps: int = 50, gauss_seidel: bool = True
                        ) -> MeanField:
-    """Algorithm 1 (spec 4.2): sweep the one-step-per-round trajectory until ``phi1``, ``phi2`` settle.
+    """Algorithm 1 of Zheng et al.: sweep the one-step-per-round trajectory until ``phi1``, ``phi2`` settle.
 
     Args:
         gradient: ``gradient(clients, w, t)`` -> each client's (fixed, seeded per ``t``) minibatch

@@ -1,4 +1,4 @@
-"""Fixed policies for the HAPFL envs (spec ``hapfl.md`` section 9.5).
+"""Fixed policies for the HAPFL envs (Chen et al., HAPFL: its baselines and analytic references).
 
 Every policy has SB3's ``predict(observation, state=None, episode_start=None, deterministic=True)``
 and accepts one observation or a batch, so one evaluation loop runs fixed and learned policies
@@ -29,6 +29,7 @@ from fl_gym.baselines.base import RowPolicy
 from fl_gym.envs.hetero.actions import HeteroSpec
 from fl_gym.envs.hetero.config import HISTORY_HORIZON, SIZE_NAMES
 from fl_gym.envs.registry import PolicyEntry
+from fl_gym.validation import UserError
 
 
 def _spec(env_or_spec: Env | HeteroSpec) -> HeteroSpec:
@@ -79,7 +80,7 @@ class HeteroPolicy(RowPolicy):
 def _size_index(spec: HeteroSpec, size: str) -> int:
     names = SIZE_NAMES[spec.num_sizes]
     if size not in names:
-        raise ValueError(f"size={size!r} is out of range; allowed: one of {', '.join(names)}")
+        raise UserError(f"size={size!r} is out of range; allowed: one of {', '.join(names)}")
     return names.index(size)
 
 
@@ -195,13 +196,13 @@ class HistoryOraclePolicy(BalancedOraclePolicy):
     def __init__(self, env: Env | HeteroSpec, rho: float = 0.9) -> None:
         super().__init__(env)
         if not 0 <= rho <= 1:
-            raise ValueError(f"rho={rho!r} is out of range; allowed: a float in [0, 1]")
+            raise UserError(f"rho={rho!r} is out of range; allowed: a float in [0, 1]")
         self.rho = rho
 
     def _decide(self, rows: np.ndarray) -> np.ndarray:
         k = self.hetero.clients_per_round
         if rows.shape[-1] != 3 * k:
-            raise ValueError(f"observation width={rows.shape[-1]} is out of range; allowed: {3 * k} "
+            raise UserError(f"observation width={rows.shape[-1]} is out of range; allowed: {3 * k} "
                              f"(obs_mode='history')")
         slowdown = 1.0 / rows[:, k: 2 * k].astype(np.float64) - 1.0
         age = np.rint(rows[:, 2 * k:].astype(np.float64) * (1 + HISTORY_HORIZON)) - 1
@@ -243,7 +244,7 @@ class HAPFLPolicy(HeteroPolicy):
         super().__init__(env)
         h = self.hetero
         if h.view != "joint":
-            raise ValueError(f"HAPFLPolicy: expected the joint view (FLHetero-v0), got {h.view!r}")
+            raise UserError(f"HAPFLPolicy: expected the joint view (FLHetero-v0), got {h.view!r}")
         self.ppo1, self.ppo2 = ppo1, ppo2
         self._intensity = h.with_view("intensity")
 
@@ -263,7 +264,7 @@ def _uniform(env: Env | HeteroSpec, size: str = "large") -> UniformPolicy:
 
 def _history_oracle(env: Env | HeteroSpec, rho: float = 0.9) -> HistoryOraclePolicy:
     if isinstance(env, Env) and (mode := env.unwrapped.config.obs_mode) != "history":
-        raise ValueError(f"obs_mode={mode!r} is out of range; allowed: 'history' (history-oracle reads the "
+        raise UserError(f"obs_mode={mode!r} is out of range; allowed: 'history' (history-oracle reads the "
                          f"measured slowdowns)")
     return HistoryOraclePolicy(_spec(env), rho)
 
@@ -299,5 +300,5 @@ POLICIES = {
 def named_policy(name: str, env: Env | HeteroSpec, **kwargs: Any) -> HeteroPolicy:
     """A fixed policy by name (one of :data:`POLICIES`)."""
     if name not in POLICIES:
-        raise ValueError(f"policy={name!r} is out of range; allowed: one of {', '.join(POLICIES)}")
+        raise UserError(f"policy={name!r} is out of range; allowed: one of {', '.join(POLICIES)}")
     return POLICIES[name].build(env, **kwargs)

@@ -1,4 +1,4 @@
-"""Fixed policies for ``FLLearningRate-v0`` (spec ``fedent.md`` 9.6).
+"""Fixed policies for ``FLLearningRate-v0`` (FedEnt: Zheng et al., IEEE TMC 2024, and its baselines).
 
 | policy | rate of client ``i`` this round |
 |---|---|
@@ -75,7 +75,7 @@ class ConstantLRPolicy(RatePolicy):
 
 
 class DecayOnlyPolicy(RatePolicy):
-    """``gamma * last rate``: FedEnt's smoothing with ``eta_raw = 0`` (spec 9.6's ablation)."""
+    """``gamma * last rate``: FedEnt's smoothing with ``eta_raw = 0`` (our ablation of its adaptive part)."""
 
     def __init__(self, env: Env, gamma: float = 0.99) -> None:
         super().__init__(env)
@@ -142,7 +142,7 @@ class FedEntPolicy(DecayOnlyPolicy):
 
 
 def stats_from_observation(observation: np.ndarray, m: int) -> dict[str, np.ndarray | float]:
-    """Recover FedEnt's inputs from the observation (spec 9.5: the agent sees the same information).
+    """Recover FedEnt's inputs from the observation (the agent sees the same information).
 
     Returns ``theta``, ``s``, ``a``, ``b`` and ``last_unit`` (the last rates as actions), exact up to
     float32 rounding while ``||g_i||`` lies in ``[1e-4, 1e4]`` and ``||w||^2 < 1e40``.

@@ -1,4 +1,4 @@
-"""Fixed policies for the selection env (spec ``fedentropy.md`` 8.6).
+"""Fixed policies for the selection envs (FedEntropy: Ling et al.; DDFL: Herath et al.; and simple baselines).
 
 Every policy reads the soft labels and sizes from the observation
 (:class:`~fl_gym.envs.select.spaces.SelectLayout`), has SB3's ``predict`` and accepts one
@@ -26,7 +26,7 @@ from fl_gym.data.report import label_entropy
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
 from fl_gym.envs.select.spaces import PickLayout, QueueLayout, SelectLayout
-from fl_gym.validation import is_int_at_least, is_non_negative, require
+from fl_gym.validation import UserError, is_int_at_least, is_non_negative, require
 
 
 class SelectPolicy(RowPolicy):
@@ -74,7 +74,7 @@ class RandomDropPolicy(SelectPolicy):
     def __init__(self, env: Env | SelectLayout, q: float = 0.8, seed: int = 0) -> None:
         super().__init__(env)
         if not 0 < q <= 1:
-            raise ValueError(f"q={q!r} is out of range; allowed: a float in (0, 1]")
+            raise UserError(f"q={q!r} is out of range; allowed: a float in (0, 1]")
         self.q = q
         self._seed_rng(seed)
 
@@ -159,7 +159,7 @@ class PickPolicy(RowPolicy):
 
 
 class PoolSamplerPolicy(PickPolicy):
-    """FedEntropy's epsilon-greedy draw from the pools the observation shows (spec 2.5).
+    """FedEntropy's epsilon-greedy draw from the pools the observation shows (Ling et al., Algorithm 2).
 
     ``m`` clients from the positive pool with probability ``p_positive``, else from the negative
     one, topped up from the other.
@@ -233,7 +233,7 @@ class CleanPickPolicy(PickPolicy):
 
 
 class TopLambdaEntropyPolicy(RowPolicy):
-    """DDFL (Ma et al.): aggregate the ``floor(lam K)`` devices of highest label entropy (spec 3.2).
+    """DDFL (Herath et al.): aggregate the ``floor(lam K)`` devices of highest label entropy (Algorithm 3).
 
     Reads the entropy column of the observation; ties are broken by the policy's own seeded
     permutation, so the lowest-entropy devices are dropped first.
@@ -246,7 +246,7 @@ class TopLambdaEntropyPolicy(RowPolicy):
 
     def __init__(self, env: Env | QueueLayout, lam: float = 0.9, seed: int = 0) -> None:
         if not 0 < lam <= 1:
-            raise ValueError(f"lam={lam!r} is out of range; allowed: a float in (0, 1]")
+            raise UserError(f"lam={lam!r} is out of range; allowed: a float in (0, 1]")
         self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
         self.lam = lam
         self._seed_rng(seed)
@@ -290,7 +290,7 @@ class CosTrimPolicy(RowPolicy):
     def __init__(self, env: Env | QueueLayout, k: int = 3, smooth: bool = True) -> None:
         self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
         if not (isinstance(k, int) and 0 <= k < self.layout.num_clients):
-            raise ValueError(f"k={k!r} is out of range; allowed: an integer in [0, {self.layout.num_clients - 1}]")
+            raise UserError(f"k={k!r} is out of range; allowed: an integer in [0, {self.layout.num_clients - 1}]")
         self.column = "mean_update_cos" if smooth else "update_cos"
         self.layout.column(np.zeros(self.layout.observation_space().shape), self.column)  # needs update_stats
         self.k = k

@@ -36,7 +36,7 @@ HAPFL = Family(
 
 SELECT = Family(
     name="select",
-    paper="FedEntropy (Ling et al.) and DDFL (Ma et al.): who trains and which trained clients are aggregated",
+    paper="FedEntropy (Ling et al.) and DDFL (Herath et al.): who trains and which trained clients are aggregated",
     envs={"FLSelect-v0": "fl_gym.envs.select.env:FLSelectEnv",
           "FLSelectPick-v0": "fl_gym.envs.select.env:FLSelectPickEnv",
           "FLSelectQueue-v0": "fl_gym.envs.select.queue_env:FLSelectQueueEnv"},

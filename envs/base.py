@@ -49,7 +49,7 @@ from gymnasium import spaces
 from fl_gym.envs.scenario import EnvConfig
 from fl_gym.federation import Federation
 from fl_gym.records import RoundReport
-from fl_gym.validation import is_int_at_least, require
+from fl_gym.validation import UserError, is_int_at_least, require
 
 
 class Predictor(Protocol):
@@ -124,7 +124,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def _build_config(self, config: EnvConfig | None, kwargs: dict[str, Any]) -> EnvConfig:
         if config is not None and not isinstance(config, self.config_class):
-            raise ValueError(f"config={type(config).__name__} is out of range; allowed: a "
+            raise UserError(f"config={type(config).__name__} is out of range; allowed: a "
                              f"{self.config_class.__name__}")
         return self.config_class.from_kwargs(config, **kwargs)
 
@@ -220,16 +220,16 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         a = np.asarray(action)
         space, kind = self.action_space, a.dtype.kind
         if kind not in "biuf":
-            raise ValueError(f"action={_short(a)} has dtype {a.dtype}; allowed: numbers of {space}")
+            raise UserError(f"action={_short(a)} has dtype {a.dtype}; allowed: numbers of {space}")
         if a.shape != space.shape:
-            raise ValueError(f"action has shape {a.shape}; allowed: {space}")
+            raise UserError(f"action has shape {a.shape}; allowed: {space}")
         if kind == "f" and not np.isfinite(a).all():
-            raise ValueError(f"action={_short(a)} is not finite; allowed: {space}")
+            raise UserError(f"action={_short(a)} is not finite; allowed: {space}")
         if isinstance(space, (spaces.MultiDiscrete, spaces.Discrete, spaces.MultiBinary)):
             # SB3 samples MultiBinary actions as floats 0.0/1.0: integer values of any dtype are fine
             whole = a.astype(space.dtype)
             if (kind == "f" and not np.array_equal(whole, a)) or not space.contains(whole):
-                raise ValueError(f"action={_short(a)} is out of range; allowed: integers of {space}")
+                raise UserError(f"action={_short(a)} is out of range; allowed: integers of {space}")
             return whole
         return a
 

@@ -1,8 +1,8 @@
 """What the learning-rate and aggregation-weight families share: algorithm variants and the reward.
 
 Both families run every sampled client through real local training, so their baselines are
-algorithm variants of the same env (FedProx, FedDyn locally; FedAvgM, FedAdam on the server,
-spec ``fedent.md`` 9.7) and their rewards read the validation accuracy:
+algorithm variants of the same env (FedProx, FedDyn locally; FedAvgM, FedAdam on the server, the
+baselines of Zheng et al., IEEE TMC 2024) and their rewards read the validation accuracy:
 
 | ``reward`` | per round | return |
 |---|---|---|
@@ -39,8 +39,8 @@ class LearningConfig(PresetConfig):
 
     Attributes:
         local_algorithm: ``fedavg``, ``fedprox`` (``prox_mu``) or ``feddyn`` (``feddyn_alpha``).
-        prox_mu: FedProx's ``mu`` (FedEnt spec: 0.01).
-        feddyn_alpha: FedDyn's ``alpha`` (FedEnt spec: 0.001).
+        prox_mu: FedProx's ``mu`` (Zheng et al.'s setting: 0.01).
+        feddyn_alpha: FedDyn's ``alpha`` (Zheng et al.'s setting: 0.001).
         server: ``average`` (FedAvg), ``fedavgm`` (server momentum) or ``fedadam``.
         server_lr: the server's rate ``eta_s``; None = 1 for FedAvgM, 0.01 for FedAdam.
         server_momentum: FedAvgM's momentum.

@@ -18,6 +18,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from fl_gym.validation import UserError
+
 
 def resolve(entry_point: str | Any) -> Any:
     """The object an entry-point string ``"module:attribute"`` names (other values as they are)."""
@@ -189,7 +191,7 @@ def family_of(env_id: str) -> Family:
     for family in FAMILIES.values():
         if env_id in family.envs:
             return family
-    raise ValueError(f"env_id={env_id!r} is not registered; allowed: {', '.join(env_ids())}")
+    raise UserError(f"env_id={env_id!r} is not registered; allowed: {', '.join(env_ids())}")
 
 
 def recipes_for(env_id: str) -> dict[str, Recipe]:

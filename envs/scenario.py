@@ -21,6 +21,7 @@ from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.validation import (
     MAX_LR,
     MAX_ROUNDS,
+    UserError,
     is_int_at_least,
     is_positive,
     require,
@@ -233,7 +234,7 @@ class EnvConfig:
         unknown = sorted(set(kwargs) - own - shared - {"scenario"})
         if unknown:
             allowed = ", ".join((*cls.own_fields(), *SCENARIO_FIELDS, "scenario"))
-            raise ValueError(f"{cls.__name__}: argument {unknown[0]!r} is not accepted; allowed: {allowed}")
+            raise UserError(f"{cls.__name__}: argument {unknown[0]!r} is not accepted; allowed: {allowed}")
         mine = {k: v for k, v in kwargs.items() if k in own}
         scenario_kwargs = {k: v for k, v in kwargs.items() if k in shared}
         require_types(cls, mine)

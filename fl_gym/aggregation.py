@@ -12,7 +12,7 @@ Server rules, each a step on the pseudo-gradient ``delta = sum_i W_i w_i - w``:
 * ``average``: ``w <- w + delta`` (or pFedMe's ``w + beta delta``);
 * ``fedavgm`` (Hsu et al., 2019): ``v <- momentum v + delta``, ``w <- w + lr v`` (``v0 = 0``;
   ``lr = 1``, ``momentum = 0`` is ``average``);
-* ``fedadam`` (Reddi et al., 2021, as in the FedEnt spec 6.5): ``m <- b1 m + (1-b1) delta``,
+* ``fedadam`` (Reddi et al., 2021, with Zheng et al.'s settings): ``m <- b1 m + (1-b1) delta``,
   ``v <- b2 v + (1-b2) delta^2``, ``w <- w + lr m / (sqrt(v) + tau)`` with ``m0 = 0``,
   ``v0 = tau^2``, no bias correction. ``delta`` follows the weight rule (data size by default);
   Reddi et al. average uniformly: ``aggregation="uniform"``.
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fl_gym.validation import is_positive, require, require_choice
+from fl_gym.validation import UserError, is_positive, require, require_choice
 
 WEIGHT_RULES = ("datasize", "uniform", "entropy_acc")
 SERVER_RULES = ("average", "fedavgm", "fedadam")
@@ -47,7 +47,7 @@ def aggregation_weights(rule: str, sizes: np.ndarray, entropy: np.ndarray | None
     if rule == "uniform":
         return np.full(len(sizes), 1.0 / len(sizes))
     if entropy is None or accuracy is None:
-        raise ValueError("aggregation='entropy_acc' needs label entropy and local accuracy")
+        raise UserError("aggregation='entropy_acc' needs label entropy and local accuracy")
     return 0.5 * (_softmax(np.asarray(entropy, np.float64)) + _softmax(np.asarray(accuracy, np.float64)))
 
 
@@ -63,7 +63,7 @@ class ServerConfig:
     Attributes:
         name: one of :data:`SERVER_RULES`.
         lr: the server learning rate ``eta_s`` (FedAdam, FedAvgM); None = 0.01 for FedAdam (the
-            FedEnt spec's default), 1 for FedAvgM.
+            Zheng et al.'s setting), 1 for FedAvgM.
         betas: FedAdam's ``(beta1, beta2)``.
         tau: FedAdam's adaptivity ``tau``.
         momentum: FedAvgM's server momentum ``beta``.

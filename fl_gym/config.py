@@ -70,9 +70,9 @@ class FederationConfig:
             ``pfedme`` (``pfedme`` settings), ``scaffold`` (control variates, per client across
             rounds), ``moon`` (model-contrastive term, ``moon_mu``, ``moon_tau``) or ``feddyn``
             (dual variables per client, ``feddyn_alpha``; :mod:`fl_gym.engine.algorithms`).
-        moon_mu: MOON's weight of the contrastive term (spec: 0.1).
-        moon_tau: MOON's temperature (spec: 0.5).
-        feddyn_alpha: FedDyn's ``alpha`` (FedEnt spec 6.5: 0.001).
+        moon_mu: MOON's weight of the contrastive term (FedEntropy's setting: 0.1).
+        moon_tau: MOON's temperature (FedEntropy's setting: 0.5).
+        feddyn_alpha: FedDyn's ``alpha`` (Zheng et al.'s setting: 0.001).
         prox_mu: FedProx's ``mu``.
         pfedme: pFedMe's local solver and server mixing.
         aggregation: default weight rule (:data:`fl_gym.aggregation.WEIGHT_RULES`).

@@ -60,7 +60,7 @@ from fl_gym.records import (
     TrainedRound,
     check_aggregation,
 )
-from fl_gym.validation import require
+from fl_gym.validation import UserError, require
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
 
@@ -246,9 +246,9 @@ class Federation:
         for client, indices in assignment.items():
             indices = np.asarray(indices)
             if not 0 <= client < self.num_clients:
-                raise ValueError(f"client={client} is out of range; allowed: 0..{self.num_clients - 1}")
+                raise UserError(f"client={client} is out of range; allowed: 0..{self.num_clients - 1}")
             if indices.ndim != 1 or len(indices) == 0 or indices.min() < 0 or indices.max() >= len(self._labels):
-                raise ValueError(f"indices of client {client} are out of range; allowed: a non-empty 1-D array in "
+                raise UserError(f"indices of client {client} are out of range; allowed: a non-empty 1-D array in "
                                  f"0..{len(self._labels) - 1}")
             parts[client] = np.sort(indices)
         self._set_train_parts(parts)
@@ -262,7 +262,7 @@ class Federation:
         cfg = self.config
         if cfg.partition.kind == "natural":
             if len(data.natural_split) != cfg.num_clients:
-                raise ValueError(f"num_clients={cfg.num_clients} is out of range; allowed: "
+                raise UserError(f"num_clients={cfg.num_clients} is out of range; allowed: "
                                  f"{len(data.natural_split)} (the devices of {data.name})")
             return [p[0] for p in data.natural_split], [p[1] for p in data.natural_split]
         y = data.y_train.numpy()
@@ -365,13 +365,13 @@ class Federation:
             mask = np.ones(k_all, bool)
         elif isinstance(candidates, (int, np.integer)):
             if not 1 <= candidates <= k_all:
-                raise ValueError(f"candidates={candidates} is out of range; allowed: 1..{k_all}")
+                raise UserError(f"candidates={candidates} is out of range; allowed: 1..{k_all}")
             mask = np.zeros(k_all, bool)
             mask[np.sort(self.sampler.permutation(k_all)[:candidates])] = True
         else:
             mask = np.asarray(candidates, bool)
             if mask.shape != (k_all,) or not mask.any():
-                raise ValueError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an int, "
+                raise UserError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an int, "
                                  f"or a bool mask of shape ({k_all},) with at least one client")
         load = RoundLoad.draw(k_all, self.config.clock, self.rng, self.last_load) if load is None else load
         self.last_load = load
@@ -388,7 +388,7 @@ class Federation:
         """:meth:`train_round` for a plan already validated."""
         if (plan.selected & ~opened.candidates).any():
             chosen, allowed = np.flatnonzero(plan.selected).tolist(), np.flatnonzero(opened.candidates).tolist()
-            raise ValueError(f"plan.selected={chosen} is out of range; allowed: a subset of round "
+            raise UserError(f"plan.selected={chosen} is out of range; allowed: a subset of round "
                              f"{opened.round}'s candidates {allowed}")
         steps = np.where(plan.selected, local_steps(self.sizes, plan.epochs, self.config.batch_size), 0)
         times = self._compute_times(opened, plan, steps)
@@ -439,7 +439,7 @@ class Federation:
 
     def _check_pending(self, opened: OpenedRound, phase: str) -> None:
         if opened.round != self.round + 1:
-            raise ValueError(f"{phase}: round {opened.round} is not pending (this federation has finished "
+            raise UserError(f"{phase}: round {opened.round} is not pending (this federation has finished "
                              f"{self.round} rounds since reset); allowed: the round of the latest open_round()")
 
     def _compute_times(self, opened: OpenedRound, plan: RoundPlan, steps: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -578,7 +578,7 @@ class Federation:
         if weight is not None:
             w = weight[clients]
             if w.sum() <= 0:
-                raise ValueError(f"weight={w.tolist()} sums to 0 over aggregated clients {clients.tolist()}; "
+                raise UserError(f"weight={w.tolist()} sums to 0 over aggregated clients {clients.tolist()}; "
                                  "allowed: at least one positive weight per aggregated model")
             return w / w.sum()
         return aggregation_weights(self.config.aggregation, self.sizes[clients], self.label_entropy[clients],

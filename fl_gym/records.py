@@ -19,6 +19,7 @@ import numpy as np
 
 from fl_gym.clock import RoundLoad
 from fl_gym.engine.trainer import Member
+from fl_gym.validation import UserError
 
 
 @dataclass(frozen=True)
@@ -59,18 +60,18 @@ class RoundPlan:
         for name in names:
             value = getattr(self, name)
             if not isinstance(value, np.ndarray) or value.shape != (num_clients,):
-                raise ValueError(f"plan.{name} has shape {getattr(value, 'shape', None)}; allowed: "
+                raise UserError(f"plan.{name} has shape {getattr(value, 'shape', None)}; allowed: "
                                  f"a numpy array of shape ({num_clients},)")
         sel = self.selected
         if not sel.any():
-            raise ValueError("plan.selected is all False; allowed: at least one selected client")
+            raise UserError("plan.selected is all False; allowed: at least one selected client")
         model, epochs, lr = self.model[sel], self.epochs[sel], self.lr[sel]
         if model.min() < 0 or model.max() >= num_models:
-            raise ValueError(f"plan.model={model.tolist()} is out of range; allowed: 0..{num_models - 1}")
+            raise UserError(f"plan.model={model.tolist()} is out of range; allowed: 0..{num_models - 1}")
         if not (np.isfinite(epochs).all() and epochs.min() >= 0):
-            raise ValueError(f"plan.epochs={epochs.tolist()} is out of range; allowed: floats >= 0")
+            raise UserError(f"plan.epochs={epochs.tolist()} is out of range; allowed: floats >= 0")
         if not (np.isfinite(lr).all() and lr.min() > 0):
-            raise ValueError(f"plan.lr={lr.tolist()} is out of range; allowed: floats > 0")
+            raise UserError(f"plan.lr={lr.tolist()} is out of range; allowed: floats > 0")
         check_aggregation(sel, self.aggregate, self.weight, "plan.")
 
 
@@ -82,16 +83,16 @@ def check_aggregation(selected: np.ndarray, aggregate: np.ndarray, weight: np.nd
     """
     k = selected.shape
     if not isinstance(aggregate, np.ndarray) or aggregate.shape != k or aggregate.dtype != bool:
-        raise ValueError(f"{prefix}aggregate has shape {getattr(aggregate, 'shape', None)}; allowed: a bool array "
+        raise UserError(f"{prefix}aggregate has shape {getattr(aggregate, 'shape', None)}; allowed: a bool array "
                          f"of shape {k}")
     if (aggregate & ~selected).any():
-        raise ValueError(f"{prefix}aggregate marks unselected clients; allowed: a subset of plan.selected")
+        raise UserError(f"{prefix}aggregate marks unselected clients; allowed: a subset of plan.selected")
     if weight is None:
         return
     if not isinstance(weight, np.ndarray) or weight.shape != k:
-        raise ValueError(f"{prefix}weight has shape {getattr(weight, 'shape', None)}; allowed: None or shape {k}")
+        raise UserError(f"{prefix}weight has shape {getattr(weight, 'shape', None)}; allowed: None or shape {k}")
     if not (np.isfinite(weight).all() and weight.min() >= 0):
-        raise ValueError(f"{prefix}weight={weight.tolist()} is out of range; allowed: floats >= 0")
+        raise UserError(f"{prefix}weight={weight.tolist()} is out of range; allowed: floats >= 0")
 
 
 @dataclass(frozen=True)

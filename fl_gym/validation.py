@@ -11,10 +11,18 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 
 
+class UserError(ValueError):
+    """A value given to fl-gym is not allowed; the message names it and what is.
+
+    A ``ValueError``, so code catching those keeps working; the command line prints a
+    ``UserError`` as one line (exit 2) and any other exception as a traceback, a bug.
+    """
+
+
 def require(ok: bool, name: str, value: object, allowed: str) -> None:
-    """Raise ``ValueError`` naming the parameter, the value received and what is allowed."""
+    """Raise :class:`UserError` naming the parameter, the value received and what is allowed."""
     if not ok:
-        raise ValueError(f"{name}={value!r} is out of range; allowed: {allowed}")
+        raise UserError(f"{name}={value!r} is out of range; allowed: {allowed}")
 
 
 def require_choice(name: str, value: object, choices: Iterable[object]) -> None:
@@ -86,7 +94,7 @@ def require_types(cls: type, values: Mapping[str, object]) -> None:
     hints = typing.get_type_hints(cls)
     for name, value in values.items():
         if name in hints and not _matches(value, hints[name]):
-            raise ValueError(f"{name}={value!r} is out of range; allowed: {_describe(hints[name])}")
+            raise UserError(f"{name}={value!r} is out of range; allowed: {_describe(hints[name])}")
 
 
 def _matches(value: object, hint: object) -> bool:

@@ -95,7 +95,7 @@ def _mean_r(env_id, policy_for, seeds=(101, 102, 103), **env_kwargs):
 
 @pytest.mark.slow
 def test_ppo_learns_spec_check_9():
-    """Spec 10.9: PPO1 closes >= 50 % of the Random -> Oracle gap on R^1; PPO2 closes >= 50 % of the
+    """PPO1 closes >= 50 % of the Random -> Oracle gap on R^1; PPO2 closes >= 50 % of the
     uniform-split -> inverse-time gap on R^2 (the fast preset; evaluation seeds unseen in training)."""
     from fl_gym.baselines.hetero import InverseTimePolicy, UniformPolicy
 
@@ -114,7 +114,7 @@ def test_ppo_learns_spec_check_9():
 
 @pytest.mark.slow
 def test_trained_hapfl_headline_and_ablation_spec_checks_7_8():
-    """Spec 10.7/10.8 for the trained policy: vs Uniform(large) with FedAvg timing, at least the paper's
+    """The paper's claims for the trained policy: vs Uniform(large) with FedAvg timing, at least the paper's
     lower bounds (-19 % straggling latency, -20.9 % total time); it beats GreedyBySpeed and Uniform."""
     from fl_gym.baselines.hetero import GreedyBySpeedPolicy, UniformPolicy
     from fl_gym.training.evaluation import aggregate, evaluate

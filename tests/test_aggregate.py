@@ -1,4 +1,4 @@
-"""FedAdp's angle signal and the aggregation-weight env (spec fedadp.md section 8)."""
+"""FedAdp's angle signal (Wu and Wang, IEEE TCCN 2021) and the aggregation-weight env."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_smoothed_angle_is_the_running_mean_over_own_participations():
 
 
 def test_zero_action_is_a_standalone_fedavg_loop_bit_for_bit():
-    """Spec 7.2's equivalence: the FedAvg policy on the env is FedAvg over the federation's phases."""
+    """The FedAvg policy on the env is FedAvg over the federation's phases."""
     env = gym.make("FLAggregate-v0", rounds_per_episode=4)
     obs, _ = env.reset(seed=3)
     policy = FedAvgWeightsPolicy(env)
@@ -75,7 +75,8 @@ def test_uniform_policy_weights_everyone_equally():
 
 
 def test_fedadp_policy_on_the_env_is_a_standalone_fedadp_loop_bit_for_bit():
-    """Spec 7.2's equivalence for FedAdp: train, track the angles, weight by Gompertz, aggregate."""
+    """FedAdp's policy on the env is FedAdp over the federation's phases: train, track the angles,
+    weight by Gompertz, aggregate."""
     env = gym.make("FLAggregate-v0", rounds_per_episode=3)
     obs, _ = env.reset(seed=5)
     policy = FedAdpPolicy(env)

@@ -413,3 +413,39 @@ def test_more_bad_inputs_are_one_line_before_any_work(argv, message, capsys, tmp
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "escaped").exists()
+
+
+def test_a_flag_mistake_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--n-timesteps", "abc"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("fl-gym train: error: argument --n-timesteps: invalid int value: 'abc'")
+
+
+def test_only_user_errors_are_one_line_and_traceback_shows_them(capsys, monkeypatch):
+    from fl_gym.training import cli
+    from fl_gym.validation import UserError
+
+    assert run_cli(["train", "FLNope-v0"], capsys)[:1] == (2,)
+    with pytest.raises(UserError, match="env_id='FLNope-v0'"):
+        main(["--traceback", "train", "FLNope-v0"])
+
+    def bug(args):
+        return np.ones(2) + np.ones(3)  # a broadcasting bug is a ValueError, not the user's mistake
+
+    monkeypatch.setattr(cli, "cmd_envs", bug)
+    with pytest.raises(ValueError, match="could not be broadcast"):
+        main(["envs"])
+
+
+def test_ctrl_c_in_any_command_exits_130_with_one_line(capsys, monkeypatch):
+    from fl_gym.training import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_envs", interrupted)
+    code, _, err = run_cli(["envs"], capsys)
+    assert code == 130 and err.strip() == ("fl-gym envs: interrupted; what was finished is kept (a resumable "
+                                           "command continues where it stopped when run again)")

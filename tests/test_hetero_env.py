@@ -319,7 +319,7 @@ def test_torch_backend_learns_on_digits():
 
 @pytest.mark.slow
 def test_torch_smoke_on_real_mnist():
-    """Spec 10.15: MNIST, 10 clients, k=6, 3 rounds, tau_total 12: the LiteModel improves and
+    """Real MNIST: 10 clients, k=6, 3 rounds, tau_total 12: the LiteModel improves and
     personalised local models exceed 90 % by round 3 (needs `fl-gym data prepare`)."""
     from fl_gym.data import DatasetNotFoundError, load_dataset
 

@@ -1,4 +1,4 @@
-"""FedEnt's closed form and the learning-rate env (spec fedent.md section 10)."""
+"""FedEnt's closed form (Zheng et al., IEEE TMC 2024) and the learning-rate env."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_check5_joint_solve_case_b():
     for e, theta, a, b in zip(sol.eta, [0.5, 0.5], [1, 1], [1, 0.5], strict=True):  # Eq. (21) residual
         p = theta * (2 - 2 * e * a + e * e * b) / sol.phi2
         k = 0.5 * theta * (1 + math.log(p)) / (0.5 * sol.phi2)
-        assert abs(e - k * (a - e * b)) < 1e-9  # the Picard iteration stops at |d eta| < 1e-10 (spec 3.4)
+        assert abs(e - k * (a - e * b)) < 1e-9  # the Picard iteration stops at |d eta| < 1e-10
     clamped = joint_solve([0.75, 0.25], 2.0, [1, 1], [1, 0.5], FedEntSettings(beta=0.5))
     np.testing.assert_allclose(clamped.eta, [0.2232142, 0.0], atol=1e-7)
     assert clamped.phi2 == pytest.approx(1.7025472, abs=1e-7)

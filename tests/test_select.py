@@ -1,4 +1,4 @@
-"""FedEntropy's judgement, pools and the selection env (spec fedentropy.md section 9)."""
+"""FedEntropy's judgement and pools (Ling et al.), DDFL's queue (Herath et al.) and the selection envs."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_an_undersized_primary_pool_is_topped_up():
 
 
 def test_ideal_case1_upload_rate_matches_the_spec_monte_carlo():
-    """Spec 9.11: N=100 one-class clients (10 per class), m=10: mean |A| ~ 7.84."""
+    """N=100 one-class clients (10 per class), m=10: mean |A| ~ 7.84."""
     rng = np.random.default_rng(0)
     classes = np.repeat(np.arange(10), 10)
     kept = [len(judge(np.eye(10)[classes[rng.choice(100, 10, replace=False)]], EQ(10))[0]) for _ in range(1500)]
@@ -170,7 +170,7 @@ def test_communication_accounting():
 
 
 def test_select_all_reproduces_a_standalone_fedavg_loop():
-    """Spec 9.10: on the uniform sampler, SelectAll is FedAvg over the federation's phases, bit for bit."""
+    """On the uniform sampler, SelectAll is FedAvg over the federation's phases, bit for bit."""
     from gymnasium.utils.seeding import np_random
 
     env = gym.make("FLSelect-v0", sampler="uniform", rounds_per_episode=3)
@@ -254,7 +254,7 @@ def test_favor_reward():
         gym.make("FLSelect-v0", post_filter="all")  # a pick-env argument on the other env: rejected
 
 
-# ---- DDFL: FLSelectQueue-v0 (spec ddfl.md section 8) ----------------------------------------
+# ---- DDFL: FLSelectQueue-v0 (Herath et al.) -------------------------------------------------
 
 
 def test_data_entropy_and_bias_values():
@@ -358,7 +358,7 @@ def test_server_data_is_opt_in_and_reported():
 
 
 def test_ddfl_beats_non_iid_fedavg_on_one_class_digits():
-    """Spec 8.9's direction at tiny scale: measured 0.947 vs 0.892 over seeds 10000-10002."""
+    """DDFL's gain over non-IID FedAvg, at tiny scale: measured 0.947 vs 0.892 over seeds 10000-10002."""
     from fl_gym.training.compare import compare
 
     summary = compare("FLSelectQueue-v0", ["fedavg-noniid", "ddfl"], (10000,), progress=False)["summary"]

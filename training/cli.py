@@ -3,7 +3,9 @@
 Sub-commands: ``envs``, ``train``, ``compare``, ``generalise``, ``flower``, ``bench``,
 ``benchmark``, ``data describe``, ``fedavg``, ``demo`` and ``reproduce``. A user mistake (unknown
 env id or policy, a malformed ``k=v``, a hyperparameter the algorithm does not take, a missing
-model file) prints one line and exits with status 2; Ctrl-C during training exits with 130 after saying how to resume.
+model file: a :class:`~fl_gym.validation.UserError`) prints one line and exits with status 2, as
+does a malformed flag; ``--traceback`` shows the traceback instead. Any other exception is a bug
+and shows its traceback. Ctrl-C exits with 130 and one line (``train`` says how to resume).
 """
 
 from __future__ import annotations
@@ -15,9 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from fl_gym.data.datasets import DatasetNotFoundError
-from fl_gym.validation import MAX_THREADS, MissingExtraError, is_int_at_least, require, require_device
+from fl_gym.validation import MAX_THREADS, MissingExtraError, UserError, is_int_at_least, require, require_device
 
-USER_ERRORS = (ValueError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
+USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose mistakes are one line (``fl-gym train: error: ...``) and exit 2."""
+
+    def error(self, message: str) -> None:
+        """One line and exit 2 (argparse's own prints the whole usage block first)."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)")
@@ -34,11 +44,11 @@ def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"{what}: expected key=value, got {item!r}")
+            raise UserError(f"{what}: expected key=value, got {item!r}")
         try:
             out[key] = float(value) if NUMBER.fullmatch(value.strip()) else yaml.safe_load(value)
         except yaml.YAMLError as err:
-            raise ValueError(f"{what}: cannot parse the value of {item!r}: {err.problem}") from err
+            raise UserError(f"{what}: cannot parse the value of {item!r}: {err.problem}") from err
     return out
 
 
@@ -47,7 +57,7 @@ def parse_ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(v) for v in text.split(","))
     except ValueError as err:
-        raise ValueError(f"expected comma-separated integers, got {text!r}") from err
+        raise UserError(f"expected comma-separated integers, got {text!r}") from err
 
 
 def _threads(n: int) -> None:
@@ -104,7 +114,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         runs.load_run(folder)
     else:
         if not args.env_id:
-            raise ValueError("train: give an ENV_ID, or --resume RUN_DIR")
+            raise UserError("train: give an ENV_ID, or --resume RUN_DIR")
         cfg = runs.resolve(args.env_id, args.algo, args.preset, parse_kv(args.hyperparams, "--hyperparams"),
                            parse_kv(args.env_kwargs, "--env-kwargs"), args.seed, args.n_envs, args.vec_env,
                            args.n_timesteps, args.save_freq, args.tensorboard_log, args.ray_address)
@@ -186,7 +196,7 @@ def parse_seed_list(text: str, flag: str) -> tuple[int, ...]:
         try:
             seeds += list(range(int(low), int(high) + 1)) if dash else [int(part)]
         except ValueError as err:
-            raise ValueError(f"{flag}={text!r} is out of range; allowed: seeds such as 0-4 or 0,2,5") from err
+            raise UserError(f"{flag}={text!r} is out of range; allowed: seeds such as 0-4 or 0,2,5") from err
     require(bool(seeds) and all(s >= 0 for s in seeds) and len(set(seeds)) == len(seeds), flag, text,
             "distinct seeds >= 0, such as 0-4 or 0,2,5")
     return tuple(seeds)
@@ -235,7 +245,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     known = ("engine", "envs", "recipes", "vec", "memory", "ppo", "ray")
     unknown = sorted(set(sections) - set(known))
     if unknown:
-        raise ValueError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
+        raise UserError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
     require(is_int_at_least(args.ppo_steps, 1), "--ppo-steps", args.ppo_steps, "an integer >= 1")
     require(is_int_at_least(args.ppo_envs, 1), "--ppo-envs", args.ppo_envs, "an integer >= 1")
     require(is_int_at_least(args.memory_steps, 1), "--memory-steps", args.memory_steps, "an integer >= 1")
@@ -245,7 +255,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         scenarios = args.scenarios.split(",")
         missing = [s for s in scenarios if s not in bench.SCENARIOS]
         if missing:
-            raise ValueError(f"--scenarios={missing} is out of range; allowed: {', '.join(bench.SCENARIOS)}")
+            raise UserError(f"--scenarios={missing} is out of range; allowed: {', '.join(bench.SCENARIOS)}")
         results = bench.engine_benchmark(scenarios, list(parse_ints(args.threads)), args.device, args.repeats,
                                          args.loop_repeats, progress=say)
         print(bench.engine_table(results) + "\n")
@@ -284,7 +294,7 @@ def cmd_data_prepare(args: argparse.Namespace) -> int:
     try:
         root = prepare(args.root)
     except RuntimeError as err:
-        raise ValueError(f"data prepare: {err}") from err
+        raise UserError(f"data prepare: {err}") from err
     print(f"MNIST and FashionMNIST are under {root}; use them with FL_GYM_DATA={root} or data_root={root}")
     return 0
 
@@ -355,7 +365,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     known = {name: f for name, f in FAMILIES.items() if f.reproduce}
     if args.family not in known:
-        raise ValueError(f"reproduce {args.family!r} is out of range; allowed: {', '.join(known)}")
+        raise UserError(f"reproduce {args.family!r} is out of range; allowed: {', '.join(known)}")
     return resolve(known[args.family].reproduce)(args.args)
 
 
@@ -372,7 +382,8 @@ def _add_output_arguments(p: argparse.ArgumentParser, verb: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
-    parser = argparse.ArgumentParser(prog="fl-gym", description="Federated learning as Gymnasium environments.")
+    parser = Parser(prog="fl-gym", description="Federated learning as Gymnasium environments.")
+    parser.add_argument("--traceback", action="store_true", help="show the traceback of a user error too")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("envs", help="list the registered env ids").set_defaults(func=cmd_envs)
@@ -546,8 +557,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except USER_ERRORS as err:
+        if args.traceback:
+            raise
         print(f"fl-gym: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"\nfl-gym {args.command}: interrupted; what was finished is kept (a resumable command continues "
+              "where it stopped when run again)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

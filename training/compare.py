@@ -37,7 +37,7 @@ from fl_gym.atomic import write_json, write_text
 from fl_gym.envs.registry import family_of, metrics_for, recipes_for
 from fl_gym.training.evaluation import Episode, aggregate, evaluate
 from fl_gym.training.plots import plot_bands
-from fl_gym.validation import is_int_at_least, require
+from fl_gym.validation import UserError, is_int_at_least, require
 
 DEFAULT_SEEDS = tuple(range(10000, 10005))
 SERIES = ("accuracy", "round_time", "straggling_latency", "sim_time", "uploads")
@@ -64,13 +64,13 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
         name, kwargs = _with_kwargs(spec)
         fixed = family_of(env_id).fixed_policies(env_id)
         if name not in fixed:
-            raise ValueError(f"policy {name!r} is not known for {env_id}; allowed: {', '.join(fixed) or 'none'}, "
+            raise UserError(f"policy {name!r} is not known for {env_id}; allowed: {', '.join(fixed) or 'none'}, "
                              f"or ALGO:PATH with ALGO in {', '.join((*ALGOS, *recipes_for(env_id)))}")
         entry = fixed[name]
         return PolicySpec(spec, lambda env: entry.build(env, **kwargs), dict(entry.env_kwargs))
     recipes = recipes_for(env_id)
     if algo not in ALGOS and algo not in recipes:
-        raise ValueError(f"policy {spec!r}: algorithm {algo!r} is out of range; allowed: "
+        raise UserError(f"policy {spec!r}: algorithm {algo!r} is out of range; allowed: "
                          f"{', '.join((*ALGOS, *recipes))}")
     target = Path(path)
     label = f"{algo}:{target.stem if target.suffix == '.zip' else target.name}"
@@ -99,7 +99,7 @@ def _with_kwargs(spec: str) -> tuple[str, dict[str, Any]]:
     if not sep:
         return spec, {}
     if not rest.endswith("]"):
-        raise ValueError(f"policy {spec!r}: expected NAME[key=value,...]")
+        raise UserError(f"policy {spec!r}: expected NAME[key=value,...]")
     return name, parse_kv([kv for kv in rest[:-1].split(",") if kv], f"policy {spec!r}")
 
 

@@ -34,7 +34,7 @@ from fl_gym.agents.recipes import find_recipe, run_recipe, stage_hyperparams, wr
 from fl_gym.atomic import read_json, save_atomic, write_json, write_text
 from fl_gym.envs.registry import Stage, family_of, recipes_for
 from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
-from fl_gym.validation import is_int_at_least, require
+from fl_gym.validation import UserError, is_int_at_least, require
 
 
 @dataclasses.dataclass
@@ -71,7 +71,7 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides
     family_of(env_id)  # an fl-gym id, or a ValueError listing them
     recipes = recipes_for(env_id)
     if algo not in (*ALGOS, *recipes):
-        raise ValueError(f"--algo={algo!r} is out of range for {env_id}; allowed: {', '.join((*ALGOS, *recipes))}")
+        raise UserError(f"--algo={algo!r} is out of range for {env_id}; allowed: {', '.join((*ALGOS, *recipes))}")
     for name, value in (("--n-timesteps", total_timesteps), ("--n-envs", n_envs), ("--save-freq", save_freq)):
         require(value is None or is_int_at_least(value, 1), name, value, "an integer >= 1")
     require(is_int_at_least(seed, 0), "--seed", seed, "an integer >= 0")
@@ -99,7 +99,7 @@ def _recipe_blocks(blocks: dict[str, dict], overrides: dict[str, Any], total: in
         stage, _, name = key.rpartition(".")
         for target in ([stage] if stage else list(blocks)):
             if target not in blocks:
-                raise ValueError(f"--hyperparams {key}: prefix {target!r} is out of range; allowed: "
+                raise UserError(f"--hyperparams {key}: prefix {target!r} is out of range; allowed: "
                                  f"{', '.join(s + '.' for s in blocks)} or none (every stage)")
             blocks[target][name] = value
     names = list(blocks)
@@ -116,10 +116,12 @@ def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict
     env = make_env(env_id, n_envs, env_kwargs=env_kwargs)
     try:
         if algo == "maskable-ppo" and not env.has_attr("action_masks"):
-            raise ValueError(f"--algo maskable-ppo needs an env with action_masks(); {env_id} has none")
+            raise UserError(f"--algo maskable-ppo needs an env with action_masks(); {env_id} has none")
         build_agent(env, block, algo)
-    except (AssertionError, TypeError, AttributeError) as err:
-        raise ValueError(f"--hyperparams for {env_id} are not accepted by {algo}: {err}") from err
+    except UserError:
+        raise
+    except (AssertionError, TypeError, AttributeError, ValueError) as err:  # SB3's own checks of a value
+        raise UserError(f"--hyperparams for {env_id} are not accepted by {algo}: {err}") from err
     finally:
         env.close()
 
@@ -135,7 +137,7 @@ def new_run_dir(cfg: RunConfig, runs_dir: str | Path = "runs", run_id: str | Non
 def create_run_dir(cfg: RunConfig, folder: Path) -> Path:
     """Create the run folder ``folder`` and write its ``config.yml`` (refused if it holds a run)."""
     if (folder / "config.yml").exists():
-        raise ValueError(f"run folder {folder} exists; pick another --run-id or continue it with --resume {folder}")
+        raise UserError(f"run folder {folder} exists; pick another --run-id or continue it with --resume {folder}")
     folder.mkdir(parents=True, exist_ok=True)
     write_text(folder / "config.yml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     return folder
@@ -154,10 +156,10 @@ def load_run(folder: str | Path) -> RunConfig:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise ValueError(f"{path} does not parse as YAML: {getattr(err, 'problem', err)}") from err
+        raise UserError(f"{path} does not parse as YAML: {getattr(err, 'problem', err)}") from err
     fields = [f.name for f in dataclasses.fields(RunConfig)]
     if not isinstance(data, dict):
-        raise ValueError(f"{path} is damaged; expected a mapping with keys {', '.join(fields)}")
+        raise UserError(f"{path} is damaged; expected a mapping with keys {', '.join(fields)}")
     unknown = sorted(set(data) - set(fields))
     require(not unknown, f"{path}: key", unknown[0] if unknown else None, ", ".join(fields))
     require("env_id" in data, f"{path}: env_id", None, "a registered env id")

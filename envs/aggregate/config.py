@@ -1,4 +1,4 @@
-"""Configuration of the aggregation-weight family (spec ``fedadp.md`` 7.1).
+"""Configuration of the aggregation-weight family (FedAdp: Wu and Wang, IEEE TCCN 2021).
 
 | preset | data | N | partition | model | B | lr | rounds | target |
 |---|---|---|---|---|---|---|---|---|
@@ -9,7 +9,7 @@
 
 Every client trains every round for one epoch, and the learning rate decays by ``lr_decay`` per
 round (the paper's ``0.01 * 0.995^(t-1)``). ``small`` is for PPO on a 2-core CPU; the paper
-presets (spec 4.2-4.4) are for evaluation. The paper gives no MLR target; 0.85 is ours.
+presets (the paper's experimental setup) are for evaluation. The paper gives no MLR target; 0.85 is ours.
 """
 
 from __future__ import annotations

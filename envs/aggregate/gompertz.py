@@ -1,4 +1,4 @@
-"""FedAdp's angle signal (spec ``fedadp.md`` 2.4-2.7): smoothed angles and the Gompertz map."""
+"""FedAdp's angle signal (Wu and Wang, IEEE TCCN 2021): smoothed angles and the Gompertz map."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def gompertz(theta: np.ndarray, alpha: float = 5.0) -> np.ndarray:
 
 
 def fedadp_weights(theta: np.ndarray, sizes: np.ndarray, alpha: float = 5.0) -> np.ndarray:
-    """``softmax(f(theta) + ln D)``: FedAdp's aggregation weights (spec 2.7)."""
+    """``softmax(f(theta) + ln D)``: FedAdp's aggregation weights (the equal-size case, which covers both)."""
     z = gompertz(theta, alpha) + np.log(np.asarray(sizes, np.float64))
     e = np.exp(z - z.max())
     return e / e.sum()

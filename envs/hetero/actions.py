@@ -1,6 +1,6 @@
 """HAPFL's action algebra: model sizes, the epoch split, and how actions encode them.
 
-Spec ``hapfl.md`` sections 3.2, 5 and 9.2:
+After Chen et al. (HAPFL), PPO2's epoch split and its Algorithm 1, with our encodings:
 
 * PPO1 picks a size index per client slot (``0`` = smallest ... ``delta-1`` = largest);
 * PPO2 outputs ``k`` logits in ``[-1, 1]``; ``sigma = softmax(3 a)`` splits the round's epoch
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fl_gym.validation import UserError
+
 LOGIT_SCALE = 3.0
 
 
@@ -31,12 +33,12 @@ def softmax(a: np.ndarray, scale: float = LOGIT_SCALE) -> np.ndarray:
 def integerize(sigma: np.ndarray, total: int) -> np.ndarray:
     """Whole epochs ``tau_i >= 1`` with ``sum(tau) == total``, each within 1 of ``sigma_i * total``.
 
-    Proportional largest-remainder rounding with a floor of 1 (spec section 5); needs
+    Proportional largest-remainder rounding with a floor of 1 (ours: the paper leaves it open); needs
     ``total >= len(sigma)``.
     """
     k = len(sigma)
     if total < k:
-        raise ValueError(f"total_epochs={total} is out of range; allowed: >= clients per round ({k})")
+        raise UserError(f"total_epochs={total} is out of range; allowed: >= clients per round ({k})")
     x = np.asarray(sigma, dtype=np.float64) * total
     tau = np.maximum(1, np.floor(x)).astype(np.int64)
     short = total - int(tau.sum())

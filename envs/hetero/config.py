@@ -1,6 +1,6 @@
-"""Configuration of the HAPFL env family (spec ``hapfl.md``), validated when the env is built.
+"""Configuration of the HAPFL env family (Chen et al., HAPFL), validated when the env is built.
 
-The presets are the paper's scenario and its scalability runs (spec 9.6):
+The presets are the paper's scenario and its scalability runs:
 
 | preset | K | k | sizes | H |
 |---|---|---|---|---|
@@ -8,7 +8,7 @@ The presets are the paper's scenario and its scalability runs (spec 9.6):
 | ``scale20`` | 20 | 12 | small, medium, large | 20 |
 | ``scale100`` | 100 | 60 | small, medium, large | 50 |
 
-Explicit arguments override the preset. Costs per sample follow spec 2.3 (LiteModel 1,
+Explicit arguments override the preset. Costs per sample are ours (the paper gives none; LiteModel 1,
 small 3.5, medium 7.5, large 13 units of ``c0 = 5e-4`` s); the rewards are timing-only, so the
 ``timing`` backend runs just the clock and the data's label counts. The shared scenario fields
 (:class:`~fl_gym.envs.scenario.ScenarioConfig`) take HAPFL's defaults: Adam at lr 3e-4, batch
@@ -62,7 +62,7 @@ class HeteroConfig(EnvConfig):
         local_epochs: ``E_loc``; the round's epoch budget is ``k * E_loc``.
         max_ratio: ``MD`` of the PPO1 reward.
         model_costs: per-sample cost per size and ``"lite"``.
-        pfedme_overhead: extra cost factor of pFedMe's inner loop (spec: 1, or ``K_inner``).
+        pfedme_overhead: extra cost factor of pFedMe's inner loop (1, or its ``K`` inner steps).
         fractional_epochs: count ``sigma * tau_total`` as fractional epochs instead of integerizing.
         reward_mode: ``FLHetero-v0``'s reward: ``joint`` (default), ``r1``, ``r2`` or
             ``neg_round_time``. The one-lever views have one reward each (``r1`` for
@@ -84,7 +84,7 @@ class HeteroConfig(EnvConfig):
         prox_mu: FedProx ``mu``.
         pfedme: pFedMe settings.
         distillation: mutual-learning losses.
-        aggregation: weight rule of HAPFL (spec: ``entropy_acc``); baselines use ``datasize``.
+        aggregation: weight rule of HAPFL (its Eq. 38: ``entropy_acc``); baselines use ``datasize``.
     """
 
     preset: str = "paper10"

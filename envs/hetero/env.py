@@ -1,4 +1,4 @@
-"""HAPFL as three Gymnasium views of one simulator (spec ``hapfl.md`` section 9).
+"""HAPFL (Chen et al.) as three Gymnasium views of one simulator: its two PPO agents' decisions, and both.
 
 Each round, ``k`` of ``K`` clients are sampled and time one LiteModel epoch (the assessment
 ``T^d``, the federation's probe). The server sees how fast each is relative to the fastest,

@@ -1,6 +1,6 @@
 """HAPFL's timing backend for many copies at once: the clock as arrays over copies.
 
-A timing-backend step trains nothing: it is the clock (spec ``hapfl.md`` section 2.3), the
+A timing-backend step trains nothing: it is the clock (:mod:`fl_gym.clock`), the
 decision algebra and the rewards, a few dozen small numpy operations per copy, so a vector env
 of ``N`` copies spends its time in Python overhead. :class:`HeteroClock` plays one step of every
 copy of a :class:`~fl_gym.envs.vector.BatchedVecEnv` with ``(N, K)`` arrays instead. Each copy's

@@ -1,4 +1,4 @@
-"""Configuration of the learning-rate family (spec ``fedent.md`` 9).
+"""Configuration of the learning-rate family (FedEnt: Zheng et al., IEEE TMC 2024).
 
 | preset | data | N | m | partition | model | E | B | lr | T |
 |---|---|---|---|---|---|---|---|---|---|
@@ -7,7 +7,7 @@
 | ``paper_mnist_dirichlet`` | ``mnist`` | 100 | 20 | Dirichlet(0.5) | ``fedent-mnist-cnn`` | 3 | 32 | 0.01 | 50 |
 
 ``lr`` is ``eta0``: FedAvg's constant rate and every client's rate before its first round.
-``small`` is for PPO on a 2-core CPU; the paper presets (spec 6, Table 4) are for evaluation.
+``small`` is for PPO on a 2-core CPU; the paper presets (its experiments and Table 4) are for evaluation.
 """
 
 from __future__ import annotations

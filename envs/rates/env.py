@@ -28,7 +28,7 @@ BOUND = 10.0
 
 
 def rate_of(u: np.ndarray, lr_min: float, lr_max: float) -> np.ndarray:
-    """The rate of action ``u`` in ``[-1, 1]``, log-uniform between ``lr_min`` and ``lr_max`` (spec 9.2)."""
+    """The rate of action ``u`` in ``[-1, 1]``, log-uniform between ``lr_min`` and ``lr_max`` (ours)."""
     lo, hi = math.log(lr_min), math.log(lr_max)
     return np.exp(lo + (np.clip(np.asarray(u, np.float64), -1, 1) + 1) / 2 * (hi - lo))
 
@@ -41,7 +41,7 @@ def unit_of(lr: np.ndarray, lr_min: float, lr_max: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RoundStats:
-    """The exact statistics of the pending round's clients (spec 9.5), in slot order.
+    """The exact statistics of the pending round's clients (what FedEnt reads), in slot order.
 
     Attributes:
         round: the round about to be played (1-based).

@@ -1,11 +1,11 @@
-"""Configuration of the client-selection family (spec ``fedentropy.md`` section 8).
+"""Configuration of the client-selection family (FedEntropy: Ling et al.; DDFL: Herath et al.).
 
 | preset | data | N | m | model | partition | E | rounds |
 |---|---|---|---|---|---|---|---|
 | ``tiny`` (default) | ``digits`` | 20 | 5 | ``mlp-small`` | Dirichlet(0.3) | 1 | 30 |
 | ``paper`` | ``cifar10`` | 100 | 10 | ``fedentropy-lenet`` | one class per client (case 1) | 5 | 1000 |
 
-``tiny`` is small enough for PPO on a 2-core CPU; ``paper`` is the paper's setup (spec 5.4:
+``tiny`` is small enough for PPO on a 2-core CPU; ``paper`` is FedEntropy's experimental setup (
 batch 50, SGD lr 0.01 momentum 0.5), for evaluation. Explicit arguments override the preset.
 """
 
@@ -152,10 +152,10 @@ class PickConfig(SelectionConfig):
 
 @dataclass(frozen=True)
 class QueueConfig(RewardConfig):
-    """Arguments of ``FLSelectQueue-v0`` (DDFL, spec ``ddfl.md`` 7), and the shared scenario's.
+    """Arguments of ``FLSelectQueue-v0`` (DDFL, Herath et al.), and the shared scenario's.
 
     ``preset``: ``tiny`` (digits, 20 one-class clients, 30 rounds, ``segment_rho`` 0.04) or
-    ``paper`` (spec 4.4-4.5, Approach 02: MNIST, 100 one-class clients, DDFL's CNN, batch 100,
+    ``paper`` (the paper's Table III, Approach 02: MNIST, 100 one-class clients, DDFL's CNN, batch 100,
     SGD 0.01 with momentum 0.9, 100 rounds, ``segment_rho`` 0.0037), with :class:`PresetConfig`'s
     fields.
 
@@ -163,10 +163,11 @@ class QueueConfig(RewardConfig):
         server_data_fraction: ``gamma``, the class-balanced share of the training set the server
             holds and streams to the devices. 0 (default) = no server data.
         allow_server_data: must be True for ``server_data_fraction > 0``: raw training samples are
-            sent to every device (a privacy choice, spec 6.P).
+            sent to every device (a privacy choice).
         queue_mode: ``accumulate`` (segments pile up) or ``replace`` (the latest segment only).
-        segment_rho: segment size as a share of the mean initial device size (spec 2.4; preset:
-            0.04 for ``tiny``'s 30 rounds, the spec's 0.0037, calibrated to 100 rounds, for ``paper``).
+        segment_rho: segment size as a share of the mean initial device size (the paper's
+            Algorithm 2; preset: 0.04 for ``tiny``'s 30 rounds, 0.0037, ours, calibrated to 100 rounds,
+            for ``paper``).
         segment_size: samples per segment, overriding ``segment_rho``.
         queue_start_round: the first round whose working sets include a segment.
         aggregation_weights: ``entropy`` (DDFL: weights proportional to label entropy, data size if

@@ -1,4 +1,4 @@
-"""FedEntropy's maximum entropy judgement (spec ``fedentropy.md`` sections 2.2 and 3.1).
+"""FedEntropy's maximum entropy judgement (Ling et al., Algorithm 1).
 
 Pure functions of soft labels and data sizes, in float64 and natural log; the entropy base does
 not change any verdict. ``mix(B)`` is the size-weighted mixture of the soft labels of ``B``.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+
+from fl_gym.validation import UserError
 
 TOL = 1e-12
 
@@ -64,12 +66,12 @@ def leave_one_out_gain(soft_labels: np.ndarray, sizes: np.ndarray) -> np.ndarray
 def exhaustive_max_entropy(soft_labels: np.ndarray, sizes: np.ndarray) -> list[int]:
     """The non-empty subset of rows whose mixture has the largest entropy (``m <= 12``).
 
-    Ties go to the smallest subset, then the lowest ids. Not FedEntropy: the spec's check 6 shows
+    Ties go to the smallest subset, then the lowest ids. Not FedEntropy: our check shows
     it can keep a single row where the greedy judgement keeps three.
     """
     m = len(soft_labels)
     if m > 12:
-        raise ValueError(f"exhaustive_max_entropy: expected at most 12 candidates, got {m}")
+        raise UserError(f"exhaustive_max_entropy: expected at most 12 candidates, got {m}")
     best, chosen = -np.inf, [0]
     for r in range(1, m + 1):
         for subset in itertools.combinations(range(m), r):

@@ -1,4 +1,4 @@
-"""Client selection as Gymnasium envs (spec ``fedentropy.md`` 8 and 8.8).
+"""Client selection as Gymnasium envs (FedEntropy: Ling et al.; the pick view after FAVOR, Wang et al., 2020).
 
 * ``FLSelect-v0`` (:class:`FLSelectEnv`) decides after training: ``m`` candidates are drawn
   (FedEntropy's epsilon-greedy pools, or uniformly) and train; the agent sees them trained (soft
@@ -244,7 +244,7 @@ class FLSelectPickEnv(_SelectionEnv):
 
     ## Description
     The shape of the earlier RL selection work (FAVOR, Wang et al., INFOCOM 2020), on
-    FedEntropy's federation (spec 8.8). The agent sees every client's last-known soft label, how
+    FedEntropy's federation. The agent sees every client's last-known soft label, how
     stale it is, whether it has ever trained, its size, pool and selection count, and picks the
     clients that train this round; after training, ``post_filter="judge"`` runs FedEntropy's
     judgement on them (``"all"``: every picked client uploads).

@@ -1,4 +1,4 @@
-"""FedEntropy's positive and negative pools and its epsilon-greedy candidate draw (spec 2.4, 2.5).
+"""FedEntropy's positive and negative pools and its epsilon-greedy candidate draw (Ling et al., Algorithm 2).
 
 The pools partition the ``N`` clients; a client's pool is the verdict of its latest judgement
 (never judged = positive). Each round a coin with ``P(positive) = p_positive`` picks the primary

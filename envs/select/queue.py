@@ -1,4 +1,4 @@
-"""DDFL's dynamic server data queue and its label statistics (spec ``ddfl.md`` 2.2-2.6).
+"""DDFL's dynamic server data queue and its label statistics (Herath et al., Algorithm 2 and Eq. 19).
 
 The server holds a class-balanced share ``G_D`` of the training set (``Federation.server_indices``).
 From ``start_round`` on, every device receives the next ``segment`` indices of its own seeded
@@ -15,7 +15,7 @@ import numpy as np
 
 
 def bias(histogram: np.ndarray, population: np.ndarray) -> np.ndarray:
-    """``||q_k - q_pop||_2 / sqrt(1 - 1/C)``, clipped to ``[0, 1]`` (spec 2.6, normalised)."""
+    """``||q_k - q_pop||_2 / sqrt(1 - 1/C)``, clipped to ``[0, 1]`` (Eq. 19, normalised: ours)."""
     h = np.asarray(histogram, np.float64)
     q = h / np.maximum(h.sum(axis=-1, keepdims=True), 1)
     pop = np.asarray(population, np.float64) / np.sum(population)
@@ -24,7 +24,7 @@ def bias(histogram: np.ndarray, population: np.ndarray) -> np.ndarray:
 
 
 def segment_size(rho: float, server: int, clients: int, train: int) -> int:
-    """``max(1, round(rho * mean initial device size))`` (spec 2.4)."""
+    """``max(1, round(rho * mean initial device size))`` (the segment of Algorithm 2; rho ours)."""
     return max(1, round(rho * (train - server) / clients))
 
 

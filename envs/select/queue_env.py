@@ -4,7 +4,7 @@
 ``allow_server_data=True``) the server keeps a class-balanced share of the raw training data and
 sends it, sample by sample, to every device; each device also discloses the label entropy of its
 data every round. This is the only fl-gym env that moves server data to clients; by default it
-holds none and is plain FedAvg on one-class devices (spec ``ddfl.md`` 6.P).
+holds none and is plain FedAvg on one-class devices.
 
 Each round every device trains on its working set (its own data, plus the segments of the
 server's queue it has received); the agent sees each device's label entropy, size, label bias,
@@ -49,7 +49,7 @@ class QueueRound:
 
 
 class FLSelectQueueEnv(FLEnv):
-    """DDFL (Ma et al.): which trained devices are aggregated, with an opt-in server data queue.
+    """DDFL (Herath et al.): which trained devices are aggregated, with an opt-in server data queue.
 
     ## Description
     One step is one round: every device trains on its working set, the agent keeps a subset,
@@ -144,7 +144,7 @@ class FLSelectQueueEnv(FLEnv):
             keep[:] = True
         weight = pending.entropy.copy() if self.config.aggregation_weights == "entropy" else fed.sizes.astype(float)
         self._fallback = bool(keep.any() and weight[keep].sum() <= 1e-12)
-        if self._fallback:  # every kept device holds one class: data-size weights (spec 3.2)
+        if self._fallback:  # every kept device holds one class: data-size weights (ours)
             weight = fed.sizes.astype(float)
         report = fed.finish_round(pending.trained, aggregate=keep, weight=weight)
         self._selected_prev = keep.astype(float)

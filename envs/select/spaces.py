@@ -1,4 +1,4 @@
-"""The selection family's observation layout and action encodings (spec ``fedentropy.md`` 8.3).
+"""The selection family's observation layouts and action encodings (ours: the papers' decisions as spaces).
 
 The observation is flat: one row per candidate (ascending client id, row ``i`` = action bit
 ``i``), then the global features.
@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from gymnasium import spaces
+
+from fl_gym.validation import UserError
 
 GLOBAL = ("progress", "val_accuracy", "entropy", "negative_share", "positive_branch", "kept_share")
 """Global features: round / rounds, last validation accuracy, ``H(mix(S)) / log c``, negative pool
@@ -150,7 +152,7 @@ class QueueLayout:
     """``FLSelectQueue-v0``'s observation: one row per device (device order), then the globals.
 
     A row (:data:`QUEUE_ROW`): label entropy of the working set / ``log2 C``, size / largest,
-    distance of its label distribution to the population's (normalised, spec 2.6), selected last
+    distance of its label distribution to the population's (DDFL's Eq. 19, normalised), selected last
     round, selection rate, share of server samples in its working set; with ``update_stats``
     (:data:`UPDATE_ROW`) also ``(1 + cos) / 2`` of the angle between its update and the round's
     mean update, and the mean of that value over the episode's rounds so far. Globals
@@ -176,7 +178,7 @@ class QueueLayout:
     def column(self, observation: np.ndarray, name: str) -> np.ndarray:
         """One of :attr:`row` for every device."""
         if name not in self.row:
-            raise ValueError(f"column={name!r} is out of range; allowed: one of {', '.join(self.row)} (the update "
+            raise UserError(f"column={name!r} is out of range; allowed: one of {', '.join(self.row)} (the update "
                              f"statistics need update_stats=True)")
         table = np.asarray(observation, np.float64)[: self.num_clients * len(self.row)]
         return table.reshape(self.num_clients, len(self.row))[:, self.row.index(name)]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fl_gym.validation import require_choice
+from fl_gym.validation import UserError, require_choice
 
 EMBEDDED = ("digits", "synthetic")
 TORCHVISION = ("mnist", "fashionmnist", "emnist-letters", "cifar10", "cifar100")
@@ -86,7 +86,7 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, download: 
 
         return synthetic(**kwargs)  # type: ignore[arg-type]
     if kwargs:
-        raise ValueError(f"dataset_kwargs={kwargs!r} is out of range; allowed: none for dataset {name!r}")
+        raise UserError(f"dataset_kwargs={kwargs!r} is out of range; allowed: none for dataset {name!r}")
     if name == "digits":
         return _digits()
     return _torchvision(name, str(Path(root) if root is not None else default_root()), download)

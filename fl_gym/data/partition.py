@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fl_gym.validation import is_int_at_least, is_positive, require, require_choice
+from fl_gym.validation import UserError, is_int_at_least, is_positive, require, require_choice
 
 KINDS = ("iid", "dirichlet", "shards", "classes", "one_class", "mixed", "power_law", "natural")
 
@@ -98,12 +98,12 @@ def partition(labels: np.ndarray, num_clients: int, cfg: PartitionConfig, rng: n
         require(num_iid <= num_clients, "num_iid", num_iid, f"at most num_clients={num_clients}")
         n = cfg.samples_per_client or len(labels) // num_clients
         return classes_split(labels, num_clients, cfg.classes_per_client, n, rng, num_iid, num_classes)
-    raise ValueError("partition.kind='natural' comes from the data set; use Dataset.natural_split")
+    raise UserError("partition.kind='natural' comes from the data set; use Dataset.natural_split")
 
 
 def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
                     ) -> list[np.ndarray]:
-    """DDFL's 1-class split: client ``k`` holds class ``k mod C`` only (spec ``ddfl.md`` 2.3).
+    """DDFL's 1-class split: client ``k`` holds class ``k mod C`` only (Herath et al.'s DDFL setup).
 
     Each class's samples are shuffled and cut into ``K / C`` near-equal shards; ``K`` must be a
     multiple of ``C``.
@@ -130,7 +130,7 @@ def dirichlet_split(labels: np.ndarray, num_clients: int, cfg: PartitionConfig, 
         parts = _dirichlet_once(by_class, num_clients, cfg, rng, len(labels))
         if min(len(p) for p in parts) >= cfg.min_size:
             return parts
-    raise ValueError(f"dirichlet_split: no draw gave every client >= min_size={cfg.min_size} samples in "
+    raise UserError(f"dirichlet_split: no draw gave every client >= min_size={cfg.min_size} samples in "
                      f"{cfg.max_attempts} tries with alpha={cfg.alpha} and num_clients={num_clients}; "
                      "raise alpha, lower min_size or use fewer clients")
 
@@ -194,7 +194,7 @@ def classes_split(labels: np.ndarray, num_clients: int, classes_per_client: int,
             chosen = rng.choice(eligible, size=classes_per_client, replace=False)
             pool = np.flatnonzero(free & np.isin(labels, chosen))
         if len(pool) < samples_per_client:
-            raise ValueError(f"classes_split: client {k} needs samples_per_client={samples_per_client} but "
+            raise UserError(f"classes_split: client {k} needs samples_per_client={samples_per_client} but "
                              f"only {len(pool)} samples of its classes are left; lower samples_per_client "
                              "or raise classes_per_client")
         take = rng.choice(pool, size=samples_per_client, replace=False)
@@ -254,7 +254,7 @@ def stratified_subset(labels: np.ndarray, size: int, rng: np.random.Generator) -
     """``size`` sorted indices whose class counts follow ``labels``' (largest remainders), drawn with ``rng``."""
     labels = np.asarray(labels)
     if not 1 <= size < len(labels):
-        raise ValueError(f"size={size} is out of range; allowed: 1..{len(labels) - 1} (the set has {len(labels)})")
+        raise UserError(f"size={size} is out of range; allowed: 1..{len(labels) - 1} (the set has {len(labels)})")
     classes, counts = np.unique(labels, return_counts=True)
     share = size * counts / counts.sum()
     take = np.floor(share).astype(np.int64)

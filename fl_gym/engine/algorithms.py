@@ -294,7 +294,7 @@ class Scaffold(Corrected):
 
 
 class FedDyn(Corrected):
-    """FedDyn (Acar et al., 2021), as the FedEnt spec 6.5 states it.
+    """FedDyn (Acar et al., ICLR 2021), as Zheng et al. (IEEE TMC 2024) state it.
 
     Client ``i`` minimises ``F_i(w) - <h_i, w> + alpha/2 ||w - w(t)||^2``: each local step adds
     ``-h_i + alpha (w - w(t))`` to the gradient. An aggregated client then moves its dual
@@ -347,7 +347,8 @@ class Moon(LocalAlgorithm):
     ``z`` is the training model's representation of the sample, ``z_glob`` the round's global
     model's and ``z_prev`` the client's previous local model's (the global model for a client that
     has not trained yet). Every client that trains keeps its model as the next round's previous
-    one, aggregated or not (spec ``fedentropy.md`` 3.3). The reported loss is the cross-entropy.
+    one, aggregated or not (FedEntropy's "X + FedEntropy" runs the optimiser as usual). The
+    reported loss is the cross-entropy.
 
     Args:
         num_clients: ``N``.

@@ -2,7 +2,7 @@
 
 A server that sets per-client learning rates before local training (FedEnt) asks each sampled
 client for one minibatch gradient at the broadcast model. The probe runs the forward pass in
-evaluation mode (no dropout, spec ``fedent.md`` 5.4) and never changes the models.
+evaluation mode (no dropout; ours) and never changes the models.
 """
 
 from __future__ import annotations

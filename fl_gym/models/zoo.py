@@ -9,7 +9,7 @@ Families (any input shape; tested on 8x8, 28x28 and 32x32):
   channels and an ``f``-unit hidden layer, ``(c, f) = (8, 32), (16, 64), (32, 128)``
   (``cnn-small`` on digits is conv 1-8-16, fc 64-32-10).
 * ``hapfl-lite`` / ``hapfl-small`` / ``hapfl-medium`` / ``hapfl-large``: HAPFL's ``HapflCNN(c, f)``,
-  spec section 2.5, ``(c, f) = (8, 64), (16, 128), (24, 192), (32, 256)``.
+  sized by us (the paper names four sizes, not their widths): ``(c, f) = (8, 64), (16, 128), (24, 192), (32, 256)``.
 
 Paper networks (parameter counts pinned by the tests):
 
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 from fl_gym.models.architecture import Architecture
 from fl_gym.models.layers import AdaptiveAvgPool2d, Conv2d, Dropout, Flatten, Layer, Linear, MaxPool2d, ReLU
-from fl_gym.validation import require_choice
+from fl_gym.validation import UserError, require_choice
 
 
 class _Builder:
@@ -42,13 +42,13 @@ class _Builder:
         self.layers.append(layer)
         self.shape = layer.out_shape(self.shape)
         if min(self.shape) < 1:
-            raise ValueError(f"input_shape={self.input_shape} is too small for this network: layer "
+            raise UserError(f"input_shape={self.input_shape} is too small for this network: layer "
                              f"{len(self.layers)} ({type(layer).__name__}) would output {self.shape}")
         return self
 
     def conv(self, out: int, kernel: int, padding: int = 0) -> _Builder:
         if len(self.shape) != 3:
-            raise ValueError(f"input_shape={self.input_shape} is out of range; allowed: (C, H, W) images for a "
+            raise UserError(f"input_shape={self.input_shape} is out of range; allowed: (C, H, W) images for a "
                              "network with conv layers")
         self.grouped = True
         return self.add(Conv2d(self.shape[0], out, kernel, padding)).add(ReLU())

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from fl_gym.validation import UserError
+
 Statistic = Callable[[np.ndarray], float]
 
 
@@ -28,7 +30,7 @@ def normalized_score(value: float, ref_min: float, ref_max: float) -> float:
         ValueError: equal references (the task has no spread to normalise by) or a non-finite one.
     """
     if not (math.isfinite(ref_min) and math.isfinite(ref_max)) or ref_max == ref_min:
-        raise ValueError(f"normalized_score: expected finite, distinct references, got ref_min={ref_min!r}, "
+        raise UserError(f"normalized_score: expected finite, distinct references, got ref_min={ref_min!r}, "
                          f"ref_max={ref_max!r}")
     return (value - ref_min) / (ref_max - ref_min)
 
@@ -37,7 +39,7 @@ def iqm(scores: np.ndarray) -> float:
     """Interquartile mean of all entries: the mean of the middle half, ``floor(n / 4)`` cut from each end."""
     flat = np.sort(np.asarray(scores, np.float64).ravel())
     if flat.size == 0:
-        raise ValueError("iqm: expected at least one score, got none")
+        raise UserError("iqm: expected at least one score, got none")
     cut = flat.size // 4
     return float(flat[cut: flat.size - cut].mean())
 
@@ -55,9 +57,9 @@ def median(scores: np.ndarray) -> float:
 def _check_matrix(scores: np.ndarray, name: str) -> np.ndarray:
     matrix = np.asarray(scores, np.float64)
     if matrix.ndim != 2 or matrix.shape[0] < 1 or matrix.shape[1] < 1:
-        raise ValueError(f"{name}: expected a (runs, tasks) matrix, got shape {matrix.shape}")
+        raise UserError(f"{name}: expected a (runs, tasks) matrix, got shape {matrix.shape}")
     if not np.isfinite(matrix).all():
-        raise ValueError(f"{name}: expected finite scores, got {matrix[~np.isfinite(matrix)][:3].tolist()}")
+        raise UserError(f"{name}: expected finite scores, got {matrix[~np.isfinite(matrix)][:3].tolist()}")
     return matrix
 
 
@@ -81,7 +83,7 @@ def bootstrap_ci(scores: np.ndarray, statistic: Statistic = iqm, reps: int = 200
     """
     matrix = _check_matrix(scores, "bootstrap_ci")
     if not 0 < level < 1:
-        raise ValueError(f"bootstrap_ci: expected level in (0, 1), got {level!r}")
+        raise UserError(f"bootstrap_ci: expected level in (0, 1), got {level!r}")
     rng = np.random.default_rng(seed)
     values = np.array([statistic(stratified_resample(matrix, rng)) for _ in range(reps)])
     tail = (1 - level) / 2 * 100
@@ -104,7 +106,7 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
     """
     x, y = _check_matrix(x, "probability_of_improvement"), _check_matrix(y, "probability_of_improvement")
     if x.shape[1] != y.shape[1]:
-        raise ValueError(f"probability_of_improvement: expected the same tasks, got {x.shape[1]} and {y.shape[1]}")
+        raise UserError(f"probability_of_improvement: expected the same tasks, got {x.shape[1]} and {y.shape[1]}")
     beats = (x[:, None, :] > y[None, :, :]) + 0.5 * (x[:, None, :] == y[None, :, :])
     return float(beats.mean(axis=(0, 1)).mean())
 

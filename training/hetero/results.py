@@ -51,10 +51,10 @@ from fl_gym.baselines.hetero import (
     RandomPolicy,
     UniformPolicy,
 )
-from fl_gym.training.cli import parse_ints
+from fl_gym.training.cli import Parser, parse_ints
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
 
-# Paper (spec 7.2 / 7.3): HAPFL's reductions on MNIST, (straggling latency %, training time %).
+# Paper (Chen et al., its experiments): HAPFL's reductions on MNIST, (straggling latency %, training time %).
 PAPER_MNIST = {"FedAvg": (35.2, 26.1), "FedProx": (47.6, 40.4), "pFedMe": (37.1, 27.7)}
 BASELINES = ("FedAvg", "FedProx", "pFedMe")
 CURVES = ("HAPFL PPO (fast)", "BalancedOracle", "FedAvg", "FedProx", "pFedMe")
@@ -313,7 +313,7 @@ def report(results: dict[str, Any]) -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The arguments of ``fl-gym reproduce hetero``."""
-    p = argparse.ArgumentParser(prog="fl-gym reproduce hetero", description="HAPFL against its baselines "
+    p = Parser(prog="fl-gym reproduce hetero", description="HAPFL against its baselines "
                                 "(resumable; see docs/hapfl.md)")
     p.add_argument("--dataset", default="digits")
     p.add_argument("--data-root", default=None)

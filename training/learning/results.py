@@ -22,7 +22,7 @@ import numpy as np
 
 from fl_gym.atomic import write_text
 from fl_gym.baselines.rates import FedEntPolicy
-from fl_gym.training.cli import parse_ints, parse_kv
+from fl_gym.training.cli import Parser, parse_ints, parse_kv
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
 from fl_gym.training.trace import decision_trace
@@ -62,7 +62,7 @@ TRACE = {"FLLearningRate-v0": ("rates/lrs", "learning rate", ["fedavg", "fedent"
 
 def parser(family: str) -> argparse.ArgumentParser:
     """The arguments of ``fl-gym reproduce FAMILY``."""
-    p = argparse.ArgumentParser(prog=f"fl-gym reproduce {family}", description="the paper presets against their "
+    p = Parser(prog=f"fl-gym reproduce {family}", description="the paper presets against their "
                                 "baselines, and PPO on the small preset (resumable; docs/lr-weights.md)")
     p.add_argument("--out", default=f"bench-results/{family}", help="output folder")
     p.add_argument("--seeds", default="0,1", help="evaluation seeds (paired: every policy sees each one)")
@@ -112,7 +112,7 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
 
 
 def fedent_log(env_kwargs: dict[str, Any], seed: int, path: Path) -> str:
-    """One FedEnt episode's closed form, round by round (spec 3.8's predictions, checked in the log).
+    """One FedEnt episode's closed form, round by round (our predictions of its behaviour, checked in the log).
 
     Per round: the share of clients whose raw rate is 0, the mean raw and used rates, the mean
     ``k`` sign (``k < 0`` is the deep-net regime), roots that are not minimisers, and the test

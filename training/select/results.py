@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_gym.atomic import write_text
-from fl_gym.training.cli import parse_ints, parse_kv
+from fl_gym.training.cli import Parser, parse_ints, parse_kv
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
 
@@ -33,7 +33,7 @@ AGENT_POLICIES = {"FLSelect-v0": ["fedentropy", "fedavg"], "FLSelectPick-v0": ["
 
 def parser() -> argparse.ArgumentParser:
     """The arguments of ``fl-gym reproduce select``."""
-    p = argparse.ArgumentParser(prog="fl-gym reproduce select", description="FedEntropy and DDFL against their "
+    p = Parser(prog="fl-gym reproduce select", description="FedEntropy and DDFL against their "
                                 "baselines (resumable; docs/select.md)")
     p.add_argument("--out", default="bench-results/select", help="output folder")
     p.add_argument("--seeds", default="10000,10001,10002", help="evaluation seeds")
