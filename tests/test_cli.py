@@ -307,7 +307,7 @@ def test_readme_snippet_runs_as_written(capsys):
 
 
 def test_demo_end_to_end(tmp_path, capsys):
-    code, out, _ = run_cli(["demo", "--out", tmp_path, "--steps", 256, "--seeds", 2, "--accuracy-rounds", 2], capsys)
+    code, out, _ = run_cli(["demo", "--out", tmp_path, "--steps", 256, "--episodes", 2, "--accuracy-rounds", 2], capsys)
     assert code == 0
     assert (tmp_path / "hetero" / "compare-timing" / "results.md").is_file()
     assert (tmp_path / "hetero" / "compare-accuracy" / "accuracy.png").is_file()
@@ -449,3 +449,26 @@ def test_ctrl_c_in_any_command_exits_130_with_one_line(capsys, monkeypatch):
     code, _, err = run_cli(["envs"], capsys)
     assert code == 130 and err.strip() == ("fl-gym envs: interrupted; what was finished is kept (a resumable "
                                            "command continues where it stopped when run again)")
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", "FLHetero-v0", "--policies", "oracle", "--out", "{blocked}/out"],
+    ["generalise", "FLHetero-v0", "--policies", "oracle,inverse", "--reference", "oracle", "--out", "{blocked}/out"],
+    ["train", "FLHeteroAlloc-v0", "--runs-dir", "{blocked}/runs"],
+    ["benchmark", "run", "--suite", "smoke", "--algo", "fixed", "--out", "{blocked}/bench"],
+    ["data", "describe", "digits", "--out", "{blocked}/h.png"],
+    ["demo", "--out", "{blocked}/demo"],
+])
+def test_an_unwritable_output_fails_by_name_before_any_work(argv, tmp_path, capsys, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("a file, not a folder")
+    from fl_gym.training import compare, generalisation
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work started before the output was checked")
+
+    monkeypatch.setattr(compare, "compare", no_work)
+    monkeypatch.setattr(generalisation, "generalisation", no_work)
+    code, _, err = run_cli([a.format(blocked=blocked) for a in argv], capsys)
+    flag = "--runs-dir" if "train" in argv else "--out"
+    assert code == 2 and f"{flag}=" in err and "cannot be written" in err and err.count("\n") == 1

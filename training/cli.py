@@ -11,6 +11,7 @@ and shows its traceback. Ctrl-C exits with 130 and one line (``train`` says how 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -31,6 +32,33 @@ class Parser(argparse.ArgumentParser):
 
 
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)")
+
+
+def writable(folder: str | Path, flag: str) -> Path:
+    """``folder``, created, after a test write: an unwritable output fails before any work, naming ``flag``."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".fl-gym-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"{flag}={str(folder)!r} cannot be written ({err.strerror or err}); allowed: a folder "
+                        "you can write to") from err
+    return folder
+
+
+def output_folder(args: argparse.Namespace, verb: str) -> Path:
+    """``--out``, or ``RUNS_DIR/ENV_ID/VERB-TIMESTAMP``, checked writable before the command works."""
+    import datetime
+
+    return writable(args.out or Path(args.runs_dir) / args.env_id / f"{verb}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
+                    "--out")
+
+
+def split_policies(text: str) -> list[str]:
+    """``--policies`` as specs: commas inside ``[...]`` separate a spec's kwargs, not specs."""
+    return [s for s in re.split(r",(?![^\[]*\])", text) if s]
 
 
 def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
@@ -115,6 +143,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         if not args.env_id:
             raise UserError("train: give an ENV_ID, or --resume RUN_DIR")
+        writable(args.runs_dir, "--runs-dir")
         cfg = runs.resolve(args.env_id, args.algo, args.preset, parse_kv(args.hyperparams, "--hyperparams"),
                            parse_kv(args.env_kwargs, "--env-kwargs"), args.seed, args.n_envs, args.vec_env,
                            args.n_timesteps, args.save_freq, args.tensorboard_log, args.ray_address)
@@ -131,14 +160,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Evaluate policies on the same seeds; write and print the table."""
-    import datetime
-
     from fl_gym.training.compare import compare, markdown_table
 
     _threads(args.threads)
-    specs = [s for s in re.split(r",(?![^\[]*\])", args.policies) if s]  # commas inside [...] are kwargs
+    specs = split_policies(args.policies)
     require(bool(specs), "--policies", args.policies, "one or more policies, comma-separated")
-    out = Path(args.out or Path(args.runs_dir) / args.env_id / f"compare-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    out = output_folder(args, "compare")
     results = compare(args.env_id, specs, parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs"),
                       args.rounds, out, progress=not args.no_progress, target=args.target)
     print(markdown_table(results))
@@ -148,14 +175,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_generalise(args: argparse.Namespace) -> int:
     """Evaluate policies on held-out scenarios (and zero-shot variants); write and print the tables."""
-    import datetime
-
     from fl_gym.training.generalisation import HELD_OUT, METRICS, generalisation, markdown
 
     _threads(args.threads)
-    specs = [s for s in re.split(r",(?![^\[]*\])", args.policies) if s]
+    specs = split_policies(args.policies)
     variants = {"held-out": {}, **{v: parse_kv(v.split(","), "--zero-shot") for v in args.zero_shot or []}}
-    out = Path(args.out or Path(args.runs_dir) / args.env_id / f"generalise-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    out = output_folder(args, "generalise")
     scenarios = parse_ints(args.scenario_seeds) if args.scenario_seeds else HELD_OUT
     metrics = [m for m in args.metrics.split(",") if m] if args.metrics else METRICS
     results = generalisation(args.env_id, specs, scenarios, variants, parse_ints(args.seeds),
@@ -168,7 +193,6 @@ def cmd_generalise(args: argparse.Namespace) -> int:
 
 def cmd_flower(args: argparse.Namespace) -> int:
     """A policy on a Flower federation (local simulation), then in the env itself; print both."""
-    import datetime
     import time
 
     from fl_gym.integrations.flower import EnvSpec
@@ -177,11 +201,11 @@ def cmd_flower(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.rounds, 1), "--rounds", args.rounds, "an integer >= 1")
     spec = EnvSpec(args.env_id, parse_kv(args.env_kwargs, "--env-kwargs"), args.scenario_seed)
     strategy = strategy_for(spec, args.policy, args.seed)
+    out = output_folder(args, "flower")
     start = time.perf_counter()
     run_local(strategy, args.rounds, verbose=args.verbose)
     seconds = time.perf_counter() - start
     rows = comparison(strategy.history, env_episode(strategy, args.rounds))
-    out = Path(args.out or Path(args.runs_dir) / args.env_id / f"flower-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     write_outputs(out, strategy.spec, args.policy, args.seed, rows, seconds)
     print(markdown(rows))
     print(f"Flower run: {seconds:.1f} s (start-up included); results in {out}")
@@ -215,12 +239,14 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     default = Path(args.runs_dir) / f"benchmark-{args.suite}"
     if args.benchmark_command == "run":
         seeds = parse_seed_list(args.seeds, "--seeds")
-        out = Path(args.out or default)
+        out = writable(args.out or default, "--out")
         benchmark.run(args.suite, args.algo, seeds, out, tasks, progress=not args.no_progress)
         print(f"done; fl-gym benchmark report --suite {args.suite} --runs {out}")
         return 0
     require(is_int_at_least(args.reps, 100), "--reps", args.reps, "an integer >= 100")
     runs_folder = Path(args.runs or default)
+    if args.out:
+        writable(args.out, "--out")
     content = benchmark.report(args.suite, runs_folder, args.out, reps=args.reps)
     print(content["markdown"])
     print(f"report in {args.out or runs_folder}")
@@ -307,6 +333,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     from fl_gym.training.plots import plot_histogram
 
     require(args.out is None or Path(args.out).suffix.lower() == ".png", "--out", args.out, "a path ending in .png")
+    if args.out:
+        writable(Path(args.out).parent, "--out")
     data = load_dataset(args.dataset, root=args.data_root, download=args.download)
     if args.partition == "natural":
         parts = [train for train, _ in data.natural_split]
@@ -351,11 +379,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     _threads(args.threads)
     require(is_int_at_least(args.steps, 1), "--steps", args.steps, "an integer >= 1")
-    require(is_int_at_least(args.seeds, 1), "--seeds", args.seeds, "an integer >= 1")
+    require(is_int_at_least(args.episodes, 1), "--episodes", args.episodes, "an integer >= 1")
     require(is_int_at_least(args.accuracy_rounds, 1), "--accuracy-rounds", args.accuracy_rounds, "an integer >= 1")
     for family in (f for f in FAMILIES.values() if f.demo):
         print(f"== {family.name}: {family.paper}")
-        resolve(family.demo)(Path(args.out) / family.name, args.steps, args.seeds, args.accuracy_rounds)
+        resolve(family.demo)(writable(Path(args.out) / family.name, "--out"), args.steps, args.episodes,
+                             args.accuracy_rounds)
     return 0
 
 
@@ -538,7 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the main job: each family's short agent training and comparison")
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--steps", type=int, default=40000, help="training steps per agent")
-    p.add_argument("--seeds", type=int, default=5, help="evaluation episodes per policy")
+    p.add_argument("--episodes", type=int, default=5, help="evaluation episodes per policy (a count; elsewhere "
+                   "--seeds lists the seeds)")
     p.add_argument("--accuracy-rounds", type=int, default=15, help="rounds of the torch-backend comparison")
     p.add_argument("--threads", type=int, default=1)
     p.set_defaults(func=cmd_demo)
