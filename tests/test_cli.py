@@ -472,3 +472,22 @@ def test_an_unwritable_output_fails_by_name_before_any_work(argv, tmp_path, caps
     code, _, err = run_cli([a.format(blocked=blocked) for a in argv], capsys)
     flag = "--runs-dir" if "train" in argv else "--out"
     assert code == 2 and f"{flag}=" in err and "cannot be written" in err and err.count("\n") == 1
+
+
+def test_a_run_folder_is_locked_while_it_trains_and_a_stale_lock_is_taken_over(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with runs.run_lock(folder):
+        assert (folder / ".lock").read_text() == str(os.getpid())
+        with pytest.raises(ValueError, match=f"run folder {folder} is being trained by process {os.getpid()}"):
+            with runs.run_lock(folder):
+                pass
+    assert not (folder / ".lock").exists()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (folder / ".lock").write_text(gone.stdout.strip())  # a process that has exited
+    with runs.run_lock(folder):
+        assert (folder / ".lock").read_text() == str(os.getpid())

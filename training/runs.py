@@ -17,11 +17,14 @@ most the steps since its last checkpoint; every result file is written atomicall
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import datetime
+import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -167,12 +170,65 @@ def load_run(folder: str | Path) -> RunConfig:
 
 
 def train(folder: str | Path, progress: bool = True, say=print) -> dict[str, Any]:
-    """Train (or continue) the run in ``folder`` to its ``total_timesteps``; returns its summary."""
+    """Train (or continue) the run in ``folder`` to its ``total_timesteps``; returns its summary.
+
+    The folder is locked while it trains, so a second process cannot write into it too.
+    """
     folder = Path(folder)
     cfg = load_run(folder)
     if (folder / "summary.json").is_file():
         say(f"{folder}: already complete")
         return read_json(folder / "summary.json")
+    with run_lock(folder):
+        return _train(folder, cfg, progress, say)
+
+
+@contextlib.contextmanager
+def run_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder/.lock`` (this process's id) while the body runs; a live holder's lock is refused.
+
+    A lock whose process is gone (killed, the machine restarted) is taken over.
+    """
+    lock = folder / ".lock"
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            break
+        except FileExistsError:
+            holder = _lock_holder(lock)
+            if holder is not None and _alive(holder):
+                raise UserError(f"run folder {folder} is being trained by process {holder}; wait for it, or stop it "
+                                f"and run --resume {folder} again") from None
+            lock.unlink(missing_ok=True)  # a stale lock
+    else:
+        raise UserError(f"run folder {folder}: cannot take its lock {lock}")
+    try:
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _lock_holder(lock: Path) -> int | None:
+    try:
+        return int(lock.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _train(folder: Path, cfg: RunConfig, progress: bool, say) -> dict[str, Any]:
+    """:func:`train`'s work, under the folder's lock."""
     start = time.perf_counter()
     if cfg.algo in ALGOS:
         model = _train_stage(folder, cfg, Stage("model", cfg.env_id), cfg.hyperparams, cfg.env_kwargs,
