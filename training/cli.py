@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_gym.data.datasets import DatasetNotFoundError
+from fl_gym.data.partition import KINDS
 from fl_gym.validation import MAX_THREADS, MissingExtraError, UserError, is_int_at_least, require, require_device
 
 USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
@@ -533,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = data_sub.add_parser("describe", help="partition report and class-histogram PNG")
     d.add_argument("dataset")
     d.add_argument("--partition", default="dirichlet",
-                   help="iid, dirichlet, shards, classes, mixed, power_law, natural")
+                   help=", ".join(KINDS))
     d.add_argument("--clients", type=int, default=10)
     d.add_argument("--alpha", type=float, default=0.5)
     d.add_argument("--min-size", type=int, default=10)
