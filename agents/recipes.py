@@ -145,5 +145,5 @@ def load_recipe(folder: str | Path) -> tuple[Recipe, dict[str, BaseAlgorithm]]:
 
 
 def yaml_preset(preset: str) -> str | None:
-    """The ``ppo.yml`` preset of a recipe preset name: ``"paper"`` is the base blocks (HAPFL's own recipe)."""
+    """The ``ppo.yml`` preset of a recipe preset name: ``"paper"`` is the base blocks (the paper's own recipe)."""
     return None if preset == "paper" else preset

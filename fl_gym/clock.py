@@ -1,7 +1,7 @@
 """Device profiles and the virtual clock: simulated times from a cost model, never from wall time.
 
-Per-epoch time of a model of cost ``c`` on client ``i`` in round ``r`` (ours; HAPFL's paper gives
-the form, not the numbers):
+Per-epoch time of a model of cost ``c`` on client ``i`` in round ``r`` (ours: the papers give the
+form of such models, not their numbers):
 
     t = seconds_per_unit * c * D_i / (psi_i * xi_{r,i})
 
