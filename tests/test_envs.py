@@ -209,3 +209,18 @@ def test_fuzz_every_argument_is_refused_by_name_or_gives_an_env_that_steps(env_i
         assert np.all(np.isfinite(obs)) and np.isfinite(reward)
         if terminated or truncated:
             break
+
+
+@pytest.mark.parametrize("module", ["fl_gym.envs.hetero.env", "fl_gym.envs.select.env", "fl_gym.envs.select.queue_env",
+                                    "fl_gym.envs.aggregate.env", "fl_gym.envs.rates.env"])
+def test_the_env_docstrings_examples_run_as_written(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(module)
+    tests = [t for t in doctest.DocTestFinder().find(mod) if t.examples]
+    assert tests  # every env module shows an example
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
