@@ -491,3 +491,23 @@ def test_a_run_folder_is_locked_while_it_trains_and_a_stale_lock_is_taken_over(t
     (folder / ".lock").write_text(gone.stdout.strip())  # a process that has exited
     with runs.run_lock(folder):
         assert (folder / ".lock").read_text() == str(os.getpid())
+
+
+def test_damaged_or_conflicting_resumes_are_named(tmp_path, capsys):
+    args = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 64, "--runs-dir", tmp_path, "--save-freq", 32, *TINY]
+    assert run_cli([*args, "--run-id", "r"], capsys)[0] == 0
+    folder = tmp_path / "FLHeteroAlloc-v0" / "r"
+    code, _, err = run_cli(["train", "--resume", folder, "--n-timesteps", 200], capsys)
+    assert code == 2 and "--n-timesteps are fixed by its config.yml" in err
+    code, _, err = run_cli(["train", "FLHetero-v0", "--resume", folder], capsys)
+    assert code == 2 and "ENV_ID are fixed by its config.yml" in err
+    (folder / "model.zip").write_bytes(b"PK\x03\x04 truncated")
+    code, _, err = run_cli(["train", "--resume", folder, "--no-progress"], capsys)
+    assert code == 2 and "is marked complete (summary.json) but" in err and "model.zip is damaged" in err
+    (folder / "summary.json").unlink()
+    code, _, err = run_cli(["train", "--resume", folder, "--no-progress"], capsys)
+    assert code == 2 and "model.zip' is out of range; allowed: a whole SB3 model file" in err
+    (folder / "model.zip").unlink()
+    (folder / "checkpoints" / "model_64_steps.zip").write_bytes(b"damaged")  # newer than the whole one at 32
+    code, out, _ = run_cli(["train", "--resume", folder, "--no-progress"], capsys)
+    assert code == 0 and "done: 64 steps" in out  # trained on from the whole checkpoint at 32

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 from stable_baselines3.common.callbacks import BaseCallback
@@ -60,13 +61,15 @@ class RolloutCheckpoint(BaseCallback):
 
 
 def latest_checkpoint(folder: str | Path, prefix: str = "model") -> tuple[Path, int] | None:
-    """The checkpoint with the most steps in ``folder``, and its step count."""
+    """The whole checkpoint with the most steps in ``folder`` (a damaged file is passed over), and its step count."""
     found = []
     for path in Path(folder).glob(f"{prefix}_*_steps.zip"):
         try:
-            found.append((int(path.stem.split("_")[-2]), path))
+            steps = int(path.stem.split("_")[-2])
         except ValueError:
             continue
+        if zipfile.is_zipfile(path):
+            found.append((steps, path))
     if not found:
         return None
     steps, path = max(found)

@@ -140,6 +140,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     _threads(args.threads)
     if args.resume:
         folder = Path(args.resume)
+        _refuse_with_resume(args)
         runs.load_run(folder)
     else:
         if not args.env_id:
@@ -157,6 +158,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 130
     print(f"done: {summary['timesteps']} steps; model in {folder}")
     return 0
+
+
+# a run's config.yml fixes these; with --resume a value given anyway would be silently ignored
+RUN_FLAGS = {"env_id": None, "algo": "ppo", "preset": None, "hyperparams": None, "env_kwargs": None,
+             "n_timesteps": None, "n_envs": None, "vec_env": "batched", "ray_address": None, "seed": 0,
+             "save_freq": 10000, "tensorboard_log": None, "run_id": None}
+
+
+def _refuse_with_resume(args: argparse.Namespace) -> None:
+    given = [name for name, default in RUN_FLAGS.items() if getattr(args, name) != default]
+    flags = ["ENV_ID" if n == "env_id" else "--" + n.replace("_", "-") for n in given]
+    require(not flags, "--resume", args.resume, f"a run folder alone: {', '.join(flags)} are fixed by its config.yml "
+            "(a run trains to the total it was created with; start a new run to change them)")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

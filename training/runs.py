@@ -24,6 +24,7 @@ import datetime
 import os
 import re
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,7 @@ def train(folder: str | Path, progress: bool = True, say=print) -> dict[str, Any
     folder = Path(folder)
     cfg = load_run(folder)
     if (folder / "summary.json").is_file():
+        _check_models(folder, cfg)
         say(f"{folder}: already complete")
         return read_json(folder / "summary.json")
     with run_lock(folder):
@@ -227,6 +229,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _check_models(folder: Path, cfg: RunConfig) -> None:
+    """A run marked complete must have its model(s) whole: a missing or damaged one is named."""
+    names = [folder / "model.zip"] if cfg.algo in ALGOS else [folder / name / "model.zip" for name in cfg.hyperparams]
+    for path in names:
+        if not path.is_file() or not zipfile.is_zipfile(path):
+            raise UserError(f"run folder {folder} is marked complete (summary.json) but {path} is "
+                            f"{'missing' if not path.is_file() else 'damaged'}; remove summary.json and the model "
+                            f"to train again from the latest checkpoint")
+
+
 def _train(folder: Path, cfg: RunConfig, progress: bool, say) -> dict[str, Any]:
     """:func:`train`'s work, under the folder's lock."""
     start = time.perf_counter()
@@ -258,6 +270,8 @@ def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, 
     algo = cfg.algo if cfg.algo in ALGOS else "ppo"  # a recipe's stages are PPO
     cls = ALGOS[algo]
     if final.is_file():
+        require(zipfile.is_zipfile(final), "model", str(final), "a whole SB3 model file (this one is damaged: "
+                "remove it to train on from the latest checkpoint)")
         return cls.load(final, device="cpu")
     n_envs = cfg.n_envs if cfg.algo in ALGOS else int(hyperparams.get("n_envs", cfg.n_envs))
     checkpoint = latest_checkpoint(folder / "checkpoints")
