@@ -47,6 +47,21 @@ def test_generalise_cli_writes_tables_and_names_a_bad_reference(tmp_path, capsys
     assert "reference" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["--zero-shot", "preset=nosuch"], "variant 'preset=nosuch': preset='nosuch' is out of range"),
+    (["--scenario-seeds", "-1"], "scenario_seeds=[-1] is out of range"),
+])
+def test_bad_variants_and_scenario_seeds_are_named_before_any_episode(argv, message, capsys, monkeypatch, tmp_path):
+    from fl_gym.training import generalisation as module
+
+    def no_episode(*args, **kwargs):
+        raise AssertionError("an episode ran before the arguments were checked")
+
+    monkeypatch.setattr(module, "compare", no_episode)
+    assert main(["generalise", "FLHetero-v0", "--policies", "oracle,greedy", "--out", str(tmp_path), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_a_set_agent_trained_on_randomised_scenarios_is_evaluated_on_held_out_ones(tmp_path, capsys):
     """The issue's end-to-end path, small: train on randomised federations, evaluate zero-shot."""
     code = main(["train", "FLHetero-v0", "--preset", "set", "--env-kwargs", "randomize_scenario=true",

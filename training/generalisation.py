@@ -17,11 +17,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from fl_gym.atomic import write_json, write_text
 from fl_gym.training.compare import DEFAULT_SEEDS, compare, policy_spec
-from fl_gym.validation import require
+from fl_gym.validation import UserError, require
 
 HELD_OUT = (4242, 123, 777, 2024, 31337)
 METRICS = ("straggling_latency", "sim_time", "return")
@@ -47,8 +48,14 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
         progress: print each scenario as it starts.
     """
     require(reference in specs, "reference", reference, f"one of the policies {list(specs)}")
-    require(len(scenario_seeds) >= 1, "scenario_seeds", list(scenario_seeds), "at least one scenario seed")
+    require(len(scenario_seeds) >= 1 and all(s >= 0 for s in scenario_seeds), "scenario_seeds",
+            list(scenario_seeds), "one or more scenario seeds >= 0")
     variants = variants or {"held-out": {}}
+    for name, extra in variants.items():  # every variant's arguments checked before any episode is played
+        try:
+            gym.make(env_id, **{**(env_kwargs or {}), **extra, "scenario_seed": scenario_seeds[0]}).close()
+        except ValueError as exc:
+            raise UserError(f"variant {name!r}: {exc}") from exc
     rows: list[dict[str, Any]] = []
     unable: dict[str, dict[str, str]] = {}  # variant -> policy -> why it cannot act there
     labels = {spec: policy_spec(spec, env_id, tuple(seeds)).label for spec in specs}  # loads each model once here
