@@ -511,3 +511,17 @@ def test_damaged_or_conflicting_resumes_are_named(tmp_path, capsys):
     (folder / "checkpoints" / "model_64_steps.zip").write_bytes(b"damaged")  # newer than the whole one at 32
     code, out, _ = run_cli(["train", "--resume", folder, "--no-progress"], capsys)
     assert code == 0 and "done: 64 steps" in out  # trained on from the whole checkpoint at 32
+
+
+def test_plots_name_a_line_that_another_hides_and_use_a_log_axis_for_spans_over_100x(tmp_path):
+    from matplotlib import image
+
+    from fl_gym.training import plots
+
+    shown = plots.legend_labels({"fedavg": [1, 2, float("nan")], "fedprox": [1, 2, float("nan")], "x": [1, 3, 4]})
+    assert shown == {"fedavg": "fedavg", "fedprox": "fedprox (= fedavg)", "x": "x"}
+    assert plots._log_scale([[0.5, 1.0], [200.0]]) and not plots._log_scale([[0.5, 1.0], [20.0]])
+    assert not plots._log_scale([[0.0, 1.0], [500.0]])  # a zero has no log
+    same = {"mean": [1, 2], "std": [0, 0]}
+    path = plots.plot_bands({"a": (None, same), "b": (None, same)}, "round", "y", "t", tmp_path / "p.png")
+    assert image.imread(path).shape[2] in (3, 4)

@@ -17,22 +17,43 @@ def plot_xy(lines: dict[str, tuple[list[float], list[float]]], xlabel: str, ylab
             path: str | Path, logx: bool = False) -> Path:
     """One line per label through its ``(x, y)`` points; written atomically."""
     fig, ax = plt.subplots(figsize=(7, 4))
+    shown = legend_labels({label: y for label, (_, y) in lines.items()})
     for label, (x, y) in lines.items():
-        ax.plot(x, y, marker=".", label=label)
-    return _finish(fig, ax, xlabel, ylabel, title, path, logx)
+        ax.plot(x, y, marker=".", label=shown[label])
+    return _finish(fig, ax, xlabel, ylabel, title, path, logx, [y for _, y in lines.values()])
 
 
 def plot_bands(lines: dict[str, tuple[list[float] | None, dict[str, list[float]]]], xlabel: str, ylabel: str,
                title: str, path: str | Path, logx: bool = False) -> Path:
     """One mean line per label with a ±1 std band; ``x`` None = rounds 1..n; written atomically."""
     fig, ax = plt.subplots(figsize=(7, 4))
+    shown = legend_labels({label: stats["mean"] for label, (_, stats) in lines.items()})
     for label, (x, stats) in lines.items():
         mean, std = np.asarray(stats["mean"], float), np.asarray(stats["std"], float)
         xs = np.arange(1, len(mean) + 1) if x is None else np.asarray(x[: len(mean)], float)
         keep = ~np.isnan(mean)
-        (line,) = ax.plot(xs[keep], mean[keep], marker="." if keep.sum() < 40 else None, label=label)
+        (line,) = ax.plot(xs[keep], mean[keep], marker="." if keep.sum() < 40 else None, label=shown[label])
         ax.fill_between(xs[keep], (mean - std)[keep], (mean + std)[keep], color=line.get_color(), alpha=0.2)
-    return _finish(fig, ax, xlabel, ylabel, title, path, logx)
+    return _finish(fig, ax, xlabel, ylabel, title, path, logx, [s["mean"] for _, s in lines.values()])
+
+
+def legend_labels(series: dict[str, list[float]]) -> dict[str, str]:
+    """Each label, with ``(= other)`` where its values equal an earlier line's, which it hides."""
+    shown, seen = {}, []
+    for label, values in series.items():
+        values = np.asarray(values, float)
+        twin = next((other for other, v in seen if v.shape == values.shape
+                     and np.array_equal(v, values, equal_nan=True)), None)
+        shown[label] = label if twin is None else f"{label} (= {twin})"
+        seen.append((label, values))
+    return shown
+
+
+def _log_scale(series: list[list[float]]) -> bool:
+    """Whether positive values span more than 100x: one line would flatten the others."""
+    values = np.concatenate([np.asarray(v, float).ravel() for v in series]) if series else np.zeros(0)
+    values = values[np.isfinite(values)]
+    return bool(len(values) and values.min() > 0 and values.max() > 100 * values.min())
 
 
 def plot_histogram(histogram: np.ndarray, title: str, path: str | Path) -> Path:
@@ -52,10 +73,13 @@ def plot_histogram(histogram: np.ndarray, title: str, path: str | Path) -> Path:
     return _save(fig, path)
 
 
-def _finish(fig, ax, xlabel: str, ylabel: str, title: str, path: str | Path, logx: bool) -> Path:
-    """Label, grid and legend a line plot, then save it."""
+def _finish(fig, ax, xlabel: str, ylabel: str, title: str, path: str | Path, logx: bool,
+            series: list[list[float]]) -> Path:
+    """Label, grid and legend a line plot (a log y axis where values span over 100x), then save it."""
     if logx:
         ax.set_xscale("log")
+    if _log_scale(series):
+        ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
