@@ -302,8 +302,36 @@ class Federation:
         self.algorithm.reset()
         self._servers = [ServerOptimizer(cfg.server, self.algorithm.server_mix) for _ in self.archs]
         self._companion_server = ServerOptimizer(cfg.server)
-        self.round, self.elapsed = 0, 0.0
-        self.last_load: RoundLoad | None = None  # the latest round's, which a persistent load continues
+        self._round, self._elapsed = 0, 0.0
+        self._last_load: RoundLoad | None = None
+
+    @property
+    def round(self) -> int:
+        """Rounds played since :meth:`reset` (read-only: :meth:`finish_round` and :meth:`advance` count them)."""
+        return self._round
+
+    @property
+    def elapsed(self) -> float:
+        """Simulated seconds since :meth:`reset` (read-only, as :attr:`round`)."""
+        return self._elapsed
+
+    @property
+    def last_load(self) -> RoundLoad | None:
+        """The latest round's device load, which a persistent load (``load_persistence``) continues."""
+        return self._last_load
+
+    def advance(self, round_time: float) -> None:
+        """Count a round of ``round_time`` seconds that the caller played itself.
+
+        For a driver that times many federations' rounds as arrays (a family's vector clock) or
+        trains them elsewhere; :meth:`finish_round` counts its own rounds.
+        """
+        self._round += 1
+        self._elapsed += round_time
+
+    def record_load(self, load: RoundLoad) -> None:
+        """The device load of a round the caller opened itself (as :meth:`advance`), which the next continues."""
+        self._last_load = load
 
     def redraw_partition(self, seed: int) -> None:
         """Split the training data afresh from ``seed`` (same kind, same clients and devices).
@@ -373,8 +401,8 @@ class Federation:
             if mask.shape != (k_all,) or not mask.any():
                 raise UserError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an int, "
                                  f"or a bool mask of shape ({k_all},) with at least one client")
-        load = RoundLoad.draw(k_all, self.config.clock, self.rng, self.last_load) if load is None else load
-        self.last_load = load
+        load = RoundLoad.draw(k_all, self.config.clock, self.rng, self._last_load) if load is None else load
+        self._last_load = load
         probe = self.clock.epoch_time(self.sizes, self.probe_cost, load)
         return OpenedRound(self.round + 1, mask, load, probe)
 
@@ -415,8 +443,7 @@ class Federation:
         aggregate = plan.aggregate if aggregate is None else aggregate
         weight = plan.weight if weight is None else weight
         comm = self._communication(trained, aggregate)
-        self.round += 1
-        self.elapsed += comm["round_time"]
+        self.advance(comm["round_time"])
         aggregated = aggregate & (trained.steps > 0)
         weights, extras = np.zeros(self.num_clients), dict(trained.stats.extras)
         if self.companion_arch:

@@ -341,3 +341,15 @@ def test_moon_runs_learns_and_forgets_previous_models_per_episode(tiny_config):
     assert reports[-1].upload_bytes == 4 * fed.model_bytes[0]  # one model each, as FedAvg
     fed.reset(seed=1)
     assert fed.algorithm.previous == {}
+
+
+def test_round_and_clock_are_read_only_and_advance_counts_a_round_played_elsewhere(tiny_config):
+    fed = Federation(tiny_config, scenario_seed=0)
+    with pytest.raises(AttributeError):
+        fed.round = 5
+    with pytest.raises(AttributeError):
+        fed.elapsed = 1.0
+    fed.advance(2.5)
+    assert (fed.round, fed.elapsed) == (1, 2.5) and fed.open_round().round == 2
+    fed.reset(seed=0)
+    assert (fed.round, fed.elapsed, fed.last_load) == (0, 0.0, None)

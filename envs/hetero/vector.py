@@ -247,8 +247,7 @@ class HeteroClock:
         """
         k, limit = self.k, self.envs[0].rounds_per_episode
         for env, fed, round_time in zip(self.envs, self.feds, seconds, strict=True):
-            fed.round += 1
-            fed.elapsed += round_time
+            fed.advance(round_time)
             env._round += 1
             env._uploads += k
             env._ended = env._round >= limit
@@ -268,7 +267,7 @@ class HeteroClock:
         self.masks[self.rows, self.slots] = True
         self.load = load_factors(z, self.feds[0].config.clock, self.load[:2])  # continues each copy's last load
         for i, fed in enumerate(self.feds):
-            fed.last_load = RoundLoad(*self.load[:, i])
+            fed.record_load(RoundLoad(*self.load[:, i]))
         fed = self.feds[0]
         self.probe = (fed.clock.cfg.seconds_per_unit * fed.probe_cost * self.samples / (self.speed * self.load[0])
                       * self.load[2])
