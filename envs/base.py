@@ -145,6 +145,20 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     def _pending(self, record: Any) -> None:
         self._pending_record, self._pending_builder = record, None
 
+    # ---- the vector protocol: how a vector env that plays many copies' steps as arrays talks to each copy
+
+    def defer_pending(self, builder: Callable[[], Any]) -> None:
+        """Hold ``builder`` instead of the pending round's record; the first read builds it (see ``_pending``)."""
+        self._pending_builder = builder
+
+    def pending_deferred_to(self, builder: Callable[[], Any]) -> bool:
+        """Whether the pending round is still ``builder``'s (no reset or step of this env's own since)."""
+        return self._pending_builder is builder
+
+    def play_ahead(self, result: tuple) -> None:
+        """The result of this env's next step, played already with the other copies; ``step`` returns it."""
+        self._played_ahead = result
+
     @property
     def rounds_per_episode(self) -> int:
         """Rounds until ``truncated``."""

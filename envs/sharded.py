@@ -24,7 +24,7 @@ import torch
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from fl_gym.envs.vector import BatchedVecEnv
+from fl_gym.envs.vector import BatchedVecEnv, CopySeeds
 from fl_gym.validation import is_int_at_least, require
 
 
@@ -51,7 +51,9 @@ class ShardServer:
         if method == "spaces":
             return vec.observation_space, vec.action_space
         if method == "reset":
-            vec._seeds, vec._options = args  # the caller's seeds and options of this shard's copies
+            seeds, options = args  # the caller's seeds and options of this shard's copies
+            vec.seed_copies(seeds)
+            vec.set_options(options)
             return vec.reset(), vec.reset_infos
         if method == "step":
             return (*vec.step(*args), vec.reset_infos)
@@ -95,7 +97,7 @@ class ProcessWorker:
         self.process.join()
 
 
-class ShardedVecEnv(VecEnv):
+class ShardedVecEnv(CopySeeds, VecEnv):
     """SB3 ``VecEnv``: ``N`` copies in ``workers`` processes, each a batched group (module docstring).
 
     Args:

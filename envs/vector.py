@@ -37,7 +37,19 @@ from fl_gym.validation import require
 T = TypeVar("T")
 
 
-class BatchedVecEnv(VecEnv):
+class CopySeeds:
+    """A seed per copy for an SB3 ``VecEnv``'s next reset (its :meth:`seed` takes one int: ``seed + i``)."""
+
+    num_envs: int
+    _seeds: list[int | None]
+
+    def seed_copies(self, seeds: Sequence[int | None]) -> None:
+        """Seed copy ``i`` with ``seeds[i]`` (None: unseeded) at the next reset."""
+        require(len(seeds) == self.num_envs, "seeds", list(seeds), f"{self.num_envs} seeds, one per copy")
+        self._seeds = list(seeds)
+
+
+class BatchedVecEnv(CopySeeds, VecEnv):
     """SB3 ``VecEnv`` over fl-gym envs whose rounds are batched across copies (module docstring).
 
     Auto-reset as SB3's ``DummyVecEnv``: a finished copy's last observation is in
@@ -99,7 +111,7 @@ class BatchedVecEnv(VecEnv):
         """
         if self._clock is not None:
             for env, result in zip(self._clock.envs, self._clock.step(np.asarray(self._actions)), strict=True):
-                env._played_ahead = result
+                env.play_ahead(result)
         results = self.for_each_copy(self._step_one)
         obs, rewards, dones, infos = zip(*results, strict=True)
         # np.array stacks the equal-shape rows as np.stack would, without its Python work per row

@@ -110,7 +110,7 @@ class GymBatchedVectorEnv(VectorEnv):
               ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset every copy; an int ``seed`` seeds copy ``i`` with ``seed + i``."""
         seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else (seed or [None] * self.num_envs)
-        self._vec._seeds = list(seeds)  # SB3's per-copy seeds for the next reset (its seed() takes one int)
+        self._vec.seed_copies(seeds)
         self._vec.set_options(options)
         obs = self._vec.reset()
         return obs, self._batch_infos(self._vec.reset_infos)

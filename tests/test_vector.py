@@ -406,3 +406,12 @@ def test_auto_workers_one_per_core_with_eight_copies_each_and_one_for_timing_cop
     vec = batched_vec_env([lambda: gym.make("FLHetero-v0")] * 16, workers=None)  # timing: never sharded
     assert isinstance(vec, BatchedVecEnv)
     vec.close()
+
+
+def test_each_copy_takes_its_own_seed_through_the_public_vector_protocol():
+    env = gym.make_vec("FLHetero-v0", 3, vectorization_mode="vector_entry_point")
+    obs, _ = env.reset(seed=[7, 3, 11])
+    for i, seed in enumerate((7, 3, 11)):
+        np.testing.assert_array_equal(obs[i], gym.make("FLHetero-v0").reset(seed=seed)[0])
+    with pytest.raises(ValueError, match="seeds=\\[1\\] is out of range; allowed: 3 seeds, one per copy"):
+        fl_gym.make_vec("FLHetero-v0", 3).seed_copies([1])

@@ -104,7 +104,7 @@ class HeteroClock:
         # the copy's size records become rows of the clock's arrays (views): one write updates every copy's
         self.prev_size[i], self.sizes_used[i], self.seen[i] = env._prev_size, env._sizes_used, env._seen
         env._prev_size, env._sizes_used, env._seen = self.prev_size[i], self.sizes_used[i], self.seen[i]
-        env._pending_builder = self.builders[i]
+        env.defer_pending(self.builders[i])
 
     def _pending_of(self, i: int) -> HeteroRound:
         """Copy ``i``'s pending round as its own ``_prepare`` builds it, of row views of the clock's arrays."""
@@ -119,7 +119,7 @@ class HeteroClock:
         A copy that reset, or stepped alone, since the clock's last step holds a round the clock
         has not read yet: it reads it first.
         """
-        for i in [i for i, env in enumerate(self.envs) if env._pending_builder is not self.builders[i]]:
+        for i in [i for i, env in enumerate(self.envs) if not env.pending_deferred_to(self.builders[i])]:
             self.refresh(i)
         first = self.envs[0]
         sizes, sigma, tau = self._decide(np.asarray(actions))
@@ -276,7 +276,7 @@ class HeteroClock:
         # the intensity view's injected allocation policy sizes each copy's round
         self.sizes = self._ask("alloc", self._features(self.s1)) if self.envs[0].view == "intensity" else None
         for env, builder in zip(self.envs, self.builders, strict=True):
-            env._pending_builder = builder  # the round is these rows; a read builds its record
+            env.defer_pending(builder)  # the round is these rows; a read builds its record
 
     def _observe(self) -> np.ndarray:
         """Every copy's observation (``_HeteroEnv._observe``)."""
