@@ -1,6 +1,7 @@
 """Data sets, partitioners and partition reports."""
 
-from fl_gym.data.datasets import DATASETS, Dataset, DatasetNotFoundError, default_root, load_dataset
+from fl_gym.data.dataset import Dataset
+from fl_gym.data.datasets import DATASETS, DatasetNotFoundError, default_root, load_dataset
 from fl_gym.data.partition import (
     PartitionConfig,
     classes_split,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fl_gym.data.datasets import Dataset
+from fl_gym.data.dataset import Dataset
 from fl_gym.validation import is_int_at_least, is_non_negative, require
 
 

@@ -1,0 +1,41 @@
+"""The record every data set loads into: a labelled train/test pair as normalised CPU tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A labelled train/test pair, normalised, as CPU tensors.
+
+    Attributes:
+        name: registry name, e.g. ``"digits"``.
+        x_train: ``(N, *input_shape)`` float32, normalised per channel.
+        y_train: ``(N,)`` int64 labels in ``[0, num_classes)``.
+        x_test: ``(M, *input_shape)`` float32.
+        y_test: ``(M,)`` int64.
+        num_classes: number of classes.
+        natural_split: per-client ``(train_indices, test_indices)`` for data sets that come
+            partitioned (``synthetic``); empty otherwise.
+    """
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    natural_split: tuple[tuple[np.ndarray, np.ndarray], ...] = field(default=())
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one sample, e.g. ``(1, 8, 8)``."""
+        return tuple(self.x_train.shape[1:])
+
+    def __repr__(self) -> str:
+        return (f"Dataset({self.name!r}, train={len(self.y_train)}, test={len(self.y_test)}, "
+                f"input_shape={self.input_shape}, classes={self.num_classes})")
