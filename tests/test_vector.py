@@ -7,6 +7,7 @@ import dataclasses
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import fl_gym
@@ -206,15 +207,18 @@ def test_vec_env_contract_attributes_methods_and_masks():
 
 
 @pytest.mark.parametrize("algo", ["ppo", "maskable-ppo"])
-def test_sb3_agents_learn_on_the_batched_env(algo):
+def test_sb3_agents_train_on_the_batched_env(algo):
     from sb3_contrib import MaskablePPO
     from stable_baselines3 import PPO
 
     env_id = "FLSelectPick-v0" if algo == "maskable-ppo" else "FLLearningRate-v0"
     vec = fl_gym.make_vec(env_id, 4, seed=0, rounds_per_episode=4)
     cls = MaskablePPO if algo == "maskable-ppo" else PPO
-    model = cls("MlpPolicy", vec, n_steps=16, batch_size=32, n_epochs=1, seed=0).learn(128)
-    assert model.num_timesteps >= 128
+    model = cls("MlpPolicy", vec, n_steps=16, batch_size=32, n_epochs=1, seed=0)
+    start = [p.detach().clone() for p in model.policy.parameters()]
+    model.learn(128)
+    assert model.num_timesteps >= 128  # four rollouts of 4 copies x 16 steps, each followed by an update
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(start, model.policy.parameters(), strict=True))
     infos = vec.step(_actions(vec.action_space, 4, np.random.default_rng(1)))[3]
     assert all("accuracy" in info for info in infos)
 
