@@ -11,7 +11,8 @@ from fl_gym.aggregation import WEIGHT_RULES, ServerConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.data.datasets import DATASETS
 from fl_gym.data.partition import PartitionConfig
-from fl_gym.engine.algorithms import SGD, FedDyn, FedProx, LocalAlgorithm, Moon, PFedMe, PFedMeConfig, Scaffold
+from fl_gym.engine.algorithms import ALGORITHMS as ALGORITHM_CLASSES
+from fl_gym.engine.algorithms import LocalAlgorithm, PFedMeConfig
 from fl_gym.engine.losses import MutualDistillation
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.models.zoo import MODELS
@@ -26,8 +27,8 @@ from fl_gym.validation import (
     require_threads,
 )
 
-ALGORITHMS = ("fedavg", "fedprox", "pfedme", "scaffold", "moon", "feddyn")
-STATELESS = ("fedavg", "fedprox")  # no client or server state between rounds: clients can train anywhere
+ALGORITHMS = tuple(ALGORITHM_CLASSES)
+STATELESS = tuple(name for name, cls in ALGORITHM_CLASSES.items() if cls.stateless)  # clients can train anywhere
 
 
 @dataclass(frozen=True)
@@ -173,18 +174,8 @@ class FederationConfig:
                 self.partition.kind, "'natural' only with dataset='synthetic'")
 
     def local_algorithm(self) -> LocalAlgorithm:
-        """The strategy object of ``algorithm`` (:mod:`fl_gym.engine.algorithms`)."""
-        if self.algorithm == "fedprox":
-            return FedProx(self.prox_mu)
-        if self.algorithm == "pfedme":
-            return PFedMe(self.pfedme)
-        if self.algorithm == "scaffold":
-            return Scaffold(self.num_clients)
-        if self.algorithm == "moon":
-            return Moon(self.num_clients, self.moon_mu, self.moon_tau)
-        if self.algorithm == "feddyn":
-            return FedDyn(self.num_clients, self.feddyn_alpha)
-        return SGD()
+        """The strategy object of ``algorithm`` (:data:`fl_gym.engine.algorithms.ALGORITHMS`)."""
+        return ALGORITHM_CLASSES[self.algorithm].from_config(self)
 
     def replace(self, **changes: Any) -> FederationConfig:
         """A copy with some fields changed (validated again)."""

@@ -353,3 +353,18 @@ def test_round_and_clock_are_read_only_and_advance_counts_a_round_played_elsewhe
     assert (fed.round, fed.elapsed) == (1, 2.5) and fed.open_round().round == 2
     fed.reset(seed=0)
     assert (fed.round, fed.elapsed, fed.last_load) == (0, 0.0, None)
+
+
+def test_every_algorithm_name_builds_its_class_with_the_configs_settings(tiny_config):
+    from fl_gym.config import STATELESS
+    from fl_gym.engine.algorithms import ALGORITHMS, FedDyn, FedProx, Moon
+
+    assert STATELESS == ("fedavg", "fedprox") and set(ALGORITHMS) >= {"scaffold", "pfedme"}
+    cfg = tiny_config.replace(prox_mu=0.3, moon_mu=0.2, moon_tau=0.7, feddyn_alpha=0.05)
+    assert cfg.replace(algorithm="fedprox").local_algorithm() == FedProx(0.3)
+    moon = cfg.replace(algorithm="moon").local_algorithm()
+    assert isinstance(moon, Moon) and (moon.num_clients, moon.mu, moon.tau) == (4, 0.2, 0.7)
+    dyn = cfg.replace(algorithm="feddyn").local_algorithm()
+    assert isinstance(dyn, FedDyn) and (dyn.num_clients, dyn.alpha) == (4, 0.05)
+    for name, cls in ALGORITHMS.items():
+        assert type(cfg.replace(algorithm=name).local_algorithm()) is cls

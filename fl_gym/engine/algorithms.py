@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -38,12 +39,15 @@ from fl_gym.engine.optim import OptimizerConfig, StackOptimizer
 from fl_gym.models.architecture import Stack, prefix
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require
 
+if TYPE_CHECKING:
+    from fl_gym.config import FederationConfig
+
 Gradients = Callable[[], dict[str, Tensor]]  # forward + backward of every live member; per-role losses
 
 
 @dataclass(frozen=True)
 class PFedMeConfig:
-    """pFedMe's local solver (Dinh et al., 2020; defaults as the specs' pFedMe baseline).
+    """pFedMe's local solver (Dinh et al., NeurIPS 2020; the defaults of the baselines it is run as).
 
     Attributes:
         lam: Moreau-envelope regularisation ``lambda``.
@@ -97,6 +101,12 @@ class LocalAlgorithm:
     server_mix = 1.0
     upload_factor = 1
     uses_representation = False
+    stateless = False  # no client or server state between rounds: its clients can train anywhere, merged
+
+    @classmethod
+    def from_config(cls, cfg: FederationConfig) -> LocalAlgorithm:
+        """The algorithm with its settings from a federation's config."""
+        return cls()
 
     def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
               ) -> MemberRun:
@@ -136,6 +146,8 @@ class LocalAlgorithm:
 class SGD(LocalAlgorithm):
     """FedAvg's local solver: the optimiser alone (SGD, momentum or Adam per ``OptimizerConfig``)."""
 
+    stateless = True
+
 
 @dataclass(frozen=True)
 class FedProx(LocalAlgorithm):
@@ -143,6 +155,12 @@ class FedProx(LocalAlgorithm):
 
     mu: float = 0.01
     name = "fedprox"
+    stateless = True
+
+    @classmethod
+    def from_config(cls, cfg: FederationConfig) -> FedProx:
+        """FedProx with ``cfg.prox_mu``."""
+        return cls(cfg.prox_mu)
 
     def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
               ) -> MemberRun:
@@ -161,6 +179,11 @@ class PFedMe(LocalAlgorithm):
     """
 
     config: PFedMeConfig = PFedMeConfig()
+
+    @classmethod
+    def from_config(cls, cfg: FederationConfig) -> PFedMe:
+        """PFedMe with ``cfg.pfedme``."""
+        return cls(cfg.pfedme)
     name = "pfedme"
 
     @property
@@ -203,6 +226,16 @@ class Corrected(LocalAlgorithm):
     def __init__(self, num_clients: int) -> None:
         self.num_clients = num_clients
         self.reset()
+
+    @classmethod
+    def from_config(cls, cfg: FederationConfig) -> Corrected:
+        """The algorithm for ``cfg.num_clients`` clients, with its own settings (FedDyn's ``alpha``)."""
+        return cls(cfg.num_clients, *cls.settings(cfg))
+
+    @staticmethod
+    def settings(cfg: FederationConfig) -> tuple:
+        """The config's settings of this algorithm, after ``num_clients`` (none by default)."""
+        return ()
 
     def reset(self) -> None:
         """Zero state (created on first use per architecture)."""
@@ -310,6 +343,11 @@ class FedDyn(Corrected):
 
     name = "feddyn"
 
+    @staticmethod
+    def settings(cfg: FederationConfig) -> tuple:
+        """``(feddyn_alpha,)``."""
+        return (cfg.feddyn_alpha,)
+
     def __init__(self, num_clients: int, alpha: float = 0.001) -> None:
         require(is_positive(alpha), "feddyn_alpha", alpha, "a float > 0")
         self.alpha = alpha
@@ -359,6 +397,11 @@ class Moon(LocalAlgorithm):
     name = "moon"
     uses_representation = True
 
+    @classmethod
+    def from_config(cls, cfg: FederationConfig) -> Moon:
+        """MOON for ``cfg.num_clients`` clients with ``cfg.moon_mu`` and ``cfg.moon_tau``."""
+        return cls(cfg.num_clients, cfg.moon_mu, cfg.moon_tau)
+
     def __init__(self, num_clients: int, mu: float = 0.1, tau: float = 0.5) -> None:
         require(is_non_negative(mu), "moon.mu", mu, "a float >= 0")
         require(is_positive(tau), "moon.tau", tau, "a float > 0")
@@ -404,3 +447,8 @@ class Moon(LocalAlgorithm):
             key = run.stack.arch.name
             self.previous[key][torch.as_tensor(ids, device=run.stack.flat.device)] = run.stack.rows()
             self.seen[key][ids] = True
+
+
+ALGORITHMS: dict[str, type[LocalAlgorithm]] = {"fedavg": SGD, "fedprox": FedProx, "pfedme": PFedMe,
+                                               "scaffold": Scaffold, "moon": Moon, "feddyn": FedDyn}
+"""Local algorithms by ``FederationConfig.algorithm`` name."""

@@ -11,10 +11,11 @@ Python runs one after the other (the GIL would serialise it anyway); what gains 
 whose per-step cost grows far slower than the clients it stacks.
 
 Requests are compatible when they train the same architecture in one role with the same local
-optimiser, batch size, loss and a stateless local algorithm (SGD or FedProx with one ``mu``) on
-the same data tensors; anything else (several model groups, a companion model, SCAFFOLD, MOON,
-FedDyn, pFedMe) runs alone, unchanged. Merged training draws dropout masks from the first
-request's generator, so models with dropout differ from a stand-alone run in their masks only.
+optimiser, batch size, loss and a stateless local algorithm (``LocalAlgorithm.stateless``: SGD,
+or FedProx with one ``mu``) on the same data tensors; anything else (several model groups, a
+companion model, SCAFFOLD, MOON, FedDyn, pFedMe) runs alone, unchanged. Merged training draws
+dropout masks from the first request's generator, so models with dropout differ from a
+stand-alone run in their masks only.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fl_gym.engine.algorithms import SGD, FedProx, LocalAlgorithm
+from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.evaluate import EvalResult, evaluate_stack
 from fl_gym.engine.losses import cross_entropy
 from fl_gym.engine.probe import Probe, gradients_at
@@ -59,7 +60,7 @@ class TrainRequest:
         if len(self.members) != 1 or self.members[0].slots is not None or self.loss_fn is not cross_entropy:
             return None
         algo = self.algorithm
-        if type(algo) not in (SGD, FedProx):
+        if not algo.stateless:
             return None
         return ("train", self.members[0].stack.arch.name, self.members[0].role, self.optimizer,
                 getattr(algo, "mu", 0.0), id(self.x), id(self.y), self.batch_size)
