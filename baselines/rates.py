@@ -13,6 +13,7 @@ the observation carries the same information, normalised (:func:`stats_from_obse
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from gymnasium import Env
@@ -97,7 +98,10 @@ class FedEntPolicy(DecayOnlyPolicy):
         mode: ``online`` (Mode B: the one-round mean-field fixed point at the real ``w(t)``,
             default) or ``offline`` (Mode A: the paper's Algorithm 1 at every reset, then
             ``phi1(t)``, ``phi2(t+1)`` from it; for small configurations).
-        solver: ``foc`` (the paper's root) or ``argmin``.
+        solver: ``foc`` (the root of Eq. 21, the paper's) or ``argmin`` (the minimiser of the
+            one-round cost). The root is not always a minimiser: deep networks give roots that
+            are maxima of the cost they are meant to minimise, and the policy warns once when it
+            plays one (``last.foc_not_min`` says which clients; ``argmin`` avoids them).
         denominator: ``sq_norm`` or ``norm`` (the printed Eq. 22).
 
     Attributes:
@@ -114,6 +118,7 @@ class FedEntPolicy(DecayOnlyPolicy):
         self.last = None
         self.mean_field: MeanField | None = None
         self._episode: object = None
+        self._warned = False
 
     def rates(self, st):
         return self.gamma * st.last_lr + (1 - self.gamma) * self.raw(st)
@@ -122,6 +127,11 @@ class FedEntPolicy(DecayOnlyPolicy):
         """``(m,)`` raw rates of the pending round."""
         if self.mode == "online":
             self.last = joint_solve(st.theta, st.s, st.a, st.b, self.settings)
+            if self.last.foc_not_min.any() and not self._warned:
+                self._warned = True
+                warnings.warn(f"FedEnt (solver='foc'): round {st.round}'s root of Eq. 21 is not a minimiser of the "
+                              f"one-round cost for {int(self.last.foc_not_min.sum())} client(s); solver='argmin' "
+                              "plays the minimiser", RuntimeWarning, stacklevel=2)
             return self.last.eta
         if self._episode is not self.env.schedule:  # a new episode: run Algorithm 1 once
             self._episode = self.env.schedule

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -221,3 +222,20 @@ def test_policies_reading_the_env_refuse_a_batch_of_observations():
     assert policy.predict(obs[None])[0].shape == (1, 5)
     with pytest.raises(ValueError, match="observation has 2 rows"):
         policy.predict(np.stack([obs, obs]))
+
+
+def test_fedent_warns_once_when_it_plays_a_root_that_is_not_a_minimiser(monkeypatch):
+    from fl_gym.baselines import rates
+    from fl_gym.baselines.fedent import Solution
+
+    env = gym.make("FLLearningRate-v0", rounds_per_episode=3)
+    obs, _ = env.reset(seed=0)
+    policy = FedEntPolicy(env)
+    m = len(env.unwrapped.round_stats.clients)
+    monkeypatch.setattr(rates, "joint_solve", lambda *a, **k: Solution(np.full(m, 0.01), 1.0, 1,
+                                                                          np.arange(m) == 0))
+    with pytest.warns(RuntimeWarning, match="root of Eq. 21 is not a minimiser of the one-round cost for 1 client"):
+        obs, *_ = env.step(policy.predict(obs)[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second round says nothing more
+        env.step(policy.predict(obs)[0])
