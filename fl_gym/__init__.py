@@ -1,7 +1,10 @@
 """fl-gym: federated learning as Gymnasium environments.
 
-Importing the package registers every env id with Gymnasium.
+Importing the package registers every env id with Gymnasium. The simulator and the envs need no
+RL library; :func:`make_vec` (an SB3 ``VecEnv``) loads stable-baselines3 when first used.
 """
+
+from typing import Any
 
 from fl_gym.aggregation import ServerConfig
 from fl_gym.clock import ClockConfig, DeviceProfiles, RoundLoad
@@ -9,7 +12,6 @@ from fl_gym.config import FederationConfig
 from fl_gym.data import PartitionConfig, load_dataset
 from fl_gym.engine import MutualDistillation, OptimizerConfig, PFedMeConfig
 from fl_gym.envs import register_envs
-from fl_gym.envs.vectorize import make_vec
 from fl_gym.federation import Federation
 from fl_gym.records import RoundPlan, RoundReport
 
@@ -21,3 +23,11 @@ __all__ = [
     "PFedMeConfig", "PartitionConfig", "RoundLoad", "RoundPlan", "RoundReport", "ServerConfig", "load_dataset",
     "make_vec",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "make_vec":  # the vector env is an SB3 VecEnv: load SB3 on first use only
+        from fl_gym.envs.vectorize import make_vec
+
+        return make_vec
+    raise AttributeError(f"module 'fl_gym' has no attribute {name!r}")

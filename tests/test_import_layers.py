@@ -71,3 +71,13 @@ def test_every_package_is_listed_for_installation():
             rel = init.parent.relative_to(ROOT / folder)
             package = ".".join([name, *rel.parts])
             assert package in listed, f"{package} ({init.parent}) is missing from pyproject's packages"
+
+
+def test_the_simulator_and_the_envs_load_no_rl_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, gymnasium as gym, fl_gym; gym.make('FLAggregate-v0').reset(seed=0); "
+            "assert 'stable_baselines3' not in sys.modules, 'SB3 loaded'; "
+            "from fl_gym import make_vec; assert 'stable_baselines3' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
