@@ -69,3 +69,19 @@ def test_matrices_are_checked():
         scores.performance_profile(np.array([[np.nan]]), [0])
     with pytest.raises(ValueError, match="same tasks"):
         scores.probability_of_improvement(np.zeros((2, 2)), np.zeros((2, 3)))
+
+
+def test_tasks_with_fewer_runs_count_only_the_runs_they_have():
+    nan = np.nan
+    matrix = np.array([[1.0, 0.0], [3.0, nan], [5.0, nan]])  # task 1 has one run
+    assert scores.mean(matrix) == pytest.approx((1 + 3 + 5 + 0) / 4)
+    assert scores.iqm(matrix) == pytest.approx((1 + 3) / 2)  # 4 scores: one cut from each end
+    assert scores.median(matrix) == pytest.approx((3.0 + 0.0) / 2)  # task means 3 and 0
+    np.testing.assert_allclose(scores.performance_profile(matrix, [0.5]), [0.75])
+    rep = scores.stratified_resample(matrix, np.random.default_rng(0))
+    assert rep[0, 1] == 0.0 and np.isnan(rep[1:, 1]).all() and set(rep[:, 0]) <= {1.0, 3.0, 5.0}
+    y = np.array([[2.0, 1.0], [nan, -1.0]])
+    # task 0: 1, 3, 5 against 2: one pair in three lost, two won; task 1: 0 against 1 and -1: one of two won
+    assert scores.probability_of_improvement(matrix, y) == pytest.approx((2 / 3 + 1 / 2) / 2)
+    point, low, high = scores.bootstrap_ci(matrix, reps=200)
+    assert low <= point <= high

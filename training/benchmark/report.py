@@ -59,11 +59,13 @@ def normalise(values: np.ndarray, record: Mapping[str, Any], split: str) -> np.n
 
 
 def suite_matrix(per_task: Mapping[str, np.ndarray], refs: Mapping[str, Any], split: str) -> np.ndarray | None:
-    """``(runs, tasks)`` normalised scores (runs cut to the fewest any task has); None if a task has no runs."""
+    """``(runs, tasks)`` normalised scores, NaN below a task's last run; None if a task has no runs."""
     if set(per_task) != set(refs):
         return None
-    runs = min(len(v) for v in per_task.values())
-    return np.stack([normalise(per_task[t][:runs], refs[t], split) for t in refs], axis=1)
+    runs = max(len(v) for v in per_task.values())
+    columns = [np.pad(normalise(per_task[t], refs[t], split), (0, runs - len(per_task[t])), constant_values=np.nan)
+               for t in refs]
+    return np.stack(columns, axis=1)
 
 
 def build(refs: Mapping[str, Any], agents: Mapping[str, Mapping[str, list[dict]]], reps: int = 2000
@@ -82,10 +84,11 @@ def build(refs: Mapping[str, Any], agents: Mapping[str, Mapping[str, list[dict]]
                 continue
             suite[method] = {stat: scores.bootstrap_ci(matrix, fn, reps) for stat, fn in
                              (("iqm", scores.iqm), ("mean", scores.mean), ("median", scores.median))}
-            suite[method]["runs"] = int(matrix.shape[0])
+            counts = (~np.isnan(matrix)).sum(axis=0)
+            suite[method]["runs"] = f"{counts.min()}-{counts.max()}" if counts.min() < counts.max() else int(counts[0])
             suite[method]["p_improve_on_best"] = scores.improvement_ci(matrix, best, reps)
             suite[method]["profile"] = scores.performance_profile(matrix, PROFILE_TAUS).tolist()
-            suite[method]["at_or_above_best"] = int((matrix.mean(axis=0) >= 1.0 - 1e-9).sum())  # the best itself: 1
+            suite[method]["at_or_above_best"] = int((np.nanmean(matrix, axis=0) >= 1.0 - 1e-9).sum())  # best: 1
         report["splits"][split] = {"tasks": tasks, "headroom": headroom, "suite": suite}
     return report
 

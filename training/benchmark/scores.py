@@ -1,7 +1,9 @@
 """Benchmark statistics: normalised scores and the aggregate measures of Agarwal et al. (NeurIPS 2021).
 
 A score matrix is ``(runs, tasks)``: one normalised score per independent run (a training seed of
-an agent, an evaluation seed group of a fixed policy) and task. The suite is summarised, as
+an agent, an evaluation seed group of a fixed policy) and task; a task with fewer runs than the
+others has NaN in its missing rows (every statistic reads the runs a task has, and the bootstrap
+resamples each task's own runs). The suite is summarised, as
 Agarwal et al., "Deep Reinforcement Learning at the Edge of the Statistical Precipice" (the rliable
 library) recommend, by the interquartile mean (IQM) with a 95 % stratified bootstrap confidence
 interval (runs resampled with replacement within each task), by performance profiles (the share
@@ -35,9 +37,15 @@ def normalized_score(value: float, ref_min: float, ref_max: float) -> float:
     return (value - ref_min) / (ref_max - ref_min)
 
 
+def _present(scores: np.ndarray) -> np.ndarray:
+    """Every run-task score (the NaN padding of tasks with fewer runs left out)."""
+    flat = np.asarray(scores, np.float64).ravel()
+    return flat[~np.isnan(flat)]
+
+
 def iqm(scores: np.ndarray) -> float:
     """Interquartile mean of all entries: the mean of the middle half, ``floor(n / 4)`` cut from each end."""
-    flat = np.sort(np.asarray(scores, np.float64).ravel())
+    flat = np.sort(_present(scores))
     if flat.size == 0:
         raise UserError("iqm: expected at least one score, got none")
     cut = flat.size // 4
@@ -46,28 +54,35 @@ def iqm(scores: np.ndarray) -> float:
 
 def mean(scores: np.ndarray) -> float:
     """Mean of all entries."""
-    return float(np.mean(scores))
+    return float(np.mean(_present(scores)))
 
 
 def median(scores: np.ndarray) -> float:
     """Median of the per-task means (rliable's median is over tasks of the run-averaged scores)."""
-    return float(np.median(np.asarray(scores, np.float64).mean(axis=0)))
+    return float(np.median(np.nanmean(np.asarray(scores, np.float64), axis=0)))
 
 
 def _check_matrix(scores: np.ndarray, name: str) -> np.ndarray:
     matrix = np.asarray(scores, np.float64)
     if matrix.ndim != 2 or matrix.shape[0] < 1 or matrix.shape[1] < 1:
         raise UserError(f"{name}: expected a (runs, tasks) matrix, got shape {matrix.shape}")
-    if not np.isfinite(matrix).all():
-        raise UserError(f"{name}: expected finite scores, got {matrix[~np.isfinite(matrix)][:3].tolist()}")
+    if np.isinf(matrix).any() or np.isnan(matrix).all(axis=0).any():
+        raise UserError(f"{name}: expected finite scores (NaN only where a task has fewer runs), got "
+                        f"{matrix[~np.isfinite(matrix)][:3].tolist()}")
     return matrix
 
 
 def stratified_resample(scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One bootstrap replicate: each task's runs drawn with replacement from that task's runs."""
     runs, tasks = scores.shape
-    picks = rng.integers(runs, size=(runs, tasks))
-    return np.take_along_axis(scores, picks, axis=0)
+    counts = (~np.isnan(scores)).sum(axis=0)
+    if (counts == runs).all():
+        return np.take_along_axis(scores, rng.integers(runs, size=(runs, tasks)), axis=0)
+    out = np.full(scores.shape, np.nan)
+    for t, n in enumerate(counts):
+        column = scores[~np.isnan(scores[:, t]), t]
+        out[:n, t] = column[rng.integers(n, size=n)]
+    return out
 
 
 def bootstrap_ci(scores: np.ndarray, statistic: Statistic = iqm, reps: int = 2000, level: float = 0.95,
@@ -93,7 +108,7 @@ def bootstrap_ci(scores: np.ndarray, statistic: Statistic = iqm, reps: int = 200
 
 def performance_profile(scores: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
     """``(len(thresholds),)``: the share of run-task scores strictly above each threshold."""
-    flat = _check_matrix(scores, "performance_profile").ravel()
+    flat = _present(_check_matrix(scores, "performance_profile"))
     return np.array([(flat > tau).mean() for tau in thresholds])
 
 
@@ -108,7 +123,8 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
     if x.shape[1] != y.shape[1]:
         raise UserError(f"probability_of_improvement: expected the same tasks, got {x.shape[1]} and {y.shape[1]}")
     beats = (x[:, None, :] > y[None, :, :]) + 0.5 * (x[:, None, :] == y[None, :, :])
-    return float(beats.mean(axis=(0, 1)).mean())
+    pairs = ~np.isnan(x)[:, None, :] & ~np.isnan(y)[None, :, :]  # the runs each task has
+    return float(((beats * pairs).sum(axis=(0, 1)) / pairs.sum(axis=(0, 1))).mean())
 
 
 def improvement_ci(x: np.ndarray, y: np.ndarray, reps: int = 2000, level: float = 0.95,
