@@ -94,7 +94,7 @@ def _mean_r(env_id, policy_for, seeds=(101, 102, 103), **env_kwargs):
 
 
 @pytest.mark.slow
-def test_ppo_learns_spec_check_9():
+def test_each_ppo_closes_half_the_gap_to_its_analytic_reference():
     """PPO1 closes >= 50 % of the Random -> Oracle gap on R^1; PPO2 closes >= 50 % of the
     uniform-split -> inverse-time gap on R^2 (the fast preset; evaluation seeds unseen in training)."""
     from fl_gym.baselines.hetero import InverseTimePolicy, UniformPolicy
@@ -113,7 +113,7 @@ def test_ppo_learns_spec_check_9():
 
 
 @pytest.mark.slow
-def test_trained_hapfl_headline_and_ablation_spec_checks_7_8():
+def test_trained_hapfl_meets_the_papers_reductions_and_beats_its_ablations():
     """The paper's claims for the trained policy: vs Uniform(large) with FedAvg timing, at least the paper's
     lower bounds (-19 % straggling latency, -20.9 % total time); it beats GreedyBySpeed and Uniform."""
     from fl_gym.baselines.hetero import GreedyBySpeedPolicy, UniformPolicy

@@ -100,8 +100,9 @@ def test_an_undersized_primary_pool_is_topped_up():
     assert draw.candidates[[4, 5]].all() and draw.candidates.sum() == 4 and not draw.positive_branch
 
 
-def test_ideal_case1_upload_rate_matches_the_spec_monte_carlo():
-    """N=100 one-class clients (10 per class), m=10: mean |A| ~ 7.84."""
+def test_ideal_case1_upload_rate_matches_an_independent_monte_carlo():
+    """N=100 one-class clients (10 per class), m=10: FedEntropy's judgement (Ling et al., Algorithm 1)
+    keeps mean |A| ~ 7.84 of the 10 candidates, as a separate simulation of the ideal case estimated."""
     rng = np.random.default_rng(0)
     classes = np.repeat(np.arange(10), 10)
     kept = [len(judge(np.eye(10)[classes[rng.choice(100, 10, replace=False)]], EQ(10))[0]) for _ in range(1500)]
