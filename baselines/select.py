@@ -113,6 +113,12 @@ class EntropyTrimPolicy(SelectPolicy):
         return mask
 
 
+def clean_or_all(noisy: np.ndarray) -> np.ndarray:
+    """The clean clients of a ``noisy`` mask, or every client if none is clean (a round must aggregate some)."""
+    clean = ~np.asarray(noisy, bool)
+    return clean if clean.any() else np.ones_like(clean)
+
+
 class CleanKeepPolicy(SelectPolicy):
     """Privileged: keep the candidates whose labels are clean (``federation.noisy``; all if none is).
 
@@ -127,8 +133,7 @@ class CleanKeepPolicy(SelectPolicy):
         self.env = env.unwrapped
 
     def keep(self, soft_labels, sizes):
-        clean = ~self.env.federation.noisy[self.env.candidate_ids]
-        return clean if clean.any() else np.ones(len(sizes), bool)
+        return clean_or_all(self.env.federation.noisy[self.env.candidate_ids])
 
 
 class PickPolicy(RowPolicy):
@@ -292,7 +297,7 @@ class CosTrimPolicy(RowPolicy):
         if not (isinstance(k, int) and 0 <= k < self.layout.num_clients):
             raise UserError(f"k={k!r} is out of range; allowed: an integer in [0, {self.layout.num_clients - 1}]")
         self.column = "mean_update_cos" if smooth else "update_cos"
-        self.layout.column(np.zeros(self.layout.observation_space().shape), self.column)  # needs update_stats
+        self.layout.index(self.column)  # a layout without update_stats has none
         self.k = k
 
     def act(self, observation: np.ndarray) -> np.ndarray:
@@ -315,8 +320,7 @@ class CleanQueuePolicy(RowPolicy):
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """``1`` for every clean device."""
-        clean = ~self.env.federation.noisy
-        return (clean if clean.any() else np.ones_like(clean)).astype(np.int8)
+        return clean_or_all(self.env.federation.noisy).astype(np.int8)
 
 
 UNIFORM, PROX, SCAFFOLD, MOON = ({"sampler": "uniform"}, {"local_algorithm": "fedprox"},

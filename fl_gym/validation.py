@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import types
@@ -91,10 +92,16 @@ def require_types(cls: type, values: Mapping[str, object]) -> None:
     ``Mapping`` a mapping, a class an instance of it, ``X | None`` either. Checked before a
     config's own range checks, so a string or None reaches none of its comparisons.
     """
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     for name, value in values.items():
         if name in hints and not _matches(value, hints[name]):
             raise UserError(f"{name}={value!r} is out of range; allowed: {_describe(hints[name])}")
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, object]:
+    """``cls``'s resolved annotations, resolved once (every ``gym.make`` reads them)."""
+    return typing.get_type_hints(cls)
 
 
 def _matches(value: object, hint: object) -> bool:

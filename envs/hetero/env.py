@@ -215,8 +215,8 @@ class _HeteroEnv(FLEnv):
         plan = RoundPlan(selected.copy(), model, epochs, self._lr, selected.copy())
         report = self.federation.finish_round(self.federation.train_round(pending.opened, plan))
         self._prev_size[slots] = decision.sizes
-        # the slowdown the server measures: per-epoch training time over the probe's forecast, the drift
-        self._seen[0, slots], self._seen[1, slots] = pending.opened.load.drift[slots], self.federation.round
+        if self.config.obs_mode == "history":  # the slowdown the server measures: per-epoch time over the forecast
+            self._seen[0, slots], self._seen[1, slots] = pending.opened.load.drift[slots], self.federation.round
         self._sizes_used[decision.sizes] = True
         self._played, self._decision = pending, decision
         return report

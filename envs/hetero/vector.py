@@ -132,9 +132,9 @@ class HeteroClock:
         self.prev_size[self.rows, self.slots] = sizes  # every copy's env._prev_size[slots] = sizes
         self.sizes_used[self.rows, sizes] = True
         self._commit(seconds)
-        played = np.array([fed.round for fed in self.feds], np.float64)[:, None]
-        self.seen[self.rows, 0, self.slots] = self.load[1][self.rows, self.slots]  # the measured slowdowns
-        self.seen[self.rows, 1, self.slots] = played
+        if first.config.obs_mode == "history":  # every copy's env._seen[:, slots] = slowdowns, round
+            self.seen[self.rows, 0, self.slots] = self.load[1][self.rows, self.slots]
+            self.seen[self.rows, 1, self.slots] = self._rounds()
         infos = self._infos(seconds, (slowest - fastest).tolist(), uploaded.tolist(), terms, columns)
         ended = [env._ended for env in self.envs]
         self._prepare()
@@ -278,6 +278,10 @@ class HeteroClock:
         for env, builder in zip(self.envs, self.builders, strict=True):
             env.defer_pending(builder)  # the round is these rows; a read builds its record
 
+    def _rounds(self) -> np.ndarray:
+        """``(copies, 1)``: the rounds each copy's federation has played."""
+        return np.array([fed.round for fed in self.feds], np.float64)[:, None]
+
     def _observe(self) -> np.ndarray:
         """Every copy's observation (``_HeteroEnv._observe``)."""
         return self._features(self.s1 if self.sizes is None else self.envs[0].time_ratio[self.sizes] * self.s1)
@@ -287,8 +291,7 @@ class HeteroClock:
         first = self.envs[0]
         if first.config.obs_mode == "history":
             seen = self.seen[self.rows[:, :, None], np.arange(2)[None, :, None], self.slots[:, None, :]]
-            rounds = np.array([fed.round for fed in self.feds], np.float64)[:, None]
-            return history_features(ratio, seen[:, 0], rounds - seen[:, 1])
+            return history_features(ratio, seen[:, 0], self._rounds() - seen[:, 1])
         if first.config.obs_mode != "extended":
             catalogue = np.tile(first._catalogue[: first.client_rows.globals], (len(self.envs), 1))
             return np.concatenate([1.0 / ratio, catalogue], axis=1).astype(np.float32)

@@ -175,10 +175,14 @@ class QueueLayout:
         """``MultiBinary(K)``: bit ``k`` aggregates device ``k``."""
         return spaces.MultiBinary(self.num_clients)
 
-    def column(self, observation: np.ndarray, name: str) -> np.ndarray:
-        """One of :attr:`row` for every device."""
+    def index(self, name: str) -> int:
+        """The position of feature ``name`` in :attr:`row`."""
         if name not in self.row:
             raise UserError(f"column={name!r} is out of range; allowed: one of {', '.join(self.row)} (the update "
-                             f"statistics need update_stats=True)")
+                            f"statistics need update_stats=True)")
+        return self.row.index(name)
+
+    def column(self, observation: np.ndarray, name: str) -> np.ndarray:
+        """One of :attr:`row` for every device."""
         table = np.asarray(observation, np.float64)[: self.num_clients * len(self.row)]
-        return table.reshape(self.num_clients, len(self.row))[:, self.row.index(name)]
+        return table.reshape(self.num_clients, len(self.row))[:, self.index(name)]
