@@ -59,6 +59,11 @@ class RewardConfig(PresetConfig):
         require(is_non_negative(self.lambda_comm), "lambda_comm", self.lambda_comm, "a float >= 0")
         require_choice("reward_signal", self.reward_signal, ("accuracy", "loss"))
 
+    def reward_weights(self, rounds: int) -> dict[str, float]:
+        """The weights of the validation gain rewarded and of the uplink penalty, over ``rounds`` rounds."""
+        accuracy = self.reward_signal == "accuracy"
+        return {"acc_gain": float(accuracy), "loss_drop": float(not accuracy), "uplink": -self.lambda_comm / rounds}
+
 
 @dataclass(frozen=True)
 class SelectionConfig(RewardConfig):

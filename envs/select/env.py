@@ -143,9 +143,7 @@ class _SelectionEnv(FLEnv):
 
     def _reward_weights(self) -> dict[str, float]:
         cfg, horizon = self.config, self.rounds_per_episode
-        accuracy = cfg.reward_signal == "accuracy"
-        return {"acc_gain": float(accuracy), "loss_drop": float(not accuracy), "uplink": -cfg.lambda_comm / horizon,
-                "entropy": cfg.lambda_entropy / horizon, "repaired": -cfg.lambda_repair}
+        return {**cfg.reward_weights(horizon), "entropy": cfg.lambda_entropy / horizon, "repaired": -cfg.lambda_repair}
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
         last = self._last

@@ -160,9 +160,7 @@ class FLSelectQueueEnv(FLEnv):
         return {"acc_gain": accuracy, "loss_drop": loss, "uplink": float(self._keep.mean())}
 
     def _reward_weights(self) -> dict[str, float]:
-        accuracy = self.config.reward_signal == "accuracy"
-        return {"acc_gain": float(accuracy), "loss_drop": float(not accuracy),
-                "uplink": -self.config.lambda_comm / self.rounds_per_episode}
+        return self.config.reward_weights(self.rounds_per_episode)
 
     def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
         (entropy_bits, bias), keep = self._played, self._keep
