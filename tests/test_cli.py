@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -182,10 +183,34 @@ def test_bench_vec_section(capsys, monkeypatch):
     code, out, _ = run_cli(["bench", "--sections", "vec", "--vec-envs", "2"], capsys)
     assert code == 0
     for env_id in ("FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"):
-        # dummy, subproc, batched in one process, batched with its default workers (one here), two ratios
-        assert re.search(rf"\| {env_id} \| 2 \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \(1\) \| [\d.]+ \| [\d.]+ \|",
-                         out)
-    assert re.search(r"\| FLHetero-v0 \| 2 \| [\d,.]+ \|", out)  # the timing backend too (its vector clock)
+        # dummy, subproc, batched in one process, batched with its default workers (one here), two ratios,
+        # the share of the engine calls
+        share = re.search(rf"\| {env_id} \| 2 \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \(1\) \| [\d.]+ \| "
+                          r"[\d.]+ \| (\d+)% \|", out)
+        assert share and 0 < int(share[1]) < 100
+    # the timing backend too (its vector clock), which merges no engine calls
+    assert re.search(r"\| FLHetero-v0 \| 2 \| [\d,.]+ \|.* \| - \|$", out, re.M)
+
+
+def test_engine_share_is_the_share_of_each_run_in_the_engine_calls():
+    from fl_gym.training.vec_bench import engine_share
+
+    class Batcher:
+        engine_seconds = 0.0
+
+    class Vec:
+        batcher = Batcher()
+
+    def run() -> None:  # 20 ms of a 40 ms run in engine calls
+        time.sleep(0.04)
+        Vec.batcher.engine_seconds += 0.02
+
+    shares: list[float] = []
+    timed = engine_share(run, Vec(), shares)
+    timed()
+    timed()
+    assert len(shares) == 2 and all(0.2 < s <= 0.5 for s in shares)  # at most half: the wall time can only be longer
+    assert engine_share(run, object(), shares) is run  # nothing merged: the run itself
 
 
 def test_bench_vec_section_of_chosen_ids(capsys):

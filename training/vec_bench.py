@@ -15,7 +15,9 @@ with each vector env.
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -42,13 +44,17 @@ PPO_ENV = "FLLearningRate-v0"  # the accuracy-driven default the ppo section tra
 class VecResult:
     """Steps/s of each vector-env kind for one id and copy count (NaN where not measured).
 
-    ``workers`` is the batched env's default worker count.
+    ``workers`` is the batched env's default worker count; ``engine_share`` the median share of a
+    one-process batched run's wall time spent in its merged engine calls (local training,
+    evaluation, probes): the rest is per-copy Python, so ``steps/s / engine_share`` is what the
+    engine alone would allow (NaN where nothing is merged: copies that train nothing).
     """
 
     env_id: str
     n_envs: int
     steps_per_s: dict[str, float]
     workers: int = 1
+    engine_share: float = math.nan
 
 
 def default_ids() -> list[str]:
@@ -103,15 +109,36 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 progress(f"{env_id}, {n} copies on {device}: {', '.join(kinds)}...")
                 per_run = steps if trains else timing_steps
                 runs, vecs = zip(*[stepper(env_id, k, n, per_run, device=device) for k in kinds], strict=True)
-                seconds = interleaved_medians(list(runs), [repeats] * len(runs), torch.device(device))
+                alone = kinds.index("batched-1" if "batched-1" in kinds else "batched")  # the one-process run
+                shares: list[float] = []
+                runs = [engine_share(run, vecs[alone], shares) if i == alone else run for i, run in enumerate(runs)]
+                seconds = interleaved_medians(runs, [repeats] * len(runs), torch.device(device))
                 workers = len(getattr(vecs[-1], "shards", [()]))  # the batched env's (the last kind)
                 for vec in vecs:
                     vec.close()
                 rates = {k: n * per_run / s for k, s in zip(kinds, seconds, strict=True)}
                 rates.setdefault("batched-1", rates["batched"])  # auto is one process here
                 rates.setdefault("subproc", float("nan"))
-                results.append(VecResult(env_id, n, rates, workers))
+                share = statistics.median(shares[1:]) if shares[1:] else math.nan  # after the warm-up
+                results.append(VecResult(env_id, n, rates, workers, share))
     return results
+
+
+def engine_share(run: Callable[[], None], vec: VecEnv, shares: list[float]) -> Callable[[], None]:
+    """``run``, appending to ``shares`` the share of each call's wall time spent in ``vec``'s merged engine calls.
+
+    ``run`` itself where ``vec`` merges nothing (no batcher: a timing backend, or worker processes).
+    """
+    batcher = getattr(vec, "batcher", None)
+    if batcher is None:
+        return run
+
+    def timed() -> None:
+        engine, start = batcher.engine_seconds, time.perf_counter()
+        run()
+        shares.append((batcher.engine_seconds - engine) / (time.perf_counter() - start))
+
+    return timed
 
 
 class _EnvClock(VecEnvWrapper):
@@ -170,15 +197,15 @@ def ppo_table(env_id: str, steps: int, n_envs: int, results: dict[str, PPOResult
 
 
 def vec_table(results: list[VecResult]) -> str:
-    """Markdown: steps/s per kind and the batched (default workers) / dummy and / subproc ratios."""
+    """Markdown: steps/s per kind, the batched (default workers) / dummy and / subproc ratios, the engine share."""
     rows = ["| env id | copies | dummy (steps/s) | subproc | batched, 1 process | batched (workers) | "
-            "batched / dummy | batched / subproc |", "|---|---|---|---|---|---|---|---|"]
+            "batched / dummy | batched / subproc | engine share, 1 process |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s = r.steps_per_s
         rows.append(f"| {r.env_id} | {r.n_envs} | {s['dummy']:,.1f} | {s['subproc']:,.1f} | {s['batched-1']:,.1f} | "
                     f"{s['batched']:,.1f} ({r.workers}) | {s['batched'] / s['dummy']:.2f} | "
-                    f"{s['batched'] / s['subproc']:.2f} |")
-    return "\n".join(rows).replace("nan", "-")
+                    f"{s['batched'] / s['subproc']:.2f} | {r.engine_share:.0%} |")
+    return "\n".join(rows).replace("nan%", "-").replace("nan", "-")
 
 
 MEMORY_KINDS = ("batched", "dummy")

@@ -21,6 +21,7 @@ stand-alone run in their masks only.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -161,11 +162,13 @@ class CohortBatcher:
 
     Attributes:
         flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
+        engine_seconds: wall seconds spent in those calls, for the benchmark's engine share (on a
+            GPU, until their kernels are launched: results read on the host wait in the copies).
     """
 
     def __init__(self, copies: int) -> None:
         self.copies, self.turn = copies, MERGED_COPIES
-        self.flushes = 0
+        self.flushes, self.engine_seconds = 0, 0.0
         self._pending: list[_Pending] = []
         self._current = -1  # the copy whose greenlet runs
 
@@ -234,6 +237,7 @@ class CohortBatcher:
         for i, item in enumerate(pending):
             key = item.request.key()
             groups.setdefault(("alone", i) if key is None else key, []).append(item)
+        start = time.perf_counter()
         for items in groups.values():
             self.flushes += 1
             try:
@@ -243,6 +247,7 @@ class CohortBatcher:
             except BaseException as exc:  # noqa: BLE001 - every waiting copy gets the error
                 for it in items:
                     it.error = exc
+        self.engine_seconds += time.perf_counter() - start
 
 
 def _run_group(requests: list[Request]) -> list[Any]:
