@@ -68,13 +68,13 @@ class HeteroPolicy(RowPolicy):
         sigma = self.split(h.time_ratio[sizes] * base) if h.view == "joint" else None
         return h.encode(sizes, sigma)
 
-    def sizes(self, s1: np.ndarray) -> np.ndarray:
+    def sizes(self, probe_ratio: np.ndarray) -> np.ndarray:
         """Size index per slot from ``S^1`` (each row of a batch on its own)."""
         raise NotImplementedError
 
-    def split(self, s2: np.ndarray) -> np.ndarray:
+    def split(self, cost_ratio: np.ndarray) -> np.ndarray:
         """Epoch shares from ``S^2`` (default: equal)."""
-        return np.full(s2.shape, 1.0 / s2.shape[-1])
+        return np.full(cost_ratio.shape, 1.0 / cost_ratio.shape[-1])
 
 
 def _size_index(spec: HeteroSpec, size: str) -> int:
@@ -95,8 +95,8 @@ class UniformPolicy(HeteroPolicy):
         super().__init__(env)
         self.size = _size_index(self.hetero, size)
 
-    def sizes(self, s1):
-        return np.full(s1.shape, self.size)
+    def sizes(self, probe_ratio):
+        return np.full(probe_ratio.shape, self.size)
 
 
 class RandomPolicy(HeteroPolicy):
@@ -108,35 +108,35 @@ class RandomPolicy(HeteroPolicy):
         super().__init__(env)
         self._seed_rng(seed)
 
-    def sizes(self, s1):
-        return self.rng.integers(0, self.hetero.num_sizes, s1.shape)
+    def sizes(self, probe_ratio):
+        return self.rng.integers(0, self.hetero.num_sizes, probe_ratio.shape)
 
-    def split(self, s2):
-        return self.rng.dirichlet(np.ones(s2.shape[-1]), s2.shape[:-1])
+    def split(self, cost_ratio):
+        return self.rng.dirichlet(np.ones(cost_ratio.shape[-1]), cost_ratio.shape[:-1])
 
 
 class GreedyBySpeedPolicy(HeteroPolicy):
     """Rank clients by ``S^1``, cut ``delta`` equal-count groups; the fastest group gets the largest model."""
 
-    def sizes(self, s1):
+    def sizes(self, probe_ratio):
         d = self.hetero.num_sizes
-        order = np.argsort(s1, axis=-1, kind="stable")
-        groups = np.array_split(np.arange(s1.shape[-1]), d)  # rank positions per group, fastest first
+        order = np.argsort(probe_ratio, axis=-1, kind="stable")
+        groups = np.array_split(np.arange(probe_ratio.shape[-1]), d)  # rank positions per group, fastest first
         by_rank = np.concatenate([np.full(len(g), d - 1 - i) for i, g in enumerate(groups)])
-        sizes = np.empty(s1.shape, np.int64)
-        np.put_along_axis(sizes, order, np.broadcast_to(by_rank, s1.shape), axis=-1)
+        sizes = np.empty(probe_ratio.shape, np.int64)
+        np.put_along_axis(sizes, order, np.broadcast_to(by_rank, probe_ratio.shape), axis=-1)
         return sizes
 
 
 class InverseTimePolicy(UniformPolicy):
     """A fixed size and ``sigma_i ∝ 1/S^2_i``: equal local-training time, the analytic optimum of ``R^2``."""
 
-    def split(self, s2):
-        inv = 1.0 / np.asarray(s2, dtype=np.float64)
+    def split(self, cost_ratio):
+        inv = 1.0 / np.asarray(cost_ratio, dtype=np.float64)
         return inv / inv.sum(axis=-1, keepdims=True)
 
 
-def balanced_sizes(s1: np.ndarray, time_ratio: np.ndarray) -> np.ndarray:
+def balanced_sizes(probe_ratio: np.ndarray, time_ratio: np.ndarray) -> np.ndarray:
     """Sizes minimising ``max_i / min_i`` of ``M(s_i) S^1_i``, exactly.
 
     The ``k * delta`` candidates ``log(M(s) S^1_i)`` are sorted and the narrowest window holding a
@@ -144,8 +144,8 @@ def balanced_sizes(s1: np.ndarray, time_ratio: np.ndarray) -> np.ndarray:
     lists" problem, ``O(k delta log(k delta))``); each client then gets the largest size whose
     candidate lies in the window.
     """
-    k, d = len(s1), len(time_ratio)
-    cand = np.log(np.asarray(s1, np.float64))[:, None] + np.log(np.asarray(time_ratio, np.float64))[None, :]
+    k, d = len(probe_ratio), len(time_ratio)
+    cand = np.log(np.asarray(probe_ratio, np.float64))[:, None] + np.log(np.asarray(time_ratio, np.float64))[None, :]
     flat, owner = cand.ravel(), np.repeat(np.arange(k), d)
     order = np.argsort(flat, kind="stable")
     counts, covered, lo = np.zeros(k, np.int64), 0, 0
@@ -174,8 +174,8 @@ class BalancedOraclePolicy(HeteroPolicy):
     observation; the env's default dynamics keep it from being exact.
     """
 
-    def sizes(self, s1):
-        return np.apply_along_axis(balanced_sizes, -1, s1, self.hetero.time_ratio)
+    def sizes(self, probe_ratio):
+        return np.apply_along_axis(balanced_sizes, -1, probe_ratio, self.hetero.time_ratio)
 
     split = InverseTimePolicy.split
 

@@ -8,11 +8,15 @@ pending round with it, score it, prepare the next round, observe. A family overr
   decides (open for decisions before training, trained for decisions about trained updates),
   returning a pending record;
 * :meth:`FLEnv._observe` encodes the pending round as the observation;
-* :meth:`FLEnv._play` finishes the pending round under the (checked) action -> report;
-* :meth:`FLEnv._reward_terms` names the reward components; the reward is their weighted sum
-  with :meth:`FLEnv._reward_weights`;
-* :meth:`FLEnv._family_info` adds the family's ``info`` keys (given the report and the reward
-  terms), namespaced ``<family>/<key>``.
+* :meth:`FLEnv._play` finishes the pending round under the (checked) action -> the report and
+  the family's outcome, a typed record of what the decision did (what was kept, the rates played);
+* :meth:`FLEnv._reward_terms` names the reward components, given the report and the outcome; the
+  reward is their weighted sum with :meth:`FLEnv._reward_weights`;
+* :meth:`FLEnv._family_info` adds the family's ``info`` keys (given the report, the outcome and
+  the reward terms), namespaced ``<family>/<key>``.
+
+The outcome goes from ``_play`` to the other hooks as an argument (as HighwayEnv passes the action
+to ``_reward`` and ``_info``), so no hook reads a step's scratch state from the env.
 
 ``reset(seed=...)`` seeds everything the episode draws (candidates, device dynamics, model
 initialisation, data order); the static scenario (who holds which data on which device) comes
@@ -173,14 +177,14 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
             raise gym.error.ResetNeeded("step() before reset(); call reset() first")
         if self._ended:
             raise gym.error.ResetNeeded("step() after the episode ended; call reset()")
-        report = self._play(self._pending, self._check_action(action))
+        report, outcome = self._play(self._pending, self._check_action(action))
         self._round += 1
         self._uploads += int(report.aggregated.sum())
-        terms = self._reward_terms(report)
+        terms = self._reward_terms(report, outcome)
         reward = self._reward(terms)
         terminated = self._is_terminated(report)
         truncated = self._round >= self.rounds_per_episode and not terminated
-        info = self._info(report, terms)
+        info = self._info(report, outcome, terms)
         self._ended = terminated or truncated
         self._pending = None  # the played round (its trained models, say) is freed before the next one trains
         self._pending = self._prepare()
@@ -261,10 +265,11 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     def _observe(self, pending: Any) -> np.ndarray:
         raise NotImplementedError
 
-    def _play(self, pending: Any, action: np.ndarray) -> RoundReport:
+    def _play(self, pending: Any, action: np.ndarray) -> tuple[RoundReport, Any]:
+        """Finish ``pending`` under ``action``: the report and the family's outcome (module docstring)."""
         raise NotImplementedError
 
-    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
+    def _reward_terms(self, report: RoundReport, outcome: Any) -> dict[str, float]:
         raise NotImplementedError
 
     def _reward_weights(self) -> Mapping[str, float]:
@@ -280,17 +285,17 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     def _is_terminated(self, report: RoundReport) -> bool:
         return False
 
-    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
+    def _family_info(self, report: RoundReport, outcome: Any, terms: Mapping[str, float]) -> dict[str, Any]:
         return {}
 
-    def _info(self, report: RoundReport, terms: dict[str, float]) -> dict[str, Any]:
+    def _info(self, report: RoundReport, outcome: Any, terms: dict[str, float]) -> dict[str, Any]:
         info: dict[str, Any] = {
             "round": self._round, "sim_time": report.clock, "round_time": report.round_time,
             "straggling_latency": report.straggling_latency, "upload_bytes": report.upload_bytes,
             "uploads": self._uploads, "clients": np.flatnonzero(report.selected), "reward_terms": terms}
         if self.federation.config.train:  # learning metrics exist only when something learns
             info["accuracy"] = self._accuracy(report)
-        info.update(self._family_info(report, terms))  # keys "<family>/..." (checked by tests/test_envs.py)
+        info.update(self._family_info(report, outcome, terms))  # keys "<family>/..." (checked by tests/test_envs.py)
         return info
 
 

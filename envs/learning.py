@@ -118,21 +118,28 @@ class TargetReward:
         return self.config.stop_at_target and self.reached
 
 
+@dataclass(frozen=True)
+class Scored:
+    """A played round's outcome in a :class:`TargetRewardEnv`: its reward terms (families add what they played)."""
+
+    terms: dict[str, float]
+
+
 class TargetRewardEnv(FLEnv):
     """Base of the envs scored by a :class:`TargetReward`: the reward hooks, written once.
 
-    A subclass creates ``self._target`` in ``_reset_state`` and calls :meth:`_score` on each
-    report in ``_play``.
+    A subclass creates ``self._target`` in ``_reset_state``, and its ``_play`` returns a
+    :class:`Scored` outcome whose terms :meth:`_score` computed from the report.
     """
 
     _target: TargetReward
 
-    def _score(self, report: RoundReport) -> None:
-        """Fold ``report`` into the target's terms (this round's reward)."""
-        self._terms = self._target.update(report)
+    def _score(self, report: RoundReport) -> dict[str, float]:
+        """Fold ``report`` into the target: this round's reward terms."""
+        return self._target.update(report)
 
-    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
-        return self._terms
+    def _reward_terms(self, report: RoundReport, outcome: Scored) -> dict[str, float]:
+        return outcome.terms
 
     def _reward_weights(self) -> Mapping[str, float]:
         return self._target.weights()

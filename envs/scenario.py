@@ -16,7 +16,7 @@ from typing import Any, ClassVar, TypeVar
 from fl_gym.clock import ClockConfig
 from fl_gym.config import FederationConfig
 from fl_gym.data.datasets import DATASETS
-from fl_gym.data.partition import KINDS, PartitionConfig
+from fl_gym.data.partition import KINDS, SCHEME_FIELDS, PartitionScheme, partition_scheme, scheme_fields
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.validation import (
     MAX_LR,
@@ -33,6 +33,7 @@ from fl_gym.validation import (
 )
 
 SelfConfig = TypeVar("SelfConfig", bound="EnvConfig")
+CLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(ClockConfig))
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,20 @@ class ScenarioConfig:
         dataset: data set (``digits`` and ``synthetic`` embedded; ``mnist``, ``cifar10`` ... by name).
         data_root: folder of torchvision files (default ``$FL_GYM_DATA`` or ``~/.cache/fl_gym``).
         num_clients: ``K``.
-        partition: how training data is split (:data:`fl_gym.data.partition.KINDS`).
-        alpha: Dirichlet concentration (smaller = more label skew).
-        min_size: smallest client, in training samples.
-        classes_per_client: classes per client (``classes`` partition; 1 = one class each).
-        shards_per_client: label-sorted shards per client (``shards`` partition).
-        num_iid: IID clients listed first (``mixed`` partition: the rest hold ``classes_per_client``
+        partition: how training data is split, a scheme of :data:`fl_gym.data.partition.SCHEMES`.
+            The schemes' knobs follow, each None = the scheme's default; a knob that the chosen
+            scheme does not take is an error, and choosing another scheme drops the knobs that a
+            preset set for its own.
+        alpha: Dirichlet concentration (``dirichlet``: 0.5; smaller = more label skew).
+        balance: cap a client at ``N/K`` samples while drawing (``dirichlet``: False).
+        min_size: smallest client, in training samples (``dirichlet``, ``power_law``: 10).
+        max_attempts: draws before giving up on ``min_size`` (``dirichlet``: 100).
+        classes_per_client: classes per client (``classes``, ``mixed``: 2; 1 = one class each).
+        samples_per_client: samples per client (``classes``, ``mixed``: an equal share).
+        shards_per_client: label-sorted shards per client (``shards``: 2).
+        num_iid: IID clients listed first (``mixed``: 0; the rest hold ``classes_per_client``
             classes each).
-        samples_per_client: samples per client (``classes`` and ``mixed``; None = an equal share).
+        exponent: Pareto shape of the client sizes (``power_law``: 1.5; smaller is more skewed).
         redraw_partition: draw a new partition of the same kind at every ``reset`` from the
             episode seed (clients and devices stay), so a policy cannot learn which client id
             holds what; costs one partition per reset.
@@ -78,6 +85,9 @@ class ScenarioConfig:
             about ten rounds, so its history predicts it).
         seconds_per_unit: seconds per sample per unit of model cost on the fastest device.
         bandwidth: upload bytes/s of the best link (``inf`` = communication is free).
+        bandwidth_heterogeneity: ratio of the best to the worst link (log-uniform between).
+        download_ratio: download bandwidth as a multiple of upload bandwidth.
+        aggregation_time: server seconds per round.
         lr: local learning rate.
         batch_size: local minibatch size.
         optimizer: local optimiser, ``sgd`` or ``adam``.
@@ -92,12 +102,15 @@ class ScenarioConfig:
     data_root: str | None = None
     num_clients: int = 10
     partition: str = "dirichlet"
-    alpha: float = 0.5
-    min_size: int = 10
-    classes_per_client: int = 2
-    shards_per_client: int = 2
-    num_iid: int = 0
+    alpha: float | None = None
+    balance: bool | None = None
+    min_size: int | None = None
+    max_attempts: int | None = None
+    classes_per_client: int | None = None
     samples_per_client: int | None = None
+    shards_per_client: int | None = None
+    num_iid: int | None = None
+    exponent: float | None = None
     redraw_partition: bool = False
     randomize_scenario: bool = False
     num_clients_range: tuple[int, int] | None = None
@@ -110,6 +123,9 @@ class ScenarioConfig:
     load_persistence: float = 0.0
     seconds_per_unit: float = 1e-3
     bandwidth: float = float("inf")
+    bandwidth_heterogeneity: float = 1.0
+    download_ratio: float = 1.0
+    aggregation_time: float = 0.0
     lr: float = 0.05
     batch_size: int = 10
     optimizer: str = "sgd"
@@ -128,7 +144,7 @@ class ScenarioConfig:
         self._check_seed_range()
         require_share("noisy_clients", self.noisy_clients)
         fewest = self.client_counts()[0]
-        require(self.num_iid <= fewest, "num_iid", self.num_iid, f"at most the fewest clients, {fewest}")
+        require((self.num_iid or 0) <= fewest, "num_iid", self.num_iid, f"at most the fewest clients, {fewest}")
         require(isinstance(self.redraw_partition, bool), "redraw_partition", self.redraw_partition, "True or False")
         require(isinstance(self.randomize_scenario, bool), "randomize_scenario", self.randomize_scenario,
                 "True or False")
@@ -164,17 +180,14 @@ class ScenarioConfig:
         """The smallest and largest ``K`` an episode can have."""
         return self.num_clients_range or (self.num_clients, self.num_clients)
 
-    def partition_config(self) -> PartitionConfig:
-        """The partitioner's config."""
-        return PartitionConfig(self.partition, alpha=self.alpha, min_size=self.min_size,
-                               classes_per_client=self.classes_per_client, shards_per_client=self.shards_per_client,
-                               num_iid=self.num_iid, samples_per_client=self.samples_per_client)
+    def partition_config(self) -> PartitionScheme:
+        """The partition scheme, with the knobs set here (a knob it does not take is an error)."""
+        knobs = {name: getattr(self, name) for name in SCHEME_FIELDS if getattr(self, name) is not None}
+        return partition_scheme(self.partition, **knobs)
 
     def clock_config(self) -> ClockConfig:
-        """The device cost model."""
-        return ClockConfig(seconds_per_unit=self.seconds_per_unit, heterogeneity=self.heterogeneity,
-                           sigma_dyn=self.sigma_dyn, sigma_drift=self.sigma_drift, sigma_meas=self.sigma_meas,
-                           load_persistence=self.load_persistence, bandwidth=self.bandwidth)
+        """The device cost model: every field of :class:`~fl_gym.clock.ClockConfig`, by its own name."""
+        return ClockConfig(**{name: getattr(self, name) for name in CLOCK_FIELDS})
 
     def federation_config(self, **family: Any) -> FederationConfig:
         """The simulator's config: this scenario plus the family's fields (models, algorithm, ...)."""
@@ -186,6 +199,20 @@ class ScenarioConfig:
 
 
 SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(ScenarioConfig))
+
+
+def over_scenario(defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """Scenario fields ``given`` over ``defaults``, less the defaults' knobs of schemes other than one ``given`` picks.
+
+    A preset's ``alpha`` does not follow a user who picks ``partition="shards"``.
+    """
+    merged = {**defaults, **given}
+    if "partition" in given:
+        own = scheme_fields(given["partition"])
+        for name in SCHEME_FIELDS:
+            if name not in given and name not in own:
+                merged.pop(name, None)
+    return merged
 
 
 @dataclass(frozen=True)
@@ -243,9 +270,9 @@ class EnvConfig:
             mine = {**{k: getattr(base, k) for k in own}, **mine}
         start = kwargs.get("scenario") or (base.scenario if base is not None else None)
         if start is None:
-            start = ScenarioConfig(**{**cls.default_scenario(mine), **scenario_kwargs})
+            start = ScenarioConfig(**over_scenario(cls.default_scenario(mine), scenario_kwargs))
         elif scenario_kwargs:
-            start = dataclasses.replace(start, **scenario_kwargs)
+            start = ScenarioConfig(**over_scenario(dataclasses.asdict(start), scenario_kwargs))
         return cls(scenario=start, **mine)
 
     def federation_config(self) -> FederationConfig:

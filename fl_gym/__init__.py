@@ -9,7 +9,7 @@ from typing import Any
 from fl_gym.aggregation import ServerConfig
 from fl_gym.clock import ClockConfig, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
-from fl_gym.data import PartitionConfig, load_dataset
+from fl_gym.data import PartitionScheme, load_dataset, partition_scheme
 from fl_gym.engine import MutualDistillation, OptimizerConfig, PFedMeConfig
 from fl_gym.envs import register_envs
 from fl_gym.federation import Federation
@@ -20,8 +20,8 @@ register_envs()
 
 __all__ = [
     "ClockConfig", "DeviceProfiles", "Federation", "FederationConfig", "MutualDistillation", "OptimizerConfig",
-    "PFedMeConfig", "PartitionConfig", "RoundLoad", "RoundPlan", "RoundReport", "ServerConfig", "load_dataset",
-    "make_vec",
+    "PFedMeConfig", "PartitionScheme", "RoundLoad", "RoundPlan", "RoundReport", "ServerConfig", "load_dataset",
+    "make_vec", "partition_scheme",
 ]
 
 

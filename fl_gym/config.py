@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,13 +11,14 @@ from typing import Any
 from fl_gym.aggregation import WEIGHT_RULES, ServerConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.data.datasets import DATASETS
-from fl_gym.data.partition import PartitionConfig
+from fl_gym.data.partition import Dirichlet, PartitionScheme
 from fl_gym.engine.algorithms import ALGORITHMS as ALGORITHM_CLASSES
 from fl_gym.engine.algorithms import LocalAlgorithm, PFedMeConfig
 from fl_gym.engine.losses import MutualDistillation
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.models.zoo import MODELS
 from fl_gym.validation import (
+    UserError,
     is_int_at_least,
     is_non_negative,
     is_positive,
@@ -28,6 +30,9 @@ from fl_gym.validation import (
 )
 
 ALGORITHMS = tuple(ALGORITHM_CLASSES)
+# each algorithm setting, and the algorithms that read it
+SETTINGS_OF = {name: tuple(a for a, cls in ALGORITHM_CLASSES.items() if name in cls.settings_fields)
+               for cls in ALGORITHM_CLASSES.values() for name in cls.settings_fields}
 STATELESS = tuple(name for name, cls in ALGORITHM_CLASSES.items() if cls.stateless)  # clients can train anywhere
 
 
@@ -41,7 +46,8 @@ class FederationConfig:
         data_root: folder of torchvision files (default ``$FL_GYM_DATA`` or ``~/.cache/fl_gym``).
         download: allow torchvision downloads.
         num_clients: ``K``.
-        partition: how training data is split (``natural`` for ``synthetic``).
+        partition: how training data is split (:data:`fl_gym.data.partition.SCHEMES`; ``Natural()`` for
+            ``synthetic``).
         local_test: each client's local test split: ``"matched"`` (test samples split like the
             client's training labels), ``"holdout"`` (a fraction of its training data) or ``"none"``.
         local_test_fraction: share held out with ``local_test="holdout"``.
@@ -99,7 +105,7 @@ class FederationConfig:
     data_root: str | None = None
     download: bool = True
     num_clients: int = 10
-    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    partition: PartitionScheme = field(default_factory=Dirichlet)
     local_test: str = "matched"
     local_test_fraction: float = 0.2
     validation_size: int = 0
@@ -136,10 +142,12 @@ class FederationConfig:
         require_choice("local_test", self.local_test, ("matched", "holdout", "none"))
         require(0 < self.local_test_fraction < 1, "local_test_fraction", self.local_test_fraction, "a float in (0, 1)")
         require(is_int_at_least(self.validation_size, 0), "validation_size", self.validation_size, "an integer >= 0")
+        require(isinstance(self.partition, PartitionScheme), "partition", self.partition,
+                "a partition scheme (fl_gym.data.partition_scheme(kind, ...))")
         require(0 <= self.server_data_fraction < 1, "server_data_fraction", self.server_data_fraction,
                 "a float in [0, 1)")
         require(self.server_data_fraction == 0 or self.partition.kind != "natural", "server_data_fraction",
-                self.server_data_fraction, "0 with partition.kind='natural'")
+                self.server_data_fraction, "0 with partition 'natural'")
         require_share("noisy_clients", self.noisy_clients)
         require(len(self.models) >= 1, "models", self.models, "a non-empty tuple of model names")
         for name in self.models + ((self.companion,) if self.companion else ()):
@@ -152,10 +160,8 @@ class FederationConfig:
                 "None or a float >= 0")
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
         require_choice("algorithm", self.algorithm, ALGORITHMS)
-        require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
-        require(is_non_negative(self.moon_mu), "moon_mu", self.moon_mu, "a float >= 0")
-        require(is_positive(self.moon_tau), "moon_tau", self.moon_tau, "a float > 0")
-        require(is_positive(self.feddyn_alpha), "feddyn_alpha", self.feddyn_alpha, "a float > 0")
+        self._check_settings_apply()
+        self.local_algorithm()  # the algorithm validates its own settings (cheap: its state starts empty)
         plain = self.optimizer.name == "sgd" and self.optimizer.momentum == 0
         require(self.algorithm != "scaffold" or plain, "momentum", self.optimizer.momentum,
                 "0 with optimizer='sgd' for algorithm='scaffold' (its option-II control variate assumes plain SGD "
@@ -170,8 +176,22 @@ class FederationConfig:
         require(is_int_at_least(self.eval_batch_size, 1), "eval_batch_size", self.eval_batch_size, "an integer >= 1")
         require_device("device", self.device)
         require_threads("num_threads", self.num_threads)
-        require(self.partition.kind != "natural" or self.dataset == "synthetic", "partition.kind",
-                self.partition.kind, "'natural' only with dataset='synthetic'")
+        require(self.partition.kind != "natural" or self.dataset == "synthetic", "partition", self.partition.kind,
+                "'natural' only with dataset='synthetic'")
+
+    def _check_settings_apply(self) -> None:
+        """Another algorithm's setting changed from its default is an error: it would be ignored."""
+        defaults = FederationConfig._defaults()
+        for name, owners in SETTINGS_OF.items():
+            if self.algorithm not in owners and getattr(self, name) != defaults[name]:
+                raise UserError(f"{name}={getattr(self, name)!r} does not apply to algorithm={self.algorithm!r} (it "
+                                f"would be ignored); allowed: it with algorithm in {list(owners)}")
+
+    @staticmethod
+    @functools.cache
+    def _defaults() -> dict[str, Any]:
+        return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(FederationConfig)}
 
     def local_algorithm(self) -> LocalAlgorithm:
         """The strategy object of ``algorithm`` (:data:`fl_gym.engine.algorithms.ALGORITHMS`)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -54,6 +54,7 @@ from fl_gym.models.architecture import Architecture, Stack
 from fl_gym.models.zoo import build_model
 from fl_gym.records import (
     Cohort,
+    CompanionReport,
     LocalStats,
     OpenedRound,
     RoundPlan,
@@ -64,6 +65,22 @@ from fl_gym.records import (
 from fl_gym.validation import UserError, require
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
+
+
+class GlobalEvaluation(NamedTuple):
+    """The global models on the test set's evaluation samples.
+
+    Attributes:
+        accuracy: ``(M,)`` each global model's accuracy (NaN where not evaluated).
+        loss: ``(M,)`` each one's mean cross-entropy.
+        companion_accuracy: the global companion's accuracy (NaN without one).
+        companion_loss: its mean cross-entropy.
+    """
+
+    accuracy: np.ndarray
+    loss: np.ndarray
+    companion_accuracy: float = math.nan
+    companion_loss: float = math.nan
 
 
 class RemoteClients(Protocol):
@@ -159,7 +176,7 @@ class Federation:
         self._rows = training_rows(self.train_parts, self.noisy.tolist(), len(self._labels))
         nan = np.full(len(self.archs), math.nan)
         nan.flags.writeable = False
-        self._not_evaluated = (nan, nan, math.nan, math.nan)  # shared by every report of a round without evaluation
+        self._not_evaluated = GlobalEvaluation(nan, nan)  # shared by every report of a round without evaluation
         self.algorithm: LocalAlgorithm = cfg.local_algorithm()
         self.batcher: CohortBatcher | None = None  # set by a batched vector env
         # lasting per-round state (cohorts, global models, probe gradients) at the same addresses each round
@@ -446,15 +463,18 @@ class Federation:
         comm = self._communication(trained, aggregate)
         self.advance(comm["round_time"])
         aggregated = aggregate & (trained.steps > 0)
-        weights, extras = np.zeros(self.num_clients), dict(trained.stats.extras)
-        if self.companion_arch:
-            extras["companion_weights"] = np.zeros(self.num_clients)
+        weights = np.zeros(self.num_clients)
+        lite_weights = np.zeros(self.num_clients)  # the companion's (stays 0 without one)
         if trained.cohort is not None:
             self.algorithm.commit(np.flatnonzero(aggregated))  # before the server correction reads it
-            weights = self._aggregate(trained, aggregated, weight, extras)
-        globals_, (val_accuracy, val_loss) = self._evaluate_round(extras)
-        report = RoundReport.of(trained, aggregated=aggregated, clock=self.elapsed, weights=weights, extras=extras,
-                                val_accuracy=val_accuracy, val_loss=val_loss, **comm, **globals_)
+            weights = self._aggregate(trained, aggregated, weight, lite_weights)
+        evaluation, (val_accuracy, val_loss) = self._evaluate_round()
+        lite = trained.stats.companion
+        companion = None if lite is None else CompanionReport(
+            lite.loss, lite.accuracy, lite_weights, evaluation.companion_accuracy, evaluation.companion_loss)
+        report = RoundReport.of(trained, aggregated=aggregated, clock=self.elapsed, weights=weights,
+                                companion=companion, val_accuracy=val_accuracy, val_loss=val_loss, **comm,
+                                global_accuracy=evaluation.accuracy, global_loss=evaluation.loss)
         if self.remote is not None:
             self.remote.round_finished(report)
         return report
@@ -560,7 +580,7 @@ class Federation:
         stats.loss[order] = result.mean_loss[self._role].cpu().numpy()
         stats.last_epoch_loss[order] = result.last_epoch_loss[self._role].cpu().numpy()
         if self.companion_arch:
-            stats.extras["companion_loss"][order] = result.mean_loss[LITE].cpu().numpy()
+            stats.companion.loss[order] = result.mean_loss[LITE].cpu().numpy()
         return members
 
     def _local_metrics(self, cohort: Cohort, stats: LocalStats) -> None:
@@ -573,7 +593,7 @@ class Federation:
                 acc = self._evaluate(evaluated, self.x_test, self.y_test,
                                      [self.test_parts[i] for i in clients]).accuracy.cpu().numpy()
                 if member.role == LITE:
-                    stats.extras["companion_accuracy"][clients] = acc
+                    stats.companion.accuracy[clients] = acc
                 else:
                     stats.local_accuracy[clients] = acc
             if cfg.soft_labels and member.role != LITE:
@@ -594,13 +614,14 @@ class Federation:
             delta = rows - start
             norm = delta.norm(dim=1)
             model_norm = rows.norm(dim=1)
-            stats.model_cosine[clients] = ((rows @ start) / (model_norm * start.norm()).clamp_min(1e-12)).cpu().numpy()
-            stats.model_norm[clients] = model_norm.cpu().numpy()
+            model_cosine = (rows @ start) / (model_norm * start.norm()).clamp_min(1e-12)
             share = torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(), device=self.device)
             mean_update = weighted_average(delta, share)
             cos = (delta @ mean_update) / (norm * mean_update.norm()).clamp_min(1e-12)
-            stats.update_norm[clients] = norm.cpu().numpy()
-            stats.update_angle[clients] = torch.arccos(cos.clamp(-1, 1)).cpu().numpy()
+            values = torch.stack([model_cosine, model_norm, norm, torch.arccos(cos.clamp(-1, 1))]).cpu().numpy()
+            for column, value in zip((stats.model_cosine, stats.model_norm, stats.update_norm, stats.update_angle),
+                                     values, strict=True):  # one transfer from the device, not four
+                column[clients] = value
 
     def _weights(self, weight: np.ndarray | None, clients: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
         if weight is not None:
@@ -613,8 +634,11 @@ class Federation:
                                    accuracy[clients])
 
     def _aggregate(self, trained: TrainedRound, aggregated: np.ndarray, weight: np.ndarray | None,
-                   extras: dict) -> np.ndarray:
-        """Average each population's aggregated updates into its global model; returns the weights."""
+                   lite_weights: np.ndarray) -> np.ndarray:
+        """Average each population's aggregated updates into its global model; returns the weights.
+
+        The companion's weights go to ``lite_weights``.
+        """
         plan, cohort, stats = trained.plan, trained.cohort, trained.stats
         weights = np.zeros(self.num_clients)
         for member in cohort.members:
@@ -623,9 +647,9 @@ class Federation:
             if not keep.any():
                 continue
             lite = member.role == LITE
-            acc = extras["companion_accuracy"] if lite else stats.local_accuracy
+            acc = stats.companion.accuracy if lite else stats.local_accuracy
             w = self._weights(weight, clients[keep], acc)
-            (extras["companion_weights"] if lite else weights)[clients[keep]] = w
+            (lite_weights if lite else weights)[clients[keep]] = w
             rows = member.stack.rows()
             average = weighted_average(rows[torch.as_tensor(keep, device=self.device)],
                                        torch.as_tensor(w, device=self.device))
@@ -638,16 +662,13 @@ class Federation:
                 self.global_models[m] = self.buffers.keep(self._servers[m].apply(old, average))
         return weights
 
-    def _evaluate_round(self, extras: dict) -> tuple[dict, tuple[float, float]]:
+    def _evaluate_round(self) -> tuple[GlobalEvaluation, tuple[float, float]]:
         """The round's test evaluation of the global models (when due) and validation accuracy and loss, one flush."""
         due = self.config.train and (self.round % self.config.eval_every == 0 or self.round == 1)
         tests = self._global_requests() if due else []
         results = self._evaluate_all(tests + self._validation_requests())
-        values = self._global_values(results[: len(tests)]) if due else self._not_evaluated
-        validation = self._validation(results[len(tests):])
-        if self.companion_arch:
-            extras["companion_global_accuracy"], extras["companion_global_loss"] = values[2], values[3]
-        return {"global_accuracy": values[0], "global_loss": values[1]}, validation
+        evaluation = self._global_values(results[: len(tests)]) if due else self._not_evaluated
+        return evaluation, self._validation(results[len(tests):])
 
     def _global_requests(self) -> list[EvalRequest]:
         """Every global model, then the companion, on the test set's evaluation samples."""
@@ -656,13 +677,13 @@ class Federation:
             models.append((self.companion_arch, self.companion_model))
         return [self._test_request(arch, vector, self.eval_indices) for arch, vector in models]
 
-    def _global_values(self, results: list[EvalResult]) -> tuple[np.ndarray, np.ndarray, float, float]:
+    def _global_values(self, results: list[EvalResult]) -> GlobalEvaluation:
         accuracy = [float(r.accuracy[0]) for r in results]
         loss = [float(r.loss[0]) for r in results]
         m = len(self.archs)
         lite = (accuracy[m], loss[m]) if self.companion_arch else (math.nan, math.nan)
-        return np.asarray(accuracy[:m]), np.asarray(loss[:m]), lite[0], lite[1]
+        return GlobalEvaluation(np.asarray(accuracy[:m]), np.asarray(loss[:m]), *lite)
 
-    def evaluate(self) -> tuple[np.ndarray, np.ndarray, float, float]:
+    def evaluate(self) -> GlobalEvaluation:
         """Test accuracy and loss of every global model (``(M,)`` each), then of the companion (NaN if none)."""
         return self._global_values(self._evaluate_all(self._global_requests()))

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -139,29 +138,57 @@ class ClientResults:
     model_norm: np.ndarray
 
 
+@dataclass(frozen=True)
+class CompanionStats:
+    """A companion model's per-client results in a trained round (``FederationConfig.companion``).
+
+    Attributes:
+        loss: ``(K,)`` its mean local training loss (NaN where the client did not train).
+        accuracy: ``(K,)`` the trained companion on the client's local test split.
+    """
+
+    loss: np.ndarray
+    accuracy: np.ndarray
+
+
+@dataclass(frozen=True)
+class CompanionReport(CompanionStats):
+    """:class:`CompanionStats` of a finished round, with the companion's aggregation and evaluation.
+
+    Attributes:
+        weights: ``(K,)`` the aggregation weight of each client's companion (0 where not aggregated).
+        global_accuracy: the global companion on the test set (NaN in rounds without an evaluation).
+        global_loss: its mean cross-entropy there.
+    """
+
+    weights: np.ndarray
+    global_accuracy: float = math.nan
+    global_loss: float = math.nan
+
+
 @dataclass(frozen=True, kw_only=True)
 class LocalStats(ClientResults):
     """:class:`ClientResults` of a trained round, before aggregation.
 
     Attributes:
-        extras: method-specific per-client arrays, e.g. a companion model's ``companion_loss``
-            and ``companion_accuracy``.
+        companion: the companion model's results (None without one).
     """
 
-    extras: Mapping[str, np.ndarray] = field(default_factory=dict)
+    companion: CompanionStats | None = None
 
     @classmethod
     def empty(cls, num_clients: int, num_classes: int, companion: bool = False, read_only: bool = False
               ) -> LocalStats:
         """All-NaN statistics (before training, or for a timing-only federation)."""
         nan = lambda *shape: np.full(shape, np.nan)  # noqa: E731
-        extras = {"companion_loss": nan(num_clients), "companion_accuracy": nan(num_clients)} if companion else {}
+        lite = CompanionStats(nan(num_clients), nan(num_clients)) if companion else None
         stats = cls(loss=nan(num_clients), last_epoch_loss=nan(num_clients), local_accuracy=nan(num_clients),
                     soft_labels=nan(num_clients, num_classes), update_norm=nan(num_clients),
                     update_angle=nan(num_clients), model_cosine=nan(num_clients),
-                    model_norm=nan(num_clients), extras=extras)
+                    model_norm=nan(num_clients), companion=lite)
         if read_only:  # shared by every timing-only round
-            for value in [*extras.values(), *(getattr(stats, f.name) for f in dataclasses.fields(ClientResults))]:
+            arrays = [getattr(stats, f.name) for f in dataclasses.fields(ClientResults)]
+            for value in arrays + ([lite.loss, lite.accuracy] if lite else []):
                 value.flags.writeable = False
         return stats
 
@@ -247,9 +274,7 @@ class RoundReport(ClientResults):
         val_accuracy: the first global model on the validation set, every round (NaN without one).
         val_loss: its mean cross-entropy there (NaN without one): a reward with less noise than
             the accuracy of a small validation set.
-        extras: method-specific values: with a companion model ``companion_loss``,
-            ``companion_accuracy``, ``companion_weights`` (per client) and
-            ``companion_global_accuracy``, ``companion_global_loss`` (floats).
+        companion: the companion model's results, aggregation and evaluation (None without one).
     """
 
     round: int
@@ -272,7 +297,7 @@ class RoundReport(ClientResults):
     global_loss: np.ndarray
     val_accuracy: float = math.nan
     val_loss: float = math.nan
-    extras: Mapping[str, Any] = field(default_factory=dict)
+    companion: CompanionReport | None = None
 
     @classmethod
     def of(cls, trained: TrainedRound, **finished: Any) -> RoundReport:

@@ -128,6 +128,12 @@ def _client_id(context: Context, config: ConfigRecord | None = None) -> int:
     return int(pid)
 
 
+def _companion_columns(stats: LocalStats) -> dict[str, np.ndarray]:
+    """The companion's per-client columns a client reports, by message key (none without a companion)."""
+    lite = stats.companion
+    return {} if lite is None else {"companion_loss": lite.loss, "companion_accuracy": lite.accuracy}
+
+
 def _tensor(array: Array, fed: Federation) -> torch.Tensor:
     return torch.as_tensor(array.numpy(), device=fed.device)
 
@@ -154,7 +160,7 @@ def train(message: Message, context: Context) -> Message:
     trained = ArrayRecord({member.role: Array(member.stack.rows()[0].cpu().numpy()) for member in cohort.members})
     metrics = {"client": i, "num-examples": int(fed.sizes[i]), "soft_labels": stats.soft_labels[i].tolist(),
                **{name: float(getattr(stats, name)[i]) for name in STATS},
-               **{name: float(values[i]) for name, values in stats.extras.items()}}
+               **{name: float(values[i]) for name, values in _companion_columns(stats).items()}}
     return Message(RecordDict({"arrays": trained, "metrics": MetricRecord(metrics)}), reply_to=message)
 
 
@@ -335,7 +341,7 @@ class PolicyStrategy(Strategy):
             for name in STATS:
                 getattr(stats, name)[i] = values[name]
             stats.soft_labels[i] = values["soft_labels"]
-            for name, column in stats.extras.items():
+            for name, column in _companion_columns(stats).items():
                 column[i] = values[name]
         cohort = Cohort(order, fed.members(plan, order))
         for member in cohort.members:

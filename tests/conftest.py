@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fl_gym import FederationConfig, PartitionConfig
+from fl_gym import FederationConfig, partition_scheme
 from fl_gym.data import load_dataset
 
 
@@ -19,12 +19,12 @@ def digits():
 def digits_parts(digits):
     from fl_gym.data import partition
 
-    return partition(digits.y_train.numpy(), 10, PartitionConfig(alpha=0.5), np.random.default_rng(0))
+    return partition(digits.y_train.numpy(), 10, partition_scheme("dirichlet", alpha=0.5), np.random.default_rng(0))
 
 
 @pytest.fixture
 def tiny_config():
-    return FederationConfig(num_clients=4, partition=PartitionConfig(alpha=1.0), models=("mlp-small",))
+    return FederationConfig(num_clients=4, partition=partition_scheme("dirichlet", alpha=1.0), models=("mlp-small",))
 
 
 @pytest.fixture(autouse=True)

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from fl_gym.data import (
-    PartitionConfig,
     PartitionReport,
     holdout_split,
     label_entropy,
     load_dataset,
     matched_test_split,
     partition,
+    partition_scheme,
 )
 from fl_gym.data.datasets import DatasetNotFoundError
 
@@ -68,11 +68,11 @@ LABELS = np.repeat(np.arange(10), 60)  # 600 samples, 60 per class
 
 
 @pytest.mark.parametrize("cfg", [
-    PartitionConfig("iid"), PartitionConfig("dirichlet", alpha=0.3),
-    PartitionConfig("dirichlet", alpha=0.3, balance=True),
-    PartitionConfig("shards", shards_per_client=2),
-    PartitionConfig("classes", classes_per_client=2, samples_per_client=20),
-    PartitionConfig("mixed", num_iid=3, classes_per_client=1, samples_per_client=30), PartitionConfig("power_law"),
+    partition_scheme("iid"), partition_scheme("dirichlet", alpha=0.3),
+    partition_scheme("dirichlet", alpha=0.3, balance=True),
+    partition_scheme("shards", shards_per_client=2),
+    partition_scheme("classes", classes_per_client=2, samples_per_client=20),
+    partition_scheme("mixed", num_iid=3, classes_per_client=1, samples_per_client=30), partition_scheme("power_law"),
 ])
 def test_partitions_are_disjoint_and_seeded(cfg):
     parts = partition(LABELS, 10, cfg, np.random.default_rng(7))
@@ -87,8 +87,8 @@ def test_partitions_are_disjoint_and_seeded(cfg):
 
 def test_dirichlet_alpha_controls_skew_and_min_size():
     rng = np.random.default_rng(0)
-    skewed = partition(LABELS, 10, PartitionConfig(alpha=0.4, min_size=10), rng)
-    even = partition(LABELS, 10, PartitionConfig(alpha=100.0), rng)
+    skewed = partition(LABELS, 10, partition_scheme("dirichlet", alpha=0.4, min_size=10), rng)
+    even = partition(LABELS, 10, partition_scheme("dirichlet", alpha=100.0), rng)
     h_skewed = PartitionReport.of(skewed, LABELS, 10).entropy.mean()
     h_even = PartitionReport.of(even, LABELS, 10).entropy.mean()
     assert h_skewed < h_even
@@ -97,35 +97,45 @@ def test_dirichlet_alpha_controls_skew_and_min_size():
 
 
 def test_shards_and_classes_shapes():
-    parts = partition(LABELS, 10, PartitionConfig("shards", shards_per_client=2), np.random.default_rng(1))
+    parts = partition(LABELS, 10, partition_scheme("shards", shards_per_client=2), np.random.default_rng(1))
     assert all(len(p) == 60 for p in parts)  # 20 shards of 30
     assert all(len(np.unique(LABELS[p])) <= 2 for p in parts)
-    parts = partition(LABELS, 10, PartitionConfig("mixed", num_iid=4, classes_per_client=1, samples_per_client=30),
+    parts = partition(LABELS, 10, partition_scheme("mixed", num_iid=4, classes_per_client=1, samples_per_client=30),
                       np.random.default_rng(2))
     assert all(len(np.unique(LABELS[p])) == 1 for p in parts[4:])
     assert all(len(np.unique(LABELS[p])) > 3 for p in parts[:4])
 
 
 @pytest.mark.parametrize("kwargs,num_clients,param", [
-    (dict(alpha=0.0), 10, "alpha"), (dict(alpha=-1.0), 10, "alpha"), (dict(alpha=float("nan")), 10, "alpha"),
+    (dict(kind="dirichlet", alpha=0.0), 10, "alpha"), (dict(kind="dirichlet", alpha=-1.0), 10, "alpha"),
+    (dict(kind="dirichlet", alpha=float("nan")), 10, "alpha"),
     (dict(kind="iid"), 601, "num_clients"), (dict(kind="classes", classes_per_client=11), 10, "classes_per_client"),
     (dict(kind="dirichlet", min_size=61), 10, "min_size"), (dict(kind="shards", shards_per_client=61), 10,
                                                            "shards_per_client"),
-    (dict(kind="mixed", num_iid=11, samples_per_client=10), 10, "num_iid"), (dict(kind="bogus"), 10, "partition.kind"),
+    (dict(kind="mixed", num_iid=11, samples_per_client=10), 10, "num_iid"), (dict(kind="bogus"), 10, "partition"),
+    (dict(kind="shards", alpha=0.3), 10, "alpha"), (dict(kind="iid", min_size=5), 10, "min_size"),
 ])
 def test_bad_partition_parameters_name_the_parameter(kwargs, num_clients, param):
     with pytest.raises(ValueError, match=f"{param}="):
-        partition(LABELS, num_clients, PartitionConfig(**kwargs), np.random.default_rng(0))
+        partition(LABELS, num_clients, partition_scheme(**kwargs), np.random.default_rng(0))
 
 
 def test_dirichlet_gives_up_with_advice():
     with pytest.raises(ValueError, match="raise alpha"):
-        partition(LABELS, 10, PartitionConfig(alpha=0.01, min_size=55, max_attempts=3), np.random.default_rng(0))
+        scheme = partition_scheme("dirichlet", alpha=0.01, min_size=55, max_attempts=3)
+        partition(LABELS, 10, scheme, np.random.default_rng(0))
+
+
+def test_a_knob_a_scheme_does_not_take_is_an_error_naming_the_ones_it_takes():
+    with pytest.raises(ValueError, match="alpha=0.3 does not apply to partition='shards'; allowed: shards_per_client"):
+        partition_scheme("shards", alpha=0.3)
+    with pytest.raises(ValueError, match="allowed: no partition arguments"):
+        partition_scheme("iid", num_iid=2)
 
 
 def test_matched_test_split_follows_training_labels():
     rng = np.random.default_rng(0)
-    train = partition(LABELS, 5, PartitionConfig(alpha=0.5), rng)
+    train = partition(LABELS, 5, partition_scheme("dirichlet", alpha=0.5), rng)
     test_labels = np.repeat(np.arange(10), 20)
     test = matched_test_split(train, LABELS, test_labels, rng)
     flat = np.concatenate(test)

@@ -161,6 +161,18 @@ def test_a_step_keeps_no_trained_round_but_the_pending_one(env_id, monkeypatch):
     assert alive() <= 1  # a round that trains before the decision is pending
 
 
+@pytest.mark.parametrize("env_id", IDS)
+def test_a_step_leaves_no_scratch_attribute_on_the_env(env_id):
+    """The hooks receive the step's outcome as an argument: stepping adds no attribute that a reset did not make."""
+    env = gym.make(env_id, rounds_per_episode=3)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    after_reset = set(vars(env.unwrapped))
+    for _ in range(2):
+        env.step(env.action_space.sample())
+    assert set(vars(env.unwrapped)) - after_reset == set()
+
+
 REAL_TRAINING = {"hetero": {"backend": "torch", "local_epochs": 1}}  # HAPFL's accuracies need real training
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -12,16 +13,16 @@ from fl_gym import (
     Federation,
     FederationConfig,
     OptimizerConfig,
-    PartitionConfig,
     RoundLoad,
     RoundPlan,
     ServerConfig,
+    partition_scheme,
 )
 
 
 def test_fedavg_sanity_on_digits():
     """Measured 0.933-0.953 at round 10 over scenario seeds 0-5; pinned with margin."""
-    fed = Federation(FederationConfig(num_clients=10, partition=PartitionConfig(alpha=0.5)), scenario_seed=0)
+    fed = Federation(FederationConfig(num_clients=10, partition=partition_scheme("dirichlet", alpha=0.5)))
     reports = [fed.run_round(RoundPlan.make(10, lr=0.05, epochs=2)) for _ in range(10)]
     assert reports[0].accuracy < reports[-1].accuracy
     assert reports[-1].accuracy >= 0.90
@@ -30,10 +31,14 @@ def test_fedavg_sanity_on_digits():
 
 
 def _same(a, b) -> bool:
+    """Equal records, field by field (NaN equal to NaN; nested records, such as a companion's, alike)."""
     for f in dataclasses.fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, dict):
-            if x.keys() != y.keys() or not all(np.array_equal(x[k], y[k], equal_nan=True) for k in x):
+        if x is None or y is None:
+            if x is not y:
+                return False
+        elif dataclasses.is_dataclass(x):
+            if not _same(x, y):
                 return False
         elif not np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True):
             return False
@@ -81,7 +86,7 @@ def test_timing_only_federation_reports_times_without_learning(tiny_config):
 
 def test_round_times_follow_the_cost_model():
     clock = ClockConfig(seconds_per_unit=1e-3, sigma_dyn=0, sigma_drift=0, bandwidth=1e5, aggregation_time=0.5)
-    cfg = FederationConfig(num_clients=3, partition=PartitionConfig("iid"), train=False, clock=clock,
+    cfg = FederationConfig(num_clients=3, partition=partition_scheme("iid"), train=False, clock=clock,
                            model_costs=(2.0,), batch_size=10)
     fed = Federation(cfg, scenario_seed=0)
     plan = RoundPlan.make(3, lr=0.1, epochs=np.array([1, 2, 3]), aggregate=np.array([1, 1, 0], bool))
@@ -158,10 +163,10 @@ def test_companion_mutual_learning_reports_both_models():
     fed = Federation(cfg, scenario_seed=0)
     plan = RoundPlan.make(4, lr=0.05, model=np.array([0, 1, 1, 0]), epochs=np.array([1, 2, 1, 2]))
     rep = fed.run_round(plan)
-    x = rep.extras
-    assert not math.isnan(x["companion_global_accuracy"])
-    assert np.all(np.isfinite(x["companion_loss"])) and np.all(np.isfinite(x["companion_accuracy"]))
-    assert x["companion_weights"].sum() == pytest.approx(1.0)
+    lite = rep.companion
+    assert not math.isnan(lite.global_accuracy)
+    assert np.all(np.isfinite(lite.loss)) and np.all(np.isfinite(lite.accuracy))
+    assert lite.weights.sum() == pytest.approx(1.0)
     for m in (0, 1):  # size groups are weighted within themselves
         assert rep.weights[plan.model == m].sum() == pytest.approx(1.0)
     probe = fed.clock.epoch_time(fed.sizes, 1.0, RoundLoad.still(4))
@@ -171,7 +176,7 @@ def test_companion_mutual_learning_reports_both_models():
 
 def test_synthetic_natural_partition():
     cfg = FederationConfig(dataset="synthetic", dataset_kwargs={"num_users": 8, "seed": 1}, num_clients=8,
-                           partition=PartitionConfig("natural"), models=("mlr",), local_test="matched")
+                           partition=partition_scheme("natural"), models=("mlr",), local_test="matched")
     fed = Federation(cfg)
     rep = fed.run_round(RoundPlan.make(8, lr=0.05))
     assert np.all(np.isfinite(rep.loss))
@@ -182,7 +187,8 @@ def test_synthetic_natural_partition():
     (dict(algorithm="fedsgd"), "algorithm"), (dict(algorithm="feddyn", feddyn_alpha=0.0), "feddyn_alpha"),
     (dict(batch_size=0), "batch_size"), (dict(aggregation="entropy_acc", local_test="none"), "aggregation"),
     (dict(model_costs=(1.0, 2.0)), "model_costs"), (dict(dataset="imagenet"), "dataset"),
-    (dict(partition=PartitionConfig("natural")), "partition.kind"), (dict(local_test="all"), "local_test"),
+    (dict(partition=partition_scheme("natural")), "partition"), (dict(partition="iid"), "partition"),
+    (dict(local_test="all"), "local_test"),
     (dict(companion="mlr", algorithm="pfedme"), "algorithm"), (dict(server_data_fraction=1.0), "server_data_fraction"),
     (dict(device="gpu"), "device"),
 ])
@@ -221,7 +227,7 @@ def test_aggregate_must_be_subset_of_selected(tiny_config):
 
 
 def test_server_data_is_class_balanced_and_disjoint():
-    cfg = FederationConfig(num_clients=5, partition=PartitionConfig("iid"), server_data_fraction=0.1)
+    cfg = FederationConfig(num_clients=5, partition=partition_scheme("iid"), server_data_fraction=0.1)
     fed = Federation(cfg)
     labels = fed.y_train.numpy()
     counts = np.bincount(labels[fed.server_indices], minlength=10)
@@ -233,7 +239,7 @@ def test_server_data_is_class_balanced_and_disjoint():
 
 
 def test_assign_data_grows_a_working_set():
-    cfg = FederationConfig(num_clients=4, partition=PartitionConfig("shards", shards_per_client=1),
+    cfg = FederationConfig(num_clients=4, partition=partition_scheme("shards", shards_per_client=1),
                            server_data_fraction=0.1)
     fed = Federation(cfg)
     before = fed.label_entropy[0]
@@ -360,11 +366,22 @@ def test_every_algorithm_name_builds_its_class_with_the_configs_settings(tiny_co
     from fl_gym.engine.algorithms import ALGORITHMS, FedDyn, FedProx, Moon
 
     assert STATELESS == ("fedavg", "fedprox") and set(ALGORITHMS) >= {"scaffold", "pfedme"}
-    cfg = tiny_config.replace(prox_mu=0.3, moon_mu=0.2, moon_tau=0.7, feddyn_alpha=0.05)
-    assert cfg.replace(algorithm="fedprox").local_algorithm() == FedProx(0.3)
-    moon = cfg.replace(algorithm="moon").local_algorithm()
+    assert tiny_config.replace(algorithm="fedprox", prox_mu=0.3).local_algorithm() == FedProx(0.3)
+    moon = tiny_config.replace(algorithm="moon", moon_mu=0.2, moon_tau=0.7).local_algorithm()
     assert isinstance(moon, Moon) and (moon.num_clients, moon.mu, moon.tau) == (4, 0.2, 0.7)
-    dyn = cfg.replace(algorithm="feddyn").local_algorithm()
+    dyn = tiny_config.replace(algorithm="feddyn", feddyn_alpha=0.05).local_algorithm()
     assert isinstance(dyn, FedDyn) and (dyn.num_clients, dyn.alpha) == (4, 0.05)
     for name, cls in ALGORITHMS.items():
-        assert type(cfg.replace(algorithm=name).local_algorithm()) is cls
+        assert type(tiny_config.replace(algorithm=name).local_algorithm()) is cls
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(prox_mu=0.5), "prox_mu=0.5 does not apply to algorithm='fedavg' (it would be ignored); allowed: it with "
+                        "algorithm in ['fedprox']"),
+    (dict(algorithm="fedprox", moon_tau=2.0), "moon_tau=2.0 does not apply to algorithm='fedprox'"),
+    (dict(algorithm="moon", feddyn_alpha=0.1), "feddyn_alpha=0.1 does not apply to algorithm='moon'"),
+])
+def test_another_algorithms_setting_is_refused_not_ignored(changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        FederationConfig(**changes)
+    FederationConfig(algorithm="fedprox", prox_mu=0.5)  # its own setting

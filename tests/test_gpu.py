@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import fl_gym
-from fl_gym import Federation, FederationConfig, PartitionConfig, RoundPlan
+from fl_gym import Federation, FederationConfig, RoundPlan, partition_scheme
 from fl_gym.baselines.hetero import BalancedOraclePolicy
 from fl_gym.engine import Member, OptimizerConfig, local_steps, make_schedule, train_cohort
 from fl_gym.engine.reference import reference_train
@@ -60,7 +60,7 @@ def test_batched_engine_on_cuda_matches_the_cpu_loop(digits, digits_parts, name,
 
 
 def test_federation_on_cuda_learns_and_keeps_the_cpu_clock():
-    cfg = FederationConfig(num_clients=10, partition=PartitionConfig(alpha=0.5))
+    cfg = FederationConfig(num_clients=10, partition=partition_scheme("dirichlet", alpha=0.5))
     runs = {}
     for device in ("cpu", "cuda"):
         fed = Federation(cfg.replace(device=device), scenario_seed=0)

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import fl_gym  # noqa: F401
-from fl_gym import Federation, FederationConfig, PartitionConfig, RoundPlan
+from fl_gym import Federation, FederationConfig, RoundPlan, partition_scheme
 from fl_gym.data.noise import noisy_view
 
 
 def _fed(noisy: float, seed: int = 3) -> Federation:
-    cfg = FederationConfig(num_clients=10, partition=PartitionConfig(alpha=0.5), noisy_clients=noisy)
+    cfg = FederationConfig(num_clients=10, partition=partition_scheme("dirichlet", alpha=0.5), noisy_clients=noisy)
     return Federation(cfg, scenario_seed=seed)
 
 

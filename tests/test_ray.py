@@ -113,11 +113,11 @@ def test_a_sharded_round_equals_the_single_process_round():
     """Full-batch local training (one batch per epoch): the shards' sum is FedAvg's average exactly."""
     from fl_gym import Federation
     from fl_gym.config import FederationConfig
-    from fl_gym.data.partition import PartitionConfig
+    from fl_gym.data.partition import partition_scheme
     from fl_gym.integrations.ray_federation import RayFederation
     from fl_gym.records import RoundPlan
 
-    cfg = FederationConfig(dataset="digits", num_clients=6, partition=PartitionConfig("dirichlet", alpha=0.5),
+    cfg = FederationConfig(dataset="digits", num_clients=6, partition=partition_scheme("dirichlet", alpha=0.5),
                            batch_size=2000)
     alone = Federation(cfg, scenario_seed=1)
     sharded = RayFederation(cfg, scenario_seed=1, workers=2)

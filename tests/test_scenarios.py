@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import fl_gym
+from fl_gym.data import partition_scheme
 from fl_gym.envs.registry import env_ids
 
 HETERO = "FLHetero-v0"
@@ -135,3 +138,34 @@ def test_a_validation_set_larger_than_the_test_set_is_refused_by_name():
     with pytest.raises(ValueError, match="validation_size=1000000000 is out of range; allowed: an integer in "
                                          r"\[1, 358\] \(the digits test set has 359"):
         gym.make("FLAggregate-v0", validation_size=10**9)
+
+
+def test_every_clock_and_partition_knob_is_a_make_argument_and_no_family_field_shadows_one():
+    from fl_gym.clock import ClockConfig
+    from fl_gym.data.partition import SCHEME_FIELDS
+    from fl_gym.envs.registry import FAMILIES, resolve
+    from fl_gym.envs.scenario import SCENARIO_FIELDS
+
+    clock = [f.name for f in dataclasses.fields(ClockConfig)]
+    assert [name for name in (*clock, *SCHEME_FIELDS) if name not in SCENARIO_FIELDS] == []
+    for family in FAMILIES.values():
+        for entry in family.envs.values():
+            own = resolve(entry).config_class.own_fields()
+            assert set(own) & set(SCENARIO_FIELDS) == set(), entry
+
+
+def test_a_clock_field_given_to_make_reaches_the_federation():
+    env = gym.make("FLAggregate-v0", aggregation_time=2.5, download_ratio=4.0, bandwidth_heterogeneity=3.0)
+    clock = env.unwrapped.federation.config.clock
+    assert (clock.aggregation_time, clock.download_ratio, clock.bandwidth_heterogeneity) == (2.5, 4.0, 3.0)
+
+
+def test_a_partition_knob_applies_to_its_scheme_only_and_a_presets_knob_stays_with_its_scheme():
+    # FLSelect-v0's tiny preset splits by Dirichlet(0.3): picking shards drops the preset's alpha
+    shards = gym.make("FLSelect-v0", partition="shards", shards_per_client=3).unwrapped
+    assert shards.federation.config.partition == partition_scheme("shards", shards_per_client=3)
+    assert gym.make("FLSelect-v0").unwrapped.federation.config.partition == partition_scheme("dirichlet", alpha=0.3)
+    with pytest.raises(ValueError, match="alpha=0.3 does not apply to partition='shards'; allowed: shards_per_client"):
+        gym.make("FLSelect-v0", partition="shards", alpha=0.3)
+    with pytest.raises(ValueError, match="shards_per_client=3 does not apply to partition='dirichlet'"):
+        gym.make("FLSelect-v0", shards_per_client=3)

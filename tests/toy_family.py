@@ -61,22 +61,23 @@ class FLToyEnv(FLEnv):
         t = self.federation.clock.epoch_time(self.federation.sizes, 1.0, opened.load)
         return (t.min() / t).astype(np.float32)
 
-    def _play(self, opened: OpenedRound, action: np.ndarray) -> RoundReport:
+    def _play(self, opened: OpenedRound, action: np.ndarray) -> tuple[RoundReport, bool]:
+        """The report, and whether the action was repaired (the outcome)."""
         chosen = action.astype(bool)
-        self._repaired = not chosen.any()
-        if self._repaired:  # at least one client trains: the fastest (flagged in info)
+        repaired = not chosen.any()
+        if repaired:  # at least one client trains: the fastest (flagged in info)
             chosen[np.argmax(self._observe(opened))] = True
         plan = RoundPlan.make(len(chosen), lr=self.config.scenario.lr, selected=chosen, epochs=self.config.epochs)
-        return self.federation.finish_round(self.federation.train_round(opened, plan))
+        return self.federation.finish_round(self.federation.train_round(opened, plan)), repaired
 
-    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
+    def _reward_terms(self, report: RoundReport, repaired: bool) -> dict[str, float]:
         return {"neg_round_time": -report.round_time}
 
     def _reward_weights(self) -> dict[str, float]:
         return {"neg_round_time": 1.0}
 
-    def _family_info(self, report: RoundReport, terms: dict[str, float]) -> dict:
-        return {"toy/chosen": int(report.selected.sum()), "toy/repaired": self._repaired}
+    def _family_info(self, report: RoundReport, repaired: bool, terms: dict[str, float]) -> dict:
+        return {"toy/chosen": int(report.selected.sum()), "toy/repaired": repaired}
 
 
 class FastestHalfPolicy:

@@ -11,6 +11,7 @@ and shows its traceback. Ctrl-C exits with 130 and one line (``train`` says how 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_gym.data.datasets import DatasetNotFoundError
-from fl_gym.data.partition import KINDS
+from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
 from fl_gym.validation import MAX_THREADS, MissingExtraError, UserError, is_int_at_least, require, require_device
 
 USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
@@ -466,12 +467,14 @@ def _data_parser(sub: Any) -> None:
     d.add_argument("--partition", default="dirichlet",
                    help=", ".join(KINDS))
     d.add_argument("--clients", type=int, default=10)
-    d.add_argument("--alpha", type=float, default=0.5)
-    d.add_argument("--min-size", type=int, default=10)
-    d.add_argument("--shards-per-client", type=int, default=2)
-    d.add_argument("--classes-per-client", type=int, default=2)
-    d.add_argument("--samples-per-client", type=int, default=None)
-    d.add_argument("--num-iid", type=int, default=0)
+    for name in SCHEME_FIELDS:  # each scheme's knobs, default the scheme's own
+        takes = [kind for kind in KINDS if name in scheme_fields(kind)]
+        default = {f.name: f.default for f in dataclasses.fields(SCHEMES[takes[0]])}[name]
+        flag, where = "--" + name.replace("_", "-"), f"{', '.join(takes)} partitions; default {default}"
+        if isinstance(default, bool):
+            d.add_argument(flag, action="store_const", const=True, default=None, help=where)
+        else:
+            d.add_argument(flag, type=float if isinstance(default, float) else int, default=None, help=where)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--data-root", default=None)
     d.add_argument("--download", action="store_true")
@@ -499,20 +502,19 @@ def cmd_data(args: argparse.Namespace) -> int:
     """Describe a partition: per-client table and a class-histogram PNG."""
     import numpy as np
 
-    from fl_gym.data import PartitionConfig, PartitionReport, load_dataset, partition
+    from fl_gym.data import PartitionReport, load_dataset, partition, partition_scheme
     from fl_gym.training.plots import plot_histogram
 
     require(args.out is None or Path(args.out).suffix.lower() == ".png", "--out", args.out, "a path ending in .png")
     if args.out:
         writable(Path(args.out).parent, "--out")
+    knobs = {name: getattr(args, name) for name in SCHEME_FIELDS if getattr(args, name) is not None}
+    scheme = partition_scheme(args.partition, **knobs)  # a knob the scheme does not take is an error
     data = load_dataset(args.dataset, root=args.data_root, download=args.download)
     if args.partition == "natural":
         parts = [train for train, _ in data.natural_split]
     else:
-        cfg = PartitionConfig(args.partition, alpha=args.alpha, min_size=args.min_size,
-                              shards_per_client=args.shards_per_client, classes_per_client=args.classes_per_client,
-                              samples_per_client=args.samples_per_client, num_iid=args.num_iid)
-        parts = partition(data.y_train.numpy(), args.clients, cfg, np.random.default_rng(args.seed),
+        parts = partition(data.y_train.numpy(), args.clients, scheme, np.random.default_rng(args.seed),
                           data.num_classes)
     report = PartitionReport.of(parts, data.y_train.numpy(), data.num_classes)
     print(f"{data!r}, partition={args.partition}, clients={len(parts)}")
@@ -541,12 +543,13 @@ def _fedavg_parser(sub: Any) -> None:
 
 def cmd_fedavg(args: argparse.Namespace) -> int:
     """A plain FedAvg run on the simulator, printing accuracy and simulated time per round."""
-    from fl_gym import Federation, FederationConfig, PartitionConfig, RoundPlan
+    from fl_gym import Federation, FederationConfig, RoundPlan
+    from fl_gym.data import Dirichlet
 
     _threads(args.threads)
     require(is_int_at_least(args.rounds, 1), "--rounds", args.rounds, "an integer >= 1")
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
-                           partition=PartitionConfig(alpha=args.alpha), batch_size=args.batch_size)
+                           partition=Dirichlet(alpha=args.alpha), batch_size=args.batch_size)
     fed = Federation(cfg, scenario_seed=args.seed)
     print(f"FedAvg on {args.dataset}: {args.clients} clients, Dirichlet({args.alpha}), {args.model}, "
           f"{args.epochs} local epochs, lr {args.lr}")

@@ -21,7 +21,7 @@ import torch
 
 from fl_gym import Federation
 from fl_gym.config import FederationConfig
-from fl_gym.data.partition import PartitionConfig
+from fl_gym.data.partition import IID
 from fl_gym.integrations.ray import ensure_ray
 from fl_gym.integrations.ray_federation import RayFederation
 from fl_gym.records import RoundPlan
@@ -54,7 +54,7 @@ def vec_rows(repeats: int = 3, progress: Callable[[str], None] = print) -> list[
 def federation_config() -> FederationConfig:
     """10,000 clients over Synthetic(1, 1) from 300 devices (123,471 samples, about 12 per client)."""
     return FederationConfig(dataset="synthetic", dataset_kwargs={"num_users": 300}, num_clients=CLIENTS,
-                            partition=PartitionConfig("iid"), models=("mlp-medium",), batch_size=10,
+                            partition=IID(), models=("mlp-medium",), batch_size=10,
                             eval_every=10**6)
 
 

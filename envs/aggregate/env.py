@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from gymnasium import spaces
 from fl_gym.envs.aggregate.config import AggregateConfig
 from fl_gym.envs.aggregate.gompertz import AngleTracker, gompertz
 from fl_gym.envs.base import ClientRows
-from fl_gym.envs.learning import TargetReward, TargetRewardEnv
+from fl_gym.envs.learning import Scored, TargetReward, TargetRewardEnv
 from fl_gym.records import LocalStats, RoundPlan, RoundReport, TrainedRound
 
 ROW = ("participating", "cos", "smoothed_angle", "gompertz", "data_share", "norm_ratio", "last_loss")
@@ -31,6 +32,16 @@ def action_weights(action: np.ndarray, sizes: np.ndarray, scale: float) -> np.nd
     """
     z = scale * np.clip(np.asarray(action, np.float64), -1, 1)
     return np.exp(z - z.max()) * np.asarray(sizes, np.float64)
+
+
+@dataclass(frozen=True)
+class Aggregated(Scored):
+    """A played round: its reward terms and the ``(K,)`` update angles its weights were decided on.
+
+    The angles, not the round's trained models, which would otherwise stay alive until the next step.
+    """
+
+    angles: np.ndarray
 
 
 class FLAggregateEnv(TargetRewardEnv):
@@ -113,20 +124,18 @@ class FLAggregateEnv(TargetRewardEnv):
         return np.clip(np.concatenate([rows.ravel(), glob]), self.observation_space.low,
                        self.observation_space.high).astype(np.float32)
 
-    def _play(self, pending: TrainedRound, action: np.ndarray) -> RoundReport:
+    def _play(self, pending: TrainedRound, action: np.ndarray) -> tuple[RoundReport, Aggregated]:
         weight = action_weights(action, self.federation.sizes, self.config.action_scale)
         report = self.federation.finish_round(pending, weight=weight)
-        self._score(report)
-        self._played_angles = pending.stats.update_angle  # for the info: not the round's trained models
-        return report
+        return report, Aggregated(self._score(report), pending.stats.update_angle)
 
     @property
     def round_stats(self) -> LocalStats:
         """The pending round's exact local statistics (for fixed policies such as FedCos)."""
         return self._pending.stats
 
-    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
-        return {"aggregate/weights": report.weights, "aggregate/angles": self._played_angles,
+    def _family_info(self, report: RoundReport, outcome: Aggregated, terms: Mapping[str, float]) -> dict[str, Any]:
+        return {"aggregate/weights": report.weights, "aggregate/angles": outcome.angles,
                 "aggregate/smoothed_angles": self.tracker.smoothed.copy(),
                 "aggregate/val_accuracy": report.val_accuracy,
                 "aggregate/rounds_to_target": self._target.rounds_to_target}

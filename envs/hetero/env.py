@@ -34,7 +34,7 @@ from fl_gym.clock import RoundLoad
 from fl_gym.envs.base import ClientRows, FLEnv, Predictor
 from fl_gym.envs.hetero.actions import HeteroSpec, integerize, size_bins
 from fl_gym.envs.hetero.config import HISTORY_HORIZON, HeteroConfig
-from fl_gym.envs.registry import family_of
+from fl_gym.envs.registry import FAMILIES, family_of, resolve
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
 from fl_gym.validation import require
 
@@ -48,23 +48,31 @@ class HeteroRound:
     Attributes:
         opened: the federation's opened round (candidates = the ``k`` sampled clients).
         slots: ``(k,)`` the sampled client ids, ascending (the observation's slot order).
-        s1: ``(k,)`` ``T^d_i / min_j T^d_j``.
+        probe_ratio: ``(k,)`` ``T^d_i / min_j T^d_j``.
         sizes: ``(k,)`` sizes chosen by the injected allocation policy (intensity view), else None.
     """
 
     opened: OpenedRound
     slots: np.ndarray
-    s1: np.ndarray
+    probe_ratio: np.ndarray
     sizes: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
 class HeteroDecision:
-    """What the server decided for the last round: sizes, epoch shares, whole epochs."""
+    """What the server decided for a round: sizes, epoch shares, whole epochs."""
 
     sizes: np.ndarray
     sigma: np.ndarray
     epochs: np.ndarray
+
+
+@dataclass(frozen=True)
+class HeteroOutcome:
+    """A played round's outcome: the round as the server saw it, and what it decided."""
+
+    played: HeteroRound
+    decision: HeteroDecision
 
 
 def history_features(ratio: np.ndarray, slowdown: np.ndarray, age: np.ndarray) -> np.ndarray:
@@ -119,9 +127,6 @@ class _HeteroEnv(FLEnv):
         self._prev_size = np.full(fed.num_clients, -1)
         self._seen = np.zeros((2, fed.num_clients))  # per client: last measured slowdown, round it was measured
         self._lr = np.full(fed.num_clients, cfg.scenario.lr)
-        # the round a step plays and what it decided, for that step's reward and info only
-        self._played: HeteroRound | None = None
-        self._decision: HeteroDecision | None = None
 
     # ---- spaces and actions ------------------------------------------------------------------
 
@@ -151,10 +156,11 @@ class _HeteroEnv(FLEnv):
         require(name in fixed, "residual_policy", name, "None or one of " + ", ".join(fixed))
         return fixed[name].build(self.hetero)
 
-    @staticmethod
-    def spec_id(view: str) -> str:
-        """The env id of a view."""
-        return {"joint": "FLHetero-v0", "alloc": "FLHeteroAlloc-v0", "intensity": "FLHeteroIntensity-v0"}[view]
+    @classmethod
+    def spec_id(cls, view: str) -> str:
+        """The registered env id of a view (the family's env whose class has that view)."""
+        ids = FAMILIES[cls.family].envs
+        return next(env_id for env_id, entry in ids.items() if resolve(entry).view == view)
 
     # ---- the round ---------------------------------------------------------------------------
 
@@ -167,15 +173,12 @@ class _HeteroEnv(FLEnv):
         """Open the next round: sample ``k`` clients, draw their load, time the LiteModel epoch."""
         opened = self.federation.open_round(self.k)
         slots = np.flatnonzero(opened.candidates)
-        t_d = opened.probe_time[slots]
-        pending = HeteroRound(opened, slots, t_d / t_d.min())
-        if self.view == "intensity":
-            sizes = self._predict(self._policies["alloc"], self._features(pending, pending.s1))
-            pending = HeteroRound(opened, slots, pending.s1, sizes)
-        return pending
+        probe = opened.probe_time[slots]
+        return HeteroRound(opened, slots, probe / probe.min())
 
     def _observe(self, pending: HeteroRound) -> np.ndarray:
-        ratio = pending.s1 if pending.sizes is None else self.time_ratio[pending.sizes] * pending.s1
+        ratio = pending.probe_ratio
+        ratio = ratio if pending.sizes is None else self.time_ratio[pending.sizes] * ratio
         return self._features(pending, ratio)
 
     def _features(self, pending: HeteroRound, ratio: np.ndarray) -> np.ndarray:
@@ -200,13 +203,13 @@ class _HeteroEnv(FLEnv):
         sizes, sigma = self.hetero.decode(action)
         sizes = pending.sizes if sizes is None else sizes
         if sigma is None:
-            s2 = self.time_ratio[sizes] * pending.s1
-            shares = self._predict(self._policies["intensity"], self._features(pending, s2))
+            cost_ratio = self.time_ratio[sizes] * pending.probe_ratio
+            shares = self._predict(self._policies["intensity"], self._features(pending, cost_ratio))
             sigma = self._intensity_view.decode(shares)[1]
         tau = sigma * self.total_epochs if self.config.fractional_epochs else integerize(sigma, self.total_epochs)
         return HeteroDecision(sizes, sigma, tau)
 
-    def _play(self, pending: HeteroRound, action: np.ndarray) -> RoundReport:
+    def _play(self, pending: HeteroRound, action: np.ndarray) -> tuple[RoundReport, HeteroOutcome]:
         decision = self._decide(pending, action)
         n, slots = self.federation.num_clients, pending.slots
         model, epochs = np.zeros(n, np.int64), np.zeros(n)
@@ -218,13 +221,12 @@ class _HeteroEnv(FLEnv):
         if self.config.obs_mode == "history":  # the slowdown the server measures: per-epoch time over the forecast
             self._seen[0, slots], self._seen[1, slots] = pending.opened.load.drift[slots], self.federation.round
         self._sizes_used[decision.sizes] = True
-        self._played, self._decision = pending, decision
-        return report
+        return report, HeteroOutcome(pending, decision)
 
     # ---- reward, termination, info -------------------------------------------------------------
 
-    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
-        sel = self._played.slots
+    def _reward_terms(self, report: RoundReport, outcome: HeteroOutcome) -> dict[str, float]:
+        sel = outcome.played.slots
         t_l = report.train_time[sel]
         per_epoch = t_l / report.epochs[sel]
         return {"r1": float(self.config.max_ratio - per_epoch.max() / per_epoch.min()),
@@ -250,8 +252,9 @@ class _HeteroEnv(FLEnv):
             return False
         return bool(self._accuracy(report) >= target)
 
-    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
-        played, d = self._played, self._decision
+    def _family_info(self, report: RoundReport, outcome: HeteroOutcome, terms: Mapping[str, float]
+                     ) -> dict[str, Any]:
+        played, d = outcome.played, outcome.decision
         sel = played.slots
         t_c, t_l = report.compute_time[sel], report.train_time[sel]
         info = {
@@ -261,7 +264,8 @@ class _HeteroEnv(FLEnv):
             "hetero/straggling_compute": float(t_c.max() - t_c.min()),
             "hetero/straggling_local": float(t_l.max() - t_l.min()),
             "hetero/r1": terms["r1"], "hetero/r2_seconds": float(t_l.min() - t_l.max()),
-            "hetero/time_ratio": self.time_ratio.copy(), "hetero/cost_ratio": self.time_ratio[d.sizes] * played.s1,
+            "hetero/time_ratio": self.time_ratio.copy(),
+            "hetero/cost_ratio": self.time_ratio[d.sizes] * played.probe_ratio,
             "hetero/label_entropy": self.federation.label_entropy[sel]}
         if self.config.backend == "torch":
             info.update(self._learning_info(report, sel))
@@ -275,11 +279,9 @@ class _HeteroEnv(FLEnv):
                 "hetero/mean_local_accuracy": float(np.mean(report.local_accuracy[sel])),
                 "hetero/loss": report.loss[sel]}
         if self.config.algorithm == "hapfl":
-            x = report.extras
-            info.update({"hetero/lite_accuracy": x["companion_global_accuracy"],
-                         "hetero/lite_weights": x["companion_weights"][sel],
-                         "hetero/lite_local_accuracy": x["companion_accuracy"][sel],
-                         "hetero/lite_loss": x["companion_loss"][sel]})
+            lite = report.companion
+            info.update({"hetero/lite_accuracy": lite.global_accuracy, "hetero/lite_weights": lite.weights[sel],
+                         "hetero/lite_local_accuracy": lite.accuracy[sel], "hetero/lite_loss": lite.loss[sel]})
         return info
 
 
@@ -362,3 +364,9 @@ class FLHeteroIntensityEnv(_HeteroEnv):
 
     def _action_space(self) -> spaces.Space:
         return spaces.Box(-1.0, 1.0, (self.k,), np.float32)
+
+    def _prepare(self) -> HeteroRound:
+        """The round opened, with the sizes ``allocation_policy`` gives it (what the agent observes and splits)."""
+        pending = super()._prepare()
+        sizes = self._predict(self._policies["alloc"], self._features(pending, pending.probe_ratio))
+        return replace(pending, sizes=sizes)

@@ -70,7 +70,7 @@ class HeteroClock:
         # per-episode arrays (a reset may redraw the partition): filled by refresh()
         self.samples, self.t_scale = np.zeros((n, self.num_clients), fed.sizes.dtype), np.zeros(n)
         self.extras, self.entropy = np.zeros((n, *envs[0]._extras.shape)), np.zeros((n, self.num_clients))
-        self.slots, self.s1 = np.zeros((n, self.k), np.int64), np.zeros((n, self.k))
+        self.slots, self.probe_ratio = np.zeros((n, self.k), np.int64), np.zeros((n, self.k))
         self.masks, self.load = np.zeros((n, self.num_clients), bool), np.zeros((3, n, self.num_clients))
         self.probe = np.zeros((n, self.num_clients))
         self.prev_size = np.zeros((n, self.num_clients), envs[0]._prev_size.dtype)
@@ -95,7 +95,7 @@ class HeteroClock:
         self.speed[i], self.bandwidth[i], self.t_scale[i] = fed.profiles.speed, fed.profiles.bandwidth, env.t_scale
         self.samples[i], self.extras[i], self.entropy[i] = fed.sizes, env._extras, fed.label_entropy
         pending = env._pending
-        self.slots[i], self.s1[i] = pending.slots, pending.s1
+        self.slots[i], self.probe_ratio[i] = pending.slots, pending.probe_ratio
         if self.sizes is not None:
             self.sizes[i] = pending.sizes
         load = pending.opened.load
@@ -109,7 +109,7 @@ class HeteroClock:
     def _pending_of(self, i: int) -> HeteroRound:
         """Copy ``i``'s pending round as its own ``_prepare`` builds it, of row views of the clock's arrays."""
         opened = OpenedRound(self.feds[i].round + 1, self.masks[i], RoundLoad(*self.load[:, i]), self.probe[i])
-        return HeteroRound(opened, self.slots[i], self.s1[i], None if self.sizes is None else self.sizes[i])
+        return HeteroRound(opened, self.slots[i], self.probe_ratio[i], None if self.sizes is None else self.sizes[i])
 
     # ---- one step ----------------------------------------------------------------------------
 
@@ -170,7 +170,7 @@ class HeteroClock:
             ("hetero/straggling_local", (-r2_seconds).tolist()),
             ("hetero/r1", terms["r1"].tolist()), ("hetero/r2_seconds", r2_seconds.tolist()),
             ("hetero/time_ratio", np.tile(first.time_ratio, (len(self.envs), 1))),
-            ("hetero/cost_ratio", first.time_ratio[sizes] * self.s1),
+            ("hetero/cost_ratio", first.time_ratio[sizes] * self.probe_ratio),
             ("hetero/label_entropy", self.entropy[rows, slots])]
         return terms, columns
 
@@ -191,7 +191,7 @@ class HeteroClock:
             sizes, sigma = self.sizes, softmax(a)
         else:
             sizes = a.astype(np.int64)
-            shares = self._ask("intensity", self._features(first.time_ratio[sizes] * self.s1))
+            shares = self._ask("intensity", self._features(first.time_ratio[sizes] * self.probe_ratio))
             sigma = softmax(np.clip(shares, -1, 1))
         total = first.total_epochs
         tau = sigma * total if first.config.fractional_epochs else row_integerize(sigma, total)
@@ -256,14 +256,14 @@ class HeteroClock:
 
     def _prepare(self) -> None:
         """Open every copy's next round (``Federation.open_round`` + ``_HeteroEnv._prepare``)."""
-        n, big_k, k = len(self.envs), self.num_clients, self.k
-        drawn, z = np.tile(np.arange(big_k), (n, 1)), np.empty((n, 3, big_k))
+        n, num_clients, k = len(self.envs), self.num_clients, self.k
+        drawn, z = np.tile(np.arange(num_clients), (n, 1)), np.empty((n, 3, num_clients))
         for fed, order, normals in zip(self.feds, drawn, z, strict=True):  # each copy's streams, in its own order
-            fed.sampler.shuffle(order)  # = fed.sampler.permutation(big_k), as Federation.open_round draws it
+            fed.sampler.shuffle(order)  # = fed.sampler.permutation(num_clients), as Federation.open_round draws it
             fed.rng.standard_normal(out=normals)  # = RoundLoad.draw's (3, K) normals
         z = z.transpose(1, 0, 2)
         self.slots = np.sort(drawn[:, :k], axis=1)
-        self.masks = np.zeros((n, big_k), bool)
+        self.masks = np.zeros((n, num_clients), bool)
         self.masks[self.rows, self.slots] = True
         self.load = load_factors(z, self.feds[0].config.clock, self.load[:2])  # continues each copy's last load
         for i, fed in enumerate(self.feds):
@@ -271,10 +271,10 @@ class HeteroClock:
         fed = self.feds[0]
         self.probe = (fed.clock.cfg.seconds_per_unit * fed.probe_cost * self.samples / (self.speed * self.load[0])
                       * self.load[2])
-        t_d = self.probe[self.rows, self.slots]
-        self.s1 = t_d / t_d.min(axis=1, keepdims=True)
+        probe = self.probe[self.rows, self.slots]
+        self.probe_ratio = probe / probe.min(axis=1, keepdims=True)
         # the intensity view's injected allocation policy sizes each copy's round
-        self.sizes = self._ask("alloc", self._features(self.s1)) if self.envs[0].view == "intensity" else None
+        self.sizes = self._ask("alloc", self._features(self.probe_ratio)) if self.envs[0].view == "intensity" else None
         for env, builder in zip(self.envs, self.builders, strict=True):
             env.defer_pending(builder)  # the round is these rows; a read builds its record
 
@@ -284,7 +284,8 @@ class HeteroClock:
 
     def _observe(self) -> np.ndarray:
         """Every copy's observation (``_HeteroEnv._observe``)."""
-        return self._features(self.s1 if self.sizes is None else self.envs[0].time_ratio[self.sizes] * self.s1)
+        ratio = self.probe_ratio
+        return self._features(ratio if self.sizes is None else self.envs[0].time_ratio[self.sizes] * ratio)
 
     def _features(self, ratio: np.ndarray) -> np.ndarray:
         """Every copy's ``_HeteroEnv._features`` for its row of ``(copies, k)`` ``ratio``."""

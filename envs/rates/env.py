@@ -18,7 +18,7 @@ import torch
 from gymnasium import spaces
 
 from fl_gym.envs.base import ClientRows
-from fl_gym.envs.learning import TargetReward, TargetRewardEnv
+from fl_gym.envs.learning import Scored, TargetReward, TargetRewardEnv
 from fl_gym.envs.rates.config import RateConfig
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
 
@@ -72,6 +72,19 @@ class Pending:
 
     opened: OpenedRound
     stats: RoundStats
+
+
+@dataclass(frozen=True)
+class Rated(Scored):
+    """A played round: its reward terms, the rates its clients trained with, and how even their shares came out.
+
+    The clients and rates, not the round's ``(m, P)`` probe gradients, which would otherwise stay
+    alive until the next step.
+    """
+
+    clients: np.ndarray
+    lrs: np.ndarray
+    share_entropy: float
 
 
 class FLLearningRateEnv(TargetRewardEnv):
@@ -192,7 +205,7 @@ class FLLearningRateEnv(TargetRewardEnv):
         lr = rate_of(action, cfg.lr_min, cfg.lr_max)
         return np.broadcast_to(lr, (cfg.clients_per_round,)).copy()
 
-    def _play(self, pending: Pending, action: np.ndarray) -> RoundReport:
+    def _play(self, pending: Pending, action: np.ndarray) -> tuple[RoundReport, Rated]:
         cfg, fed, st = self.config, self.federation, pending.stats
         lr = np.ones(fed.num_clients)
         lr[st.clients] = self.rates(action)
@@ -201,17 +214,15 @@ class FLLearningRateEnv(TargetRewardEnv):
         report = fed.finish_round(trained)
         self.last_lr[st.clients] = lr[st.clients]
         self.participations[st.clients] += 1
-        self._score(report)
-        self._last_gain = self._terms["acc_gain"]
-        self._share_entropy = _share_entropy(st.theta, trained.stats.model_norm[st.clients])
-        self._mean_unit = float(unit_of(lr[st.clients], cfg.lr_min, cfg.lr_max).mean())
-        self._played = (st.clients, lr[st.clients])  # for the info: not the round's (m, P) probe gradients
-        return report
+        outcome = Rated(self._score(report), st.clients, lr[st.clients],
+                        _share_entropy(st.theta, trained.stats.model_norm[st.clients]))
+        self._last_gain, self._share_entropy = outcome.terms["acc_gain"], outcome.share_entropy  # observed next
+        self._mean_unit = float(unit_of(outcome.lrs, cfg.lr_min, cfg.lr_max).mean())
+        return report, outcome
 
-    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
-        clients, lrs = self._played
-        return {"rates/clients": clients, "rates/lrs": lrs, "rates/val_accuracy": report.val_accuracy,
-                "rates/share_entropy": self._share_entropy, "rates/rounds_to_target": self._target.rounds_to_target}
+    def _family_info(self, report: RoundReport, outcome: Rated, terms: Mapping[str, float]) -> dict[str, Any]:
+        return {"rates/clients": outcome.clients, "rates/lrs": outcome.lrs, "rates/val_accuracy": report.val_accuracy,
+                "rates/share_entropy": outcome.share_entropy, "rates/rounds_to_target": self._target.rounds_to_target}
 
 
 def _share_entropy(theta: np.ndarray, norms: np.ndarray) -> float:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -52,7 +52,7 @@ class SelectRound:
 
 @dataclass(frozen=True)
 class Selection:
-    """What the server kept in the last round, and what it gained.
+    """A played round's outcome: what the server kept, and what it gained.
 
     It holds what the info reports of the played round, not the round itself: its trained local
     models, aggregated already, would otherwise stay alive until the next step.
@@ -67,6 +67,8 @@ class Selection:
         acc_gain: validation accuracy after the round minus before it.
         loss_drop: validation cross-entropy before the round minus after it.
         kept_entropy: ``H(mix(kept)) / log c``.
+        fallback: (``FLSelectPick-v0``) no client was picked: FedEntropy's draw trained instead.
+        trimmed: (``FLSelectPick-v0``) more than ``m`` clients were picked: ``m`` of them trained.
     """
 
     slots: np.ndarray
@@ -78,6 +80,8 @@ class Selection:
     acc_gain: float
     loss_drop: float
     kept_entropy: float
+    fallback: bool = False
+    trimmed: bool = False
 
 
 class _SelectionEnv(FLEnv):
@@ -115,7 +119,7 @@ class _SelectionEnv(FLEnv):
         return [self._round / self.rounds_per_episode, self._validation.observed, entropy_now / self._log_c,
                 float(self.pools.negative.mean()), float(positive_branch), self._last_kept]
 
-    def _keep(self, played: SelectRound, keep: np.ndarray, repaired: bool) -> RoundReport:
+    def _keep(self, played: SelectRound, keep: np.ndarray, repaired: bool) -> tuple[RoundReport, Selection]:
         """Aggregate the kept rows of ``played``, update pools and bookkeeping."""
         fed, slots = self.federation, played.slots
         aggregate = np.zeros(fed.num_clients, bool)
@@ -124,11 +128,11 @@ class _SelectionEnv(FLEnv):
         self.pools.update(slots[keep], slots[~keep])
         self._selections[slots] += 1
         kept_entropy = entropy(mixture(played.soft_labels[keep], fed.sizes[slots][keep])) / self._log_c
-        self._last = Selection(slots, played.draw.positive_branch, played.entropy, played.trained.steps[slots], keep,
-                               repaired, *self._validation.update(report), kept_entropy)
+        selection = Selection(slots, played.draw.positive_branch, played.entropy, played.trained.steps[slots], keep,
+                              repaired, *self._validation.update(report), kept_entropy)
         self._last_kept = float(keep.mean())
         self._uplink_bytes += report.upload_bytes + self._soft_label_bytes(len(slots))
-        return report
+        return report, selection
 
     def _soft_label_bytes(self, candidates: int) -> int:
         """``c`` float32 and one int32 per candidate."""
@@ -136,27 +140,25 @@ class _SelectionEnv(FLEnv):
 
     # ---- reward and info -----------------------------------------------------------------------
 
-    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
-        last = self._last
-        return {"acc_gain": last.acc_gain, "loss_drop": last.loss_drop, "uplink": last.keep.sum() / self.m,
-                "entropy": last.kept_entropy, "repaired": float(last.repaired)}
+    def _reward_terms(self, report: RoundReport, outcome: Selection) -> dict[str, float]:
+        return {"acc_gain": outcome.acc_gain, "loss_drop": outcome.loss_drop, "uplink": outcome.keep.sum() / self.m,
+                "entropy": outcome.kept_entropy, "repaired": float(outcome.repaired)}
 
     def _reward_weights(self) -> dict[str, float]:
         cfg, horizon = self.config, self.rounds_per_episode
         return {**cfg.reward_weights(horizon), "entropy": cfg.lambda_entropy / horizon, "repaired": -cfg.lambda_repair}
 
-    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
-        last = self._last
-        slots, keep = last.slots, last.keep
+    def _family_info(self, report: RoundReport, outcome: Selection, terms: Mapping[str, float]) -> dict[str, Any]:
+        slots, keep = outcome.slots, outcome.keep
         return {"select/kept": slots[keep], "select/removed": slots[~keep],
-                "select/kept_share": float(keep.mean()), "select/positive_branch": last.positive_branch,
-                "select/repaired": last.repaired,
+                "select/kept_share": float(keep.mean()), "select/positive_branch": outcome.positive_branch,
+                "select/repaired": outcome.repaired,
                 "select/uplink_models": int(keep.sum()) * self.federation.algorithm.upload_factor,
                 "select/uplink_bytes": report.upload_bytes,
                 "select/soft_label_bytes": self._soft_label_bytes(len(slots)),
                 "select/downlink_models": len(slots), "select/cum_uplink_bytes": self._uplink_bytes,
-                "select/entropy_candidates": last.entropy / self._log_c, "select/entropy_kept": last.kept_entropy,
-                "select/val_accuracy": report.val_accuracy, "select/local_steps": last.local_steps}
+                "select/entropy_candidates": outcome.entropy / self._log_c, "select/entropy_kept": outcome.kept_entropy,
+                "select/val_accuracy": report.val_accuracy, "select/local_steps": outcome.local_steps}
 
 
 class FLSelectEnv(_SelectionEnv):
@@ -229,7 +231,7 @@ class FLSelectEnv(_SelectionEnv):
         glob = self._global_features(pending.entropy, pending.draw.positive_branch)
         return np.concatenate([rows.ravel(), glob]).astype(np.float32)
 
-    def _play(self, pending: SelectRound, action: np.ndarray) -> RoundReport:
+    def _play(self, pending: SelectRound, action: np.ndarray) -> tuple[RoundReport, Selection]:
         keep = self.layout.decode(action)
         repaired = not keep.any()
         if repaired:  # at least one upload: the largest candidate (lowest id on ties)
@@ -311,13 +313,13 @@ class FLSelectPickEnv(_SelectionEnv):
         glob = self._global_features(self._last_entropy, self._last_branch)
         return np.concatenate([rows.ravel(), glob]).astype(np.float32)
 
-    def _play(self, pending: OpenedRound, action: np.ndarray) -> RoundReport:
+    def _play(self, pending: OpenedRound, action: np.ndarray) -> tuple[RoundReport, Selection]:
         picked = self.layout.decode(action, self.m)
-        self._fallback, self._trimmed = len(picked) == 0, len(picked) > self.m
-        if self._fallback:
+        fallback, trimmed = len(picked) == 0, len(picked) > self.m
+        if fallback:
             draw = self.pools.draw(self.m, self.np_random)
         else:
-            if self._trimmed:
+            if trimmed:
                 picked = self.np_random.choice(picked, self.m, replace=False)
             mask = np.zeros(self.federation.num_clients, bool)
             mask[picked] = True
@@ -330,16 +332,17 @@ class FLSelectPickEnv(_SelectionEnv):
         if self.config.post_filter == "judge":
             keep[:] = False
             keep[judge(played.soft_labels, self.federation.sizes[played.slots])[0]] = True
-        return self._keep(played, keep, self._trimmed)
+        report, selection = self._keep(played, keep, trimmed)
+        return report, replace(selection, fallback=fallback, trimmed=trimmed)
 
-    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
-        terms = super()._reward_terms(report)
+    def _reward_terms(self, report: RoundReport, outcome: Selection) -> dict[str, float]:
+        terms = super()._reward_terms(report, outcome)
         terms["favor"] = favor(report.val_accuracy, self.config.target_accuracy)
         return terms
 
     def _reward_weights(self) -> dict[str, float]:
         return {"favor": 1.0} if self.config.reward == "favor" else super()._reward_weights()
 
-    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
-        return {**super()._family_info(report, terms), "select/fallback": self._fallback,
-                "select/trimmed": self._trimmed}
+    def _family_info(self, report: RoundReport, outcome: Selection, terms: Mapping[str, float]) -> dict[str, Any]:
+        return {**super()._family_info(report, outcome, terms), "select/fallback": outcome.fallback,
+                "select/trimmed": outcome.trimmed}

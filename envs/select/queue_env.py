@@ -48,6 +48,32 @@ class QueueRound:
     update_cos: np.ndarray
 
 
+@dataclass(frozen=True)
+class QueueOutcome:
+    """A played round: the devices aggregated, what the validation set gained, what the devices showed.
+
+    It holds the round's entropies and biases, not the round itself: its trained local models would
+    otherwise stay alive until the next step.
+
+    Attributes:
+        keep: ``(K,)`` bool, the devices aggregated.
+        acc_gain: validation accuracy after the round minus before it.
+        loss_drop: validation cross-entropy before the round minus after it.
+        entropy: ``(K,)`` label entropy of each working set, bits.
+        bias: ``(K,)`` normalised distance of each label distribution to the population's.
+        empty: the action kept no device.
+        fallback: every kept device holds one class, so data-size weights replaced entropy weights.
+    """
+
+    keep: np.ndarray
+    acc_gain: float
+    loss_drop: float
+    entropy: np.ndarray
+    bias: np.ndarray
+    empty: bool
+    fallback: bool
+
+
 class FLSelectQueueEnv(FLEnv):
     """DDFL (Herath et al.): which trained devices are aggregated, with an opt-in server data queue.
 
@@ -136,34 +162,32 @@ class FLSelectQueueEnv(FLEnv):
         glob = [self._round / self.rounds_per_episode, self._validation.observed, self.queue.undelivered()]
         return np.concatenate([rows.ravel(), glob]).astype(np.float32)
 
-    def _play(self, pending: QueueRound, action: np.ndarray) -> RoundReport:
+    def _play(self, pending: QueueRound, action: np.ndarray) -> tuple[RoundReport, QueueOutcome]:
         fed = self.federation
         keep = np.asarray(action).astype(bool)
-        self._empty = not keep.any()
-        if self._empty and self.config.empty_action == "all":
+        empty = not keep.any()
+        if empty and self.config.empty_action == "all":
             keep[:] = True
         weight = pending.entropy.copy() if self.config.aggregation_weights == "entropy" else fed.sizes.astype(float)
-        self._fallback = bool(keep.any() and weight[keep].sum() <= 1e-12)
-        if self._fallback:  # every kept device holds one class: data-size weights (ours)
+        fallback = bool(keep.any() and weight[keep].sum() <= 1e-12)
+        if fallback:  # every kept device holds one class: data-size weights (ours)
             weight = fed.sizes.astype(float)
         report = fed.finish_round(pending.trained, aggregate=keep, weight=weight)
         self._selected_prev = keep.astype(float)
         self._selections += keep
         self._cos_sum += pending.update_cos
         self._uplink_bytes += report.upload_bytes
-        self._gain = self._validation.update(report)
-        self._played, self._keep = (pending.entropy, pending.bias), keep  # for the info: not the trained models
-        return report
+        gain, drop = self._validation.update(report)
+        return report, QueueOutcome(keep, gain, drop, pending.entropy, pending.bias, empty, fallback)
 
-    def _reward_terms(self, report: RoundReport) -> dict[str, float]:
-        accuracy, loss = self._gain
-        return {"acc_gain": accuracy, "loss_drop": loss, "uplink": float(self._keep.mean())}
+    def _reward_terms(self, report: RoundReport, outcome: QueueOutcome) -> dict[str, float]:
+        return {"acc_gain": outcome.acc_gain, "loss_drop": outcome.loss_drop, "uplink": float(outcome.keep.mean())}
 
     def _reward_weights(self) -> dict[str, float]:
         return self.config.reward_weights(self.rounds_per_episode)
 
-    def _family_info(self, report: RoundReport, terms: Mapping[str, float]) -> dict[str, Any]:
-        (entropy_bits, bias), keep = self._played, self._keep
+    def _family_info(self, report: RoundReport, outcome: QueueOutcome, terms: Mapping[str, float]) -> dict[str, Any]:
+        entropy_bits, bias, keep = outcome.entropy, outcome.bias, outcome.keep
         pooled = self.federation.histogram[keep].sum(axis=0, keepdims=True)  # the kept working sets' labels
         return {"select/kept": np.flatnonzero(keep), "select/kept_share": float(keep.mean()),
                 "select/entropy_kept": float(label_entropy(pooled)[0] / self._log2_c),
@@ -171,7 +195,7 @@ class FLSelectQueueEnv(FLEnv):
                 "select/entropy_bits": entropy_bits,
                 "select/mean_entropy": float(entropy_bits.mean() / self._log2_c),
                 "select/mean_bias": float(bias.mean()), "select/weights": report.weights,
-                "select/fallback_weights": self._fallback, "select/empty_selection": self._empty,
+                "select/fallback_weights": outcome.fallback, "select/empty_selection": outcome.empty,
                 "select/val_accuracy": report.val_accuracy, "select/samples_sent": int(self.queue.sent),
                 "select/privacy": {"server_data_fraction": self.config.server_data_fraction,
                                    "raw_samples_sent_total": int(self.queue.sent), "label_stats_exposed": "entropy"}}

@@ -4,101 +4,228 @@ Every function returns one sorted ``int64`` index array per client, and no sampl
 clients. Bad parameters raise ``ValueError`` naming the parameter; constraints that a draw can
 miss (a minimum client size) are redrawn a bounded number of times, then raise with advice.
 
-Schemes:
-
-* ``iid``: a random equal split (McMahan et al., 2017).
-* ``dirichlet``: per class, shares ``q_c ~ Dir(alpha * 1_K)`` (Hsu et al., arXiv:1909.06335);
-  ``balance=True`` adds the MOON/FedEntropy rule that a client holding ``>= N/K`` samples gets no
-  more.
-* ``shards``: sort by label, cut ``K * s`` equal shards, give each client ``s`` random shards
-  (McMahan's pathological split; a client may get two shards of one class).
-* ``classes``: each client picks ``k`` random classes and draws ``n`` samples from what is left
-  of them (FedAdp's "x-class non-IID" node).
-* ``mixed``: ``num_iid`` IID clients, then ``K - num_iid`` ``k``-class clients, all of size ``n``
-  (FedAdp's "a IID + b non-IID(x)"); IID clients get the lowest ids.
-* ``power_law``: IID labels, sizes ``min_size + Pareto(exponent)`` shares of the rest.
-* ``natural``: the data set's own split (``synthetic``).
+Schemes (:data:`SCHEMES`, one frozen config class each): ``iid``, ``dirichlet``, ``shards``,
+``classes``, ``one_class``, ``mixed``, ``power_law`` and ``natural`` (the data set's own split,
+``synthetic``). Build one by name with :func:`partition_scheme`, which refuses a knob the scheme
+does not take, and split with :func:`partition`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fl_gym.validation import UserError, is_int_at_least, is_positive, require, require_choice
 
-KINDS = ("iid", "dirichlet", "shards", "classes", "one_class", "mixed", "power_law", "natural")
+
+@dataclass(frozen=True)
+class PartitionScheme:
+    """Base of the partition schemes: one frozen config per scheme, validated on construction.
+
+    A scheme holds only its own knobs, so a knob that does not apply to it cannot be set
+    (:func:`partition_scheme` says which it takes); :func:`partition` cuts the training indices
+    with its ``_split``.
+
+    Attributes:
+        kind: the scheme's name in :data:`SCHEMES`.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
+               ) -> list[np.ndarray]:
+        """One sorted index array per client (``labels``: the training labels to split)."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
-class PartitionConfig:
-    """How training samples are split across clients.
+class IID(PartitionScheme):
+    """A random equal split (McMahan et al., 2017)."""
+
+    kind: ClassVar[str] = "iid"
+
+    def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
+               ) -> list[np.ndarray]:
+        return iid_split(len(labels), num_clients, rng)
+
+
+@dataclass(frozen=True)
+class Dirichlet(PartitionScheme):
+    """Per class, shares ``q_c ~ Dir(alpha * 1_K)`` (Hsu et al., arXiv:1909.06335).
 
     Attributes:
-        kind: one of :data:`KINDS`.
-        alpha: Dirichlet concentration (``dirichlet``); smaller means more label skew.
-        balance: cap a client at ``N/K`` samples while drawing (``dirichlet``).
-        min_size: smallest allowed client (``dirichlet``, ``power_law``).
-        shards_per_client: shards per client (``shards``).
-        classes_per_client: classes per non-IID client (``classes``, ``mixed``).
-        samples_per_client: samples per client (``classes``, ``mixed``); None = ``N // K``.
-        num_iid: IID clients first (``mixed``).
-        exponent: Pareto shape of the sizes (``power_law``); smaller is more skewed.
-        max_attempts: redraws before giving up on ``min_size``.
+        alpha: concentration; smaller means more label skew.
+        balance: the MOON/FedEntropy rule that a client holding ``>= N/K`` samples gets no more.
+        min_size: smallest allowed client; draws are repeated until every client has it.
+        max_attempts: draws before giving up on ``min_size``.
     """
 
-    kind: str = "dirichlet"
+    kind: ClassVar[str] = "dirichlet"
     alpha: float = 0.5
     balance: bool = False
     min_size: int = 10
-    shards_per_client: int = 2
-    classes_per_client: int = 2
-    samples_per_client: int | None = None
-    num_iid: int = 0
-    exponent: float = 1.5
     max_attempts: int = 100
 
     def __post_init__(self) -> None:
-        require_choice("partition.kind", self.kind, KINDS)
         require(is_positive(self.alpha), "alpha", self.alpha, "a float > 0")
+        require(isinstance(self.balance, bool), "balance", self.balance, "True or False")
         require(is_int_at_least(self.min_size, 1), "min_size", self.min_size, "an integer >= 1")
-        require(is_int_at_least(self.shards_per_client, 1), "shards_per_client", self.shards_per_client,
-                "an integer >= 1")
-        require(is_int_at_least(self.classes_per_client, 1), "classes_per_client",
-                self.classes_per_client, "an integer >= 1")
-        require(self.samples_per_client is None or is_int_at_least(self.samples_per_client, 1),
-                "samples_per_client", self.samples_per_client, "None or an integer >= 1")
-        require(is_int_at_least(self.num_iid, 0), "num_iid", self.num_iid, "an integer >= 0")
-        require(is_positive(self.exponent), "exponent", self.exponent, "a float > 0")
         require(is_int_at_least(self.max_attempts, 1), "max_attempts", self.max_attempts, "an integer >= 1")
 
+    def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
+               ) -> list[np.ndarray]:
+        return dirichlet_split(labels, num_clients, self, rng, num_classes)
 
-def partition(labels: np.ndarray, num_clients: int, cfg: PartitionConfig, rng: np.random.Generator,
+
+@dataclass(frozen=True)
+class Shards(PartitionScheme):
+    """McMahan's pathological split: sort by label, cut ``K * s`` equal shards, deal ``s`` to each client.
+
+    Attributes:
+        shards_per_client: ``s`` (a client may get two shards of one class).
+    """
+
+    kind: ClassVar[str] = "shards"
+    shards_per_client: int = 2
+
+    def __post_init__(self) -> None:
+        require(is_int_at_least(self.shards_per_client, 1), "shards_per_client", self.shards_per_client,
+                "an integer >= 1")
+
+    def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
+               ) -> list[np.ndarray]:
+        return shards_split(labels, num_clients, self.shards_per_client, rng)
+
+
+@dataclass(frozen=True)
+class Classes(PartitionScheme):
+    """Each client picks ``k`` random classes and draws ``n`` samples from what is left of them (FedAdp's "x-class").
+
+    Attributes:
+        classes_per_client: ``k``.
+        samples_per_client: ``n``; None = ``N // K``.
+    """
+
+    kind: ClassVar[str] = "classes"
+    classes_per_client: int = 2
+    samples_per_client: int | None = None
+
+    def __post_init__(self) -> None:
+        require(is_int_at_least(self.classes_per_client, 1), "classes_per_client", self.classes_per_client,
+                "an integer >= 1")
+        require(self.samples_per_client is None or is_int_at_least(self.samples_per_client, 1),
+                "samples_per_client", self.samples_per_client, "None or an integer >= 1")
+
+    def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
+               ) -> list[np.ndarray]:
+        return self._classes(labels, num_clients, rng, num_classes, 0)
+
+    def _classes(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int,
+                 num_iid: int) -> list[np.ndarray]:
+        n = self.samples_per_client or len(labels) // num_clients
+        return classes_split(labels, num_clients, self.classes_per_client, n, rng, num_iid, num_classes)
+
+
+@dataclass(frozen=True)
+class Mixed(Classes):
+    """``num_iid`` IID clients (lowest ids), then ``k``-class ones, all of size ``n`` (FedAdp's "a IID + b non-IID(x)").
+
+    Attributes:
+        num_iid: the IID clients.
+    """
+
+    kind: ClassVar[str] = "mixed"
+    num_iid: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(is_int_at_least(self.num_iid, 0), "num_iid", self.num_iid, "an integer >= 0")
+
+    def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
+               ) -> list[np.ndarray]:
+        require(self.num_iid <= num_clients, "num_iid", self.num_iid, f"at most num_clients={num_clients}")
+        return self._classes(labels, num_clients, rng, num_classes, self.num_iid)
+
+
+@dataclass(frozen=True)
+class OneClass(PartitionScheme):
+    """Client ``k`` holds class ``k mod C`` only (Herath et al.'s DDFL setup)."""
+
+    kind: ClassVar[str] = "one_class"
+
+    def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
+               ) -> list[np.ndarray]:
+        return one_class_split(labels, num_clients, rng, num_classes)
+
+
+@dataclass(frozen=True)
+class PowerLaw(PartitionScheme):
+    """IID labels, sizes ``min_size + Pareto(exponent)`` shares of the rest.
+
+    Attributes:
+        exponent: Pareto shape; smaller is more skewed.
+        min_size: smallest client.
+    """
+
+    kind: ClassVar[str] = "power_law"
+    exponent: float = 1.5
+    min_size: int = 10
+
+    def __post_init__(self) -> None:
+        require(is_positive(self.exponent), "exponent", self.exponent, "a float > 0")
+        require(is_int_at_least(self.min_size, 1), "min_size", self.min_size, "an integer >= 1")
+
+    def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
+               ) -> list[np.ndarray]:
+        return power_law_split(len(labels), num_clients, self, rng)
+
+
+@dataclass(frozen=True)
+class Natural(PartitionScheme):
+    """The data set's own split (``synthetic``): :attr:`fl_gym.data.dataset.Dataset.natural_split`."""
+
+    kind: ClassVar[str] = "natural"
+
+    def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
+               ) -> list[np.ndarray]:
+        raise UserError("partition='natural' comes from the data set; use Dataset.natural_split")
+
+
+SCHEMES: dict[str, type[PartitionScheme]] = {
+    cls.kind: cls for cls in (IID, Dirichlet, Shards, Classes, OneClass, Mixed, PowerLaw, Natural)}
+KINDS = tuple(SCHEMES)
+# every scheme's knobs, the flat names gym.make takes them by
+SCHEME_FIELDS = tuple(dict.fromkeys(f.name for cls in SCHEMES.values() for f in fields(cls)))
+
+
+def scheme_fields(kind: str) -> tuple[str, ...]:
+    """The knobs of scheme ``kind`` (none for an unknown one)."""
+    return tuple(f.name for f in fields(SCHEMES[kind])) if kind in SCHEMES else ()
+
+
+def partition_scheme(kind: str, **knobs: Any) -> PartitionScheme:
+    """The scheme ``kind`` with ``knobs``; a knob that the scheme does not take is an error naming the ones it takes."""
+    require_choice("partition", kind, KINDS)
+    own = scheme_fields(kind)
+    for name, value in knobs.items():
+        if name not in own:
+            raise UserError(f"{name}={value!r} does not apply to partition={kind!r}; allowed: "
+                            f"{', '.join(own) if own else 'no partition arguments'}")
+    return SCHEMES[kind](**knobs)
+
+
+def partition(labels: np.ndarray, num_clients: int, scheme: PartitionScheme, rng: np.random.Generator,
               num_classes: int | None = None) -> list[np.ndarray]:
-    """Split sample indices ``0..len(labels)-1`` across ``num_clients`` clients by ``cfg``."""
+    """Split sample indices ``0..len(labels)-1`` across ``num_clients`` clients by ``scheme``."""
     labels = np.asarray(labels)
     num_classes = int(labels.max()) + 1 if num_classes is None else num_classes
     require(is_int_at_least(num_clients, 1), "num_clients", num_clients, "an integer >= 1")
     require(num_clients <= len(labels), "num_clients", num_clients,
             f"at most the number of samples ({len(labels)})")
-    if cfg.kind == "iid":
-        return iid_split(len(labels), num_clients, rng)
-    if cfg.kind == "dirichlet":
-        return dirichlet_split(labels, num_clients, cfg, rng, num_classes)
-    if cfg.kind == "shards":
-        return shards_split(labels, num_clients, cfg.shards_per_client, rng)
-    if cfg.kind == "power_law":
-        return power_law_split(len(labels), num_clients, cfg, rng)
-    if cfg.kind == "one_class":
-        return one_class_split(labels, num_clients, rng, num_classes)
-    if cfg.kind in ("classes", "mixed"):
-        num_iid = cfg.num_iid if cfg.kind == "mixed" else 0
-        require(num_iid <= num_clients, "num_iid", num_iid, f"at most num_clients={num_clients}")
-        n = cfg.samples_per_client or len(labels) // num_clients
-        return classes_split(labels, num_clients, cfg.classes_per_client, n, rng, num_iid, num_classes)
-    raise UserError("partition.kind='natural' comes from the data set; use Dataset.natural_split")
+    return scheme._split(labels, num_clients, rng, num_classes)
 
 
 def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
@@ -120,7 +247,7 @@ def iid_split(num_samples: int, num_clients: int, rng: np.random.Generator) -> l
     return [np.sort(p) for p in np.array_split(rng.permutation(num_samples), num_clients)]
 
 
-def dirichlet_split(labels: np.ndarray, num_clients: int, cfg: PartitionConfig, rng: np.random.Generator,
+def dirichlet_split(labels: np.ndarray, num_clients: int, cfg: Dirichlet, rng: np.random.Generator,
                     num_classes: int) -> list[np.ndarray]:
     """Per-class Dirichlet(alpha) shares; redraw until every client has ``min_size`` samples."""
     require(num_clients * cfg.min_size <= len(labels), "min_size", cfg.min_size,
@@ -135,7 +262,7 @@ def dirichlet_split(labels: np.ndarray, num_clients: int, cfg: PartitionConfig, 
                      "raise alpha, lower min_size or use fewer clients")
 
 
-def _dirichlet_once(by_class: list[np.ndarray], num_clients: int, cfg: PartitionConfig,
+def _dirichlet_once(by_class: list[np.ndarray], num_clients: int, cfg: Dirichlet,
                     rng: np.random.Generator, total: int) -> list[np.ndarray]:
     chunks: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     held = np.zeros(num_clients)
@@ -203,7 +330,7 @@ def classes_split(labels: np.ndarray, num_clients: int, classes_per_client: int,
     return parts
 
 
-def power_law_split(num_samples: int, num_clients: int, cfg: PartitionConfig,
+def power_law_split(num_samples: int, num_clients: int, cfg: PowerLaw,
                     rng: np.random.Generator) -> list[np.ndarray]:
     """IID labels with sizes ``min_size + share_k * rest``, ``share_k`` from Pareto(exponent) draws."""
     rest = num_samples - num_clients * cfg.min_size

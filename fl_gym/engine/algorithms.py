@@ -102,6 +102,8 @@ class LocalAlgorithm:
     upload_factor = 1
     uses_representation = False
     stateless = False  # no client or server state between rounds: its clients can train anywhere, merged
+    # the FederationConfig fields it reads (it validates them when built); any other algorithm's is refused
+    settings_fields: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, cfg: FederationConfig) -> LocalAlgorithm:
@@ -156,6 +158,10 @@ class FedProx(LocalAlgorithm):
     mu: float = 0.01
     name = "fedprox"
     stateless = True
+    settings_fields = ("prox_mu",)
+
+    def __post_init__(self) -> None:
+        require(is_non_negative(self.mu), "prox_mu", self.mu, "a float >= 0")
 
     @classmethod
     def from_config(cls, cfg: FederationConfig) -> FedProx:
@@ -185,6 +191,7 @@ class PFedMe(LocalAlgorithm):
         """PFedMe with ``cfg.pfedme``."""
         return cls(cfg.pfedme)
     name = "pfedme"
+    settings_fields = ("pfedme",)
 
     @property
     def server_mix(self) -> float:  # type: ignore[override]
@@ -342,6 +349,7 @@ class FedDyn(Corrected):
     """
 
     name = "feddyn"
+    settings_fields = ("feddyn_alpha",)
 
     @staticmethod
     def settings(cfg: FederationConfig) -> tuple:
@@ -395,6 +403,7 @@ class Moon(LocalAlgorithm):
     """
 
     name = "moon"
+    settings_fields = ("moon_mu", "moon_tau")
     uses_representation = True
 
     @classmethod
@@ -403,8 +412,8 @@ class Moon(LocalAlgorithm):
         return cls(cfg.num_clients, cfg.moon_mu, cfg.moon_tau)
 
     def __init__(self, num_clients: int, mu: float = 0.1, tau: float = 0.5) -> None:
-        require(is_non_negative(mu), "moon.mu", mu, "a float >= 0")
-        require(is_positive(tau), "moon.tau", tau, "a float > 0")
+        require(is_non_negative(mu), "moon_mu", mu, "a float >= 0")
+        require(is_positive(tau), "moon_tau", tau, "a float > 0")
         self.num_clients, self.mu, self.tau = num_clients, mu, tau
         self.reset()
 
