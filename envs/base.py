@@ -163,6 +163,13 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         """The result of this env's next step, played already with the other copies; ``step`` returns it."""
         self._played_ahead = result
 
+    def count_round(self, uploads: int) -> bool:
+        """Count a round played (by ``step``, or for this env by a vector env); whether it was the episode's last."""
+        self._round += 1
+        self._uploads += uploads
+        self._ended = self._round >= self.rounds_per_episode
+        return self._ended
+
     @property
     def rounds_per_episode(self) -> int:
         """Rounds until ``truncated``."""
@@ -178,12 +185,11 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         if self._ended:
             raise gym.error.ResetNeeded("step() after the episode ended; call reset()")
         report, outcome = self._play(self._pending, self._check_action(action))
-        self._round += 1
-        self._uploads += int(report.aggregated.sum())
+        last = self.count_round(int(report.aggregated.sum()))
         terms = self._reward_terms(report, outcome)
         reward = self._reward(terms)
         terminated = self._is_terminated(report)
-        truncated = self._round >= self.rounds_per_episode and not terminated
+        truncated = last and not terminated
         info = self._info(report, outcome, terms)
         self._ended = terminated or truncated
         self._pending = None  # the played round (its trained models, say) is freed before the next one trains

@@ -81,3 +81,34 @@ def test_the_simulator_and_the_envs_load_no_rl_library():
             "assert 'stable_baselines3' not in sys.modules, 'SB3 loaded'; "
             "from fl_gym import make_vec; assert 'stable_baselines3' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _private_writes(path: Path) -> list[str]:
+    """``obj._name = ...`` (or ``obj._name[i] = ...``, ``+=``) where ``obj`` is not ``self`` or ``cls``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AugAssign) else []
+        for target in targets:
+            for leaf in ast.walk(target):
+                if isinstance(leaf, ast.Subscript) and isinstance(leaf.ctx, ast.Store):
+                    leaf = leaf.value  # obj._name[i] = ...: the attribute itself is only read
+                elif not isinstance(getattr(leaf, "ctx", None), ast.Store):
+                    continue
+                name = leaf.attr if isinstance(leaf, ast.Attribute) else ""
+                owner = getattr(getattr(leaf, "value", None), "id", None)
+                if name.startswith("_") and not name.startswith("__") and owner not in ("self", "cls"):
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(leaf)}")
+    return found
+
+
+def test_no_module_writes_another_objects_private_attributes():
+    """What one object keeps private, only it writes: others go through its public methods."""
+    assert [w for path in _files() for w in _private_writes(path)] == []
+
+
+def test_the_private_write_check_finds_one(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f(env, self):\n    env._round += 1\n    env._seen[0] = 2\n    self._ok = 1\n"
+                      "    env.public = env._read\n")
+    assert [w.split(": ")[1] for w in _private_writes(sample)] == ["env._round", "env._seen"]

@@ -162,6 +162,16 @@ class _HeteroEnv(FLEnv):
         ids = FAMILIES[cls.family].envs
         return next(env_id for env_id, entry in ids.items() if resolve(entry).view == view)
 
+    # ---- the vector clock's protocol (envs/hetero/vector.py) ----------------------------------
+
+    def client_records(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What the env keeps across rounds: each client's previous size, the sizes trained, the last slowdowns."""
+        return self._prev_size, self._sizes_used, self._seen
+
+    def share_client_records(self, prev_size: np.ndarray, sizes_used: np.ndarray, seen: np.ndarray) -> None:
+        """Keep the records in these arrays (a vector clock's rows, which it writes for every copy at once)."""
+        self._prev_size, self._sizes_used, self._seen = prev_size, sizes_used, seen
+
     # ---- the round ---------------------------------------------------------------------------
 
     def _reset_state(self) -> None:

@@ -102,8 +102,8 @@ class HeteroClock:
         self.masks[i], self.probe[i] = pending.opened.candidates, pending.opened.probe_time
         self.load[:, i] = load.availability, load.drift, load.noise
         # the copy's size records become rows of the clock's arrays (views): one write updates every copy's
-        self.prev_size[i], self.sizes_used[i], self.seen[i] = env._prev_size, env._sizes_used, env._seen
-        env._prev_size, env._sizes_used, env._seen = self.prev_size[i], self.sizes_used[i], self.seen[i]
+        self.prev_size[i], self.sizes_used[i], self.seen[i] = env.client_records()
+        env.share_client_records(self.prev_size[i], self.sizes_used[i], self.seen[i])
         env.defer_pending(self.builders[i])
 
     def _pending_of(self, i: int) -> HeteroRound:
@@ -245,12 +245,9 @@ class HeteroClock:
         The size records are the clock's rows, written for every copy at once by :meth:`step`; the
         played round and decision a scalar step keeps for its own info are not needed after it.
         """
-        k, limit = self.k, self.envs[0].rounds_per_episode
         for env, fed, round_time in zip(self.envs, self.feds, seconds, strict=True):
             fed.advance(round_time)
-            env._round += 1
-            env._uploads += k
-            env._ended = env._round >= limit
+            env.count_round(self.k)
 
     # ---- the next round ----------------------------------------------------------------------
 

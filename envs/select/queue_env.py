@@ -126,8 +126,9 @@ class FLSelectQueueEnv(FLEnv):
         self.segment = cfg.segment_size or segment_size(cfg.segment_rho, len(fed.server_indices), fed.num_clients,
                                                         train)
         if len(fed.server_indices):
+            # the same text for every scenario, so that Python shows it once, not at every redrawn scenario
             warnings.warn(f"FLSelectQueue-v0: the server holds {cfg.server_data_fraction:.0%} of the training data "
-                          f"({len(fed.server_indices)} raw samples) and sends it to every device", stacklevel=2)
+                          "as raw samples and sends them to every device", stacklevel=2)
 
     def _reset_state(self) -> None:
         fed = self.federation
