@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fl_gym.validation import is_non_negative, is_positive, require
+from fl_gym.validation import is_non_negative, is_positive, require, require_field_types
 
 MAX_SIGMA = 5.0  # log-std of a device's load: a factor of e^20 at four sigmas
 
@@ -60,6 +60,7 @@ class ClockConfig:
     aggregation_time: float = 0.0
 
     def __post_init__(self) -> None:
+        require_field_types(self)
         require(is_positive(self.seconds_per_unit), "seconds_per_unit", self.seconds_per_unit, "a float > 0")
         require(is_positive(self.heterogeneity) and self.heterogeneity >= 1, "heterogeneity", self.heterogeneity,
                 "a float >= 1")

@@ -25,6 +25,7 @@ from fl_gym.validation import (
     require,
     require_choice,
     require_device,
+    require_field_types,
     require_share,
     require_threads,
 )
@@ -137,6 +138,7 @@ class FederationConfig:
     keep_freed_memory: bool = True
 
     def __post_init__(self) -> None:
+        require_field_types(self)  # by the annotations, before any range check compares a value
         require_choice("dataset", self.dataset, DATASETS)
         require(is_int_at_least(self.num_clients, 1), "num_clients", self.num_clients, "an integer >= 1")
         require_choice("local_test", self.local_test, ("matched", "holdout", "none"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -98,6 +99,11 @@ def require_types(cls: type, values: Mapping[str, object]) -> None:
             raise UserError(f"{name}={value!r} is out of range; allowed: {_describe(hints[name])}")
 
 
+def require_field_types(config: object) -> None:
+    """:func:`require_types` for every field of a dataclass instance (a config built directly, not by ``gym.make``)."""
+    require_types(type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
+
+
 @functools.cache
 def _hints(cls: type) -> dict[str, object]:
     """``cls``'s resolved annotations, resolved once (every ``gym.make`` reads them)."""
@@ -146,7 +152,8 @@ def _describe(hint: object) -> str:
     names = {bool: "True or False", int: "an integer", float: "a real number (not NaN)", str: "a string"}
     if hint in names:
         return names[hint]
-    return f"a {getattr(hint, '__name__', hint)}"
+    name = str(getattr(hint, "__name__", hint))
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 class MissingExtraError(ImportError):

@@ -385,3 +385,14 @@ def test_another_algorithms_setting_is_refused_not_ignored(changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         FederationConfig(**changes)
     FederationConfig(algorithm="fedprox", prox_mu=0.5)  # its own setting
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda: FederationConfig(clock="fast"), "clock='fast' is out of range; allowed: a ClockConfig"),
+    (lambda: FederationConfig(optimizer="adam"), "optimizer='adam' is out of range; allowed: an OptimizerConfig"),
+    (lambda: FederationConfig(train="yes"), "train='yes' is out of range; allowed: True or False"),
+    (lambda: ClockConfig(bandwidth=None), "bandwidth=None is out of range"),
+])
+def test_a_config_built_directly_checks_its_fields_types(build, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build()
