@@ -62,7 +62,7 @@ from fl_gym.records import (
     TrainedRound,
     check_aggregation,
 )
-from fl_gym.validation import UserError, require
+from fl_gym.validation import UserError, is_int_at_least, require
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
 
@@ -138,6 +138,7 @@ class Federation:
     """
 
     def __init__(self, config: FederationConfig, scenario_seed: int = 0, dataset: Dataset | None = None) -> None:
+        require(is_int_at_least(scenario_seed, 0), "scenario_seed", scenario_seed, "an integer >= 0")
         self.config = cfg = config
         self.scenario_seed = scenario_seed
         self.device = torch.device(cfg.device)

@@ -292,6 +292,11 @@ def test_bench_ppo_section(capsys):
     (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
     (["bench", "--sections", "gpu"], "--sections"),
     (["bench", "--sections", "ppo", "--ppo-steps", "0"], "--ppo-steps=0"),
+    (["bench", "--sections", "engine", "--repeats", "0"], "--repeats=0"),
+    (["bench", "--sections", "engine", "--loop-repeats", "-1"], "--loop-repeats=-1"),
+    (["bench", "--sections", "engine", "--threads", "0"], "--threads='0'"),
+    (["data", "describe", "digits", "--seed", "-1"], "--seed=-1"),
+    (["fedavg", "--seed", "-1"], "--seed=-1"),
     (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),
     (["bench", "--sections", "memory", "--memory-envs", "FLSelect-v0,CartPole-v1"], "--memory-envs=['CartPole-v1']"),
     (["bench", "--sections", "vec", "--vec-ids", "FLHetero-v9"], "--vec-ids=['FLHetero-v9']"),
@@ -550,3 +555,29 @@ def test_plots_name_a_line_that_another_hides_and_use_a_log_axis_for_spans_over_
     same = {"mean": [1, 2], "std": [0, 0]}
     path = plots.plot_bands({"a": (None, same), "b": (None, same)}, "round", "y", "t", tmp_path / "p.png")
     assert image.imread(path).shape[2] in (3, 4)
+
+
+def _leaf_commands(parser, path=()):
+    """Every (sub-)command's parser with its path, e.g. ``("data", "describe")``."""
+    import argparse
+
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for action in subs:
+        for name, sub in action.choices.items():
+            yield from _leaf_commands(sub, (*path, name))
+    if path and not subs:
+        yield path, parser
+
+
+def test_every_numeric_flag_of_every_command_refuses_a_word_in_one_line(capsys):
+    """The sweep over the CLI's flags: a word where a number belongs exits 2 with one line naming the flag."""
+    from fl_gym.training.cli import build_parser
+
+    flags = [(path, action.option_strings[-1]) for path, parser in _leaf_commands(build_parser())
+             for action in parser._actions if action.option_strings and action.type in (int, float)]
+    assert len(flags) > 30
+    for path, flag in flags:
+        with pytest.raises(SystemExit) as exit_:
+            main([*path, flag, "abc"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exit_.value.code == 2 and len(err) == 1 and flag in err[0], (path, flag, err)

@@ -420,6 +420,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.ppo_steps, 1), "--ppo-steps", args.ppo_steps, "an integer >= 1")
     require(is_int_at_least(args.ppo_envs, 1), "--ppo-envs", args.ppo_envs, "an integer >= 1")
     require(is_int_at_least(args.memory_steps, 1), "--memory-steps", args.memory_steps, "an integer >= 1")
+    require(is_int_at_least(args.repeats, 1), "--repeats", args.repeats, "an integer >= 1")
+    require(is_int_at_least(args.loop_repeats, 1), "--loop-repeats", args.loop_repeats, "an integer >= 1")
+    threads = list(parse_ints(args.threads))
+    require(all(1 <= n <= MAX_THREADS for n in threads), "--threads", args.threads,
+            f"comma-separated integers in [1, {MAX_THREADS}]")
     require_device("--device", args.device)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if "engine" in sections:
@@ -427,7 +432,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         missing = [s for s in scenarios if s not in bench.SCENARIOS]
         if missing:
             raise UserError(f"--scenarios={missing} is out of range; allowed: {', '.join(bench.SCENARIOS)}")
-        results = bench.engine_benchmark(scenarios, list(parse_ints(args.threads)), args.device, args.repeats,
+        results = bench.engine_benchmark(scenarios, threads, args.device, args.repeats,
                                          args.loop_repeats, progress=say)
         print(bench.engine_table(results) + "\n")
     if "envs" in sections:
@@ -508,6 +513,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     require(args.out is None or Path(args.out).suffix.lower() == ".png", "--out", args.out, "a path ending in .png")
     if args.out:
         writable(Path(args.out).parent, "--out")
+    require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
     knobs = {name: getattr(args, name) for name in SCHEME_FIELDS if getattr(args, name) is not None}
     scheme = partition_scheme(args.partition, **knobs)  # a knob the scheme does not take is an error
     data = load_dataset(args.dataset, root=args.data_root, download=args.download)
@@ -548,6 +554,7 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
 
     _threads(args.threads)
     require(is_int_at_least(args.rounds, 1), "--rounds", args.rounds, "an integer >= 1")
+    require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
                            partition=Dirichlet(alpha=args.alpha), batch_size=args.batch_size)
     fed = Federation(cfg, scenario_seed=args.seed)
