@@ -54,7 +54,7 @@ def test_every_task_builds_passes_check_env_and_names_known_policies(task):
         train = gym.make(task.env_id, **task.train_kwargs())
         train.reset(seed=0)
         assert low_high(train.unwrapped.federation.scenario_seed)
-    assert [str(w.message) for w in caught if "sends it to every device" not in str(w.message)] == []
+    assert [str(w.message) for w in caught if "sends them to every device" not in str(w.message)] == []
     for spec in (*task.heuristics, *(c for cands in task.tuned.values() for c in cands), *task.uppers):
         policy_spec(spec, task.env_id)  # a ValueError for a name the family does not know
 

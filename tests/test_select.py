@@ -347,7 +347,7 @@ def test_entropy_weights_with_fallback_and_skip():
 def test_server_data_is_opt_in_and_reported():
     with pytest.raises(ValueError, match="server_data_fraction=0.1 is out of range; allowed: 0 unless allow_server"):
         gym.make("FLSelectQueue-v0", server_data_fraction=0.1)
-    with pytest.warns(UserWarning, match="sends it to every device"):
+    with pytest.warns(UserWarning, match="sends them to every device"):
         env = gym.make("FLSelectQueue-v0", server_data_fraction=0.1, allow_server_data=True, rounds_per_episode=3)
     env.reset(seed=0)
     env.step(np.ones(20, np.int8))
