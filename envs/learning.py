@@ -129,14 +129,10 @@ class TargetRewardEnv(FLEnv):
     """Base of the envs scored by a :class:`TargetReward`: the reward hooks, written once.
 
     A subclass creates ``self._target`` in ``_reset_state``, and its ``_play`` returns a
-    :class:`Scored` outcome whose terms :meth:`_score` computed from the report.
+    :class:`Scored` outcome with the terms ``self._target.update(report)`` gives.
     """
 
     _target: TargetReward
-
-    def _score(self, report: RoundReport) -> dict[str, float]:
-        """Fold ``report`` into the target: this round's reward terms."""
-        return self._target.update(report)
 
     def _reward_terms(self, report: RoundReport, outcome: Scored) -> dict[str, float]:
         return outcome.terms

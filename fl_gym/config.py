@@ -144,8 +144,6 @@ class FederationConfig:
         require_choice("local_test", self.local_test, ("matched", "holdout", "none"))
         require(0 < self.local_test_fraction < 1, "local_test_fraction", self.local_test_fraction, "a float in (0, 1)")
         require(is_int_at_least(self.validation_size, 0), "validation_size", self.validation_size, "an integer >= 0")
-        require(isinstance(self.partition, PartitionScheme), "partition", self.partition,
-                "a partition scheme (fl_gym.data.partition_scheme(kind, ...))")
         require(0 <= self.server_data_fraction < 1, "server_data_fraction", self.server_data_fraction,
                 "a float in [0, 1)")
         require(self.server_data_fraction == 0 or self.partition.kind != "natural", "server_data_fraction",

@@ -127,7 +127,7 @@ class FLAggregateEnv(TargetRewardEnv):
     def _play(self, pending: TrainedRound, action: np.ndarray) -> tuple[RoundReport, Aggregated]:
         weight = action_weights(action, self.federation.sizes, self.config.action_scale)
         report = self.federation.finish_round(pending, weight=weight)
-        return report, Aggregated(self._score(report), pending.stats.update_angle)
+        return report, Aggregated(self._target.update(report), pending.stats.update_angle)
 
     @property
     def round_stats(self) -> LocalStats:

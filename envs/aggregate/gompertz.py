@@ -24,8 +24,10 @@ def fedadp_weights(theta: np.ndarray, sizes: np.ndarray, alpha: float = 5.0) -> 
 class AngleTracker:
     """Each client's smoothed angle: the running mean of its angles over its own participations.
 
-    ``theta~ <- theta~ + (theta - theta~) / n`` with ``n`` the client's participation count (spec
-    2.5; the paper's round index under full participation). Never-seen clients read ``pi / 2``.
+    ``theta~ <- theta~ + (theta - theta~) / n`` with ``n`` the client's participation count: FedAdp's
+    Eq. (8) (Wu and Wang, IEEE TCCN 2021) divides by the round index ``t``, which equals the
+    participation count under the paper's full participation; counting participations is ours,
+    so a client sampled rarely is not frozen by rounds it missed. Never-seen clients read ``pi / 2``.
     """
 
     def __init__(self, num_clients: int) -> None:

@@ -214,7 +214,7 @@ class FLLearningRateEnv(TargetRewardEnv):
         report = fed.finish_round(trained)
         self.last_lr[st.clients] = lr[st.clients]
         self.participations[st.clients] += 1
-        outcome = Rated(self._score(report), st.clients, lr[st.clients],
+        outcome = Rated(self._target.update(report), st.clients, lr[st.clients],
                         _share_entropy(st.theta, trained.stats.model_norm[st.clients]))
         self._last_gain, self._share_entropy = outcome.terms["acc_gain"], outcome.share_entropy  # observed next
         self._mean_unit = float(unit_of(outcome.lrs, cfg.lr_min, cfg.lr_max).mean())
