@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -305,6 +305,23 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         return info
 
 
+class ValidationTerms(NamedTuple):
+    """One round's validation reward terms.
+
+    Attributes:
+        acc_gain: validation accuracy after the round minus before it.
+        loss_drop: validation cross-entropy before the round minus after it; over an episode they
+            sum to the initial minus the final loss, whatever the path.
+        loss_area: ``loss_drop`` weighted by the share of the episode it lasts, ``(T - t + 1) / T`` in
+            round ``t`` of ``T``: they sum to the mean over the rounds of the loss's fall below its
+            start, the loss analogue of an accuracy curve's area, so reaching a low loss early counts.
+    """
+
+    acc_gain: float
+    loss_drop: float
+    loss_area: float
+
+
 class ValidationGain:
     """The validation accuracy and loss a gain reward is measured from.
 
@@ -313,16 +330,21 @@ class ValidationGain:
     Attributes:
         last: the last validation accuracy.
         last_loss: the last validation cross-entropy.
+        rounds: the episode's rounds ``T`` (the weight of ``loss_area``).
+        played: the rounds reported so far.
     """
 
-    def __init__(self, federation: Federation) -> None:
+    def __init__(self, federation: Federation, rounds: int) -> None:
         self.last, self.last_loss = federation.validation()
+        self.rounds, self.played = rounds, 0
 
-    def update(self, report: RoundReport) -> tuple[float, float]:
-        """This round's accuracy gain and loss drop; the report's values become the reference."""
+    def update(self, report: RoundReport) -> ValidationTerms:
+        """This round's terms; the report's values become the reference."""
         gain, drop = report.val_accuracy - self.last, self.last_loss - report.val_loss
         self.last, self.last_loss = report.val_accuracy, report.val_loss
-        return gain, drop
+        share = max(self.rounds - self.played, 0) / self.rounds
+        self.played += 1
+        return ValidationTerms(gain, drop, drop * share)
 
     @property
     def observed(self) -> float:

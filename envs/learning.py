@@ -8,6 +8,7 @@ baselines of Zheng et al., IEEE TMC 2024) and their rewards read the validation 
 |---|---|---|
 | ``acc_gain`` (default) | ``acc_val(t) - acc_val(t-1)`` | final minus initial validation accuracy |
 | ``loss_drop`` | ``loss_val(t-1) - loss_val(t)`` (cross-entropy) | initial minus final validation loss: less noise |
+| ``loss_area`` | ``loss_drop`` times ``(T - t + 1) / T`` | the mean over rounds of ``loss_val(0) - loss_val(t)``: early counts |
 | ``rounds`` | ``-1`` | minus the rounds played (to the target with ``stop_at_target``) |
 | ``favor`` | ``64^(acc_val(t) - target) - 1`` | FAVOR's (Wang et al., INFOCOM 2020) |
 
@@ -29,7 +30,7 @@ from fl_gym.federation import Federation
 from fl_gym.records import RoundReport
 from fl_gym.validation import is_non_negative, is_positive, require, require_choice
 
-REWARDS = ("acc_gain", "loss_drop", "rounds", "favor")
+REWARDS = ("acc_gain", "loss_drop", "loss_area", "rounds", "favor")
 LOCAL_ALGORITHMS = ("fedavg", "fedprox", "feddyn")
 
 
@@ -95,18 +96,18 @@ class TargetReward:
 
     def __init__(self, federation: Federation, config: LearningConfig) -> None:
         self.config = config
-        self.validation = ValidationGain(federation)
+        self.validation = ValidationGain(federation, config.scenario.rounds_per_episode)
         self.rounds_to_target: int | None = None
         self.reached = False
 
     def update(self, report: RoundReport) -> dict[str, float]:
         """This round's terms (every one, whichever is rewarded)."""
         target = self.config.target_accuracy
-        gain, drop = self.validation.update(report)
+        terms = self.validation.update(report)
         self.reached = report.val_accuracy >= target
         if self.rounds_to_target is None and not math.isnan(report.accuracy) and report.accuracy >= target:
             self.rounds_to_target = report.round
-        return {"acc_gain": gain, "loss_drop": drop, "rounds": -1.0, "favor": favor(report.val_accuracy, target)}
+        return {**terms._asdict(), "rounds": -1.0, "favor": favor(report.val_accuracy, target)}
 
     def weights(self) -> Mapping[str, float]:
         """Weight 1 on the configured term."""

@@ -34,3 +34,27 @@ def test_loss_rewards_sum_to_the_drop_of_validation_loss(env_id, kwargs):
 def test_reward_signal_is_validated():
     with pytest.raises(ValueError, match="reward_signal='gain'"):
         gym.make("FLSelect-v0", reward_signal="gain")
+
+
+@pytest.mark.parametrize("env_id, kwargs", [
+    ("FLAggregate-v0", {"reward": "loss_area"}),
+    ("FLLearningRate-v0", {"reward": "loss_area"}),
+    ("FLSelect-v0", {"reward_signal": "loss_area", "lambda_comm": 0.0, "lambda_repair": 0.0}),
+    ("FLSelectQueue-v0", {"reward_signal": "loss_area", "lambda_comm": 0.0}),
+])
+def test_loss_area_rewards_sum_to_the_mean_fall_of_validation_loss(env_id, kwargs):
+    """The return is the mean over the rounds of the loss below its start, read from the federation."""
+    env = gym.make(env_id, rounds_per_episode=4, **kwargs)
+    env.reset(seed=5)
+    fed = env.unwrapped.federation
+    start = fed.validation()[1]
+    total, falls, done = 0.0, [], False
+    env.action_space.seed(0)
+    while not done:
+        _, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        assert info["reward_terms"]["loss_area"] == pytest.approx(reward, abs=1e-9)
+        total += reward
+        falls.append(start - fed.validation()[1])
+        done = terminated or truncated
+    assert len(falls) == 4 and total == pytest.approx(np.mean(falls), abs=1e-6)
+    assert total != pytest.approx(falls[-1], abs=1e-4)  # not the loss drop's sum: the path counts

@@ -38,6 +38,7 @@ QUEUE_PRESETS = {
 SAMPLERS = ("pools", "uniform")
 LOCAL_ALGORITHMS = ("fedavg", "fedprox", "scaffold", "moon")
 ENCODINGS = ("multibinary", "discrete")
+SIGNALS = {"accuracy": "acc_gain", "loss": "loss_drop", "loss_area": "loss_area"}  # reward_signal: its term
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,9 @@ class RewardConfig(PresetConfig):
     Attributes:
         lambda_comm: weight of the uplink penalty (per episode: uploading everything every round
             costs ``lambda_comm``).
-        reward_signal: the validation gain rewarded: ``accuracy`` (its accuracy gain) or ``loss``
-            (the drop of its cross-entropy, less noisy on a small validation set).
+        reward_signal: the validation gain rewarded (:class:`~fl_gym.envs.base.ValidationTerms`):
+            ``accuracy`` (its accuracy gain), ``loss`` (the drop of its cross-entropy, less noisy on
+            a small validation set) or ``loss_area`` (that drop weighted by the rounds it lasts).
     """
 
     lambda_comm: float = 0.05
@@ -57,12 +59,12 @@ class RewardConfig(PresetConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(is_non_negative(self.lambda_comm), "lambda_comm", self.lambda_comm, "a float >= 0")
-        require_choice("reward_signal", self.reward_signal, ("accuracy", "loss"))
+        require_choice("reward_signal", self.reward_signal, tuple(SIGNALS))
 
     def reward_weights(self, rounds: int) -> dict[str, float]:
         """The weights of the validation gain rewarded and of the uplink penalty, over ``rounds`` rounds."""
-        accuracy = self.reward_signal == "accuracy"
-        return {"acc_gain": float(accuracy), "loss_drop": float(not accuracy), "uplink": -self.lambda_comm / rounds}
+        gain = dict.fromkeys(SIGNALS.values(), 0.0) | {SIGNALS[self.reward_signal]: 1.0}
+        return {**gain, "uplink": -self.lambda_comm / rounds}
 
 
 @dataclass(frozen=True)

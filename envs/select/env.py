@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain, favor
+from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain, ValidationTerms, favor
 from fl_gym.envs.select.config import PickConfig, SelectConfig, SelectionConfig
 from fl_gym.envs.select.entropy import entropy, judge, leave_one_out_gain, mixture
 from fl_gym.envs.select.pools import Draw, Pools
@@ -64,8 +64,7 @@ class Selection:
         local_steps: ``(m,)`` local steps each candidate took.
         keep: ``(m,)`` bool per row.
         repaired: an all-zero action was repaired.
-        acc_gain: validation accuracy after the round minus before it.
-        loss_drop: validation cross-entropy before the round minus after it.
+        gain: the round's validation reward terms.
         kept_entropy: ``H(mix(kept)) / log c``.
         fallback: (``FLSelectPick-v0``) no client was picked: FedEntropy's draw trained instead.
         trimmed: (``FLSelectPick-v0``) more than ``m`` clients were picked: ``m`` of them trained.
@@ -77,8 +76,7 @@ class Selection:
     local_steps: np.ndarray
     keep: np.ndarray
     repaired: bool
-    acc_gain: float
-    loss_drop: float
+    gain: ValidationTerms
     kept_entropy: float
     fallback: bool = False
     trimmed: bool = False
@@ -102,7 +100,7 @@ class _SelectionEnv(FLEnv):
         n = self.federation.num_clients
         self.pools = Pools(n, self.config.p_positive)
         self._selections = np.zeros(n)
-        self._validation = ValidationGain(self.federation)
+        self._validation = ValidationGain(self.federation, self.rounds_per_episode)
         self._last_kept = 1.0
         self._uplink_bytes = 0.0
 
@@ -129,7 +127,7 @@ class _SelectionEnv(FLEnv):
         self._selections[slots] += 1
         kept_entropy = entropy(mixture(played.soft_labels[keep], fed.sizes[slots][keep])) / self._log_c
         selection = Selection(slots, played.draw.positive_branch, played.entropy, played.trained.steps[slots], keep,
-                              repaired, *self._validation.update(report), kept_entropy)
+                              repaired, self._validation.update(report), kept_entropy)
         self._last_kept = float(keep.mean())
         self._uplink_bytes += report.upload_bytes + self._soft_label_bytes(len(slots))
         return report, selection
@@ -141,7 +139,7 @@ class _SelectionEnv(FLEnv):
     # ---- reward and info -----------------------------------------------------------------------
 
     def _reward_terms(self, report: RoundReport, outcome: Selection) -> dict[str, float]:
-        return {"acc_gain": outcome.acc_gain, "loss_drop": outcome.loss_drop, "uplink": outcome.keep.sum() / self.m,
+        return {**outcome.gain._asdict(), "uplink": outcome.keep.sum() / self.m,
                 "entropy": outcome.kept_entropy, "repaired": float(outcome.repaired)}
 
     def _reward_weights(self) -> dict[str, float]:
@@ -182,7 +180,8 @@ class FLSelectEnv(_SelectionEnv):
 
     ## Rewards
     ``acc_gain`` (validation accuracy now minus last round's; with ``reward_signal="loss"`` the
-    drop of the validation cross-entropy, ``loss_drop``) ``- lambda_comm / T * uploads / m``
+    drop of the validation cross-entropy, ``loss_drop``, with ``"loss_area"`` that drop times
+    ``(T - t + 1) / T``) ``- lambda_comm / T * uploads / m``
     ``+ lambda_entropy / T * H(mix(kept)) / log c - lambda_repair * repaired``.
 
     ## Episode End

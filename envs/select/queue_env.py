@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fl_gym.data.report import label_entropy
-from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain
+from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain, ValidationTerms
 from fl_gym.envs.select.config import QueueConfig
 from fl_gym.envs.select.queue import DataQueue, bias, segment_size
 from fl_gym.envs.select.spaces import QUEUE_GLOBAL, QUEUE_ROW, UPDATE_ROW, QueueLayout
@@ -57,8 +57,7 @@ class QueueOutcome:
 
     Attributes:
         keep: ``(K,)`` bool, the devices aggregated.
-        acc_gain: validation accuracy after the round minus before it.
-        loss_drop: validation cross-entropy before the round minus after it.
+        gain: the round's validation reward terms.
         entropy: ``(K,)`` label entropy of each working set, bits.
         bias: ``(K,)`` normalised distance of each label distribution to the population's.
         empty: the action kept no device.
@@ -66,8 +65,7 @@ class QueueOutcome:
     """
 
     keep: np.ndarray
-    acc_gain: float
-    loss_drop: float
+    gain: ValidationTerms
     entropy: np.ndarray
     bias: np.ndarray
     empty: bool
@@ -91,8 +89,8 @@ class FLSelectQueueEnv(FLEnv):
     :class:`~fl_gym.envs.select.spaces.QueueLayout`.
 
     ## Rewards
-    Validation accuracy gain (``reward_signal="loss"``: the drop of the validation cross-entropy)
-    ``- lambda_comm / T * kept / K``.
+    Validation accuracy gain (``reward_signal="loss"``: the drop of the validation cross-entropy;
+    ``"loss_area"``: that drop times ``(T - t + 1) / T``) ``- lambda_comm / T * kept / K``.
 
     ## Episode End
     Truncated after ``rounds_per_episode`` rounds.
@@ -138,7 +136,7 @@ class FLSelectQueueEnv(FLEnv):
         self._selections = np.zeros(fed.num_clients)
         self._cos_sum = np.zeros(fed.num_clients)  # of the played rounds' update_cos
         self._uplink_bytes = 0.0
-        self._validation = ValidationGain(fed)
+        self._validation = ValidationGain(fed, self.rounds_per_episode)
 
     def _prepare(self) -> QueueRound:
         """Deliver this round's segments (from ``queue_start_round`` on), then train every device."""
@@ -178,11 +176,11 @@ class FLSelectQueueEnv(FLEnv):
         self._selections += keep
         self._cos_sum += pending.update_cos
         self._uplink_bytes += report.upload_bytes
-        gain, drop = self._validation.update(report)
-        return report, QueueOutcome(keep, gain, drop, pending.entropy, pending.bias, empty, fallback)
+        gain = self._validation.update(report)
+        return report, QueueOutcome(keep, gain, pending.entropy, pending.bias, empty, fallback)
 
     def _reward_terms(self, report: RoundReport, outcome: QueueOutcome) -> dict[str, float]:
-        return {"acc_gain": outcome.acc_gain, "loss_drop": outcome.loss_drop, "uplink": float(outcome.keep.mean())}
+        return {**outcome.gain._asdict(), "uplink": float(outcome.keep.mean())}
 
     def _reward_weights(self) -> dict[str, float]:
         return self.config.reward_weights(self.rounds_per_episode)
