@@ -26,7 +26,7 @@ import numpy as np
 from gymnasium import Env
 
 from fl_gym.baselines.base import RowPolicy
-from fl_gym.envs.hetero.actions import HeteroSpec
+from fl_gym.envs.hetero.actions import HeteroSpec, split_of
 from fl_gym.envs.hetero.config import HISTORY_HORIZON, SIZE_NAMES
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.validation import UserError
@@ -43,7 +43,7 @@ class HeteroPolicy(RowPolicy):
     several and decide every row on its own, so a batch is decided as arrays.
 
     Args:
-        env: a HAPFL env (or its :class:`~fl_gym.envs.hetero_actions.HeteroSpec`).
+        env: a HAPFL env (or its :class:`~fl_gym.envs.hetero.actions.HeteroSpec`).
     """
 
     batchable = True
@@ -62,11 +62,9 @@ class HeteroPolicy(RowPolicy):
     def _decide(self, rows: np.ndarray) -> np.ndarray:
         h = self.hetero
         base = 1.0 / rows[:, : h.clients_per_round]  # the observation is 1 / ratio
-        if h.view == "intensity":
-            return h.encode(None, self.split(base))
-        sizes = self.sizes(base)
-        sigma = self.split(h.time_ratio[sizes] * base) if h.view == "joint" else None
-        return h.encode(sizes, sigma)
+        sizes = self.sizes(base) if h.action.acts_sizes else None
+        cost_ratio = base if sizes is None else h.time_ratio[sizes] * base  # the split view observes S^2 already
+        return h.encode(sizes, self.split(cost_ratio) if h.action.acts_split else None)
 
     def sizes(self, probe_ratio: np.ndarray) -> np.ndarray:
         """Size index per slot from ``S^1`` (each row of a batch on its own)."""
@@ -246,7 +244,6 @@ class HAPFLPolicy(HeteroPolicy):
         if h.view != "joint":
             raise UserError(f"HAPFLPolicy: expected the joint view (FLHetero-v0), got {h.view!r}")
         self.ppo1, self.ppo2 = ppo1, ppo2
-        self._intensity = h.with_view("intensity")
 
     def act(self, row: np.ndarray) -> np.ndarray:
         """PPO1's sizes, then PPO2's split on the implied ``S^2``."""
@@ -254,7 +251,7 @@ class HAPFLPolicy(HeteroPolicy):
         k = h.clients_per_round
         sizes = np.asarray(self.ppo1.predict(row.astype(np.float32), deterministic=True)[0], dtype=np.int64)
         s2_obs = np.concatenate([row[:k] / h.time_ratio[sizes], row[k:]]).astype(np.float32)
-        sigma = self._intensity.decode(self.ppo2.predict(s2_obs, deterministic=True)[0])[1]
+        sigma = split_of(self.ppo2.predict(s2_obs, deterministic=True)[0])
         return h.encode(sizes, sigma)
 
 

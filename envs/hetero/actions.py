@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
+from gymnasium import spaces
 
 from fl_gym.validation import UserError
 
@@ -51,6 +53,11 @@ def integerize(sigma: np.ndarray, total: int) -> np.ndarray:
     return tau
 
 
+def split_of(logits: np.ndarray) -> np.ndarray:
+    """The epoch split that split logits give: ``softmax(3 a)`` of ``a`` clipped to ``[-1, 1]`` (per row)."""
+    return softmax(np.clip(np.asarray(logits), -1, 1))
+
+
 def size_bins(a: np.ndarray, num_sizes: int) -> np.ndarray:
     """Ordinal bins of ``[-1, 1]``: ``min(delta-1, floor((a+1)/2 * delta))``."""
     bins = np.floor((np.asarray(a, dtype=np.float64) + 1.0) / 2.0 * num_sizes).astype(np.int64)
@@ -68,13 +75,99 @@ def sigma_logits(sigma: np.ndarray) -> np.ndarray:
     return np.clip(logs - logs.mean(axis=-1, keepdims=True), -LOGIT_SCALE, LOGIT_SCALE) / LOGIT_SCALE
 
 
+class HeteroAction:
+    """What one HAPFL view's action carries, its space, and how sizes and a split encode into it.
+
+    A view acts the sizes, the epoch split or both (HighwayEnv's action types, per view). Subclasses
+    set :attr:`name` (the view), :attr:`reward` (the one reward of a one-lever view; None: any),
+    :attr:`acts_sizes`, :attr:`acts_split` and implement the three methods. ``encode`` and ``decode``
+    take one action or a batch of them (the last axis).
+    """
+
+    name: ClassVar[str]
+    reward: ClassVar[str | None]
+    acts_sizes: ClassVar[bool]
+    acts_split: ClassVar[bool]
+
+    def space(self, k: int, num_sizes: int) -> spaces.Space:
+        """The action space for ``k`` client slots and ``num_sizes`` model sizes."""
+        raise NotImplementedError
+
+    def encode(self, num_sizes: int, sizes: np.ndarray | None, sigma: np.ndarray | None) -> np.ndarray:
+        """The action that carries ``sizes`` and/or ``sigma``."""
+        raise NotImplementedError
+
+    def decode(self, num_sizes: int, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``(sizes, sigma)`` an action specifies (None for the half it does not carry)."""
+        raise NotImplementedError
+
+
+class SizesAndSplit(HeteroAction):
+    """The joint view: ``k`` size slots (ordinal bins of ``[-1, 1]``), then ``k`` split logits."""
+
+    name, reward, acts_sizes, acts_split = "joint", None, True, True
+
+    def space(self, k: int, num_sizes: int) -> spaces.Space:
+        """``Box(-1, 1, (2k,))``."""
+        return spaces.Box(-1.0, 1.0, (2 * k,), np.float32)
+
+    def encode(self, num_sizes: int, sizes: np.ndarray | None, sigma: np.ndarray | None) -> np.ndarray:
+        """Size bin centres, then centred log-ratios of ``sigma`` over 3."""
+        return np.concatenate([size_centres(sizes, num_sizes), sigma_logits(sigma)], axis=-1).astype(np.float32)
+
+    def decode(self, num_sizes: int, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The bins of the first half, ``softmax(3 a)`` of the second."""
+        a = np.clip(np.asarray(action), -1, 1)
+        k = a.shape[-1] // 2
+        return size_bins(a[..., :k], num_sizes), softmax(a[..., k:])
+
+
+class Sizes(HeteroAction):
+    """HAPFL's PPO1 view: a size index per slot; the split comes from an injected policy."""
+
+    name, reward, acts_sizes, acts_split = "alloc", "r1", True, False
+
+    def space(self, k: int, num_sizes: int) -> spaces.Space:
+        """``MultiDiscrete([delta] * k)``."""
+        return spaces.MultiDiscrete([num_sizes] * k)
+
+    def encode(self, num_sizes: int, sizes: np.ndarray | None, sigma: np.ndarray | None) -> np.ndarray:
+        """The size indices themselves."""
+        return np.asarray(sizes, dtype=np.int64)
+
+    def decode(self, num_sizes: int, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The indices; no split."""
+        return np.asarray(action).astype(np.int64), None
+
+
+class Split(HeteroAction):
+    """HAPFL's PPO2 view: ``k`` split logits; the sizes come from an injected policy."""
+
+    name, reward, acts_sizes, acts_split = "intensity", "r2", False, True
+
+    def space(self, k: int, num_sizes: int) -> spaces.Space:
+        """``Box(-1, 1, (k,))``."""
+        return spaces.Box(-1.0, 1.0, (k,), np.float32)
+
+    def encode(self, num_sizes: int, sizes: np.ndarray | None, sigma: np.ndarray | None) -> np.ndarray:
+        """Centred log-ratios of ``sigma`` over 3."""
+        return sigma_logits(sigma).astype(np.float32)
+
+    def decode(self, num_sizes: int, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """No sizes; :func:`split_of` the logits."""
+        return None, split_of(action)
+
+
+ACTIONS: dict[str, HeteroAction] = {a.name: a for a in (SizesAndSplit(), Sizes(), Split())}  # by view
+
+
 @dataclass(frozen=True)
 class HeteroSpec:
     """What a policy needs to know to act on a HAPFL env.
 
     Attributes:
-        view: ``"joint"`` (observes ``S^1``; acts sizes and split), ``"alloc"`` (observes ``S^1``;
-            acts sizes) or ``"intensity"`` (observes ``S^2``; acts the split).
+        view: a key of :data:`ACTIONS`: ``"joint"`` (observes ``S^1``; acts sizes and split),
+            ``"alloc"`` (observes ``S^1``; acts sizes) or ``"intensity"`` (observes ``S^2``; acts the split).
         clients_per_round: ``k`` (slots).
         num_sizes: ``delta``.
         time_ratio: ``(delta,)`` ``M(s) = (c(s) + c(lite)) / c(lite)``, per-epoch local-training
@@ -86,25 +179,19 @@ class HeteroSpec:
     num_sizes: int
     time_ratio: np.ndarray
 
+    @property
+    def action(self) -> HeteroAction:
+        """The view's action type."""
+        return ACTIONS[self.view]
+
     def with_view(self, view: str) -> HeteroSpec:
         """The same scenario seen through another view (e.g. the intensity view of a joint env)."""
         return dataclasses.replace(self, view=view)
 
     def encode(self, sizes: np.ndarray | None, sigma: np.ndarray | None) -> np.ndarray:
         """The action of this view that carries ``sizes`` and/or ``sigma`` (or the rows of several)."""
-        if self.view == "alloc":
-            return np.asarray(sizes, dtype=np.int64)
-        if self.view == "intensity":
-            return sigma_logits(sigma).astype(np.float32)
-        return np.concatenate([size_centres(sizes, self.num_sizes), sigma_logits(sigma)], axis=-1).astype(np.float32)
+        return self.action.encode(self.num_sizes, sizes, sigma)
 
     def decode(self, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``(sizes, sigma)`` an action of this view specifies (None for the half it does not)."""
-        a = np.asarray(action)
-        k = self.clients_per_round
-        if self.view == "alloc":
-            return a.astype(np.int64), None
-        if self.view == "intensity":
-            return None, softmax(np.clip(a, -1, 1))
-        a = np.clip(a, -1, 1)
-        return size_bins(a[:k], self.num_sizes), softmax(a[k:])
+        return self.action.decode(self.num_sizes, action)

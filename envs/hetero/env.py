@@ -32,7 +32,7 @@ from gymnasium import spaces
 
 from fl_gym.clock import RoundLoad
 from fl_gym.envs.base import ClientRows, FLEnv, Predictor
-from fl_gym.envs.hetero.actions import HeteroSpec, integerize, size_bins
+from fl_gym.envs.hetero.actions import ACTIONS, HeteroSpec, integerize, size_bins, split_of
 from fl_gym.envs.hetero.config import HISTORY_HORIZON, HeteroConfig
 from fl_gym.envs.registry import FAMILIES, family_of, resolve
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
@@ -89,7 +89,7 @@ def history_features(ratio: np.ndarray, slowdown: np.ndarray, age: np.ndarray) -
 class _HeteroEnv(FLEnv):
     """Shared simulator, sampling, assessment, decoding, rewards and info of the three views."""
 
-    view = "joint"
+    view = "joint"  # a key of ACTIONS: what the action carries
     family = "hetero"
     config_class = HeteroConfig
     any_client_count = True  # the observation and action cover the k sampled clients, not all K
@@ -104,14 +104,13 @@ class _HeteroEnv(FLEnv):
     def _setup(self) -> None:
         cfg, fed = self.config, self.federation
         mode = cfg.reward_mode
-        own = {"joint": None, "alloc": "r1", "intensity": "r2"}[self.view]
+        own = ACTIONS[self.view].reward
         require(mode is None or own is None or mode == own, "reward_mode", mode,
                 f"None or {own!r} ({type(self).__name__} has one reward)")
         self.reward_mode = mode or own or "joint"
         self.k, self.num_sizes, self.total_epochs = cfg.clients_per_round, cfg.num_sizes, cfg.total_epochs
         self.time_ratio = cfg.time_ratio
         self.hetero = HeteroSpec(self.view, self.k, self.num_sizes, self.time_ratio)
-        self._intensity_view = self.hetero.with_view("intensity")
         lite_epoch = fed.clock.epoch_time(fed.sizes, fed.probe_cost, RoundLoad.still(fed.num_clients))
         self.t_scale = cfg.local_epochs * self.time_ratio[-1] * float(np.median(lite_epoch))
         self._extras = np.stack([fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)])
@@ -121,7 +120,7 @@ class _HeteroEnv(FLEnv):
         self.client_rows = replace(rows[cfg.obs_mode], feature_major=True)
         width = self.client_rows.width * self.k + self.client_rows.globals
         self.observation_space = spaces.Box(0.0, 1.0, (width,), np.float32)
-        self.action_space = self._action_space()
+        self.action_space = self.hetero.action.space(self.k, self.num_sizes)
         self._policies = {view: self._inner(view) for view in ("alloc", "intensity")}  # the injected ones, built
         self._residual = self._residual_base(cfg.residual_policy)
         self._prev_size = np.full(fed.num_clients, -1)
@@ -129,9 +128,6 @@ class _HeteroEnv(FLEnv):
         self._lr = np.full(fed.num_clients, cfg.scenario.lr)
 
     # ---- spaces and actions ------------------------------------------------------------------
-
-    def _action_space(self) -> spaces.Space:
-        return spaces.Box(-1.0, 1.0, (2 * self.k,), np.float32)
 
     def encode_action(self, sizes: np.ndarray | None = None, sigma: np.ndarray | None = None) -> np.ndarray:
         """The action of this env that gives ``sizes`` (``(k,)`` indices) and/or ``sigma`` (simplex)."""
@@ -215,7 +211,7 @@ class _HeteroEnv(FLEnv):
         if sigma is None:
             cost_ratio = self.time_ratio[sizes] * pending.probe_ratio
             shares = self._predict(self._policies["intensity"], self._features(pending, cost_ratio))
-            sigma = self._intensity_view.decode(shares)[1]
+            sigma = split_of(shares)
         tau = sigma * self.total_epochs if self.config.fractional_epochs else integerize(sigma, self.total_epochs)
         return HeteroDecision(sizes, sigma, tau)
 
@@ -349,9 +345,6 @@ class FLHeteroAllocEnv(_HeteroEnv):
 
     view = "alloc"
 
-    def _action_space(self) -> spaces.Space:
-        return spaces.MultiDiscrete([self.num_sizes] * self.k)
-
     def action_masks(self) -> np.ndarray:
         """Allowed sizes per slot, flattened, for sb3-contrib's ``MaskablePPO``.
 
@@ -371,9 +364,6 @@ class FLHeteroIntensityEnv(_HeteroEnv):
     """
 
     view = "intensity"
-
-    def _action_space(self) -> spaces.Space:
-        return spaces.Box(-1.0, 1.0, (self.k,), np.float32)
 
     def _prepare(self) -> HeteroRound:
         """The round opened, with the sizes ``allocation_policy`` gives it (what the agent observes and splits)."""

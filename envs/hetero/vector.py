@@ -30,7 +30,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fl_gym.clock import RoundLoad, load_factors
-from fl_gym.envs.hetero.actions import size_bins, softmax
+from fl_gym.envs.hetero.actions import split_of
 from fl_gym.envs.hetero.env import HeteroRound, _HeteroEnv, history_features
 from fl_gym.records import OpenedRound
 
@@ -76,7 +76,8 @@ class HeteroClock:
         self.prev_size = np.zeros((n, self.num_clients), envs[0]._prev_size.dtype)
         self.seen = np.zeros((n, *envs[0]._seen.shape))
         self.sizes_used = np.zeros((n, envs[0].num_sizes), bool)
-        self.sizes = np.zeros((n, self.k), np.int64) if envs[0].view == "intensity" else None  # injected, per round
+        acts_sizes = envs[0].hetero.action.acts_sizes
+        self.sizes = None if acts_sizes else np.zeros((n, self.k), np.int64)  # injected, per round
         # per role, whether every copy was given one injected policy (fixed for the copies' lives)
         self.one_choice = {role: all(_same_choice(env._injected[role], envs[0]._injected[role]) for env in envs)
                            for role in envs[0]._injected}
@@ -184,15 +185,11 @@ class HeteroClock:
                          for i, (env, a) in enumerate(zip(self.envs, actions, strict=True))]
             return (np.stack([d.sizes for d in decisions]), np.stack([d.sigma for d in decisions]),
                     np.stack([d.epochs for d in decisions]))
-        a = a if first.view == "alloc" else np.clip(a, -1, 1)
-        if first.view == "joint":
-            sizes, sigma = size_bins(a[:, : self.k], first.num_sizes), softmax(a[:, self.k:])
-        elif first.view == "intensity":
-            sizes, sigma = self.sizes, softmax(a)
-        else:
-            sizes = a.astype(np.int64)
+        sizes, sigma = first.hetero.decode(a)
+        sizes = self.sizes if sizes is None else sizes
+        if sigma is None:
             shares = self._ask("intensity", self._features(first.time_ratio[sizes] * self.probe_ratio))
-            sigma = softmax(np.clip(shares, -1, 1))
+            sigma = split_of(shares)
         total = first.total_epochs
         tau = sigma * total if first.config.fractional_epochs else row_integerize(sigma, total)
         return sizes, sigma, tau
@@ -271,7 +268,8 @@ class HeteroClock:
         probe = self.probe[self.rows, self.slots]
         self.probe_ratio = probe / probe.min(axis=1, keepdims=True)
         # the intensity view's injected allocation policy sizes each copy's round
-        self.sizes = self._ask("alloc", self._features(self.probe_ratio)) if self.envs[0].view == "intensity" else None
+        injected = not self.envs[0].hetero.action.acts_sizes
+        self.sizes = self._ask("alloc", self._features(self.probe_ratio)) if injected else None
         for env, builder in zip(self.envs, self.builders, strict=True):
             env.defer_pending(builder)  # the round is these rows; a read builds its record
 
