@@ -481,6 +481,40 @@ def test_ctrl_c_in_any_command_exits_130_with_one_line(capsys, monkeypatch):
                                            "command continues where it stopped when run again)")
 
 
+_SWALLOWS_CTRL_C = """
+import sys, time
+from pathlib import Path
+from fl_gym.training.cli import exit_on_interrupt
+out = Path(sys.argv[1]); out.mkdir()
+with exit_on_interrupt("fl-gym flower: interrupted; nothing was written", empty=out):
+    print("ready", flush=True)
+    for _ in range(600):  # like Flower's simulation: an interrupt is swallowed and the work goes on
+        try:
+            time.sleep(0.05)
+        except KeyboardInterrupt:
+            pass
+print("finished")
+"""
+
+
+def test_ctrl_c_ends_work_that_swallows_it_at_once(tmp_path):
+    """``fl-gym flower``'s guard: Ctrl-C exits 130 with one line, however the library inside handles it."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", _SWALLOWS_CTRL_C, str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    start = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and time.perf_counter() - start < 5
+    assert err.strip() == "fl-gym flower: interrupted; nothing was written" and "finished" not in rest
+    assert not out.exists()  # the empty output folder goes
+
+
 @pytest.mark.parametrize("argv", [
     ["compare", "FLHetero-v0", "--policies", "oracle", "--out", "{blocked}/out"],
     ["generalise", "FLHetero-v0", "--policies", "oracle,inverse", "--reference", "oracle", "--out", "{blocked}/out"],

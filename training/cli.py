@@ -11,10 +11,13 @@ and shows its traceback. Ctrl-C exits with 130 and one line (``train`` says how 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,30 @@ def output_folder(args: argparse.Namespace, verb: str) -> Path:
 
     return writable(args.out or Path(args.runs_dir) / args.env_id / f"{verb}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
                     "--out")
+
+
+@contextlib.contextmanager
+def exit_on_interrupt(line: str, empty: Path | None = None) -> Iterator[None]:
+    """Ctrl-C inside the block ends the process at once: ``line`` on stderr and exit 130.
+
+    For work whose library keeps running after an interrupt (Flower's simulation swallows the
+    ``KeyboardInterrupt`` and its threads play on), so nothing of the command has been written yet;
+    ``empty``, an output folder the command made, is removed if it is still empty.
+    """
+
+    def stop(signum: int, frame: Any) -> None:
+        sys.stdout.flush()
+        print(line, file=sys.stderr, flush=True)
+        if empty is not None:
+            with contextlib.suppress(OSError):
+                empty.rmdir()
+        os._exit(130)
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def split_policies(text: str) -> list[str]:
@@ -296,7 +323,8 @@ def cmd_flower(args: argparse.Namespace) -> int:
     strategy = strategy_for(spec, args.policy, args.seed)
     out = output_folder(args, "flower")
     start = time.perf_counter()
-    run_local(strategy, args.rounds, verbose=args.verbose)
+    with exit_on_interrupt("\nfl-gym flower: interrupted; nothing was written", empty=out):
+        run_local(strategy, args.rounds, verbose=args.verbose)
     seconds = time.perf_counter() - start
     rows = comparison(strategy.history, env_episode(strategy, args.rounds))
     write_outputs(out, strategy.spec, args.policy, args.seed, rows, seconds)
