@@ -59,6 +59,19 @@ def test_every_task_builds_passes_check_env_and_names_known_policies(task):
         policy_spec(spec, task.env_id)  # a ValueError for a name the family does not know
 
 
+@pytest.mark.parametrize("task", CORE, ids=lambda t: t.name)
+def test_every_tasks_hyperparameter_blocks_build_an_agent_that_acts(task):
+    """The block of each algorithm a task names (``ppo`` and its ``algo_hyperparams``) trains on its env."""
+    from fl_gym.agents.ppo import build_agent, load_hyperparams
+
+    env = gym.make(task.env_id, **task.train_kwargs())
+    obs, _ = env.reset(seed=0)
+    for algo in ("ppo", *task.algo_hyperparams):
+        env_id, _, preset = task.hyperparams_for(algo).partition("/")
+        agent = build_agent(env, load_hyperparams(env_id, preset or None), algo, seed=0)
+        assert env.action_space.contains(agent.predict(obs, deterministic=True)[0])
+
+
 def low_high(seed: int) -> bool:
     return TRAIN_SCENARIOS[0] <= seed < TRAIN_SCENARIOS[1]
 

@@ -36,7 +36,8 @@ TASKS = (
          budget=100_000,
          reference="random-pick", heuristics=("random-pick", "pools", "stalest", "confident-pick"),
          tuned={"confident-pick-w": tuple(f"confident-pick[w={w}]" for w in (0.0, 0.25, 0.5, 1.0, 2.0))},
-         upper="clean-pick", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelectPick-v0/bench"),
+         upper="clean-pick", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelectPick-v0/bench",
+         algo_hyperparams={"recurrent-ppo": "FLSelectPick-v0/bench-lstm"}),
     Task(name="queue-noisy", env_id="FLSelectQueue-v0",
          doc="Which of 20 one-class devices are aggregated each round, with DDFL's server data queue (10 %), 6 of them "
              "on random labels: their label entropy looks like anyone's, their updates point elsewhere.",
