@@ -4,9 +4,12 @@ Both put label-noisy clients into the federation (``noisy_clients``): a share of
 train on random labels, which the server cannot see but their updates give away (FedAdp's
 angles, the probe losses and gradient cosines). Which clients are noisy is drawn with each
 federation, so an agent must detect them from what it observes, not remember their ids; the
-privileged ``clean`` policy, which reads them, is the upper reference. The reward is the drop of
-the validation cross-entropy (``reward="loss_drop"``), far less noisy in one episode than the
-accuracy gain on 150 validation images; the score stays the test accuracy.
+privileged ``clean`` policy, which reads them, is the upper reference. The reward reads the
+validation cross-entropy, far less noisy in one episode than the accuracy gain on 150 validation
+images; the score stays the test accuracy. ``aggregate-noisy`` rewards its drop weighted by the
+rounds it lasts (``reward="loss_area"``), whose return is the loss's area as the score is the
+accuracy's: with the plain drop (``loss_drop``, whose return is the initial minus the final loss,
+whatever the path) PPO's seeds reached the same return and different scores.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ AGGREGATE_TASKS = (
     Task(name="aggregate-noisy", env_id="FLAggregate-v0",
          doc="Aggregation weights for 10 clients (digits, Dirichlet 0.3), 3 of them training on random labels: the "
              "weights should mute them, from the update angles and statistics the server sees.",
-         env_kwargs={"noisy_clients": 0.3, "reward": "loss_drop"}, budget=100_000, reference="fedavg",
+         env_kwargs={"noisy_clients": 0.3, "reward": "loss_area"}, budget=100_000, reference="fedavg",
          heuristics=("fedavg", "fedadp", "uniform", "fedcos"),
          tuned={"fedadp-alpha": ("fedadp[alpha=2]", "fedadp[alpha=5]", "fedadp[alpha=10]", "fedadp[alpha=20]")},
          upper="clean", extrapolation={"noisy_clients": 0.5}, hyperparams="FLAggregate-v0/bench"),
