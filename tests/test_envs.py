@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
+import signal
 import warnings
 import weakref
 
@@ -209,18 +211,38 @@ def test_fuzz_every_argument_is_refused_by_name_or_gives_an_env_that_steps(env_i
     name = data.draw(st.sampled_from(_arguments(env_id)), label="argument")
     value = data.draw(st.sampled_from(BAD_VALUES), label="value")
     kwargs = {"rounds_per_episode": 2, name: value}
+    with _answers_within(FUZZ_SECONDS, f"{env_id} with {name}={value!r}"):
+        try:
+            env = gym.make(env_id, **kwargs)
+        except ValueError as err:
+            assert f"{name}=" in str(err) or name in str(err), str(err)
+            return
+        obs, _ = env.reset(seed=0)
+        env.action_space.seed(0)
+        for _ in range(2):
+            obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            assert np.all(np.isfinite(obs)) and np.isfinite(reward)
+            if terminated or truncated:
+                break
+
+
+FUZZ_SECONDS = 60  # an accepted value must not hang: a case takes well under a second on a 2-core CPU
+
+
+@contextlib.contextmanager
+def _answers_within(seconds: int, what: str):
+    """Fail, rather than hang, when the block runs longer than ``seconds`` (SIGALRM: POSIX only)."""
+
+    def expire(signum, frame):
+        raise TimeoutError(f"{what}: no answer within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        env = gym.make(env_id, **kwargs)
-    except ValueError as err:
-        assert f"{name}=" in str(err) or name in str(err), str(err)
-        return
-    obs, _ = env.reset(seed=0)
-    env.action_space.seed(0)
-    for _ in range(2):
-        obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-        assert np.all(np.isfinite(obs)) and np.isfinite(reward)
-        if terminated or truncated:
-            break
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.parametrize("module", ["fl_gym.envs.hetero.env", "fl_gym.envs.select.env", "fl_gym.envs.select.queue_env",
