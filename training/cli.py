@@ -264,7 +264,8 @@ def _generalise_parser(sub: Any) -> None:
                        "reference policy")
     p.add_argument("env_id")
     p.add_argument("--policies", required=True, help="as for compare")
-    p.add_argument("--reference", default="oracle", help="the policy the ratios divide by (one of --policies)")
+    p.add_argument("--reference", default=None, help="the policy the ratios divide by (one of --policies; "
+                   "default: the first)")
     p.add_argument("--scenario-seeds", default=None, help="held-out scenario seeds (default: 5 that "
                    "randomised training never draws, training/generalisation.py)")
     p.add_argument("--zero-shot", nargs="*", metavar="K=V[,K=V]", help="variants played on the same scenarios, "

@@ -30,7 +30,7 @@ METRICS = ("straggling_latency", "sim_time", "return")
 
 def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[int] = HELD_OUT,
                    variants: Mapping[str, Mapping[str, Any]] | None = None, seeds: Sequence[int] = DEFAULT_SEEDS,
-                   env_kwargs: Mapping[str, Any] | None = None, reference: str = "oracle",
+                   env_kwargs: Mapping[str, Any] | None = None, reference: str | None = None,
                    metrics: Sequence[str] = METRICS, out_dir: str | Path | None = None,
                    progress: bool = True) -> dict[str, Any]:
     """Every policy on every (variant, held-out scenario); per-scenario means and the summary.
@@ -42,12 +42,11 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
         variants: name -> env arguments on top of ``env_kwargs``; default one, ``held-out``, with none.
         seeds: evaluation seeds, played on every scenario.
         env_kwargs: env arguments of every episode.
-        reference: the spec whose metrics the ratios divide by (one of ``specs``).
+        reference: the spec whose metrics the ratios divide by (one of ``specs``; None: the first).
         metrics: summary keys of ``fl-gym compare`` to tabulate.
         out_dir: where ``results.json`` and ``results.md`` go (None: nowhere).
         progress: print each scenario as it starts.
     """
-    require(reference in specs, "reference", reference, f"one of the policies {list(specs)}")
     require(len(scenario_seeds) >= 1 and all(s >= 0 for s in scenario_seeds), "scenario_seeds",
             list(scenario_seeds), "one or more scenario seeds >= 0")
     variants = variants or {"held-out": {}}
@@ -56,6 +55,8 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
             gym.make(env_id, **{**(env_kwargs or {}), **extra, "scenario_seed": scenario_seeds[0]}).close()
         except ValueError as exc:
             raise UserError(f"variant {name!r}: {exc}") from exc
+    reference = specs[0] if reference is None and specs else reference
+    require(reference in specs, "reference", reference, f"one of the policies {list(specs)}")
     rows: list[dict[str, Any]] = []
     unable: dict[str, dict[str, str]] = {}  # variant -> policy -> why it cannot act there
     labels = {spec: policy_spec(spec, env_id, tuple(seeds)).label for spec in specs}  # loads each model once here
