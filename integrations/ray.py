@@ -24,6 +24,7 @@ builds the env from those alone.
 from __future__ import annotations
 
 import importlib
+import socket
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,7 +33,7 @@ import gymnasium as gym
 
 from fl_gym.envs.registry import env_ids
 from fl_gym.envs.sharded import ShardedVecEnv, ShardServer
-from fl_gym.validation import MissingExtraError, is_int_at_least, is_non_negative, require
+from fl_gym.validation import MissingExtraError, UserError, is_int_at_least, is_non_negative, require
 
 INSTALL = 'pip install "fl-gym[ray]"'
 
@@ -51,6 +52,23 @@ def ensure_ray(address: str | None = None, **init_kwargs: Any) -> Any:
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, **init_kwargs)
     return ray
+
+
+def check_address(address: str | None, name: str = "address", timeout: float = 3.0) -> None:
+    """A UserError naming ``name`` unless ``address`` is ``None``, ``local``, ``auto`` or a reachable ``host:port``.
+
+    ``ray.init`` retries an address where nothing listens for minutes; this answers within
+    ``timeout`` seconds (a TCP connection to the head's port; ``ray://host:port`` alike).
+    """
+    if address in (None, "local", "auto"):
+        return
+    host, sep, port = str(address).split("://", 1)[-1].rpartition(":")
+    require(bool(sep and host and port.isdigit()), name, address, "local, auto, or host:port")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise UserError(f"{name}={address!r} cannot be reached ({err.strerror or err}); allowed: local, auto, or "
+                        "the host:port of a running Ray head (`ray start --head` prints it)") from err
 
 
 class RayWorker:

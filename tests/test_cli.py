@@ -556,6 +556,28 @@ def test_generalise_names_the_actual_mistake_before_any_episode(extra, named, tm
     assert code == 2 and named in err and err.count("\n") == 1
 
 
+def test_an_unreachable_ray_address_fails_at_once_and_leaves_no_run_folder(tmp_path, capsys):
+    import socket
+
+    from fl_gym.integrations.ray import check_address
+
+    with socket.socket() as closed:  # a port nothing listens on: bound, never listening
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        start = time.perf_counter()
+        code, _, err = run_cli(["train", "FLAggregate-v0", "--vec-env", "ray", "--ray-address", address,
+                                "--runs-dir", str(tmp_path), "--n-timesteps", "10"], capsys)
+    assert code == 2 and f"--ray-address='{address}' cannot be reached" in err and err.count("\n") == 1
+    assert time.perf_counter() - start < 30 and list(tmp_path.iterdir()) == []
+    with socket.socket() as head:  # a listening port passes; so do local, auto and None
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        for ok in (f"127.0.0.1:{head.getsockname()[1]}", f"ray://127.0.0.1:{head.getsockname()[1]}", "local", None):
+            check_address(ok)
+    with pytest.raises(ValueError, match="address='nohost' is out of range"):
+        check_address("nohost")
+
+
 def test_a_run_folder_is_locked_while_it_trains_and_a_stale_lock_is_taken_over(tmp_path):
     import os
     import subprocess

@@ -79,6 +79,10 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides
     for name, value in (("--n-timesteps", total_timesteps), ("--n-envs", n_envs), ("--save-freq", save_freq)):
         require(value is None or is_int_at_least(value, 1), name, value, "an integer >= 1")
     require(is_int_at_least(seed, 0), "--seed", seed, "an integer >= 0")
+    if vec_env == "ray":
+        from fl_gym.integrations.ray import check_address
+
+        check_address(ray_address, "--ray-address")  # before any run folder exists
     overrides = dict(overrides or {})
     if algo in recipes:
         recipe = recipes[algo]
