@@ -519,6 +519,7 @@ def test_ctrl_c_ends_work_that_swallows_it_at_once(tmp_path):
     ["compare", "FLHetero-v0", "--policies", "oracle", "--out", "{blocked}/out"],
     ["generalise", "FLHetero-v0", "--policies", "oracle,inverse", "--reference", "oracle", "--out", "{blocked}/out"],
     ["train", "FLHeteroAlloc-v0", "--runs-dir", "{blocked}/runs"],
+    ["train", "FLHeteroAlloc-v0", "--runs-dir", "{ok}/runs", "--tensorboard-log", "{blocked}/tb"],
     ["benchmark", "run", "--suite", "smoke", "--algo", "fixed", "--out", "{blocked}/bench"],
     ["data", "describe", "digits", "--out", "{blocked}/h.png"],
     ["demo", "--out", "{blocked}/demo"],
@@ -533,9 +534,10 @@ def test_an_unwritable_output_fails_by_name_before_any_work(argv, tmp_path, caps
 
     monkeypatch.setattr(compare, "compare", no_work)
     monkeypatch.setattr(generalisation, "generalisation", no_work)
-    code, _, err = run_cli([a.format(blocked=blocked) for a in argv], capsys)
-    flag = "--runs-dir" if "train" in argv else "--out"
+    code, _, err = run_cli([a.format(blocked=blocked, ok=tmp_path) for a in argv], capsys)
+    flag = next(f for f in ("--tensorboard-log", "--runs-dir", "--out") if f in argv)
     assert code == 2 and f"{flag}=" in err and "cannot be written" in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").rglob("*.yml")) == []  # no run folder
 
 
 @pytest.mark.parametrize("extra, named", [

@@ -202,6 +202,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not args.env_id:
             raise UserError("train: give an ENV_ID, or --resume RUN_DIR")
         writable(args.runs_dir, "--runs-dir")
+        if args.tensorboard_log:
+            writable(args.tensorboard_log, "--tensorboard-log")
         cfg = runs.resolve(args.env_id, args.algo, args.preset, parse_kv(args.hyperparams, "--hyperparams"),
                            parse_kv(args.env_kwargs, "--env-kwargs"), args.seed, args.n_envs, args.vec_env,
                            args.n_timesteps, args.save_freq, args.tensorboard_log, args.ray_address)
