@@ -558,6 +558,14 @@ def test_generalise_names_the_actual_mistake_before_any_episode(extra, named, tm
     assert code == 2 and named in err and err.count("\n") == 1
 
 
+def test_a_failing_command_leaves_no_empty_output_folder(tmp_path, capsys):
+    (tmp_path / "run").mkdir()  # a run folder without a model
+    code, _, err = run_cli(["compare", "FLAggregate-v0", "--policies", f"ppo:{tmp_path / 'run'}", "--out",
+                            str(tmp_path / "new" / "out")], capsys)
+    assert code == 2 and "no model at" in err
+    assert not (tmp_path / "new").exists() and (tmp_path / "run").exists()  # what it made goes, nothing else
+
+
 def test_an_unreachable_ray_address_fails_at_once_and_leaves_no_run_folder(tmp_path, capsys):
     import socket
 

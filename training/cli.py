@@ -39,9 +39,13 @@ class Parser(argparse.ArgumentParser):
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)")
 
 
+MADE: list[Path] = []  # folders this command created, deepest first: removed again if still empty when it fails
+
+
 def writable(folder: str | Path, flag: str) -> Path:
     """``folder``, created, after a test write: an unwritable output fails before any work, naming ``flag``."""
     folder = Path(folder)
+    MADE.extend(p for p in (folder, *folder.parents) if not p.exists())
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".fl-gym-write-test-{os.getpid()}"
@@ -671,17 +675,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove each folder that is still empty (a failed command leaves no empty output behind)."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fl-gym`` console script."""
     args = build_parser().parse_args(argv)
+    MADE.clear()
     try:
         return args.func(args)
     except USER_ERRORS as err:
+        _remove_empty(MADE)
         if args.traceback:
             raise
         print(f"fl-gym: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        _remove_empty(MADE)
         print(f"\nfl-gym {args.command}: interrupted; what was finished is kept (a resumable command continues "
               "where it stopped when run again)", file=sys.stderr)
         return 130
