@@ -484,9 +484,9 @@ def test_ctrl_c_in_any_command_exits_130_with_one_line(capsys, monkeypatch):
 _SWALLOWS_CTRL_C = """
 import sys, time
 from pathlib import Path
-from fl_gym.training.cli import exit_on_interrupt
-out = Path(sys.argv[1]); out.mkdir()
-with exit_on_interrupt("fl-gym flower: interrupted; nothing was written", empty=out):
+from fl_gym.training.cli import exit_on_interrupt, writable
+out = writable(Path(sys.argv[1]) / "made", "--out")
+with exit_on_interrupt("fl-gym flower: interrupted; nothing was written"):
     print("ready", flush=True)
     for _ in range(600):  # like Flower's simulation: an interrupt is swallowed and the work goes on
         try:
@@ -512,7 +512,7 @@ def test_ctrl_c_ends_work_that_swallows_it_at_once(tmp_path):
     rest, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and time.perf_counter() - start < 5
     assert err.strip() == "fl-gym flower: interrupted; nothing was written" and "finished" not in rest
-    assert not out.exists()  # the empty output folder goes
+    assert not out.exists()  # the empty output folders it made go
 
 
 @pytest.mark.parametrize("argv", [

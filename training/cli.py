@@ -66,20 +66,18 @@ def output_folder(args: argparse.Namespace, verb: str) -> Path:
 
 
 @contextlib.contextmanager
-def exit_on_interrupt(line: str, empty: Path | None = None) -> Iterator[None]:
+def exit_on_interrupt(line: str) -> Iterator[None]:
     """Ctrl-C inside the block ends the process at once: ``line`` on stderr and exit 130.
 
     For work whose library keeps running after an interrupt (Flower's simulation swallows the
     ``KeyboardInterrupt`` and its threads play on), so nothing of the command has been written yet;
-    ``empty``, an output folder the command made, is removed if it is still empty.
+    the output folders it made and left empty go, as after any failure.
     """
 
     def stop(signum: int, frame: Any) -> None:
         sys.stdout.flush()
         print(line, file=sys.stderr, flush=True)
-        if empty is not None:
-            with contextlib.suppress(OSError):
-                empty.rmdir()
+        _remove_empty(MADE)
         os._exit(130)
 
     previous = signal.signal(signal.SIGINT, stop)
@@ -330,7 +328,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
     strategy = strategy_for(spec, args.policy, args.seed)
     out = output_folder(args, "flower")
     start = time.perf_counter()
-    with exit_on_interrupt("\nfl-gym flower: interrupted; nothing was written", empty=out):
+    with exit_on_interrupt("\nfl-gym flower: interrupted; nothing was written"):
         run_local(strategy, args.rounds, verbose=args.verbose)
     seconds = time.perf_counter() - start
     rows = comparison(strategy.history, env_episode(strategy, args.rounds))
