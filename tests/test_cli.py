@@ -540,24 +540,6 @@ def test_an_unwritable_output_fails_by_name_before_any_work(argv, tmp_path, caps
     assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").rglob("*.yml")) == []  # no run folder
 
 
-@pytest.mark.parametrize("extra, named", [
-    (["--zero-shot", "preset=nosuch"], "variant 'preset=nosuch': preset='nosuch'"),
-    (["--scenario-seeds", "-1"], "scenario_seeds=[-1]"),
-    (["--reference", "fedadp"], "reference='fedadp'"),
-])
-def test_generalise_names_the_actual_mistake_before_any_episode(extra, named, tmp_path, capsys, monkeypatch):
-    """The reference defaults to the first policy, so a bad variant or scenario seed is what the line names."""
-    from fl_gym.training import generalisation
-
-    def no_work(*args, **kwargs):
-        raise AssertionError("an episode started before the arguments were checked")
-
-    monkeypatch.setattr(generalisation, "compare", no_work)
-    code, _, err = run_cli(["generalise", "FLAggregate-v0", "--policies", "fedavg", "--out", str(tmp_path / "g"),
-                            *extra], capsys)
-    assert code == 2 and named in err and err.count("\n") == 1
-
-
 def test_a_failing_command_leaves_no_empty_output_folder(tmp_path, capsys):
     (tmp_path / "run").mkdir()  # a run folder without a model
     code, _, err = run_cli(["compare", "FLAggregate-v0", "--policies", f"ppo:{tmp_path / 'run'}", "--out",

@@ -47,18 +47,21 @@ def test_generalise_cli_writes_tables_and_names_a_bad_reference(tmp_path, capsys
     assert "reference" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("env_id,policies", [("FLHetero-v0", "oracle,greedy"), ("FLAggregate-v0", "fedavg")])
 @pytest.mark.parametrize("argv,message", [
     (["--zero-shot", "preset=nosuch"], "variant 'preset=nosuch': preset='nosuch' is out of range"),
     (["--scenario-seeds", "-1"], "scenario_seeds=[-1] is out of range"),
 ])
-def test_bad_variants_and_scenario_seeds_are_named_before_any_episode(argv, message, capsys, monkeypatch, tmp_path):
+def test_bad_variants_and_scenario_seeds_are_named_before_any_episode(env_id, policies, argv, message, capsys,
+                                                                       monkeypatch, tmp_path):
+    """On every family: ``--reference`` defaults to the first policy, so the line names the actual mistake."""
     from fl_gym.training import generalisation as module
 
     def no_episode(*args, **kwargs):
         raise AssertionError("an episode ran before the arguments were checked")
 
     monkeypatch.setattr(module, "compare", no_episode)
-    assert main(["generalise", "FLHetero-v0", "--policies", "oracle,greedy", "--out", str(tmp_path), *argv]) == 2
+    assert main(["generalise", env_id, "--policies", policies, "--out", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().err
 
 
