@@ -222,7 +222,7 @@ class ClairvoyantOraclePolicy(BalancedOraclePolicy):
         self.env = env.unwrapped
 
     def _decide(self, rows: np.ndarray) -> np.ndarray:
-        pending, k = self.env._pending, self.hetero.clients_per_round
+        pending, k = self.env.pending, self.hetero.clients_per_round
         drift = pending.opened.load.drift[pending.slots]
         return super()._decide(np.concatenate([rows[:, :k] / drift, rows[:, k:]], axis=-1))
 

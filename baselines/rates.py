@@ -68,7 +68,7 @@ class ConstantLRPolicy(RatePolicy):
         """This round's rate of the schedule."""
         if self.schedule == "constant":
             return self.lr
-        t, horizon = self.env._round, self.env.rounds_per_episode
+        t, horizon = self.env.rounds_played, self.env.rounds_per_episode
         return max(self.cfg.lr_min, self.lr * (1.0 + math.cos(math.pi * t / horizon)) / 2.0)
 
     def rates(self, st):

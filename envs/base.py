@@ -163,6 +163,26 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         """The result of this env's next step, played already with the other copies; ``step`` returns it."""
         self._played_ahead = result
 
+    @property
+    def rounds_played(self) -> int:
+        """Rounds played this episode."""
+        return self._round
+
+    @property
+    def uploads(self) -> int:
+        """Models uploaded this episode."""
+        return self._uploads
+
+    @property
+    def ended(self) -> bool:
+        """Whether the episode has ended (the next step needs a reset)."""
+        return self._ended
+
+    @property
+    def pending(self) -> Any:
+        """The family's record of the round waiting for the agent's decision (None before the first reset)."""
+        return self._pending
+
     def count_round(self, uploads: int) -> bool:
         """Count a round played (by ``step``, or for this env by a vector env); whether it was the episode's last."""
         self._round += 1
@@ -295,14 +315,37 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         return {}
 
     def _info(self, report: RoundReport, outcome: Any, terms: dict[str, float]) -> dict[str, Any]:
-        info: dict[str, Any] = {
-            "round": self._round, "sim_time": report.clock, "round_time": report.round_time,
-            "straggling_latency": report.straggling_latency, "upload_bytes": report.upload_bytes,
-            "uploads": self._uploads, "clients": np.flatnonzero(report.selected), "reward_terms": terms}
+        info: dict[str, Any] = RoundInfo(self._round, report.clock, report.round_time, report.straggling_latency,
+                                         report.upload_bytes, self._uploads, np.flatnonzero(report.selected),
+                                         terms)._asdict()
         if self.federation.config.train:  # learning metrics exist only when something learns
             info["accuracy"] = self._accuracy(report)
         info.update(self._family_info(report, outcome, terms))  # keys "<family>/..." (checked by tests/test_envs.py)
         return info
+
+
+class RoundInfo(NamedTuple):
+    """The ``info`` every env's step starts with, in this order (the family's keys follow).
+
+    Attributes:
+        round: rounds played this episode.
+        sim_time: simulated seconds since reset.
+        round_time: this round's simulated seconds.
+        straggling_latency: the slowest minus the fastest selected client's seconds.
+        upload_bytes: bytes uploaded this round.
+        uploads: models uploaded this episode.
+        clients: the ids of the clients selected this round.
+        reward_terms: the reward's terms by name.
+    """
+
+    round: int
+    sim_time: float
+    round_time: float
+    straggling_latency: float
+    upload_bytes: float
+    uploads: int
+    clients: np.ndarray
+    reward_terms: dict[str, float]
 
 
 class ValidationTerms(NamedTuple):

@@ -59,6 +59,11 @@ class ClockConfig:
     download_ratio: float = 1.0
     aggregation_time: float = 0.0
 
+    @property
+    def free_communication(self) -> bool:
+        """Whether communication takes no time (infinite bandwidth)."""
+        return math.isinf(self.bandwidth)
+
     def __post_init__(self) -> None:
         require_field_types(self)
         require(is_positive(self.seconds_per_unit), "seconds_per_unit", self.seconds_per_unit, "a float > 0")
@@ -120,7 +125,11 @@ class RoundLoad:
         ``previous``: the last round's load, which a persistent load (``load_persistence``)
         continues; None starts the chain from its stationary law.
         """
-        z = rng.standard_normal((3, num_clients))
+        return cls.of_normals(rng.standard_normal((3, num_clients)), cfg, previous)
+
+    @classmethod
+    def of_normals(cls, z: np.ndarray, cfg: ClockConfig, previous: RoundLoad | None = None) -> RoundLoad:
+        """The load of standard normals ``z`` (``(3, K)``; ``(3, N, K)`` for ``N`` copies) continuing ``previous``."""
         last = None if previous is None else np.stack([previous.availability, previous.drift])
         return cls(*load_factors(z, cfg, last))
 

@@ -168,7 +168,6 @@ class Federation:
         self.companion_bytes = float(self.companion_arch.num_bytes) if self.companion_arch else 0.0
         self.profiles = DeviceProfiles.draw(cfg.num_clients, cfg.clock, scenario)
         self.clock = Clock(cfg.clock, self.profiles)
-        self._free_comm = math.isinf(cfg.clock.bandwidth)
         self.probe_cost = self.companion_cost if cfg.probe_cost is None else cfg.probe_cost
         self._split_validation(scenario)
         self.noisy = self._draw_noisy(scenario)
@@ -413,17 +412,33 @@ class Federation:
         elif isinstance(candidates, (int, np.integer)):
             if not 1 <= candidates <= k_all:
                 raise UserError(f"candidates={candidates} is out of range; allowed: 1..{k_all}")
-            mask = np.zeros(k_all, bool)
-            mask[np.sort(self.sampler.permutation(k_all)[:candidates])] = True
+            order, mask = np.arange(k_all), np.zeros(k_all, bool)
+            self.draw_candidates(order)
+            mask[np.sort(order[:candidates])] = True
         else:
             mask = np.asarray(candidates, bool)
             if mask.shape != (k_all,) or not mask.any():
                 raise UserError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an int, "
                                  f"or a bool mask of shape ({k_all},) with at least one client")
-        load = RoundLoad.draw(k_all, self.config.clock, self.rng, self._last_load) if load is None else load
+        if load is None:
+            z = np.empty((3, k_all))
+            self.draw_load(z)
+            load = RoundLoad.of_normals(z, self.config.clock, self._last_load)
         self._last_load = load
         probe = self.clock.epoch_time(self.sizes, self.probe_cost, load)
         return OpenedRound(self.round + 1, mask, load, probe)
+
+    def draw_candidates(self, order: np.ndarray) -> None:
+        """Shuffle ``order`` (``arange(K)``) with :attr:`sampler`, a round's first draw.
+
+        Its first ``k`` ids, sorted, are ``k`` candidates drawn uniformly without replacement. The
+        draw fills a caller's buffer, so many federations' draws fill the rows of one array.
+        """
+        self.sampler.shuffle(order)
+
+    def draw_load(self, out: np.ndarray) -> None:
+        """Fill ``out`` with the ``(3, K)`` standard normals of a round's device load (its second draw)."""
+        self.rng.standard_normal(out=out)
 
     def train_round(self, opened: OpenedRound, plan: RoundPlan) -> TrainedRound:
         """Phase 2: time and train the clients ``plan`` selects (a subset of the candidates)."""
@@ -498,7 +513,8 @@ class Federation:
         cost = self.model_costs[plan.model] + self.companion_cost
         probe = opened.probe_time if self.companion_arch else np.zeros(self.num_clients)
         train = self.clock.train_time(self.sizes, epochs, cost, opened.load)
-        download = np.zeros_like(train) if self._free_comm else self.clock.download_time(self._bytes(plan))
+        free = self.config.clock.free_communication
+        download = np.zeros_like(train) if free else self.clock.download_time(self._bytes(plan))
         return tuple(np.where(sel, np.stack([epochs, probe, train, probe + train, download]), math.nan))
 
     def _bytes(self, plan: RoundPlan) -> np.ndarray:
@@ -507,7 +523,8 @@ class Federation:
     def _communication(self, trained: TrainedRound, aggregate: np.ndarray) -> dict:
         sel = trained.plan.selected
         nbytes = self._bytes(trained.plan) * self.algorithm.upload_factor  # e.g. SCAFFOLD's control variate
-        upload = np.where(sel, 0.0 if self._free_comm else self.clock.upload_time(nbytes) * aggregate, math.nan)
+        free = self.config.clock.free_communication
+        upload = np.where(sel, 0.0 if free else self.clock.upload_time(nbytes) * aggregate, math.nan)
         client = trained.download_time + trained.compute_time + upload
         active = client[sel]
         slowest, fastest = float(active.max()), float(active.min())

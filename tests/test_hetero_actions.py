@@ -34,6 +34,35 @@ def test_integerize_extremes_and_ties():
         integerize(np.full(4, 0.25), 3)
 
 
+def _integerize_one(sigma, total):
+    """The rule one row at a time, as written: floor at 1, the shortfall to the largest remainders, an
+    overshoot taken back one epoch at a time from the slot of the least slack."""
+    x = sigma * total
+    tau = np.maximum(1, np.floor(x)).astype(np.int64)
+    short = total - int(tau.sum())
+    if short > 0:
+        tau[np.argsort(-(x - tau), kind="stable")[:short]] += 1
+    for _ in range(-short):
+        tau[int(np.argmin(np.where(tau > 1, x - tau, np.inf)))] -= 1
+    return tau
+
+
+def test_integerize_of_rows_is_each_row_alone():
+    rng = np.random.default_rng(1)
+    logits = np.concatenate([rng.uniform(-1, 1, (50, 6)), np.tile([1, -1, -1, -1, -1, -1], (2, 1))])
+    peaked = softmax(np.array([[1.0, -1, -1, -1, -1, -1]]), scale=30.0)  # overshoots by 5
+    sigma = np.concatenate([softmax(logits), peaked])
+    for total in (6, 12, 120):
+        tau = integerize(sigma, total)
+        assert tau.shape == sigma.shape and (tau.sum(axis=1) == total).all()
+        for row, s in zip(tau, sigma, strict=True):
+            np.testing.assert_array_equal(row, _integerize_one(s, total))
+            np.testing.assert_array_equal(row, integerize(s, total))
+        np.testing.assert_array_equal(integerize(sigma[:51].reshape(3, 17, 6), total), tau[:51].reshape(3, 17, 6))
+    overshoot = np.maximum(1, np.floor(sigma * 12)).sum(axis=1) - 12
+    assert (overshoot > 0).sum() > 1 and overshoot.max() == 5  # the floor of 1 overshoots in several rows
+
+
 @settings(max_examples=100, deadline=None)
 @given(a=st.lists(st.floats(-1, 1), min_size=2, max_size=10), shift=st.floats(-0.5, 0.5))
 def test_softmax_decode_is_a_simplex_and_shift_invariant(a, shift):

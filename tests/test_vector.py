@@ -379,26 +379,6 @@ def test_timing_copies_ask_a_shared_batchable_policy_once_and_any_other_once_per
     assert seen == calls
 
 
-def test_the_row_rules_of_the_vector_clock_equal_the_scalar_ones():
-    from fl_gym.envs.hetero.actions import integerize, softmax
-    from fl_gym.envs.hetero.vector import row_integerize
-
-    rng = np.random.default_rng(1)
-    logits = np.concatenate([rng.uniform(-1, 1, (50, 6)), np.tile([1, -1, -1, -1, -1, -1], (2, 1))])
-    sigma = softmax(logits)
-    for row, a in zip(sigma, logits, strict=True):
-        np.testing.assert_array_equal(row, softmax(a))
-    peaked = softmax(np.array([[1.0, -1, -1, -1, -1, -1]]), scale=30.0)  # overshoots by 5
-    sigma = np.concatenate([sigma, peaked])
-    for total in (6, 12, 120):
-        tau = row_integerize(sigma, total)
-        for row, s in zip(tau, sigma, strict=True):
-            np.testing.assert_array_equal(row, integerize(s, total))
-        assert (tau.sum(axis=1) == total).all()
-    overshoot = np.maximum(1, np.floor(sigma * 12)).sum(axis=1) - 12
-    assert (overshoot > 0).sum() > 1 and overshoot.max() == 5  # the floor of 1 overshoots in several rows
-
-
 def test_auto_workers_one_per_core_with_eight_copies_each_and_one_for_timing_copies():
     import os
 

@@ -35,22 +35,24 @@ def softmax(a: np.ndarray, scale: float = LOGIT_SCALE) -> np.ndarray:
 def integerize(sigma: np.ndarray, total: int) -> np.ndarray:
     """Whole epochs ``tau_i >= 1`` with ``sum(tau) == total``, each within 1 of ``sigma_i * total``.
 
-    Proportional largest-remainder rounding with a floor of 1 (ours: the paper leaves it open); needs
-    ``total >= len(sigma)``.
+    Proportional largest-remainder rounding with a floor of 1 (ours: the paper leaves it open);
+    needs ``total >= k``. ``sigma``: ``(k,)`` or rows ``(..., k)`` (each row alone, the same steps
+    on every row at once).
     """
-    k = len(sigma)
+    k = np.shape(sigma)[-1]
     if total < k:
         raise UserError(f"total_epochs={total} is out of range; allowed: >= clients per round ({k})")
-    x = np.asarray(sigma, dtype=np.float64) * total
+    x = np.asarray(sigma, dtype=np.float64).reshape(-1, k) * total
     tau = np.maximum(1, np.floor(x)).astype(np.int64)
-    short = total - int(tau.sum())
-    if short > 0:
-        order = np.argsort(-(x - tau), kind="stable")  # largest remainder first, ties to lower slot
-        tau[order[:short]] += 1
-    for _ in range(-short):  # only the floor of 1 can overshoot
+    short = total - tau.sum(axis=1)
+    rows = np.arange(len(tau))[:, None]
+    order = np.argsort(tau - x, axis=1, kind="stable")  # largest remainder first, ties to the lower slot
+    tau[rows, order] += np.arange(k) < short[:, None]
+    for step in range(-int(short.min(initial=0))):  # only the floor of 1 can overshoot
         slack = np.where(tau > 1, x - tau, np.inf)
-        tau[int(np.argmin(slack))] -= 1
-    return tau
+        over = -short > step
+        tau[rows[over, 0], slack.argmin(axis=1)[over]] -= 1
+    return tau.reshape(np.shape(sigma))
 
 
 def split_of(logits: np.ndarray) -> np.ndarray:

@@ -23,9 +23,9 @@ See ``docs/envs/flhetero.md`` for the tables of spaces, rewards, info keys and a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -75,6 +75,50 @@ class HeteroOutcome:
     decision: HeteroDecision
 
 
+class ClientRecords(NamedTuple):
+    """What a HAPFL env keeps per client across rounds, as rows of copies (a stand-alone env has one row).
+
+    Attributes:
+        prev_size: ``(N, K)`` the size each client last trained (-1: none yet this episode).
+        sizes_used: ``(N, delta)`` the sizes trained this episode.
+        seen: ``(N, 2, K)`` each client's last measured slowdown and the round it was measured.
+        extras: ``(N, 2, K)`` data size and label entropy, normalised (fixed per scenario).
+    """
+
+    prev_size: np.ndarray
+    sizes_used: np.ndarray
+    seen: np.ndarray
+    extras: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int, num_clients: int, num_sizes: int) -> ClientRecords:
+        """``n`` rows of a new episode's records (extras zero)."""
+        return cls(np.full((n, num_clients), -1), np.zeros((n, num_sizes), bool), np.zeros((n, 2, num_clients)),
+                   np.zeros((n, 2, num_clients)))
+
+    def row(self, i: int) -> ClientRecords:
+        """Row ``i`` as a one-row view: writes through it write these arrays."""
+        return ClientRecords(*(a[i: i + 1] for a in self))
+
+    def start_episode(self) -> None:
+        """No client has a previous size or a measured slowdown, no size was trained."""
+        self.prev_size[:] = -1
+        self.seen[:, 0], self.seen[:, 1] = 1.0, -np.inf
+        self.sizes_used[:] = False
+
+    def played(self, slots: np.ndarray, sizes: np.ndarray, slowdown: np.ndarray | None, rounds: np.ndarray) -> None:
+        """Record rows of rounds played.
+
+        ``slots``, ``sizes`` and ``slowdown`` are ``(N, k)``: the clients, their sizes and measured
+        slowdowns (None: not kept); ``rounds`` ``(N, 1)`` the round each copy has now played.
+        """
+        rows = np.arange(len(slots))[:, None]
+        self.prev_size[rows, slots] = sizes
+        self.sizes_used[rows, sizes] = True
+        if slowdown is not None:
+            self.seen[rows, 0, slots], self.seen[rows, 1, slots] = slowdown, rounds
+
+
 def history_features(ratio: np.ndarray, slowdown: np.ndarray, age: np.ndarray) -> np.ndarray:
     """``obs_mode="history"``'s observation (rows of a batch alike): ``1 / ratio``, ``1 / (1 + slowdown)``, age.
 
@@ -113,7 +157,6 @@ class _HeteroEnv(FLEnv):
         self.hetero = HeteroSpec(self.view, self.k, self.num_sizes, self.time_ratio)
         lite_epoch = fed.clock.epoch_time(fed.sizes, fed.probe_cost, RoundLoad.still(fed.num_clients))
         self.t_scale = cfg.local_epochs * self.time_ratio[-1] * float(np.median(lite_epoch))
-        self._extras = np.stack([fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)])
         self._catalogue = self.time_ratio[size_bins(CATALOGUE_PROBES, self.num_sizes)] / self.time_ratio[-1]
         rows = {"paper": ClientRows(1), "extended": ClientRows(4), "catalogue": ClientRows(1, len(CATALOGUE_PROBES)),
                 "history": ClientRows(3)}
@@ -123,8 +166,8 @@ class _HeteroEnv(FLEnv):
         self.action_space = self.hetero.action.space(self.k, self.num_sizes)
         self._policies = {view: self._inner(view) for view in ("alloc", "intensity")}  # the injected ones, built
         self._residual = self._residual_base(cfg.residual_policy)
-        self._prev_size = np.full(fed.num_clients, -1)
-        self._seen = np.zeros((2, fed.num_clients))  # per client: last measured slowdown, round it was measured
+        self.records = ClientRecords.empty(1, fed.num_clients, self.num_sizes)
+        self.records.extras[0] = fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)
         self._lr = np.full(fed.num_clients, cfg.scenario.lr)
 
     # ---- spaces and actions ------------------------------------------------------------------
@@ -160,20 +203,14 @@ class _HeteroEnv(FLEnv):
 
     # ---- the vector clock's protocol (envs/hetero/vector.py) ----------------------------------
 
-    def client_records(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What the env keeps across rounds: each client's previous size, the sizes trained, the last slowdowns."""
-        return self._prev_size, self._sizes_used, self._seen
-
-    def share_client_records(self, prev_size: np.ndarray, sizes_used: np.ndarray, seen: np.ndarray) -> None:
-        """Keep the records in these arrays (a vector clock's rows, which it writes for every copy at once)."""
-        self._prev_size, self._sizes_used, self._seen = prev_size, sizes_used, seen
+    def share_records(self, records: ClientRecords) -> None:
+        """Keep the client records in ``records`` (one row of a vector clock's, which it writes for every copy)."""
+        self.records = records
 
     # ---- the round ---------------------------------------------------------------------------
 
     def _reset_state(self) -> None:
-        self._prev_size[:] = -1  # a new episode: no client has a previous size yet
-        self._seen[0], self._seen[1] = 1.0, -np.inf  # nor a measured slowdown
-        self._sizes_used = np.zeros(self.num_sizes, bool)
+        self.records.start_episode()
 
     def _prepare(self) -> HeteroRound:
         """Open the next round: sample ``k`` clients, draw their load, time the LiteModel epoch."""
@@ -188,15 +225,29 @@ class _HeteroEnv(FLEnv):
         return self._features(pending, ratio)
 
     def _features(self, pending: HeteroRound, ratio: np.ndarray) -> np.ndarray:
-        """``1 / ratio`` per slot (and, extended, size, label entropy and previous size; history, the slowdowns)."""
-        slots = pending.slots
+        """The observation of ``pending`` (:meth:`features` of one row)."""
+        rounds = np.array([[self.federation.round]], np.float64)
+        return self.features(ratio[None], pending.slots[None], rounds, self.records)[0]
+
+    def features(self, ratio: np.ndarray, slots: np.ndarray, rounds: np.ndarray, records: ClientRecords
+                 ) -> np.ndarray:
+        """Observations of rows of rounds: ``1 / ratio`` per slot, and what ``obs_mode`` adds.
+
+        Extended: size, label entropy and previous size; history: the slowdowns. ``ratio`` and
+        ``slots`` are ``(N, k)``, ``rounds`` ``(N, 1)`` the rounds each copy has played.
+        """
+        rows = np.arange(len(slots))[:, None]
         if self.config.obs_mode == "history":
-            seen = self._seen[:, slots]
-            return history_features(ratio, seen[0], self.federation.round - seen[1])
+            seen = records.seen
+            return history_features(ratio, seen[rows, 0, slots], rounds - seen[rows, 1, slots])
         if self.config.obs_mode != "extended":
-            return np.concatenate([1.0 / ratio, self._catalogue[: self.client_rows.globals]]).astype(np.float32)
-        prev = (self._prev_size[slots] + 1) / self.num_sizes
-        return np.concatenate([1.0 / ratio, self._extras[0, slots], self._extras[1, slots], prev]).astype(np.float32)
+            catalogue = self._catalogue[: self.client_rows.globals]
+            return np.concatenate([1.0 / ratio, np.broadcast_to(catalogue, (len(ratio), len(catalogue)))],
+                                  axis=1).astype(np.float32)
+        prev = (records.prev_size[rows, slots] + 1) / self.num_sizes
+        extras = records.extras
+        return np.concatenate([1.0 / ratio, extras[rows, 0, slots], extras[rows, 1, slots], prev],
+                              axis=1).astype(np.float32)
 
     @staticmethod
     def _predict(policy: Predictor, obs: np.ndarray) -> np.ndarray:
@@ -204,14 +255,28 @@ class _HeteroEnv(FLEnv):
         return np.asarray(action)
 
     def _decide(self, pending: HeteroRound, action: np.ndarray) -> HeteroDecision:
+        """The decision of one checked action (:meth:`decide` of one row), the residual's base added."""
         if self._residual is not None:
             action = np.clip(self._predict(self._residual, self._observe(pending)) + action, -1.0, 1.0)
-        sizes, sigma = self.hetero.decode(action)
-        sizes = pending.sizes if sizes is None else sizes
+
+        def ask(role: str, ratio: np.ndarray) -> np.ndarray:
+            return self._predict(self._policies[role], self._features(pending, ratio[0]))[None]
+
+        sizes = None if pending.sizes is None else pending.sizes[None]
+        rows = self.decide(np.asarray(action)[None], sizes, pending.probe_ratio[None], ask)
+        return HeteroDecision(rows.sizes[0], rows.sigma[0], rows.epochs[0])
+
+    def decide(self, actions: np.ndarray, sizes: np.ndarray | None, probe_ratio: np.ndarray,
+               ask: Callable[[str, np.ndarray], np.ndarray]) -> HeteroDecision:
+        """Rows of decisions from ``(N, ...)`` checked actions.
+
+        The sizes are the action's, or the injected ``sizes``; the split is the action's, or the
+        injected intensity policy's on the rows' cost ratios, ``ask("intensity", ratios)``.
+        """
+        decoded, sigma = self.hetero.decode(actions)
+        sizes = sizes if decoded is None else decoded
         if sigma is None:
-            cost_ratio = self.time_ratio[sizes] * pending.probe_ratio
-            shares = self._predict(self._policies["intensity"], self._features(pending, cost_ratio))
-            sigma = split_of(shares)
+            sigma = split_of(ask("intensity", self.time_ratio[sizes] * probe_ratio))
         tau = sigma * self.total_epochs if self.config.fractional_epochs else integerize(sigma, self.total_epochs)
         return HeteroDecision(sizes, sigma, tau)
 
@@ -223,21 +288,29 @@ class _HeteroEnv(FLEnv):
         selected = pending.opened.candidates
         plan = RoundPlan(selected.copy(), model, epochs, self._lr, selected.copy())
         report = self.federation.finish_round(self.federation.train_round(pending.opened, plan))
-        self._prev_size[slots] = decision.sizes
-        if self.config.obs_mode == "history":  # the slowdown the server measures: per-epoch time over the forecast
-            self._seen[0, slots], self._seen[1, slots] = pending.opened.load.drift[slots], self.federation.round
-        self._sizes_used[decision.sizes] = True
+        # the slowdown the server measures (history): per-epoch time over the forecast, the drift
+        slowdown = pending.opened.load.drift[slots][None] if self.config.obs_mode == "history" else None
+        rounds = np.array([[self.federation.round]], np.float64)
+        self.records.played(slots[None], decision.sizes[None], slowdown, rounds)
         return report, HeteroOutcome(pending, decision)
 
     # ---- reward, termination, info -------------------------------------------------------------
 
     def _reward_terms(self, report: RoundReport, outcome: HeteroOutcome) -> dict[str, float]:
         sel = outcome.played.slots
-        t_l = report.train_time[sel]
-        per_epoch = t_l / report.epochs[sel]
-        return {"r1": float(self.config.max_ratio - per_epoch.max() / per_epoch.min()),
-                "r2": float(t_l.min() - t_l.max()) / self.t_scale,
-                "neg_round_time": -report.round_time / self.t_scale}
+        terms = self.timing_terms(report.train_time[sel][None], report.epochs[sel][None],
+                                  np.array([report.round_time]), np.array([self.t_scale]))
+        return {name: value.item() for name, value in terms.items()}
+
+    def timing_terms(self, train: np.ndarray, epochs: np.ndarray, round_time: np.ndarray, t_scale: np.ndarray
+                     ) -> dict[str, np.ndarray]:
+        """HAPFL's reward terms of rows of played rounds.
+
+        ``train`` and ``epochs`` are ``(N, k)``, ``round_time`` and ``t_scale`` (``T_scale``) ``(N,)``.
+        """
+        per_epoch = train / epochs
+        return {"r1": self.config.max_ratio - per_epoch.max(axis=1) / per_epoch.min(axis=1),
+                "r2": (train.min(axis=1) - train.max(axis=1)) / t_scale, "neg_round_time": -round_time / t_scale}
 
     def _reward_weights(self) -> dict[str, float]:
         if self.reward_mode != "joint":
@@ -250,7 +323,7 @@ class _HeteroEnv(FLEnv):
 
         NaN between evaluations and while no client has trained it.
         """
-        return float(report.global_accuracy[-1]) if self._sizes_used[-1] else math.nan
+        return float(report.global_accuracy[-1]) if self.records.sizes_used[0, -1] else math.nan
 
     def _is_terminated(self, report: RoundReport) -> bool:
         target = self.config.target_accuracy
@@ -260,26 +333,38 @@ class _HeteroEnv(FLEnv):
 
     def _family_info(self, report: RoundReport, outcome: HeteroOutcome, terms: Mapping[str, float]
                      ) -> dict[str, Any]:
-        played, d = outcome.played, outcome.decision
-        sel = played.slots
-        t_c, t_l = report.compute_time[sel], report.train_time[sel]
-        info = {
-            "hetero/sizes": d.sizes.copy(), "hetero/epoch_share": d.sigma, "hetero/epochs": report.epochs[sel],
-            "hetero/probe_time": played.opened.probe_time[sel], "hetero/train_time": t_l,
-            "hetero/train_time_per_epoch": t_l / report.epochs[sel], "hetero/compute_time": t_c,
-            "hetero/straggling_compute": float(t_c.max() - t_c.min()),
-            "hetero/straggling_local": float(t_l.max() - t_l.min()),
-            "hetero/r1": terms["r1"], "hetero/r2_seconds": float(t_l.min() - t_l.max()),
-            "hetero/time_ratio": self.time_ratio.copy(),
-            "hetero/cost_ratio": self.time_ratio[d.sizes] * played.probe_ratio,
-            "hetero/label_entropy": self.federation.label_entropy[sel]}
+        played, sel = outcome.played, outcome.played.slots
+        rows = [x[None] for x in (report.epochs[sel], played.opened.probe_time[sel], report.train_time[sel],
+                                  report.compute_time[sel], played.probe_ratio, self.federation.label_entropy[sel])]
+        d = outcome.decision
+        decision = HeteroDecision(d.sizes[None], d.sigma[None], d.epochs[None])
+        columns = self.timing_info(decision, *rows, terms["r1"])
+        info = {key: column.tolist()[0] if column.ndim == 1 else column[0] for key, column in columns.items()}
         if self.config.backend == "torch":
             info.update(self._learning_info(report, sel))
         return info
 
+    def timing_info(self, decision: HeteroDecision, epochs: np.ndarray, probe: np.ndarray, train: np.ndarray,
+                    compute: np.ndarray, probe_ratio: np.ndarray, entropy: np.ndarray, r1: Any
+                    ) -> dict[str, np.ndarray]:
+        """The timing ``info`` of rows of played rounds: ``(N, ...)`` rows per key (``(N,)``: one number a copy).
+
+        ``decision`` and the times, ratios and label entropies are rows over the rounds' clients.
+        """
+        per_epoch = train / epochs
+        r2_seconds = train.min(axis=1) - train.max(axis=1)
+        return {
+            "hetero/sizes": decision.sizes.copy(), "hetero/epoch_share": decision.sigma, "hetero/epochs": epochs,
+            "hetero/probe_time": probe, "hetero/train_time": train, "hetero/train_time_per_epoch": per_epoch,
+            "hetero/compute_time": compute, "hetero/straggling_compute": compute.max(axis=1) - compute.min(axis=1),
+            "hetero/straggling_local": train.max(axis=1) - train.min(axis=1), "hetero/r1": np.asarray(r1).reshape(-1),
+            "hetero/r2_seconds": r2_seconds,
+            "hetero/time_ratio": np.broadcast_to(self.time_ratio, (len(train), len(self.time_ratio))).copy(),
+            "hetero/cost_ratio": self.time_ratio[decision.sizes] * probe_ratio, "hetero/label_entropy": entropy}
+
     def _learning_info(self, report: RoundReport, sel: np.ndarray) -> dict[str, Any]:
         names = self.config.size_names
-        accuracy = np.where(self._sizes_used, report.global_accuracy, np.nan)  # a size nobody trained: NaN
+        accuracy = np.where(self.records.sizes_used[0], report.global_accuracy, np.nan)  # a size nobody trained: NaN
         info = {"hetero/global_accuracy": dict(zip(names, accuracy.tolist(), strict=True)),
                 "hetero/weights": report.weights[sel], "hetero/local_accuracy": report.local_accuracy[sel],
                 "hetero/mean_local_accuracy": float(np.mean(report.local_accuracy[sel])),
