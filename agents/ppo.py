@@ -20,6 +20,7 @@ import yaml
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
@@ -130,7 +131,10 @@ def build_agent(env: gym.Env, hyperparams: dict[str, Any], algo: str = "ppo", se
     if policy == "SetPolicy":
         policy = SetPolicy
         kwargs["policy_kwargs"].setdefault("client_rows", client_rows_of(env))
-    return cls(policy, env, seed=seed, tensorboard_log=tensorboard_log, verbose=verbose, device=device, **kwargs)
+    model = cls(policy, env, seed=seed, tensorboard_log=tensorboard_log, verbose=verbose, device=device, **kwargs)
+    if tensorboard_log is None and verbose == 0:  # SB3 would make an empty folder in the temp dir per learn()
+        model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:

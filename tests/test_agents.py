@@ -11,6 +11,17 @@ from fl_gym.agents.ppo import make_env
 from fl_gym.baselines.hetero import BalancedOraclePolicy, RandomPolicy
 
 
+def test_an_agent_without_tensorboard_leaves_nothing_in_the_temp_dir(tmp_path, monkeypatch):
+    """SB3 makes an empty ``SB3-<time>`` folder in the temp dir for every learn() without a logger."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    model = build_agent(gym.make("FLHeteroAlloc-v0"), {"n_steps": 8, "batch_size": 8, "n_epochs": 1})
+    model.learn(8)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("SB3-")] == []
+
+
 def test_hyperparams_follow_the_spec():
     h1, h2 = load_hyperparams("FLHeteroAlloc-v0"), load_hyperparams("FLHeteroIntensity-v0")
     spec = (h1["n_steps"], h1["batch_size"], h1["learning_rate"], h1["gamma"], h1["gae_lambda"])
