@@ -75,8 +75,7 @@ class BatchedVecEnv(CopySeeds, VecEnv):
             fed.batcher, fed.buffers = self.batcher, buffers
         first = self.envs[0].unwrapped
         family = FAMILIES.get(getattr(first, "family", ""))
-        varies = first.config.scenario.num_clients_range is not None  # a clock's (copies, K) arrays need one K
-        entry = None if family is None or trains or varies else family.vector_clock
+        entry = None if family is None or trains else family.vector_clock
         self._clock_class = resolve(entry) if entry else None
         self._clock: Any = None  # built at reset: the family's clock as arrays over the copies
         super().__init__(len(self.envs), self.envs[0].observation_space, self.envs[0].action_space)

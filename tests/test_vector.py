@@ -303,11 +303,14 @@ INJECTED = [("FLHeteroAlloc-v0", {"intensity_policy": "inverse", "obs_mode": "ex
 
 @pytest.mark.parametrize("env_id,kwargs", [(i, {"obs_mode": m}) for i in TIMING for m in OBS_MODES] + INJECTED
                          + [(TIMING[0], {"randomize_scenario": True}), (TIMING[0], {"residual_policy": "oracle"}),
+                            (TIMING[0], {"randomize_scenario": True, "num_clients_range": (6, 14),
+                                         "obs_mode": "history"}),
                             (TIMING[0], {"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5})])
 def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     """The family's vector clock plays every copy's step as arrays; observations, rewards and
     every info value equal the stand-alone env's exactly, through auto-resets (which, with
-    ``randomize_scenario``, bring new device profiles and partitions), with the views' injected
+    ``randomize_scenario``, bring new device profiles and partitions, and with ``num_clients_range``
+    copies of different client counts, padded to the widest), with the views' injected
     policies asked in one batch (fixed ones by name) or per copy (``random``: each copy's stream).
     The copies hold the state their own steps would have left: a copy's pending round, built
     when read, is its twin's, and a copy stepped alone in between plays on as its twin."""
@@ -319,8 +322,12 @@ def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     for i, env in enumerate(solo):
         np.testing.assert_array_equal(obs[i], env.reset(seed=5 + i)[0])
     rng = np.random.default_rng(0)
+    counts = set()
     for _ in range(2 * rounds + 1):
         _assert_vector_step_is_each_twins_step(vec, solo, _actions(vec.action_space, n, rng))
+        counts.add(tuple(env.unwrapped.federation.num_clients for env in vec.envs))
+    if "num_clients_range" in kwargs:  # the copies' client counts differed, and changed at the resets
+        assert len(counts) > 1 and any(len(set(c)) > 1 for c in counts)
     for copy, twin in zip(vec.envs, solo, strict=True):
         _assert_same_record(copy.unwrapped._pending, twin.unwrapped._pending)
     action = _actions(vec.action_space, 1, rng)[0]

@@ -96,9 +96,14 @@ class ClientRecords(NamedTuple):
         return cls(np.full((n, num_clients), -1), np.zeros((n, num_sizes), bool), np.zeros((n, 2, num_clients)),
                    np.zeros((n, 2, num_clients)))
 
-    def row(self, i: int) -> ClientRecords:
-        """Row ``i`` as a one-row view: writes through it write these arrays."""
-        return ClientRecords(*(a[i: i + 1] for a in self))
+    def row(self, i: int, num_clients: int | None = None) -> ClientRecords:
+        """Row ``i`` as a one-row view of its first ``num_clients`` clients (None: all).
+
+        Writes through it write these arrays; a copy with fewer clients than the widest is a padded row.
+        """
+        clients = slice(num_clients)
+        return ClientRecords(self.prev_size[i: i + 1, clients], self.sizes_used[i: i + 1],
+                             self.seen[i: i + 1, :, clients], self.extras[i: i + 1, :, clients])
 
     def start_episode(self) -> None:
         """No client has a previous size or a measured slowdown, no size was trained."""

@@ -49,12 +49,14 @@ class HeteroClock:
         self.envs = envs
         self.feds = [env.federation for env in envs]
         fed, n = self.feds[0], len(envs)
-        self.k, self.num_clients = envs[0].k, fed.num_clients
+        # copies may differ in K (num_clients_range): every per-client array is as wide as the widest, and a
+        # copy's row holds its K clients first (the rest padding that no slot reads)
+        self.k, self.num_clients = envs[0].k, envs[0].config.scenario.client_counts()[1]
+        self.counts = np.array([f.num_clients for f in self.feds])
         self.rows = np.arange(n)[:, None]
         self.costs = fed.model_costs + fed.companion_cost
         self.nbytes = fed.model_bytes + fed.companion_bytes
-        self.speed = np.stack([f.profiles.speed for f in self.feds])
-        self.bandwidth = np.stack([f.profiles.bandwidth for f in self.feds])
+        self.speed, self.bandwidth = np.ones((n, self.num_clients)), np.ones((n, self.num_clients))
         self.clock = Clock(fed.config.clock, DeviceProfiles(self.speed, self.bandwidth))  # rows: the copies' clocks
         # per-episode arrays (a reset may redraw the partition): filled by refresh()
         self.samples, self.t_scale = np.zeros((n, self.num_clients), fed.sizes.dtype), np.zeros(n)
@@ -76,28 +78,35 @@ class HeteroClock:
     def refresh(self, i: int) -> None:
         """Read copy ``i``'s scenario and pending round after a reset or a step of its own.
 
-        A reset may draw a new scenario (same ``K``). The clock holds the round from then on.
+        A reset may draw a new scenario, with another ``K`` under ``num_clients_range``. The clock
+        holds the round from then on.
         """
         env = self.envs[i]
         fed = self.feds[i] = env.federation
-        self.speed[i], self.bandwidth[i], self.t_scale[i] = fed.profiles.speed, fed.profiles.bandwidth, env.t_scale
-        self.samples[i], self.entropy[i] = fed.sizes, fed.label_entropy
-        pending = env.pending
+        k = self.counts[i] = fed.num_clients
+        pending, load = env.pending, env.pending.opened.load  # possibly views of these rows: pad only past k
+        for rows, values, pad in ((self.speed, fed.profiles.speed, 1.0), (self.bandwidth, fed.profiles.bandwidth, 1.0),
+                                  (self.samples, fed.sizes, 0), (self.entropy, fed.label_entropy, 0.0),
+                                  (self.masks, pending.opened.candidates, False),
+                                  (self.probe, pending.opened.probe_time, 0.0), (self.load[0], load.availability, 1.0),
+                                  (self.load[1], load.drift, 1.0), (self.load[2], load.noise, 1.0)):
+            rows[i, :k], rows[i, k:] = values, pad
+        self.t_scale[i] = env.t_scale
         self.slots[i], self.probe_ratio[i] = pending.slots, pending.probe_ratio
         if self.sizes is not None:
             self.sizes[i] = pending.sizes
-        load = pending.opened.load
-        self.masks[i], self.probe[i] = pending.opened.candidates, pending.opened.probe_time
-        self.load[:, i] = load.availability, load.drift, load.noise
         # the copy's client records become rows of the clock's (views): one write updates every copy's
-        for mine, its in zip(self.records, env.records, strict=True):
-            mine[i] = its[0]
-        env.share_records(self.records.row(i))
+        row = self.records.row(i, k)
+        for mine, its in zip(row, env.records, strict=True):
+            mine[:] = its
+        env.share_records(row)
         env.defer_pending(self.builders[i])
 
     def _pending_of(self, i: int) -> HeteroRound:
         """Copy ``i``'s pending round as its own ``_prepare`` builds it, of row views of the clock's arrays."""
-        opened = OpenedRound(self.feds[i].round + 1, self.masks[i], RoundLoad(*self.load[:, i]), self.probe[i])
+        k = self.counts[i]
+        opened = OpenedRound(self.feds[i].round + 1, self.masks[i, :k], RoundLoad(*self.load[:, i, :k]),
+                             self.probe[i, :k])
         return HeteroRound(opened, self.slots[i], self.probe_ratio[i], None if self.sizes is None else self.sizes[i])
 
     # ---- one step ----------------------------------------------------------------------------
@@ -213,12 +222,17 @@ class HeteroClock:
         """Open every copy's next round (``Federation.open_round`` + ``_HeteroEnv._prepare``)."""
         fed = self.feds[0]
         # each copy's draws from its own streams, in the order Federation.open_round draws them
-        n = len(self.envs)
-        order, z = np.tile(np.arange(self.num_clients), (n, 1)), np.empty((n, 3, self.num_clients))
-        for f, ids, normals in zip(self.feds, order, z, strict=True):
-            f.draw_candidates(ids)
-            f.draw_load(normals)
+        n, width = len(self.envs), self.num_clients
+        order, flat = np.tile(np.arange(width), (n, 1)), np.zeros((n, 3 * width))
+        for f, ids, normals, k in zip(self.feds, order, flat, self.counts, strict=True):
+            f.draw_candidates(ids[:k])
+            f.draw_load(normals[: 3 * k].reshape(3, k))
         self.slots = np.sort(order[:, : self.k], axis=1)
+        z = flat.reshape(n, 3, width)
+        if (self.counts < width).any():  # a padded row's normals lie (3, K) first: spread them out
+            z = np.zeros((n, 3, width))
+            for row, normals, k in zip(z, flat, self.counts, strict=True):
+                row[:, :k] = normals[: 3 * k].reshape(3, k)
         z = z.transpose(1, 0, 2)
         self.masks = np.zeros((n, self.num_clients), bool)
         self.masks[self.rows, self.slots] = True
