@@ -63,6 +63,40 @@ def _assert_copies_play_standalone_episodes(env_id: str, n: int = 3, rounds: int
     vec.close()
 
 
+def test_training_copies_of_different_client_counts_stepped_and_reset_alone_play_their_twins_episodes():
+    """Copies that train, with client counts drawn per episode (``num_clients_range``) so that they
+    differ in one merged step; one copy stepped alone and one reset alone in between: each plays the
+    episode of its stand-alone twin (training within float tolerance)."""
+    kwargs = {"rounds_per_episode": 3, "randomize_scenario": True, "num_clients_range": (6, 12)}
+    n, rng = 3, np.random.default_rng(0)
+    vec = fl_gym.make_vec("FLSelect-v0", n, seed=5, monitor=False, **kwargs)
+    solo = [gym.make("FLSelect-v0", **kwargs) for _ in range(n)]
+    obs = vec.reset()
+    for i, env in enumerate(solo):
+        np.testing.assert_allclose(obs[i], env.reset(seed=5 + i)[0], rtol=0, atol=1e-5)
+    counts = set()
+
+    def step_all():
+        actions = _actions(vec.action_space, n, rng)
+        obs, rewards, dones, _ = vec.step(actions)
+        for i, env in enumerate(solo):
+            o, r, terminated, truncated, _ = env.step(actions[i])
+            o = env.reset()[0] if terminated or truncated else o
+            np.testing.assert_allclose(obs[i], o, rtol=0, atol=1e-5)
+            assert rewards[i] == pytest.approx(r, abs=1e-5)
+        counts.add(tuple(env.unwrapped.federation.num_clients for env in vec.envs))
+
+    for _ in range(3):
+        step_all()
+    action = _actions(vec.action_space, 1, rng)[0]
+    np.testing.assert_allclose(vec.envs[1].step(action)[0], solo[1].step(action)[0], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(vec.envs[2].reset(seed=77)[0], solo[2].reset(seed=77)[0], rtol=0, atol=1e-5)
+    for _ in range(3):
+        step_all()
+    assert any(len(set(c)) > 1 for c in counts) and len(counts) > 1
+    vec.close()
+
+
 @pytest.mark.parametrize("turn,flushes", [
     (None, 2),  # one merged training, then one merged evaluation (every copy's test and validation sets)
     (3, 4),  # turns of 3 and 1 copies: a training and an evaluation each
