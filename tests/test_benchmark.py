@@ -235,6 +235,8 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     (["benchmark", "run", "--suite", "smoke", "--tasks", "nosuch"], "--tasks=['nosuch']"),
     (["benchmark", "run", "--suite", "smoke", "--seeds", "x"], "--seeds='x'"),
     (["benchmark", "report", "--suite", "smoke", "--reps", "3"], "--reps=3"),
+    (["benchmark", "report", "--suite", "smoke", "--runs", "/nonexistent/runs"], "--runs='/nonexistent/runs'"),
+    (["benchmark", "tasks", "--suite", "smoke", "--tasks", "nosuch"], "--tasks=['nosuch']"),
 ])
 def test_benchmark_cli_errors_are_one_line(argv, message, capsys, tmp_path):
     assert main([*argv, "--out", str(tmp_path / "b")]) == 2

@@ -362,7 +362,8 @@ def _benchmark_parser(sub: Any) -> None:
                        ("tasks", "list a suite's tasks")):
         b = bench_sub.add_parser(name, help=text)
         b.add_argument("--suite", default="core-v1", help="core-v1, or smoke (a pipeline check)")
-        b.add_argument("--tasks", default="", help="comma-separated task names (default: the whole suite)")
+        if name != "report":  # a report covers the whole suite
+            b.add_argument("--tasks", default="", help="comma-separated task names (default: the whole suite)")
         b.add_argument("--out", default=None, help="run: the run folder (default runs/benchmark-SUITE); report: where "
                        "the report goes (default: the run folder)")
         b.add_argument("--runs-dir", default="runs")
@@ -382,9 +383,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     from fl_gym.training import benchmark
 
     _threads(args.threads)
-    tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
+    tasks = [t for t in getattr(args, "tasks", "").split(",") if t] or None
+    chosen = benchmark.suite_tasks(args.suite, tasks)  # a ValueError naming an unknown suite or task
     if args.benchmark_command == "tasks":
-        for task in benchmark.suite(args.suite):
+        for task in chosen:
             print(f"{task.name}: {task.env_id}, {task.budget} steps, score {task.score}; {task.doc}")
         return 0
     default = Path(args.runs_dir) / f"benchmark-{args.suite}"
@@ -396,6 +398,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         return 0
     require(is_int_at_least(args.reps, 100), "--reps", args.reps, "an integer >= 100")
     runs_folder = Path(args.runs or default)
+    require(runs_folder.is_dir(), "--runs", str(runs_folder), "a folder of benchmark runs (fl-gym benchmark run "
+            f"--suite {args.suite} makes {default})")
     if args.out:
         writable(args.out, "--out")
     content = benchmark.report(args.suite, runs_folder, args.out, reps=args.reps)
@@ -459,12 +463,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     require(all(1 <= n <= MAX_THREADS for n in threads), "--threads", args.threads,
             f"comma-separated integers in [1, {MAX_THREADS}]")
     require_device("--device", args.device)
+    scenarios = args.scenarios.split(",")  # every flag checked before any section runs
+    missing = [s for s in scenarios if s not in bench.SCENARIOS]
+    if missing:
+        raise UserError(f"--scenarios={missing} is out of range; allowed: {', '.join(bench.SCENARIOS)}")
+    counts = tuple(parse_ints(args.vec_envs))
+    require(bool(counts) and all(n >= 1 for n in counts), "--vec-envs", args.vec_envs, "copy counts >= 1")
+    vec_ids = _registered_ids(args.vec_ids, "--vec-ids") if args.vec_ids else None
+    memory_ids = _registered_ids(args.memory_envs, "--memory-envs") if args.memory_envs else None
+    if "ppo" in sections:
+        from fl_gym.envs.registry import family_of
+
+        family_of(args.ppo_env)  # a ValueError naming the id and the registered ones
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if "engine" in sections:
-        scenarios = args.scenarios.split(",")
-        missing = [s for s in scenarios if s not in bench.SCENARIOS]
-        if missing:
-            raise UserError(f"--scenarios={missing} is out of range; allowed: {', '.join(bench.SCENARIOS)}")
         results = bench.engine_benchmark(scenarios, threads, args.device, args.repeats,
                                          args.loop_repeats, progress=say)
         print(bench.engine_table(results) + "\n")
@@ -473,20 +485,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "recipes" in sections:
         print(bench.recipe_table(bench.recipe_benchmark(progress=say)) + "\n")
     if "vec" in sections:
-        counts = tuple(parse_ints(args.vec_envs))
-        require(all(n >= 1 for n in counts), "--vec-envs", args.vec_envs, "copy counts >= 1")
-        env_ids = _registered_ids(args.vec_ids, "--vec-ids") if args.vec_ids else vec_bench.default_ids()
-        print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, env_ids, device=args.device,
-                                                                    progress=say)) + "\n")
+        print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, vec_ids or vec_bench.default_ids(),
+                                                          device=args.device, progress=say)) + "\n")
     if "memory" in sections:
-        env_ids = _registered_ids(args.memory_envs, "--memory-envs") if args.memory_envs else vec_bench.training_ids()
-        counts = (1, *(n for n in parse_ints(args.vec_envs) if n > 1))
-        results = vec_bench.memory_benchmark(env_ids, counts, args.memory_steps, progress=say)
+        results = vec_bench.memory_benchmark(memory_ids or vec_bench.training_ids(),
+                                             (1, *(n for n in counts if n > 1)), args.memory_steps, progress=say)
         print(vec_bench.memory_table(results) + "\n")
     if "ppo" in sections:
-        from fl_gym.envs.registry import family_of
-
-        family_of(args.ppo_env)  # a ValueError naming the id and the registered ones
         results = vec_bench.ppo_benchmark(args.ppo_env, args.ppo_steps, args.ppo_envs, progress=say)
         print(vec_bench.ppo_table(args.ppo_env, args.ppo_steps, args.ppo_envs, results) + "\n")
     if "ray" in sections:

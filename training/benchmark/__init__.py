@@ -25,11 +25,12 @@ from fl_gym.training.benchmark.scores import normalized_score as _normalized
 from fl_gym.training.benchmark.tasks import Task, all_tasks, suite, suite_names
 from fl_gym.validation import require
 
-__all__ = ["Task", "all_tasks", "suite", "suite_names", "references", "run", "report", "normalized_score",
-           "stored_references"]
+__all__ = ["Task", "all_tasks", "suite", "suite_names", "suite_tasks", "references", "run", "report",
+           "normalized_score", "stored_references"]
 
 
-def _tasks(suite_name: str, only: Sequence[str] | None) -> list[Task]:
+def suite_tasks(suite_name: str, only: Sequence[str] | None = None) -> list[Task]:
+    """The suite's tasks, or those of them named in ``only``; a ``ValueError`` names an unknown suite or task."""
     tasks = suite(suite_name)
     if only:
         names = [t.name for t in tasks]
@@ -47,7 +48,7 @@ def references(suite_name: str, out: str | Path, only: Sequence[str] | None = No
     that pin different ``only`` tasks into one folder share it.
     """
     out = Path(out)
-    for task in _tasks(suite_name, only):
+    for task in suite_tasks(suite_name, only):
         path = out / "references" / f"{task.name}.json"
         if not path.is_file():
             say(f"{task.name}: references")
@@ -65,7 +66,7 @@ def run(suite_name: str, algo: str, seeds: Sequence[int], out: str | Path, only:
         references(suite_name, out, only, say)
         return {}
     results: dict[str, list[dict]] = {}
-    for task in _tasks(suite_name, only):
+    for task in suite_tasks(suite_name, only):
         for seed in seeds:
             say(f"{task.name}: {algo} seed {seed} ({task.budget} steps)")
             results.setdefault(task.name, []).append(run_agent(task, algo, seed, Path(out), progress, say))
