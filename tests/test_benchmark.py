@@ -234,6 +234,7 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     (["benchmark", "run", "--suite", "nosuch"], "suite='nosuch'"),
     (["benchmark", "run", "--suite", "smoke", "--tasks", "nosuch"], "--tasks=['nosuch']"),
     (["benchmark", "run", "--suite", "smoke", "--seeds", "x"], "--seeds='x'"),
+    (["benchmark", "run", "--suite", "smoke", "--algo", "nosuch"], "--algo='nosuch'"),
     (["benchmark", "report", "--suite", "smoke", "--reps", "3"], "--reps=3"),
     (["benchmark", "report", "--suite", "smoke", "--runs", "/nonexistent/runs"], "--runs='/nonexistent/runs'"),
     (["benchmark", "tasks", "--suite", "smoke", "--tasks", "nosuch"], "--tasks=['nosuch']"),

@@ -255,7 +255,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     specs = split_policies(args.policies)
     require(bool(specs), "--policies", args.policies, "one or more policies, comma-separated")
     out = output_folder(args, "compare")
-    results = compare(args.env_id, specs, parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs"),
+    seeds = parse_seed_list(args.seeds, "--seeds")
+    results = compare(args.env_id, specs, seeds, parse_kv(args.env_kwargs, "--env-kwargs"),
                       args.rounds, out, progress=not args.no_progress, target=args.target)
     print(markdown_table(results))
     print(f"tables and plots in {out}")
@@ -290,9 +291,9 @@ def cmd_generalise(args: argparse.Namespace) -> int:
     specs = split_policies(args.policies)
     variants = {"held-out": {}, **{v: parse_kv(v.split(","), "--zero-shot") for v in args.zero_shot or []}}
     out = output_folder(args, "generalise")
-    scenarios = parse_ints(args.scenario_seeds) if args.scenario_seeds else HELD_OUT
+    scenarios = parse_seed_list(args.scenario_seeds, "--scenario-seeds") if args.scenario_seeds else HELD_OUT
     metrics = [m for m in args.metrics.split(",") if m] if args.metrics else METRICS
-    results = generalisation(args.env_id, specs, scenarios, variants, parse_ints(args.seeds),
+    results = generalisation(args.env_id, specs, scenarios, variants, parse_seed_list(args.seeds, "--seeds"),
                              parse_kv(args.env_kwargs, "--env-kwargs"), args.reference, metrics, out,
                              progress=not args.no_progress)
     print(markdown(results))

@@ -18,6 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from fl_gym.agents.ppo import ALGOS
 from fl_gym.atomic import read_json, write_json
 from fl_gym.training.benchmark import report as reporting
 from fl_gym.training.benchmark.protocol import run_agent, task_references
@@ -62,6 +63,7 @@ def references(suite_name: str, out: str | Path, only: Sequence[str] | None = No
 def run(suite_name: str, algo: str, seeds: Sequence[int], out: str | Path, only: Sequence[str] | None = None,
         progress: bool = True, say: Callable[[str], None] = print) -> dict[str, dict[str, list[dict]]]:
     """Train and score ``algo`` on every task and seed (resumable); ``algo="fixed"`` pins the references instead."""
+    require(algo in (*ALGOS, "fixed"), "--algo", algo, f"{', '.join(ALGOS)}, or fixed (the references)")
     if algo == "fixed":
         references(suite_name, out, only, say)
         return {}
