@@ -71,6 +71,7 @@ def make_vec(env_id: str, n_envs: int, seed: int | None = None, monitor: bool = 
     """
     require(is_int_at_least(n_envs, 1), "n_envs", n_envs, "an integer >= 1")
     require(isinstance(env_id, str) and env_id in gym.registry, "env_id", env_id, "a registered env id")
+    require(seed is None or is_int_at_least(seed, 0), "seed", seed, "None or an integer >= 0")
     arguments = {**(env_kwargs or {}), **kwargs}
 
     def build() -> gym.Env:

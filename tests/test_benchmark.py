@@ -79,8 +79,10 @@ def low_high(seed: int) -> bool:
 def test_normalized_score_reads_the_references():
     refs = {"aggregate-noisy": {"refs": {"test": {"ref_min": 0.80, "ref_max": 0.84}}}}
     assert benchmark.normalized_score("aggregate-noisy", 0.86, refs=refs) == pytest.approx(1.5)
-    with pytest.raises(ValueError, match="task="):
+    with pytest.raises(ValueError, match="task='nosuch'"):
         benchmark.normalized_score("nosuch", 0.5, refs=refs)
+    with pytest.raises(ValueError, match="split='train' is out of range; allowed: test"):
+        benchmark.normalized_score("aggregate-noisy", 0.5, split="train", refs=refs)
 
 
 def test_stored_references_cover_the_core_suite_and_normalise_their_own_policies():

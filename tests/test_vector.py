@@ -270,7 +270,8 @@ def test_batched_env_matches_dummy_vec_env_on_a_shared_action_sequence():
 @pytest.mark.parametrize("kwargs,name", [(dict(env_id="FLSelect-v0", n_envs=0), "n_envs"),
                                          (dict(env_id="FLNope-v0", n_envs=2), "env_id"),
                                          (dict(env_id="FLSelect-v0", n_envs=2, workers=0), "workers"),
-                                         (dict(env_id="FLSelect-v0", n_envs=2, workers=3), "workers")])
+                                         (dict(env_id="FLSelect-v0", n_envs=2, workers=3), "workers"),
+                                         (dict(env_id="FLSelect-v0", n_envs=2, seed=-1), "seed")])
 def test_bad_arguments_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=f"{name}="):
         fl_gym.make_vec(**kwargs)

@@ -91,11 +91,13 @@ def stored_references(suite_name: str) -> dict[str, Any]:
 def normalized_score(task: str | Task, value: float, split: str = "test", refs: dict[str, Any] | None = None
                      ) -> float:
     """``value`` on ``task`` as a normalised score: 0 = FedAvg, 1 = the best fixed policy (stored references)."""
-    task = task if isinstance(task, Task) else all_tasks().get(task)
-    require(task is not None, "task", task, ", ".join(all_tasks()))
-    records = refs if refs is not None else stored_references(task.suites[0])
-    require(task.name in records, "task", task.name, f"a task with references ({', '.join(records)})")
-    ref = records[task.name]["refs"][split]
+    found = task if isinstance(task, Task) else all_tasks().get(task)
+    require(found is not None, "task", task, ", ".join(all_tasks()))
+    records = refs if refs is not None else stored_references(found.suites[0])
+    require(found.name in records, "task", found.name, f"a task with references ({', '.join(records)})")
+    splits = records[found.name]["refs"]
+    require(split in splits, "split", split, ", ".join(splits))
+    ref = splits[split]
     return _normalized(value, ref["ref_min"], ref["ref_max"])
 
 
