@@ -219,6 +219,8 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start an episode: fresh models and dynamics, same scenario (unless randomised); observe round 1."""
+        require(not options, "options", options, "None or {} (no reset options: the scenario is set by the env's "
+                "arguments, e.g. scenario_seed or randomize_scenario)")
         super().reset(seed=seed)
         if self.config.scenario.randomize_scenario:
             self._draw_scenario(int(self.np_random.integers(2**63 - 1)))

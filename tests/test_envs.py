@@ -58,6 +58,14 @@ def test_step_before_reset_is_a_clear_error(env_id):
 
 
 @pytest.mark.parametrize("env_id", IDS)
+def test_reset_options_are_refused_not_ignored(env_id):
+    env = gym.make(env_id)
+    env.reset(seed=0, options={})  # empty, as Gymnasium's checker passes
+    with pytest.raises(ValueError, match="options=\\{'scenario_seed': 3\\} is out of range; allowed: None or"):
+        env.reset(seed=0, options={"scenario_seed": 3})
+
+
+@pytest.mark.parametrize("env_id", IDS)
 def test_unknown_kwargs_are_rejected_naming_the_allowed_ones(env_id):
     allowed = "argument 'rounds_per_episdoe' is not accepted; allowed: .*rounds_per_episode,"
     with pytest.raises(ValueError, match=allowed):
