@@ -435,6 +435,7 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     (["compare", "FLAggregate-v0", "--policies", ""], "--policies='' is out of range"),
     (["compare", "FLAggregate-v0", "--policies", "fedavg", "--rounds", "31"], "--rounds=31 is out of range"),
     (["fedavg", "--rounds", "0"], "--rounds=0 is out of range"),
+    (["fedavg", "--lr", "-1"], "--lr=-1.0 is out of range"),
     (["compare", "FLAggregate-v0", "--policies", "fedavg", "--seeds", "-1"], "--seeds='-1' is out of range"),
     (["bench", "--sections", "vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),
     (["bench", "--sections", "engine,vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),  # before the engine

@@ -23,7 +23,15 @@ from typing import Any
 
 from fl_gym.data.datasets import DatasetNotFoundError
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
-from fl_gym.validation import MAX_THREADS, MissingExtraError, UserError, is_int_at_least, require, require_device
+from fl_gym.validation import (
+    MAX_THREADS,
+    MissingExtraError,
+    UserError,
+    is_int_at_least,
+    is_positive,
+    require,
+    require_device,
+)
 
 USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
 
@@ -596,11 +604,13 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
                            partition=Dirichlet(alpha=args.alpha), batch_size=args.batch_size)
+    require(is_positive(args.lr), "--lr", args.lr, "a float > 0")
+    require(is_positive(args.epochs), "--epochs", args.epochs, "a number > 0")
+    plan = RoundPlan.make(args.clients, lr=args.lr, epochs=args.epochs)
     fed = Federation(cfg, scenario_seed=args.seed)
     print(f"FedAvg on {args.dataset}: {args.clients} clients, Dirichlet({args.alpha}), {args.model}, "
           f"{args.epochs} local epochs, lr {args.lr}")
     print(f"{'round':>5} {'accuracy':>9} {'loss':>7} {'round time (s)':>15} {'simulated clock (s)':>20}")
-    plan = RoundPlan.make(args.clients, lr=args.lr, epochs=args.epochs)
     for _ in range(args.rounds):
         rep = fed.run_round(plan)
         print(f"{rep.round:>5} {rep.accuracy:>9.4f} {float(rep.global_loss[0]):>7.4f} {rep.round_time:>15.3f} "
