@@ -5,7 +5,10 @@ a model trained on random labels predicts near-uniformly, which FedEntropy's max
 judgement mistakes for a valuable contribution, and which a robust filter or an agent can learn
 to avoid. The uplink is free (``lambda_comm=0``) and the reward is the drop of the validation
 cross-entropy (``reward_signal="loss"``), which separates good from bad selections in one episode
-far more clearly than the accuracy of 150 validation images. The privileged ``clean``,
+far more clearly than the accuracy of 150 validation images; ``select-noisy`` weights each
+round's drop by the rounds it lasts (``"loss_area"``, the loss's counterpart of the accuracy-area
+score): trained on the plain drop, PPO lowered the final loss by dropping clean candidates too,
+and scored below FedAvg. The privileged ``clean``,
 ``clean-pick`` and ``clean-queue`` policies, which read the noisy clients, are the upper references.
 On ``FLSelectQueue-v0`` (DDFL) a device's label entropy, which DDFL ranks by, does not show its
 noise; the task adds the update statistics a server computes (``update_stats``).
@@ -22,7 +25,7 @@ TASKS = (
     Task(name="select-noisy", env_id="FLSelect-v0",
          doc="Which of 5 uniformly drawn, trained candidates are aggregated (20 clients, digits, Dirichlet 0.3), 6 "
              "clients on random labels: keep the informative updates, drop the corrupted ones.",
-         env_kwargs={"noisy_clients": 0.3, "sampler": "uniform", "lambda_comm": 0.0, "reward_signal": "loss"},
+         env_kwargs={"noisy_clients": 0.3, "sampler": "uniform", "lambda_comm": 0.0, "reward_signal": "loss_area"},
          budget=100_000,
          reference="fedavg", heuristics=("fedavg", "fedentropy", "fedentropy-nopools", "random-drop", "entropy-trim"),
          tuned={"entropy-trim-k": ("entropy-trim[k=1]", "entropy-trim[k=2]", "entropy-trim[k=3]"),
