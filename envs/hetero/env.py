@@ -343,18 +343,19 @@ class _HeteroEnv(FLEnv):
                                   report.compute_time[sel], played.probe_ratio, self.federation.label_entropy[sel])]
         d = outcome.decision
         decision = HeteroDecision(d.sizes[None], d.sigma[None], d.epochs[None])
-        columns = self.timing_info(decision, *rows, terms["r1"])
+        columns = self.timing_info(decision, *rows, np.array([terms["r1"]]))
         info = {key: column.tolist()[0] if column.ndim == 1 else column[0] for key, column in columns.items()}
         if self.config.backend == "torch":
             info.update(self._learning_info(report, sel))
         return info
 
     def timing_info(self, decision: HeteroDecision, epochs: np.ndarray, probe: np.ndarray, train: np.ndarray,
-                    compute: np.ndarray, probe_ratio: np.ndarray, entropy: np.ndarray, r1: Any
+                    compute: np.ndarray, probe_ratio: np.ndarray, entropy: np.ndarray, r1: np.ndarray
                     ) -> dict[str, np.ndarray]:
         """The timing ``info`` of rows of played rounds: ``(N, ...)`` rows per key (``(N,)``: one number a copy).
 
-        ``decision`` and the times, ratios and label entropies are rows over the rounds' clients.
+        ``decision`` and the times, ratios and label entropies are rows over the rounds' clients;
+        ``r1`` is ``(N,)``, the rounds' ``R^1``.
         """
         per_epoch = train / epochs
         r2_seconds = train.min(axis=1) - train.max(axis=1)
@@ -362,7 +363,7 @@ class _HeteroEnv(FLEnv):
             "hetero/sizes": decision.sizes.copy(), "hetero/epoch_share": decision.sigma, "hetero/epochs": epochs,
             "hetero/probe_time": probe, "hetero/train_time": train, "hetero/train_time_per_epoch": per_epoch,
             "hetero/compute_time": compute, "hetero/straggling_compute": compute.max(axis=1) - compute.min(axis=1),
-            "hetero/straggling_local": train.max(axis=1) - train.min(axis=1), "hetero/r1": np.asarray(r1).reshape(-1),
+            "hetero/straggling_local": train.max(axis=1) - train.min(axis=1), "hetero/r1": r1,
             "hetero/r2_seconds": r2_seconds,
             "hetero/time_ratio": np.broadcast_to(self.time_ratio, (len(train), len(self.time_ratio))).copy(),
             "hetero/cost_ratio": self.time_ratio[decision.sizes] * probe_ratio, "hetero/label_entropy": entropy}
