@@ -111,7 +111,8 @@ class ClientRecords(NamedTuple):
         self.seen[:, 0], self.seen[:, 1] = 1.0, -np.inf
         self.sizes_used[:] = False
 
-    def played(self, slots: np.ndarray, sizes: np.ndarray, slowdown: np.ndarray | None, rounds: np.ndarray) -> None:
+    def played(self, slots: np.ndarray, sizes: np.ndarray, slowdown: np.ndarray | None, rounds: np.ndarray | None
+               ) -> None:
         """Record rows of rounds played.
 
         ``slots``, ``sizes`` and ``slowdown`` are ``(N, k)``: the clients, their sizes and measured
@@ -234,12 +235,13 @@ class _HeteroEnv(FLEnv):
         rounds = np.array([[self.federation.round]], np.float64)
         return self.features(ratio[None], pending.slots[None], rounds, self.records)[0]
 
-    def features(self, ratio: np.ndarray, slots: np.ndarray, rounds: np.ndarray, records: ClientRecords
+    def features(self, ratio: np.ndarray, slots: np.ndarray, rounds: np.ndarray | None, records: ClientRecords
                  ) -> np.ndarray:
         """Observations of rows of rounds: ``1 / ratio`` per slot, and what ``obs_mode`` adds.
 
         Extended: size, label entropy and previous size; history: the slowdowns. ``ratio`` and
-        ``slots`` are ``(N, k)``, ``rounds`` ``(N, 1)`` the rounds each copy has played.
+        ``slots`` are ``(N, k)``, ``rounds`` ``(N, 1)`` the rounds each copy has played (read in
+        history mode only).
         """
         rows = np.arange(len(slots))[:, None]
         if self.config.obs_mode == "history":

@@ -133,8 +133,9 @@ class HeteroClock:
         reward = sum(weight * terms[name] for name, weight in first._reward_weights().items()).tolist()
         seconds = round_time.tolist()
         self._commit(seconds)
-        slowdown = self.load[1][self.rows, self.slots] if first.config.obs_mode == "history" else None
-        self.records.played(self.slots, sizes, slowdown, self._rounds())
+        history = first.config.obs_mode == "history"  # the only records that need the rounds
+        slowdown = self.load[1][self.rows, self.slots] if history else None
+        self.records.played(self.slots, sizes, slowdown, self._rounds() if history else None)
         infos = self._infos(seconds, (slowest - fastest).tolist(), uploaded.tolist(), terms, columns)
         ended = [env.ended for env in self.envs]
         self._prepare()
@@ -223,16 +224,17 @@ class HeteroClock:
         fed = self.feds[0]
         # each copy's draws from its own streams, in the order Federation.open_round draws them
         n, width = len(self.envs), self.num_clients
-        order, flat = np.tile(np.arange(width), (n, 1)), np.zeros((n, 3 * width))
-        for f, ids, normals, k in zip(self.feds, order, flat, self.counts, strict=True):
-            f.draw_candidates(ids[:k])
-            f.draw_load(normals[: 3 * k].reshape(3, k))
+        order, z = np.tile(np.arange(width), (n, 1)), np.zeros((n, 3, width))
+        for f, ids, normals, k in zip(self.feds, order, z, self.counts.tolist(), strict=True):
+            if k == width:
+                f.draw_candidates(ids)
+                f.draw_load(normals)
+            else:  # a padded row: the copy's K clients first (its draws need whole buffers)
+                f.draw_candidates(ids[:k])
+                drawn = np.empty((3, k))
+                f.draw_load(drawn)
+                normals[:, :k] = drawn
         self.slots = np.sort(order[:, : self.k], axis=1)
-        z = flat.reshape(n, 3, width)
-        if (self.counts < width).any():  # a padded row's normals lie (3, K) first: spread them out
-            z = np.zeros((n, 3, width))
-            for row, normals, k in zip(z, flat, self.counts, strict=True):
-                row[:, :k] = normals[: 3 * k].reshape(3, k)
         z = z.transpose(1, 0, 2)
         self.masks = np.zeros((n, self.num_clients), bool)
         self.masks[self.rows, self.slots] = True
@@ -260,7 +262,9 @@ class HeteroClock:
 
     def _features(self, ratio: np.ndarray) -> np.ndarray:
         """Every copy's observation for its row of ``(copies, k)`` ``ratio`` (``_HeteroEnv.features``)."""
-        return self.envs[0].features(ratio, self.slots, self._rounds(), self.records)
+        first = self.envs[0]
+        rounds = self._rounds() if first.config.obs_mode == "history" else None  # read by history features only
+        return first.features(ratio, self.slots, rounds, self.records)
 
 
 def _same_choice(a: Any, b: Any) -> bool:
