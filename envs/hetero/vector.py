@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from fl_gym.clock import Clock, DeviceProfiles, RoundLoad
+from fl_gym.clock import Clock, DeviceProfiles, RoundLoad, load_factors
 from fl_gym.envs.base import RoundInfo
 from fl_gym.envs.hetero.env import ClientRecords, HeteroDecision, HeteroRound, _HeteroEnv
 from fl_gym.records import OpenedRound
@@ -224,7 +224,8 @@ class HeteroClock:
         fed = self.feds[0]
         # each copy's draws from its own streams, in the order Federation.open_round draws them
         n, width = len(self.envs), self.num_clients
-        order, z = np.tile(np.arange(width), (n, 1)), np.zeros((n, 3, width))
+        order = np.tile(np.arange(width), (n, 1))
+        z = np.empty((n, 3, width)) if (self.counts == width).all() else np.zeros((n, 3, width))
         for f, ids, normals, k in zip(self.feds, order, z, self.counts.tolist(), strict=True):
             if k == width:
                 f.draw_candidates(ids)
@@ -238,8 +239,8 @@ class HeteroClock:
         z = z.transpose(1, 0, 2)
         self.masks = np.zeros((n, self.num_clients), bool)
         self.masks[self.rows, self.slots] = True
-        load = RoundLoad.of_normals(z, fed.config.clock, RoundLoad(*self.load))  # continues each copy's last load
-        self.load = np.stack([load.availability, load.drift, load.noise])
+        self.load = load_factors(z, fed.config.clock, self.load[:2])  # as RoundLoad.of_normals; continues the last
+        load = RoundLoad(*self.load)
         for i, f in enumerate(self.feds):
             f.record_load(RoundLoad(*self.load[:, i]))
         self.probe = self.clock.epoch_time(self.samples, fed.probe_cost, load)
