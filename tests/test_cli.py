@@ -288,7 +288,7 @@ def test_bench_ppo_section(capsys):
     (["compare", "FLHetero-v0", "--policies", "ppo:/nonexistent/model.zip"], "no model at"),
     (["compare", "FLHetero-v0", "--policies", "dqn:x.zip"], "algorithm 'dqn' is out of range; allowed: ppo, "
                                                             "recurrent-ppo, maskable-ppo, hapfl"),
-    (["compare", "FLHetero-v0", "--policies", "uniform", "--seeds", "a,b"], "comma-separated integers"),
+    (["compare", "FLHetero-v0", "--policies", "uniform", "--seeds", "a,b"], "--seeds='a,b' is out of range"),
     (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
     (["bench", "--sections", "gpu"], "--sections"),
     (["bench", "--sections", "ppo", "--ppo-steps", "0"], "--ppo-steps=0"),

@@ -50,7 +50,7 @@ def test_generalise_cli_writes_tables_and_names_a_bad_reference(tmp_path, capsys
 @pytest.mark.parametrize("env_id,policies", [("FLHetero-v0", "oracle,greedy"), ("FLAggregate-v0", "fedavg")])
 @pytest.mark.parametrize("argv,message", [
     (["--zero-shot", "preset=nosuch"], "variant 'preset=nosuch': preset='nosuch' is out of range"),
-    (["--scenario-seeds", "-1"], "scenario_seeds=[-1] is out of range"),
+    (["--scenario-seeds", "-1"], "--scenario-seeds='-1' is out of range"),
 ])
 def test_bad_variants_and_scenario_seeds_are_named_before_any_episode(env_id, policies, argv, message, capsys,
                                                                        monkeypatch, tmp_path):
