@@ -42,25 +42,35 @@ def test_capped_merges_play_the_standalone_episodes(env_id, cap, value, monkeypa
 
 
 def _assert_copies_play_standalone_episodes(env_id: str, n: int = 3, rounds: int = 3) -> None:
-    vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, rounds_per_episode=rounds)
-    solo = [gym.make(env_id, rounds_per_episode=rounds) for _ in range(n)]
+    vec, solo = _vector_and_twins(env_id, n, rounds_per_episode=rounds)
+    rng = np.random.default_rng(0)
+    for _ in range(rounds + 2):
+        _assert_step_is_each_twins_step_within_tolerance(vec, solo, _actions(vec.action_space, n, rng))
+    vec.close()
+
+
+def _vector_and_twins(env_id: str, n: int, **kwargs) -> tuple:
+    """A batched env of ``n`` copies seeded from 5 and its stand-alone twins, reset alike (checked)."""
+    vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, **kwargs)
+    solo = [gym.make(env_id, **kwargs) for _ in range(n)]
     obs = vec.reset()
     for i, env in enumerate(solo):
         np.testing.assert_allclose(obs[i], env.reset(seed=5 + i)[0], rtol=0, atol=1e-5)
-    rng = np.random.default_rng(0)
-    for _ in range(rounds + 2):
-        actions = _actions(vec.action_space, n, rng)
-        obs, rewards, dones, infos = vec.step(actions)
-        for i, env in enumerate(solo):
-            o, r, terminated, truncated, _ = env.step(actions[i])
-            assert dones[i] == (terminated or truncated)
-            if dones[i]:
-                np.testing.assert_allclose(infos[i]["terminal_observation"], o, rtol=0, atol=1e-5)
-                assert infos[i]["TimeLimit.truncated"] == (truncated and not terminated)
-                o, _ = env.reset()
-            np.testing.assert_allclose(obs[i], o, rtol=0, atol=1e-5)
-            assert rewards[i] == pytest.approx(r, abs=1e-5)
-    vec.close()
+    return vec, solo
+
+
+def _assert_step_is_each_twins_step_within_tolerance(vec, solo, actions) -> None:
+    """A vector step of copies that train equals each twin's step (a finished twin resets, as the copy did)."""
+    obs, rewards, dones, infos = vec.step(actions)
+    for i, env in enumerate(solo):
+        o, r, terminated, truncated, _ = env.step(actions[i])
+        assert dones[i] == (terminated or truncated)
+        if dones[i]:
+            np.testing.assert_allclose(infos[i]["terminal_observation"], o, rtol=0, atol=1e-5)
+            assert infos[i]["TimeLimit.truncated"] == (truncated and not terminated)
+            o, _ = env.reset()
+        np.testing.assert_allclose(obs[i], o, rtol=0, atol=1e-5)
+        assert rewards[i] == pytest.approx(r, abs=1e-5)
 
 
 def test_training_copies_of_different_client_counts_stepped_and_reset_alone_play_their_twins_episodes():
@@ -69,21 +79,11 @@ def test_training_copies_of_different_client_counts_stepped_and_reset_alone_play
     episode of its stand-alone twin (training within float tolerance)."""
     kwargs = {"rounds_per_episode": 3, "randomize_scenario": True, "num_clients_range": (6, 12)}
     n, rng = 3, np.random.default_rng(0)
-    vec = fl_gym.make_vec("FLSelect-v0", n, seed=5, monitor=False, **kwargs)
-    solo = [gym.make("FLSelect-v0", **kwargs) for _ in range(n)]
-    obs = vec.reset()
-    for i, env in enumerate(solo):
-        np.testing.assert_allclose(obs[i], env.reset(seed=5 + i)[0], rtol=0, atol=1e-5)
+    vec, solo = _vector_and_twins("FLSelect-v0", n, **kwargs)
     counts = set()
 
     def step_all():
-        actions = _actions(vec.action_space, n, rng)
-        obs, rewards, dones, _ = vec.step(actions)
-        for i, env in enumerate(solo):
-            o, r, terminated, truncated, _ = env.step(actions[i])
-            o = env.reset()[0] if terminated or truncated else o
-            np.testing.assert_allclose(obs[i], o, rtol=0, atol=1e-5)
-            assert rewards[i] == pytest.approx(r, abs=1e-5)
+        _assert_step_is_each_twins_step_within_tolerance(vec, solo, _actions(vec.action_space, n, rng))
         counts.add(tuple(env.unwrapped.federation.num_clients for env in vec.envs))
 
     for _ in range(3):
