@@ -134,13 +134,18 @@ class InverseTimePolicy(UniformPolicy):
         return inv / inv.sum(axis=-1, keepdims=True)
 
 
-def balanced_sizes(probe_ratio: np.ndarray, time_ratio: np.ndarray) -> np.ndarray:
+FITS = ("largest", "smallest")
+
+
+def balanced_sizes(probe_ratio: np.ndarray, time_ratio: np.ndarray, fit: str = "largest") -> np.ndarray:
     """Sizes minimising ``max_i / min_i`` of ``M(s_i) S^1_i``, exactly.
 
     The ``k * delta`` candidates ``log(M(s) S^1_i)`` are sorted and the narrowest window holding a
     candidate of every client is found by a sliding window (the "smallest range covering k
     lists" problem, ``O(k delta log(k delta))``); each client then gets the largest size whose
-    candidate lies in the window.
+    candidate lies in the window, or with ``fit="smallest"`` the smallest: the balance is the same
+    where a client has two sizes in the window, and the smaller trains in less time, which
+    HAPFL's ``R^2`` counts in absolute seconds.
     """
     k, d = len(probe_ratio), len(time_ratio)
     cand = np.log(np.asarray(probe_ratio, np.float64))[:, None] + np.log(np.asarray(time_ratio, np.float64))[None, :]
@@ -162,6 +167,8 @@ def balanced_sizes(probe_ratio: np.ndarray, time_ratio: np.ndarray) -> np.ndarra
             lo += 1
     _, low, high = best
     inside = (cand >= low - 1e-12) & (cand <= high + 1e-12)
+    if fit == "smallest":
+        return np.argmax(inside, axis=1).astype(np.int64)
     return (d - 1 - np.argmax(inside[:, ::-1], axis=1)).astype(np.int64)
 
 
@@ -170,10 +177,21 @@ class BalancedOraclePolicy(HeteroPolicy):
 
     The analytic reference for HAPFL: with noise and drift off it solves both rewards from the
     observation; the env's default dynamics keep it from being exact.
+
+    Args:
+        env: a HAPFL env (or its spec).
+        fit: which size a client gets where several lie in the balance window: ``largest`` (the
+            most capacity) or ``smallest`` (the least training time).
     """
 
+    def __init__(self, env: Env | HeteroSpec, fit: str = "largest") -> None:
+        super().__init__(env)
+        if fit not in FITS:
+            raise UserError(f"fit={fit!r} is out of range; allowed: one of {', '.join(FITS)}")
+        self.fit = fit
+
     def sizes(self, probe_ratio):
-        return np.apply_along_axis(balanced_sizes, -1, probe_ratio, self.hetero.time_ratio)
+        return np.apply_along_axis(balanced_sizes, -1, probe_ratio, self.hetero.time_ratio, self.fit)
 
     split = InverseTimePolicy.split
 
@@ -189,10 +207,11 @@ class HistoryOraclePolicy(BalancedOraclePolicy):
     Args:
         env: a HAPFL env with ``obs_mode="history"``.
         rho: the persistence the forecast assumes.
+        fit: as in :class:`BalancedOraclePolicy`.
     """
 
-    def __init__(self, env: Env | HeteroSpec, rho: float = 0.9) -> None:
-        super().__init__(env)
+    def __init__(self, env: Env | HeteroSpec, rho: float = 0.9, fit: str = "largest") -> None:
+        super().__init__(env, fit)
         if not 0 <= rho <= 1:
             raise UserError(f"rho={rho!r} is out of range; allowed: a float in [0, 1]")
         self.rho = rho
@@ -217,8 +236,8 @@ class ClairvoyantOraclePolicy(BalancedOraclePolicy):
 
     reads_env, batchable = True, False
 
-    def __init__(self, env: Env) -> None:
-        super().__init__(env)
+    def __init__(self, env: Env, fit: str = "largest") -> None:
+        super().__init__(env, fit)
         self.env = env.unwrapped
 
     def _decide(self, rows: np.ndarray) -> np.ndarray:
@@ -259,11 +278,11 @@ def _uniform(env: Env | HeteroSpec, size: str = "large") -> UniformPolicy:
     return UniformPolicy(_spec(env), size)
 
 
-def _history_oracle(env: Env | HeteroSpec, rho: float = 0.9) -> HistoryOraclePolicy:
+def _history_oracle(env: Env | HeteroSpec, rho: float = 0.9, fit: str = "largest") -> HistoryOraclePolicy:
     if isinstance(env, Env) and (mode := env.unwrapped.config.obs_mode) != "history":
         raise UserError(f"obs_mode={mode!r} is out of range; allowed: 'history' (history-oracle reads the "
                          f"measured slowdowns)")
-    return HistoryOraclePolicy(_spec(env), rho)
+    return HistoryOraclePolicy(_spec(env), rho, fit)
 
 
 def _fixed(cls: type[HeteroPolicy]):
@@ -279,11 +298,12 @@ POLICIES = {
                           "uniform random sizes, Dirichlet(1) split (kwarg seed, default 0): the floor"),
     "greedy": PolicyEntry(_fixed(GreedyBySpeedPolicy), "fastest third gets the largest model, equal epochs"),
     "inverse": PolicyEntry(_fixed(InverseTimePolicy), "one size (kwarg size), epochs proportional to speed"),
-    "oracle": PolicyEntry(_fixed(BalancedOraclePolicy), "exactly balanced sizes, epochs proportional to speed"),
+    "oracle": PolicyEntry(_fixed(BalancedOraclePolicy), "exactly balanced sizes, epochs proportional to speed "
+                          "(kwarg fit: the largest or smallest size inside the balance window)"),
     "history-oracle": PolicyEntry(_history_oracle, "the oracle on forecast times: each client's last measured "
-                                  "slowdown, shrunk by its age (kwarg rho=0.9)", {"obs_mode": "history"}),
+                                  "slowdown, shrunk by its age (kwargs rho=0.9, fit)", {"obs_mode": "history"}),
     "clairvoyant": PolicyEntry(ClairvoyantOraclePolicy, "privileged: the oracle on the true times, this round's "
-                               "drift included (reads the pending round): an upper reference"),
+                               "drift included (reads the pending round; kwarg fit): an upper reference"),
     "fedavg": PolicyEntry(_uniform, "FedAvg (McMahan et al., 2017): large models, equal epochs, no LiteModel",
                           {"algorithm": "fedavg"}),
     "fedprox": PolicyEntry(_uniform, "FedProx (Li et al., 2020): FedAvg's allocation with the proximal term",

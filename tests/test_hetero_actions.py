@@ -102,6 +102,14 @@ def test_balanced_oracle_matches_brute_force(delta):
     for _ in range(40):
         s1 = np.exp(rng.uniform(0, np.log(30), 6))
         s1 /= s1.min()
-        sizes = balanced_sizes(s1, m)
-        v = m[sizes] * s1
-        assert v.max() / v.min() == pytest.approx(_brute_force_ratio(s1, m), rel=1e-12)
+        best = _brute_force_ratio(s1, m)
+        largest, smallest = balanced_sizes(s1, m), balanced_sizes(s1, m, fit="smallest")
+        for sizes in (largest, smallest):
+            v = m[sizes] * s1
+            assert v.max() / v.min() == pytest.approx(best, rel=1e-12)
+        assert np.all(smallest <= largest)
+        v = m[smallest] * s1
+        for i in np.flatnonzero(smallest > 0):  # one size smaller falls below the window: a worse balance
+            w = v.copy()
+            w[i] = m[smallest[i] - 1] * s1[i]
+            assert w.max() / w.min() > best * (1 + 1e-9)

@@ -209,6 +209,10 @@ def test_the_history_oracle_plays_the_oracle_on_forecast_speeds_by_hand():
         HistoryOraclePolicy(spec).predict(obs[:12])
     with pytest.raises(ValueError, match="rho=1.5"):
         HistoryOraclePolicy(spec, rho=1.5)
+    np.testing.assert_allclose(HistoryOraclePolicy(spec, rho=0.7, fit="smallest").predict(obs)[0],
+                               BalancedOraclePolicy(spec, fit="smallest").predict(by_hand)[0], atol=1e-6)
+    with pytest.raises(ValueError, match="fit='tightest' is out of range; allowed: one of largest, smallest"):
+        HistoryOraclePolicy(spec, fit="tightest")
 
 
 def test_the_clairvoyant_oracle_balances_the_true_per_epoch_times():
