@@ -52,7 +52,7 @@ from gymnasium import spaces
 
 from fl_gym.envs.scenario import EnvConfig
 from fl_gym.federation import Federation
-from fl_gym.records import RoundReport
+from fl_gym.records import RoundReport, TrainedRound
 from fl_gym.validation import UserError, is_int_at_least, require
 
 
@@ -304,7 +304,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         raise NotImplementedError
 
     def _reward(self, terms: Mapping[str, float]) -> float:
-        return sum(weight * terms[name] for name, weight in self._reward_weights().items())
+        return sum(weight * terms[name] for name, weight in self._reward_weights().items() if weight)
 
     def _accuracy(self, report: RoundReport) -> float:
         """The headline accuracy (default: the first global model's)."""
@@ -365,6 +365,21 @@ class ValidationTerms(NamedTuple):
     acc_gain: float
     loss_drop: float
     loss_area: float
+
+
+def loss_vs_all(federation: Federation, trained: TrainedRound, aggregate: np.ndarray,
+                weight: np.ndarray | None = None) -> float:
+    """The validation cross-entropy of averaging every trained client minus that of averaging ``aggregate``.
+
+    A difference reward (the "wonderful life utility" of Wolpert and Tumer, 2002): the loss a
+    choice of uploads saved this round against keeping them all, measured on the same round's
+    models, so the round's luck (who was drawn, how far the model still has to go) cancels. Both
+    averages are :meth:`~fl_gym.federation.Federation.validate_averages`' what-ifs; call it
+    before the round is finished.
+    """
+    everyone = trained.steps > 0
+    losses = federation.validate_averages(trained, np.stack([everyone, np.asarray(aggregate, bool)]), weight)[:, 1]
+    return float(losses[0] - losses[1])
 
 
 class ValidationGain:

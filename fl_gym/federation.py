@@ -680,6 +680,35 @@ class Federation:
                 self.global_models[m] = self.buffers.keep(self._servers[m].apply(old, average))
         return weights
 
+    def validate_averages(self, trained: TrainedRound, subsets: np.ndarray, weight: np.ndarray | None = None
+                          ) -> np.ndarray:
+        """What-if: the validation accuracy and loss of averaging each subset of the round's trained clients.
+
+        Each ``(K,)`` bool row of ``subsets`` is averaged as :meth:`finish_round` would average it
+        into the first global model (``weight`` as there; the server's step and the local
+        algorithm's correction left out; an empty subset keeps the global model). Nothing changes:
+        call it before :meth:`finish_round`. Returns ``(len(subsets), 2)``; NaN without a
+        validation split or a trained cohort.
+        """
+        subsets = np.atleast_2d(np.asarray(subsets, bool))
+        if self.val_indices is None or trained.cohort is None:
+            return np.full((len(subsets), 2), np.nan)
+        member = next(m for m in trained.cohort.members
+                      if m.role != LITE and int(trained.plan.model[trained.cohort.clients(m)[0]]) == 0)
+        clients, rows = trained.cohort.clients(member), member.stack.rows()
+        averages = []
+        for subset in subsets:
+            keep = subset[clients] & (trained.steps[clients] > 0)
+            if not keep.any():
+                averages.append(self.global_models[0])
+                continue
+            w = self._weights(weight, clients[keep], trained.stats.local_accuracy)
+            averages.append(weighted_average(rows[torch.as_tensor(keep, device=self.device)],
+                                             torch.as_tensor(w, device=self.device)))
+        stack = Stack.from_rows(self.archs[0], torch.stack(averages))
+        result = self._evaluate(stack, self.x_test, self.y_test, [self.val_indices] * len(subsets))
+        return torch.stack([result.accuracy, result.loss], dim=1).double().cpu().numpy()
+
     def _evaluate_round(self) -> tuple[GlobalEvaluation, tuple[float, float]]:
         """The round's test evaluation of the global models (when due) and validation accuracy and loss, one flush."""
         due = self.config.train and (self.round % self.config.eval_every == 0 or self.round == 1)

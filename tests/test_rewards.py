@@ -58,3 +58,41 @@ def test_loss_area_rewards_sum_to_the_mean_fall_of_validation_loss(env_id, kwarg
         done = terminated or truncated
     assert len(falls) == 4 and total == pytest.approx(np.mean(falls), abs=1e-6)
     assert total != pytest.approx(falls[-1], abs=1e-4)  # not the loss drop's sum: the path counts
+
+
+@pytest.mark.parametrize("env_id, kwargs", [
+    ("FLSelect-v0", {"reward_signal": "loss_vs_all", "lambda_comm": 0.0, "lambda_repair": 0.0}),
+    ("FLSelectQueue-v0", {"reward_signal": "loss_vs_all", "lambda_comm": 0.0}),
+])
+def test_loss_vs_all_is_the_loss_that_keeping_everyone_would_have_left(env_id, kwargs):
+    """Each round against a twin that replays the actions so far and then keeps every trained update."""
+    env, twin = (gym.make(env_id, rounds_per_episode=4, **kwargs) for _ in range(2))
+    env.reset(seed=5)
+    env.action_space.seed(0)
+    played = []
+    for t in range(4):
+        action = env.action_space.sample()
+        if t == 0:
+            action[:] = 1  # keeping all saves nothing, exactly
+        fed = env.unwrapped.federation  # averaging nobody leaves the global model
+        nobody = np.zeros((1, fed.num_clients), bool)
+        assert np.array_equal(fed.validate_averages(env.unwrapped.pending.trained, nobody)[0], fed.validation())
+        _, reward, _, _, info = env.step(action)
+        twin.reset(seed=5)
+        for a in played:
+            twin.step(a)
+        twin.step(np.ones_like(action))
+        saved = twin.unwrapped.federation.validation()[1] - env.unwrapped.federation.validation()[1]
+        assert info["reward_terms"]["loss_vs_all"] == pytest.approx(saved, abs=1e-6) == pytest.approx(reward)
+        assert t > 0 or info["reward_terms"]["loss_vs_all"] == 0.0
+        played.append(action)
+
+
+def test_loss_vs_all_is_refused_where_every_picked_client_is_aggregated():
+    with pytest.raises(ValueError, match="reward_signal='loss_vs_all' is out of range; allowed: one of accuracy, "
+                                         "loss, loss_area \\(every picked client"):
+        gym.make("FLSelectPick-v0", reward_signal="loss_vs_all")
+    env = gym.make("FLSelect-v0")  # another signal: the term is not measured
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(env.action_space.sample())
+    assert "loss_vs_all" not in info["reward_terms"] and np.isfinite(reward)

@@ -11,6 +11,7 @@ batch 50, SGD lr 0.01 momentum 0.5), for evaluation. Explicit arguments override
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
@@ -38,7 +39,13 @@ QUEUE_PRESETS = {
 SAMPLERS = ("pools", "uniform")
 LOCAL_ALGORITHMS = ("fedavg", "fedprox", "scaffold", "moon")
 ENCODINGS = ("multibinary", "discrete")
-SIGNALS = {"accuracy": "acc_gain", "loss": "loss_drop", "loss_area": "loss_area"}  # reward_signal: its term
+SIGNALS = {"accuracy": "acc_gain", "loss": "loss_drop", "loss_area": "loss_area",
+           "loss_vs_all": "loss_vs_all"}  # reward_signal: its term
+
+
+def what_if_term(loss_vs_all: float) -> dict[str, float]:
+    """The ``loss_vs_all`` reward term where it was measured (``reward_signal="loss_vs_all"``), else none."""
+    return {} if math.isnan(loss_vs_all) else {"loss_vs_all": loss_vs_all}
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,10 @@ class RewardConfig(PresetConfig):
             costs ``lambda_comm``).
         reward_signal: the validation gain rewarded (:class:`~fl_gym.envs.base.ValidationTerms`):
             ``accuracy`` (its accuracy gain), ``loss`` (the drop of its cross-entropy, less noisy on
-            a small validation set) or ``loss_area`` (that drop weighted by the rounds it lasts).
+            a small validation set), ``loss_area`` (that drop weighted by the rounds it lasts) or,
+            where the decision is which trained updates to aggregate, ``loss_vs_all`` (the
+            cross-entropy of averaging every trained update minus that of the kept ones':
+            :func:`~fl_gym.envs.base.loss_vs_all`, 0 for keeping all).
     """
 
     lambda_comm: float = 0.05
@@ -154,6 +164,9 @@ class PickConfig(SelectionConfig):
         require_choice("post_filter", self.post_filter, ("judge", "all"))
         require_choice("reward", self.reward, ("accuracy", "favor"))
         require_choice("pick_action", self.pick_action, ("bits", "scores"))
+        require(self.reward_signal != "loss_vs_all", "reward_signal", self.reward_signal,
+                f"one of {', '.join(s for s in SIGNALS if s != 'loss_vs_all')} (every picked client is "
+                "aggregated, so there is no choice of uploads to compare with keeping all)")
         require(0 < self.target_accuracy <= 1, "target_accuracy", self.target_accuracy, "a float in (0, 1]")
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain, ValidationTerms, favor
-from fl_gym.envs.select.config import PickConfig, SelectConfig, SelectionConfig
+from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain, ValidationTerms, favor, loss_vs_all
+from fl_gym.envs.select.config import PickConfig, SelectConfig, SelectionConfig, what_if_term
 from fl_gym.envs.select.entropy import entropy, judge, leave_one_out_gain, mixture
 from fl_gym.envs.select.pools import Draw, Pools
 from fl_gym.envs.select.spaces import GLOBAL, PickLayout, SelectLayout
@@ -66,6 +66,8 @@ class Selection:
         repaired: an all-zero action was repaired.
         gain: the round's validation reward terms.
         kept_entropy: ``H(mix(kept)) / log c``.
+        loss_vs_all: the validation loss the kept subset saved against keeping every candidate
+            (:func:`~fl_gym.envs.base.loss_vs_all`; NaN unless ``reward_signal="loss_vs_all"``).
         fallback: (``FLSelectPick-v0``) no client was picked: FedEntropy's draw trained instead.
         trimmed: (``FLSelectPick-v0``) more than ``m`` clients were picked: ``m`` of them trained.
     """
@@ -78,6 +80,7 @@ class Selection:
     repaired: bool
     gain: ValidationTerms
     kept_entropy: float
+    loss_vs_all: float = math.nan
     fallback: bool = False
     trimmed: bool = False
 
@@ -122,12 +125,14 @@ class _SelectionEnv(FLEnv):
         fed, slots = self.federation, played.slots
         aggregate = np.zeros(fed.num_clients, bool)
         aggregate[slots[keep]] = True
+        what_if = self.config.reward_signal == "loss_vs_all"
+        saved = loss_vs_all(fed, played.trained, aggregate) if what_if else math.nan
         report = fed.finish_round(played.trained, aggregate=aggregate)
         self.pools.update(slots[keep], slots[~keep])
         self._selections[slots] += 1
         kept_entropy = entropy(mixture(played.soft_labels[keep], fed.sizes[slots][keep])) / self._log_c
         selection = Selection(slots, played.draw.positive_branch, played.entropy, played.trained.steps[slots], keep,
-                              repaired, self._validation.update(report), kept_entropy)
+                              repaired, self._validation.update(report), kept_entropy, saved)
         self._last_kept = float(keep.mean())
         self._uplink_bytes += report.upload_bytes + self._soft_label_bytes(len(slots))
         return report, selection
@@ -139,7 +144,7 @@ class _SelectionEnv(FLEnv):
     # ---- reward and info -----------------------------------------------------------------------
 
     def _reward_terms(self, report: RoundReport, outcome: Selection) -> dict[str, float]:
-        return {**outcome.gain._asdict(), "uplink": outcome.keep.sum() / self.m,
+        return {**outcome.gain._asdict(), **what_if_term(outcome.loss_vs_all), "uplink": outcome.keep.sum() / self.m,
                 "entropy": outcome.kept_entropy, "repaired": float(outcome.repaired)}
 
     def _reward_weights(self) -> dict[str, float]:
@@ -181,7 +186,8 @@ class FLSelectEnv(_SelectionEnv):
     ## Rewards
     ``acc_gain`` (validation accuracy now minus last round's; with ``reward_signal="loss"`` the
     drop of the validation cross-entropy, ``loss_drop``, with ``"loss_area"`` that drop times
-    ``(T - t + 1) / T``) ``- lambda_comm / T * uploads / m``
+    ``(T - t + 1) / T``, with ``"loss_vs_all"`` the cross-entropy of averaging every candidate minus
+    that of the kept ones, ``loss_vs_all``) ``- lambda_comm / T * uploads / m``
     ``+ lambda_entropy / T * H(mix(kept)) / log c - lambda_repair * repaired``.
 
     ## Episode End

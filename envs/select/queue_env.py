@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from fl_gym.data.report import label_entropy
-from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain, ValidationTerms
-from fl_gym.envs.select.config import QueueConfig
+from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain, ValidationTerms, loss_vs_all
+from fl_gym.envs.select.config import QueueConfig, what_if_term
 from fl_gym.envs.select.queue import DataQueue, bias, segment_size
 from fl_gym.envs.select.spaces import QUEUE_GLOBAL, QUEUE_ROW, UPDATE_ROW, QueueLayout
 from fl_gym.records import RoundPlan, RoundReport, TrainedRound
@@ -62,6 +62,8 @@ class QueueOutcome:
         bias: ``(K,)`` normalised distance of each label distribution to the population's.
         empty: the action kept no device.
         fallback: every kept device holds one class, so data-size weights replaced entropy weights.
+        loss_vs_all: the validation loss the kept devices saved against aggregating every device
+            (:func:`~fl_gym.envs.base.loss_vs_all`; NaN unless ``reward_signal="loss_vs_all"``).
     """
 
     keep: np.ndarray
@@ -70,6 +72,7 @@ class QueueOutcome:
     bias: np.ndarray
     empty: bool
     fallback: bool
+    loss_vs_all: float = math.nan
 
 
 class FLSelectQueueEnv(FLEnv):
@@ -90,7 +93,8 @@ class FLSelectQueueEnv(FLEnv):
 
     ## Rewards
     Validation accuracy gain (``reward_signal="loss"``: the drop of the validation cross-entropy;
-    ``"loss_area"``: that drop times ``(T - t + 1) / T``) ``- lambda_comm / T * kept / K``.
+    ``"loss_area"``: that drop times ``(T - t + 1) / T``; ``"loss_vs_all"``: the cross-entropy of
+    aggregating every device minus that of the kept ones) ``- lambda_comm / T * kept / K``.
 
     ## Episode End
     Truncated after ``rounds_per_episode`` rounds.
@@ -171,16 +175,19 @@ class FLSelectQueueEnv(FLEnv):
         fallback = bool(keep.any() and weight[keep].sum() <= 1e-12)
         if fallback:  # every kept device holds one class: data-size weights (ours)
             weight = fed.sizes.astype(float)
+        what_if = self.config.reward_signal == "loss_vs_all"
+        basis = weight if weight.sum() > 1e-12 else fed.sizes.astype(float)  # keeping all falls back as a kept set
+        saved = loss_vs_all(fed, pending.trained, keep, basis) if what_if else math.nan
         report = fed.finish_round(pending.trained, aggregate=keep, weight=weight)
         self._selected_prev = keep.astype(float)
         self._selections += keep
         self._cos_sum += pending.update_cos
         self._uplink_bytes += report.upload_bytes
         gain = self._validation.update(report)
-        return report, QueueOutcome(keep, gain, pending.entropy, pending.bias, empty, fallback)
+        return report, QueueOutcome(keep, gain, pending.entropy, pending.bias, empty, fallback, saved)
 
     def _reward_terms(self, report: RoundReport, outcome: QueueOutcome) -> dict[str, float]:
-        return {**outcome.gain._asdict(), "uplink": float(outcome.keep.mean())}
+        return {**outcome.gain._asdict(), **what_if_term(outcome.loss_vs_all), "uplink": float(outcome.keep.mean())}
 
     def _reward_weights(self) -> dict[str, float]:
         return self.config.reward_weights(self.rounds_per_episode)
