@@ -39,7 +39,7 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "batch_size": (lambda v: is_int_at_least(v, 2), "an integer >= 2"),
     "n_epochs": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
     "learning_rate": (is_positive, "a float > 0"),
-    "gamma": (lambda v: is_positive(v) and v <= 1, "a float in (0, 1]"),
+    "gamma": (lambda v: is_non_negative(v) and v <= 1, "a float in [0, 1] (0: each step on its own)"),
     "gae_lambda": (lambda v: is_non_negative(v) and v <= 1, "a float in [0, 1]"),
     "clip_range": (is_positive, "a float > 0"),
     "ent_coef": (is_non_negative, "a float >= 0"),

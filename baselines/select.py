@@ -26,7 +26,7 @@ from fl_gym.data.report import label_entropy
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
 from fl_gym.envs.select.spaces import PickLayout, QueueLayout, SelectLayout
-from fl_gym.validation import UserError, is_int_at_least, is_non_negative, require
+from fl_gym.validation import UserError, is_int_at_least, is_non_negative, is_positive, require
 
 
 class SelectPolicy(RowPolicy):
@@ -113,6 +113,25 @@ class EntropyTrimPolicy(SelectPolicy):
         return mask
 
 
+class EntropyCutPolicy(SelectPolicy):
+    """Drop every candidate whose soft label's entropy is at least ``h`` of the maximum (``log c``).
+
+    :class:`EntropyTrimPolicy` with a threshold instead of a count: it drops as many candidates
+    as look corrupted this round, none where none does. The least uncertain candidate is always kept.
+    """
+
+    def __init__(self, env: Env | SelectLayout, h: float = 0.93) -> None:
+        super().__init__(env)
+        require(is_positive(h) and h <= 1, "h", h, "a float in (0, 1]")
+        self.h = h
+
+    def keep(self, soft_labels, sizes):
+        uncertain = label_entropy(soft_labels) / np.log2(self.layout.num_classes)
+        mask = uncertain < self.h
+        mask[np.argmin(uncertain)] = True
+        return mask
+
+
 def clean_or_all(noisy: np.ndarray) -> np.ndarray:
     """The clean clients of a ``noisy`` mask, or every client if none is clean (a round must aggregate some)."""
     clean = ~np.asarray(noisy, bool)
@@ -161,6 +180,11 @@ class PickPolicy(RowPolicy):
         mask = np.zeros(self.layout.num_clients, bool)
         mask[ids] = True
         return mask
+
+    def _draw_among(self, good: np.ndarray) -> np.ndarray:
+        """``m`` clients drawn uniformly where ``good``, topped up uniformly from the rest."""
+        first, rest = self.rng.permutation(np.flatnonzero(good)), self.rng.permutation(np.flatnonzero(~good))
+        return self._mask(np.concatenate([first, rest])[: self.m])
 
 
 class PoolSamplerPolicy(PickPolicy):
@@ -218,6 +242,23 @@ class ConfidentPickPolicy(PickPolicy):
         return self._mask(np.argsort(score, kind="stable")[: self.m])
 
 
+class EntropyCutPickPolicy(PickPolicy):
+    """``m`` clients drawn uniformly among those whose last soft label looks clean (topped up if too few).
+
+    :class:`EntropyCutPolicy` before training: a client is avoided once its last soft label's
+    entropy reached ``h`` of ``log c``; one never trained counts as clean.
+    """
+
+    def __init__(self, env: Env | PickLayout, m: int | None = None, h: float = 0.93, seed: int = 0) -> None:
+        super().__init__(env, m, seed)
+        require(is_positive(h) and h <= 1, "h", h, "a float in (0, 1]")
+        self.h = h
+
+    def pick(self, observation):
+        soft = self.layout.rows(observation)[:, : self.layout.num_classes]
+        return self._draw_among(label_entropy(soft) / np.log2(self.layout.num_classes) < self.h)
+
+
 class CleanPickPolicy(PickPolicy):
     """Privileged: ``m`` clients drawn uniformly among those with clean labels (topped up if too few).
 
@@ -232,9 +273,7 @@ class CleanPickPolicy(PickPolicy):
         self.env = env.unwrapped
 
     def pick(self, observation):
-        noisy = self.env.federation.noisy
-        clean, bad = self.rng.permutation(np.flatnonzero(~noisy)), self.rng.permutation(np.flatnonzero(noisy))
-        return self._mask(np.concatenate([clean, bad])[: self.m])
+        return self._draw_among(~self.env.federation.noisy)
 
 
 class TopLambdaEntropyPolicy(RowPolicy):
@@ -351,6 +390,8 @@ POLICIES = {
                                "FedEntropy's upload rate without its judgement", {}, SELECT),
     "entropy-trim": PolicyEntry(EntropyTrimPolicy, "drop the k most uncertain soft labels (kwarg k=1): a robust "
                                 "filter against corrupted clients", {}, SELECT),
+    "entropy-cut": PolicyEntry(EntropyCutPolicy, "drop every candidate whose soft label's entropy is at least h "
+                               "of log c (kwarg h=0.93; the least uncertain always kept)", {}, SELECT),
     "clean": PolicyEntry(CleanKeepPolicy, "privileged: keep the clean-label candidates (reads federation.noisy): "
                          "an upper reference, not a server's policy", {}, SELECT),
     "exhaustive": PolicyEntry(ExhaustiveMaxEntropyPolicy, "exhaustive maximum entropy subset (m <= 12)", {}, SELECT),
@@ -364,6 +405,9 @@ POLICIES = {
                            {"post_filter": "judge"}, PICK),
     "confident-pick": PolicyEntry(ConfidentPickPolicy, "the m clients of most certain last soft label, minus w x "
                                   "staleness (kwarg w=0.5); every one uploads", {"post_filter": "all"}, PICK),
+    "entropy-cut-pick": PolicyEntry(EntropyCutPickPolicy, "m clients uniformly among those whose last soft label's "
+                                    "entropy is below h of log c (kwargs h=0.93, seed), every one uploads",
+                                    {"post_filter": "all"}, PICK),
     "clean-pick": PolicyEntry(CleanPickPolicy, "privileged: m clean-label clients uniformly (reads federation.noisy): "
                               "an upper reference", {"post_filter": "all"}, PICK),
     "ddfl": PolicyEntry(TopLambdaEntropyPolicy, "DDFL: 10 % server data streamed to the devices, top 90 % by label "

@@ -19,6 +19,8 @@ from fl_gym.baselines.select import (
     CleanQueuePolicy,
     ConfidentPickPolicy,
     CosTrimPolicy,
+    EntropyCutPickPolicy,
+    EntropyCutPolicy,
     EntropyTrimPolicy,
 )
 from fl_gym.envs.select.spaces import PickLayout, SelectLayout
@@ -105,6 +107,28 @@ def test_entropy_trim_drops_the_most_uncertain_soft_labels():
     policy = EntropyTrimPolicy(SelectLayout(4, 2), k=2)
     assert policy.keep(soft, np.ones(4)).tolist() == [True, False, False, True]
     assert EntropyTrimPolicy(SelectLayout(4, 2), k=9).keep(soft, np.ones(4)).sum() == 1  # at least one kept
+
+
+def test_entropy_cut_drops_every_soft_label_above_the_threshold():
+    soft = np.array([[0.9, 0.1], [0.5, 0.5], [0.6, 0.4], [1.0, 0.0]])  # entropies 0.469, 1, 0.971, 0 bits (c = 2)
+    keep = {h: EntropyCutPolicy(SelectLayout(4, 2), h=h).keep(soft, np.ones(4)).tolist() for h in (0.99, 0.97, 0.1)}
+    assert keep == {0.99: [True, False, True, True], 0.97: [True, False, False, True],
+                    0.1: [False, False, False, True]}  # the least uncertain is always kept
+    with pytest.raises(ValueError, match="h=0 is out of range"):
+        EntropyCutPolicy(SelectLayout(4, 2), h=0)
+
+
+def test_entropy_cut_pick_avoids_clients_whose_last_soft_label_looked_corrupted():
+    layout = PickLayout(4, 2)
+    rows = np.array([[0.5, 0.5, 1, 0.0, 1, 0, 0],  # uncertain
+                     [1.0, 0.0, 1, 0.0, 1, 0, 0],  # certain
+                     [0.0, 0.0, 0, 1.0, 1, 0, 0],  # never trained: counts as clean
+                     [0.55, 0.45, 1, 0.0, 1, 0, 0]])  # entropy 0.993 bits
+    obs = np.concatenate([rows.ravel(), np.zeros(6)])
+    for seed in range(5):
+        assert EntropyCutPickPolicy(layout, m=2, h=0.95, seed=seed).pick(obs).tolist() == [False, True, True, False]
+        topped = EntropyCutPickPolicy(layout, m=3, h=0.95, seed=seed).pick(obs)
+        assert topped.sum() == 3 and topped[1] and topped[2]
 
 
 def test_confident_pick_trades_certainty_against_staleness():
