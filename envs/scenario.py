@@ -16,6 +16,7 @@ from typing import Any, ClassVar, TypeVar
 from fl_gym.clock import ClockConfig
 from fl_gym.config import FederationConfig
 from fl_gym.data.datasets import DATASETS
+from fl_gym.data.noise import LABEL_NOISE
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, PartitionScheme, partition_scheme, scheme_fields
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.validation import (
@@ -73,9 +74,11 @@ class ScenarioConfig:
             episode's federation is the one ``scenario_seed=s`` builds, ``s`` drawn uniformly from
             the range (a benchmark's training federations, kept apart from its test seeds); None
             draws from all 63-bit seeds.
-        noisy_clients: share of the clients whose training labels are all random (drawn with the
-            scenario; ``federation.noisy`` tells which): corrupted devices that a selection or
+        noisy_clients: share of the clients whose training labels are all replaced (drawn with
+            the scenario; ``federation.noisy`` tells which): corrupted devices that a selection or
             weighting policy can learn to detect from their updates.
+        label_noise: ``random`` (uniform labels) or ``flip`` (class ``c - 1 - y``); see
+            :class:`~fl_gym.config.FederationConfig`.
         heterogeneity: ``H``, fastest/slowest static device speed.
         sigma_dyn: log-std of per-round availability.
         sigma_drift: log-std of drift between a round's probe and its training.
@@ -116,6 +119,7 @@ class ScenarioConfig:
     num_clients_range: tuple[int, int] | None = None
     scenario_seed_range: tuple[int, int] | None = None
     noisy_clients: float = 0.0
+    label_noise: str = "random"
     heterogeneity: float = 10.0
     sigma_dyn: float = 0.2
     sigma_drift: float = 0.1
@@ -143,6 +147,7 @@ class ScenarioConfig:
         self._check_clients_range()
         self._check_seed_range()
         require_share("noisy_clients", self.noisy_clients)
+        require_choice("label_noise", self.label_noise, LABEL_NOISE)
         fewest = self.client_counts()[0]
         require((self.num_iid or 0) <= fewest, "num_iid", self.num_iid, f"at most the fewest clients, {fewest}")
         require(isinstance(self.redraw_partition, bool), "redraw_partition", self.redraw_partition, "True or False")
@@ -195,7 +200,8 @@ class ScenarioConfig:
             dataset=self.dataset, data_root=self.data_root, num_clients=self.num_clients,
             partition=self.partition_config(), clock=self.clock_config(), batch_size=self.batch_size,
             optimizer=OptimizerConfig(self.optimizer, self.momentum), eval_every=self.eval_every, device=self.device,
-            num_threads=self.num_threads, noisy_clients=self.noisy_clients, **family)
+            num_threads=self.num_threads, noisy_clients=self.noisy_clients, label_noise=self.label_noise,
+            **family)
 
 
 SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(ScenarioConfig))

@@ -11,6 +11,7 @@ from typing import Any
 from fl_gym.aggregation import WEIGHT_RULES, ServerConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.data.datasets import DATASETS
+from fl_gym.data.noise import LABEL_NOISE
 from fl_gym.data.partition import Dirichlet, PartitionScheme
 from fl_gym.engine.algorithms import ALGORITHMS as ALGORITHM_CLASSES
 from fl_gym.engine.algorithms import LocalAlgorithm, PFedMeConfig
@@ -59,9 +60,13 @@ class FederationConfig:
             disjoint from every client (DDFL's ``G_D``; ``Federation.server_indices``). Off (0) by
             default: server-held data is a privacy choice a scenario must opt into.
         noisy_clients: share of the clients (rounded to a count) whose training labels are all
-            replaced by uniformly random ones, drawn with the scenario (``Federation.noisy``):
-            corrupted or free-riding devices that a selection or weighting policy can learn to
-            detect from their updates. Off (0) by default.
+            replaced (``label_noise``), drawn with the scenario (``Federation.noisy``): corrupted
+            or free-riding devices that a selection or weighting policy can learn to detect from
+            their updates. Off (0) by default.
+        label_noise: what a noisy client's labels become: ``random`` (uniform over the classes:
+            its model predicts near-uniformly, which its soft label shows) or ``flip`` (class
+            ``c - 1 - y``, the label-flipping attack: its model stays confident, and only where
+            its update points tells it apart).
         models: architectures a client can be given (``RoundPlan.model`` indexes them); one global
             model per entry, aggregated over the clients that trained it.
         companion: an architecture every client also trains alongside its model by mutual
@@ -112,6 +117,7 @@ class FederationConfig:
     validation_size: int = 0
     server_data_fraction: float = 0.0
     noisy_clients: float = 0.0
+    label_noise: str = "random"
     models: tuple[str, ...] = ("mlp-small",)
     companion: str | None = None
     distillation: MutualDistillation = field(default_factory=MutualDistillation)
@@ -149,6 +155,7 @@ class FederationConfig:
         require(self.server_data_fraction == 0 or self.partition.kind != "natural", "server_data_fraction",
                 self.server_data_fraction, "0 with partition 'natural'")
         require_share("noisy_clients", self.noisy_clients)
+        require_choice("label_noise", self.label_noise, LABEL_NOISE)
         require(len(self.models) >= 1, "models", self.models, "a non-empty tuple of model names")
         for name in self.models + ((self.companion,) if self.companion else ()):
             require_choice("models", name, MODELS)

@@ -171,7 +171,8 @@ class Federation:
         self.probe_cost = self.companion_cost if cfg.probe_cost is None else cfg.probe_cost
         self._split_validation(scenario)
         self.noisy = self._draw_noisy(scenario)
-        self._train_x, self._train_y = (noisy_view(self.x_train, self.y_train, self.num_classes) if self.noisy.any()
+        self._train_x, self._train_y = (noisy_view(self.x_train, self.y_train, self.num_classes, cfg.label_noise)
+                                        if self.noisy.any()
                                         else (self.x_train, self.y_train))
         self._rows = training_rows(self.train_parts, self.noisy.tolist(), len(self._labels))
         nan = np.full(len(self.archs), math.nan)

@@ -12,8 +12,9 @@ from fl_gym import Federation, FederationConfig, RoundPlan, partition_scheme
 from fl_gym.data.noise import noisy_view
 
 
-def _fed(noisy: float, seed: int = 3) -> Federation:
-    cfg = FederationConfig(num_clients=10, partition=partition_scheme("dirichlet", alpha=0.5), noisy_clients=noisy)
+def _fed(noisy: float, seed: int = 3, kind: str = "random") -> Federation:
+    cfg = FederationConfig(num_clients=10, partition=partition_scheme("dirichlet", alpha=0.5), noisy_clients=noisy,
+                           label_noise=kind)
     return Federation(cfg, scenario_seed=seed)
 
 
@@ -34,6 +35,19 @@ def test_noisy_clients_train_on_random_labels_and_leave_the_scenario_as_it_was()
     truth = torch.cat([noisy.y_train[noisy.train_parts[i]] for i in bad])
     assert (labels == truth).float().mean() < 0.3  # random labels agree with the truth about 1 in 10
     assert len(torch.unique(labels)) == 10
+
+
+def test_flipped_labels_are_the_mirror_class_of_the_truth_for_noisy_clients_only():
+    fed, random = _fed(0.3, kind="flip"), _fed(0.3)
+    assert np.array_equal(fed.noisy, random.noisy)  # the same clients, whatever the kind
+    for i in range(10):
+        truth = fed.y_train[fed.train_parts[i]]
+        assert torch.equal(fed._train_y[fed._rows[i]], 9 - truth if fed.noisy[i] else truth)
+    assert torch.equal(fed._train_x, random._train_x)
+    assert noisy_view(fed.x_train, fed.y_train, 10, "flip")[1] is fed._train_y  # each kind's view is shared
+    assert noisy_view(fed.x_train, fed.y_train, 10)[1] is random._train_y
+    with pytest.raises(ValueError, match="label_noise='mirror' is out of range; allowed: one of 'random', 'flip'"):
+        gym.make("FLSelect-v0", noisy_clients=0.3, label_noise="mirror")
 
 
 def test_noisy_federations_share_one_view_so_a_vector_env_merges_them():
