@@ -30,6 +30,7 @@ from fl_gym.training.cli import main, parse_seed_list
 from fl_gym.training.compare import policy_spec
 
 CORE = suite("core-v1")
+BENCHMARKED = [task for name in ("core-v1", "flip") for task in suite(name)]  # the suites with stored references
 
 
 def test_core_suite_has_a_task_on_every_registered_env_but_the_one_lever_views():
@@ -47,7 +48,7 @@ def test_seed_sets_are_disjoint(task):
     assert not set(task.eval_seeds) & set(TUNING_SEEDS)
 
 
-@pytest.mark.parametrize("task", CORE, ids=lambda t: t.name)
+@pytest.mark.parametrize("task", BENCHMARKED, ids=lambda t: t.name)
 def test_every_task_builds_passes_check_env_and_names_known_policies(task):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -61,7 +62,7 @@ def test_every_task_builds_passes_check_env_and_names_known_policies(task):
         policy_spec(spec, task.env_id)  # a ValueError for a name the family does not know
 
 
-@pytest.mark.parametrize("task", CORE, ids=lambda t: t.name)
+@pytest.mark.parametrize("task", BENCHMARKED, ids=lambda t: t.name)
 def test_every_tasks_hyperparameter_blocks_build_an_agent_that_acts(task):
     """The block of each algorithm a task names (``ppo`` and its ``algo_hyperparams``) trains on its env."""
     from fl_gym.agents.ppo import build_agent, load_hyperparams
@@ -87,9 +88,10 @@ def test_normalized_score_reads_the_references():
         benchmark.normalized_score("aggregate-noisy", 0.5, split="train", refs=refs)
 
 
-def test_stored_references_cover_the_core_suite_and_normalise_their_own_policies():
-    refs = benchmark.stored_references("core-v1")
-    assert set(refs) == {t.name for t in CORE}
+@pytest.mark.parametrize("name", ["core-v1", "flip"])
+def test_stored_references_cover_the_suite_and_normalise_their_own_policies(name):
+    refs = benchmark.stored_references(name)
+    assert set(refs) == {t.name for t in suite(name)}
     for name, record in refs.items():
         ref = record["refs"]["test"]
         best = np.mean(record["policies"][ref["best"]]["test"])
@@ -297,3 +299,12 @@ def test_task_headroom_by_hand():
     record["returns"] = {"a": {"test": [[1.0, 1.0], [1.0, 1.0]]}, "b": {"test": [[2.0, 3.0], [2.0, 1.0]]}}
     paired = np.array([1.0, 2.0, 1.0, 0.0])
     assert task_headroom(record, "test")["reward_snr"] == pytest.approx(paired.mean() / paired.std(ddof=1))
+
+
+def test_pinning_refuses_a_split_where_no_fixed_policy_beats_the_reference():
+    from fl_gym.training.benchmark.protocol import task_references
+
+    lone = dataclasses.replace(all_tasks()["smoke-aggregate"], heuristics=("fedavg",), tuned={})
+    with pytest.raises(ValueError, match="task='smoke-aggregate': on its test split no fixed policy beats the "
+                                         "reference 'fedavg'"):
+        task_references(lone, say=lambda _: None)

@@ -30,6 +30,7 @@ from fl_gym.training import runs
 from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
 from fl_gym.training.compare import PolicySpec, policy_spec
 from fl_gym.training.evaluation import Episode, evaluate
+from fl_gym.validation import UserError
 
 Say = Callable[[str], None]
 
@@ -106,6 +107,10 @@ def task_references(task: Task, say: Say = print) -> dict[str, Any]:
     for split in SPLITS:
         means = {spec: float(np.mean(policies[spec][split])) for spec in fixed}
         best = max(means, key=means.get)
+        if means[best] == means[task.reference]:
+            raise UserError(f"task={task.name!r}: on its {split} split no fixed policy beats the reference "
+                            f"{task.reference!r}, so its scores cannot be normalised; allowed: a split where one "
+                            "does (change the split's arguments or add a policy)")
         refs[split] = {"ref_min": means[task.reference], "ref_max": means[best], "best": best}
     return {"task": task.name, "env_id": task.env_id, "score": task.score, "reference": task.reference,
             "upper": task.upper_name, "uppers": list(task.uppers), "fixed": fixed, "tuned": tuned, "refs": refs,

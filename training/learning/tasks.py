@@ -24,6 +24,13 @@ AGGREGATE_TASKS = (
          heuristics=("fedavg", "fedadp", "uniform", "fedcos"),
          tuned={"fedadp-alpha": ("fedadp[alpha=2]", "fedadp[alpha=5]", "fedadp[alpha=10]", "fedadp[alpha=20]")},
          upper="clean", extrapolation={"noisy_clients": 0.5}, hyperparams="FLAggregate-v0/bench"),
+    Task(name="aggregate-flip", env_id="FLAggregate-v0", suites=("flip",),
+         doc="aggregate-noisy with label-flipping clients: the 3 noisy clients train on the mirror class c-1-y, so "
+             "their models stay confident and only their update directions give them away.",
+         env_kwargs={"noisy_clients": 0.3, "label_noise": "flip", "reward": "loss_area"}, budget=100_000,
+         reference="fedavg", heuristics=("fedavg", "fedadp", "uniform", "fedcos"),
+         tuned={"fedadp-alpha": ("fedadp[alpha=2]", "fedadp[alpha=5]", "fedadp[alpha=10]", "fedadp[alpha=20]")},
+         upper="clean", extrapolation={"noisy_clients": 0.4}, hyperparams="FLAggregate-v0/bench"),
     Task(name="smoke-aggregate", env_id="FLAggregate-v0", suites=("smoke",),
          doc="A three-round aggregate-noisy for checking the benchmark's pipeline in seconds (not a benchmark).",
          env_kwargs={"noisy_clients": 0.3, "reward": "loss_drop", "rounds_per_episode": 3}, budget=32,

@@ -51,4 +51,13 @@ TASKS = (
          reference="queue-all", heuristics=("queue-all", "ddfl", "ddfl-0.8", "cos-trim"),
          tuned={"cos-trim-k": tuple(f"cos-trim[k={k},smooth={m}]" for k in (3, 6, 9) for m in (True, False))},
          upper="clean-queue", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelectQueue-v0/bench"),
+    Task(name="queue-flip", env_id="FLSelectQueue-v0", suites=("flip",),
+         doc="queue-noisy with label-flipping devices (the mirror class c-1-y), rewarded by the loss the kept devices "
+             "save against aggregating all (a difference reward): confident models, wrong directions.",
+         env_kwargs={**_QUEUE, "noisy_clients": 0.3, "label_noise": "flip", "update_stats": True,
+                     "reward_signal": "loss_vs_all"},
+         budget=100_000,
+         reference="queue-all", heuristics=("queue-all", "ddfl", "ddfl-0.8", "cos-trim"),
+         tuned={"cos-trim-k": tuple(f"cos-trim[k={k},smooth={m}]" for k in (3, 6, 9) for m in (True, False))},
+         upper="clean-queue", extrapolation={"noisy_clients": 0.4}, hyperparams="FLSelectQueue-v0/bench"),
 )
