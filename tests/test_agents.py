@@ -61,6 +61,10 @@ def test_hyperparameter_values_are_checked_by_name(key, value):
         build_agent(gym.make("FLHeteroAlloc-v0"), {key: value})
 
 
+def test_gamma_zero_is_allowed():  # each step on its own: a contextual bandit
+    assert build_agent(gym.make("FLHeteroAlloc-v0"), {"gamma": 0.0}).gamma == 0.0
+
+
 def test_dual_agent_end_to_end_and_round_trip(tmp_path):
     """A tiny run of the recipe: PPO1, frozen PPO1 inside PPO2's env, composition, save/load."""
     recipe = find_recipe("FLHetero-v0", "hapfl")
