@@ -113,6 +113,11 @@ class EntropyTrimPolicy(SelectPolicy):
         return mask
 
 
+def uncertainty(soft_labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """Each soft label's entropy as a share of the largest, ``log c``: 1 for a uniform prediction."""
+    return label_entropy(soft_labels) / np.log2(num_classes)
+
+
 class EntropyCutPolicy(SelectPolicy):
     """Drop every candidate whose soft label's entropy is at least ``h`` of the maximum (``log c``).
 
@@ -126,7 +131,7 @@ class EntropyCutPolicy(SelectPolicy):
         self.h = h
 
     def keep(self, soft_labels, sizes):
-        uncertain = label_entropy(soft_labels) / np.log2(self.layout.num_classes)
+        uncertain = uncertainty(soft_labels, self.layout.num_classes)
         mask = uncertain < self.h
         mask[np.argmin(uncertain)] = True
         return mask
@@ -237,7 +242,7 @@ class ConfidentPickPolicy(PickPolicy):
 
     def pick(self, observation):
         soft = self.layout.rows(observation)[:, : self.layout.num_classes]
-        uncertain = label_entropy(soft) / np.log2(self.layout.num_classes)
+        uncertain = uncertainty(soft, self.layout.num_classes)
         score = uncertain - self.w * self.layout.column(observation, "staleness")
         return self._mask(np.argsort(score, kind="stable")[: self.m])
 
@@ -256,7 +261,7 @@ class EntropyCutPickPolicy(PickPolicy):
 
     def pick(self, observation):
         soft = self.layout.rows(observation)[:, : self.layout.num_classes]
-        return self._draw_among(label_entropy(soft) / np.log2(self.layout.num_classes) < self.h)
+        return self._draw_among(uncertainty(soft, self.layout.num_classes) < self.h)
 
 
 class CleanPickPolicy(PickPolicy):

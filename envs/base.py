@@ -303,7 +303,8 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     def _reward_weights(self) -> Mapping[str, float]:
         raise NotImplementedError
 
-    def _reward(self, terms: Mapping[str, float]) -> float:
+    def _reward(self, terms: Mapping[str, Any]) -> Any:
+        """The terms' weighted sum (a term of weight 0 need not be measured; rows of terms give rows)."""
         return sum(weight * terms[name] for name, weight in self._reward_weights().items() if weight)
 
     def _accuracy(self, report: RoundReport) -> float:

@@ -130,7 +130,7 @@ class HeteroClock:
         columns = first.timing_info(decision, epochs, self.probe[self.rows, self.slots],
                                     train, probe + train, self.probe_ratio, self.entropy[self.rows, self.slots],
                                     terms["r1"])
-        reward = sum(weight * terms[name] for name, weight in first._reward_weights().items()).tolist()
+        reward = first._reward(terms).tolist()  # the env's own rule, over the copies' rows of terms
         seconds = round_time.tolist()
         self._commit(seconds)
         history = first.config.obs_mode == "history"  # the only records that need the rounds
