@@ -370,8 +370,7 @@ def _benchmark_parser(sub: Any) -> None:
                         "references"), ("report", "tables, intervals and profiles of a run folder"),
                        ("tasks", "list a suite's tasks")):
         b = bench_sub.add_parser(name, help=text)
-        b.add_argument("--suite", default="core-v1", help="core-v1; flip (label-flipping clients, in the making); "
-                       "smoke (a pipeline check)")
+        b.add_argument("--suite", default="core-v1", help="core-v1; smoke (a pipeline check)")
         if name != "report":  # a report covers the whole suite
             b.add_argument("--tasks", default="", help="comma-separated task names (default: the whole suite)")
         b.add_argument("--out", default=None, help="run: the run folder (default runs/benchmark-SUITE); report: where "

@@ -16,21 +16,21 @@ from __future__ import annotations
 
 from fl_gym.training.benchmark.tasks import Task
 
+_AGGREGATE_TASK = dict(
+    env_id="FLAggregate-v0", budget=100_000, reference="fedavg", heuristics=("fedavg", "fedadp", "uniform", "fedcos"),
+    tuned={"fedadp-alpha": ("fedadp[alpha=2]", "fedadp[alpha=5]", "fedadp[alpha=10]", "fedadp[alpha=20]")},
+    upper="clean", hyperparams="FLAggregate-v0/bench")
 AGGREGATE_TASKS = (
-    Task(name="aggregate-noisy", env_id="FLAggregate-v0",
+    Task(name="aggregate-noisy",
          doc="Aggregation weights for 10 clients (digits, Dirichlet 0.3), 3 of them training on random labels: the "
              "weights should mute them, from the update angles and statistics the server sees.",
-         env_kwargs={"noisy_clients": 0.3, "reward": "loss_area"}, budget=100_000, reference="fedavg",
-         heuristics=("fedavg", "fedadp", "uniform", "fedcos"),
-         tuned={"fedadp-alpha": ("fedadp[alpha=2]", "fedadp[alpha=5]", "fedadp[alpha=10]", "fedadp[alpha=20]")},
-         upper="clean", extrapolation={"noisy_clients": 0.5}, hyperparams="FLAggregate-v0/bench"),
-    Task(name="aggregate-flip", env_id="FLAggregate-v0", suites=("flip",),
+         env_kwargs={"noisy_clients": 0.3, "reward": "loss_area"}, extrapolation={"noisy_clients": 0.5},
+         **_AGGREGATE_TASK),
+    Task(name="aggregate-flip",
          doc="aggregate-noisy with label-flipping clients: the 3 noisy clients train on the mirror class c-1-y, so "
              "their models stay confident and only their update directions give them away.",
-         env_kwargs={"noisy_clients": 0.3, "label_noise": "flip", "reward": "loss_area"}, budget=100_000,
-         reference="fedavg", heuristics=("fedavg", "fedadp", "uniform", "fedcos"),
-         tuned={"fedadp-alpha": ("fedadp[alpha=2]", "fedadp[alpha=5]", "fedadp[alpha=10]", "fedadp[alpha=20]")},
-         upper="clean", extrapolation={"noisy_clients": 0.4}, hyperparams="FLAggregate-v0/bench"),
+         env_kwargs={"noisy_clients": 0.3, "label_noise": "flip", "reward": "loss_area"},
+         extrapolation={"noisy_clients": 0.4}, **_AGGREGATE_TASK),
     Task(name="smoke-aggregate", env_id="FLAggregate-v0", suites=("smoke",),
          doc="A three-round aggregate-noisy for checking the benchmark's pipeline in seconds (not a benchmark).",
          env_kwargs={"noisy_clients": 0.3, "reward": "loss_drop", "rounds_per_episode": 3}, budget=32,
