@@ -201,7 +201,8 @@ def test_every_registered_metric_appears_in_a_steps_info(env_id):
     assert [key for key in expected if key not in info] == []
 
 
-BAD_VALUES = (None, "abc", [1, 2], float("nan"), float("inf"), -1, 0, 10**9, True, {"a": 1})
+BAD_VALUES = (None, "abc", [1, 2], float("nan"), float("inf"), float("-inf"), -1, -1e-9, 0, 10**9, 1e9, True,
+              {"a": 1})
 
 
 def _arguments(env_id: str) -> list[str]:
@@ -210,14 +211,8 @@ def _arguments(env_id: str) -> list[str]:
     return own + [f.name for f in dataclasses.fields(cfg.scenario)]
 
 
-@pytest.mark.parametrize("env_id", IDS)
-@settings(max_examples=25, deadline=None)
-@given(data=st.data())
-def test_fuzz_every_argument_is_refused_by_name_or_gives_an_env_that_steps(env_id, data):
-    """Any keyword argument with a wrong type, a special float, a huge or a negative value: a
-    ``ValueError`` naming the argument at ``gym.make``, or an env whose first steps are finite."""
-    name = data.draw(st.sampled_from(_arguments(env_id)), label="argument")
-    value = data.draw(st.sampled_from(BAD_VALUES), label="value")
+def _refused_by_name_or_steps(env_id: str, name: str, value) -> None:
+    """A ``ValueError`` naming ``name`` at ``gym.make``, or an env whose first steps are finite, in bounded time."""
     kwargs = {"rounds_per_episode": 2, name: value}
     with _answers_within(FUZZ_SECONDS, f"{env_id} with {name}={value!r}"):
         try:
@@ -232,6 +227,25 @@ def test_fuzz_every_argument_is_refused_by_name_or_gives_an_env_that_steps(env_i
             assert np.all(np.isfinite(obs)) and np.isfinite(reward)
             if terminated or truncated:
                 break
+
+
+@pytest.mark.parametrize("env_id", IDS)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_fuzz_every_argument_is_refused_by_name_or_gives_an_env_that_steps(env_id, data):
+    """Any keyword argument with a wrong type, a special float, a huge or a negative value: a
+    ``ValueError`` naming the argument at ``gym.make``, or an env whose first steps are finite."""
+    name = data.draw(st.sampled_from(_arguments(env_id)), label="argument")
+    _refused_by_name_or_steps(env_id, name, data.draw(st.sampled_from(BAD_VALUES), label="value"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", IDS)
+def test_every_argument_with_every_bad_value_is_refused_by_name_or_steps(env_id):
+    """The fuzz test's whole grid: every argument of the id times every bad value (about 700 cases an id)."""
+    for name in _arguments(env_id):
+        for value in BAD_VALUES:
+            _refused_by_name_or_steps(env_id, name, value)
 
 
 FUZZ_SECONDS = 60  # an accepted value must not hang: a case takes well under a second on a 2-core CPU
