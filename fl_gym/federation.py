@@ -120,8 +120,9 @@ class Federation:
         histogram: ``(K, C)`` training labels per client and class (the clean labels: a noisy
             client's corruption shows only in how it trains).
         scenario_seed: the seed the static scenario was drawn from.
-        noisy: ``(K,)`` bool, read-only: the clients whose training labels are random
-            (``noisy_clients``); what a server cannot see, for privileged reference policies.
+        noisy: ``(K,)`` bool, read-only: the clients whose training labels are corrupted
+            (``noisy_clients``, random or flipped by ``label_noise``); what a server cannot see, for
+            privileged reference policies.
         label_entropy: ``(K,)`` entropy of each client's training labels, in bits.
         profiles: static device speeds and bandwidths.
         global_models: one ``(P_m,)`` parameter vector per entry of ``config.models``.

@@ -572,6 +572,9 @@ def test_an_unreachable_ray_address_fails_at_once_and_leaves_no_run_folder(tmp_p
             check_address(ok)
     with pytest.raises(ValueError, match="address='nohost' is out of range"):
         check_address("nohost")
+    code, _, err = run_cli(["train", "FLAggregate-v0", "--ray-address", "local", "--runs-dir", str(tmp_path)], capsys)
+    assert code == 2 and err.strip().endswith("--ray-address='local' is out of range; allowed: nothing with --vec-env "
+                                              "batched (it is for ray)")
 
 
 def test_a_run_folder_is_locked_while_it_trains_and_a_stale_lock_is_taken_over(tmp_path):

@@ -83,6 +83,8 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides
         from fl_gym.integrations.ray import check_address
 
         check_address(ray_address, "--ray-address")  # before any run folder exists
+    else:
+        require(ray_address is None, "--ray-address", ray_address, f"nothing with --vec-env {vec_env} (it is for ray)")
     overrides = dict(overrides or {})
     if algo in recipes:
         recipe = recipes[algo]
