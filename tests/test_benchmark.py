@@ -248,6 +248,13 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     assert suite_rows["best fixed"]["iqm"][0] == pytest.approx(1.0)
     assert suite_rows["reference (FedAvg)"]["iqm"][0] == pytest.approx(0.0, abs=1e-12)
     assert suite_rows["ppo"]["runs"] == 2
+    ppo = next(r for r in report["splits"]["test"]["tasks"]["smoke-aggregate"] if r["method"] == "ppo")
+    ref = refs["refs"]["test"]
+    seeds = [np.mean(json.loads((out / "smoke-aggregate" / f"ppo-seed{s}" / "scores.json").read_text())["scores"]
+                     ["test"]) for s in (0, 1)]
+    assert ppo["per_run"] == pytest.approx([(v - ref["ref_min"]) / (ref["ref_max"] - ref["ref_min"]) for v in seeds])
+    assert f"| {ppo['normalised']:.2f} ({ppo['per_run'][0]:.2f}, {ppo['per_run'][1]:.2f}) |" in (
+        out / "report.md").read_text()
     assert json.loads(report["env_specs"]["smoke-aggregate"])["id"] == "FLAggregate-v0"
     assert json.loads(report["env_specs"]["smoke-hetero"])["kwargs"]["obs_mode"] == "history"
     assert (out / "smoke-hetero" / "ppo-seed1" / "scores.json").is_file()

@@ -102,11 +102,12 @@ def normalized_score(task: str | Task, value: float, split: str = "test", refs: 
 
 
 def _agent_runs(runs_dir: Path, tasks: Sequence[Task]) -> dict[str, dict[str, list[dict]]]:
-    """``algo -> task -> scores.json records`` found under ``runs_dir/TASK/ALGO-seedN/``."""
+    """``algo -> task -> scores.json records`` found under ``runs_dir/TASK/ALGO-seedN/``, by seed."""
     agents: dict[str, dict[str, list[dict]]] = {}
     for task in tasks:
-        for path in sorted((runs_dir / task.name).glob("*-seed*/scores.json")):
-            record = read_json(path)
+        records = sorted((read_json(p) for p in (runs_dir / task.name).glob("*-seed*/scores.json")),
+                         key=lambda r: r["seed"])
+        for record in records:
             agents.setdefault(record["algo"], {}).setdefault(task.name, []).append(record)
     return agents
 

@@ -125,15 +125,19 @@ def task_headroom(record: Mapping[str, Any], split: str) -> dict[str, float]:
 
 def _task_rows(runs: Mapping[str, Mapping[str, np.ndarray]], record: Mapping[str, Any], task: str, split: str
                ) -> list[dict[str, Any]]:
-    """One row per method with values on ``task``: raw mean and standard error, normalised mean."""
+    """One row per method with values on ``task``: raw mean and standard error, normalised mean.
+
+    An agent's row also lists each run's normalised score (``per_run``, by training seed).
+    """
     rows = []
     for method, tasks in runs.items():
         if task not in tasks or method in (BEST, REFERENCE, UPPER):
             continue
-        values = tasks[task]
+        values, role = tasks[task], _role(method, record)
+        normalised = normalise(values, record, split)
         rows.append({"method": method, "runs": len(values), "raw": float(values.mean()), "se": _standard_error(values),
-                     "normalised": float(normalise(values, record, split).mean()),
-                     "role": _role(method, record)})
+                     "normalised": float(normalised.mean()), "role": role,
+                     **({"per_run": normalised.tolist()} if role == "agent" else {})})
     return rows
 
 
@@ -168,10 +172,11 @@ def markdown(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str
                       f"{room['spread_in_se']:.1f} s.e.; upper reference at {room['upper']:.2f}; one episode's "
                       f"seed-to-seed s.d. {room['seed_sd']:.4f}; reward signal-to-noise (best fixed - reference, "
                       f"per episode) {room['reward_snr']:.2f}.", "",
-                      "| method | role | runs | raw ± s.e. | normalised |", "|---|---|---|---|---|"]
+                      "| method | role | runs | raw ± s.e. | normalised (an agent's runs) |", "|---|---|---|---|---|"]
             for row in sorted(rows, key=lambda r: -r["raw"]):
+                each = f" ({', '.join(f'{v:.2f}' for v in row['per_run'])})" if "per_run" in row else ""
                 lines.append(f"| {row['method']} | {row['role']} | {row['runs']} | {row['raw']:.4f} ± "
-                             f"{row['se']:.4f} | {row['normalised']:.2f} |")
+                             f"{row['se']:.4f} | {row['normalised']:.2f}{each} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 
