@@ -250,6 +250,7 @@ def test_bad_actions(env_id, action, match):
     (dict(model_costs={"lite": 1.0}), "model_costs"), (dict(algorithm="feddyn"), "algorithm"),
     (dict(scenario_seed=-1), "scenario_seed"), (dict(scenario_seed="a"), "scenario_seed"),
     (dict(device="nope"), "device"), (dict(num_clients=1), "num_clients"), (dict(lr=-1.0), "lr"),
+    (dict(local_epochs=1001, backend="torch"), "local_epochs"),  # would train for hours a round
 ])
 def test_bad_config_fails_at_make(kwargs, param):
     with pytest.raises(ValueError, match=f"{param}="):

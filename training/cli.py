@@ -24,6 +24,8 @@ from typing import Any
 from fl_gym.data.datasets import DatasetNotFoundError
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
 from fl_gym.validation import (
+    MAX_EPOCHS,
+    MAX_LR,
     MAX_THREADS,
     MissingExtraError,
     UserError,
@@ -604,8 +606,9 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
                            partition=Dirichlet(alpha=args.alpha), batch_size=args.batch_size)
-    require(is_positive(args.lr), "--lr", args.lr, "a float > 0")
-    require(is_positive(args.epochs), "--epochs", args.epochs, "a number > 0")
+    require(is_positive(args.lr) and args.lr <= MAX_LR, "--lr", args.lr, f"a float in (0, {MAX_LR:g}]")
+    require(is_positive(args.epochs) and args.epochs <= MAX_EPOCHS, "--epochs", args.epochs,
+            f"a number in (0, {MAX_EPOCHS:g}]")
     plan = RoundPlan.make(args.clients, lr=args.lr, epochs=args.epochs)
     fed = Federation(cfg, scenario_seed=args.seed)
     print(f"FedAvg on {args.dataset}: {args.clients} clients, Dirichlet({args.alpha}), {args.model}, "

@@ -28,7 +28,7 @@ from fl_gym.config import FederationConfig
 from fl_gym.engine.algorithms import PFedMeConfig
 from fl_gym.engine.losses import MutualDistillation
 from fl_gym.envs.scenario import EnvConfig
-from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_choice
+from fl_gym.validation import MAX_EPOCHS, is_int_at_least, is_non_negative, is_positive, require, require_choice
 
 PRESETS = {
     "paper10": dict(num_clients=10, clients_per_round=6, num_sizes=2, heterogeneity=10.0),
@@ -125,7 +125,8 @@ class HeteroConfig(EnvConfig):
         require(self.num_sizes in SIZE_NAMES, "num_sizes", self.num_sizes, "2 or 3")
         require_choice("backend", self.backend, ("timing", "torch"))
         require_choice("algorithm", self.algorithm, ALGORITHMS)
-        require(is_int_at_least(self.local_epochs, 1), "local_epochs", self.local_epochs, "an integer >= 1")
+        require(is_int_at_least(self.local_epochs, 1) and self.local_epochs <= MAX_EPOCHS, "local_epochs",
+                self.local_epochs, f"an integer in [1, {MAX_EPOCHS:g}]")
         require(is_positive(self.max_ratio), "max_ratio", self.max_ratio, "a float > 0")
         needed = {"lite", *self.size_names}
         require(needed <= set(self.model_costs) and all(is_positive(self.model_costs[n]) for n in needed),
