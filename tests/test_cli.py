@@ -262,7 +262,7 @@ def test_bench_ppo_section(capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["train", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0' is not registered"),
-    (["bench", "--sections", "ppo", "--ppo-env", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0' is not registered"),
+    (["bench", "--sections", "ppo", "--ppo-env", "NoSuchEnv-v0"], "--ppo-env=['NoSuchEnv-v0'] is out of range"),
     (["train", "FLHetero-v0", "--hyperparams", "learning_rat=0.1"], "hyperparameter 'learning_rat' is not accepted"),
     (["train", "FLHetero-v0", "--hyperparams", "lr"], "--hyperparams: expected key=value, got 'lr'"),
     (["train", "FLHetero-v0", "--env-kwargs", "backend=jax"], "backend='jax' is out of range"),
@@ -302,6 +302,8 @@ def test_bench_ppo_section(capsys):
     (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),
     (["bench", "--sections", "memory", "--memory-envs", "FLSelect-v0,CartPole-v1"], "--memory-envs=['CartPole-v1']"),
     (["bench", "--sections", "vec", "--vec-ids", "FLHetero-v9"], "--vec-ids=['FLHetero-v9']"),
+    (["bench", "--sections", "engine", "--ppo-env", "abc"], "--ppo-env=['abc']"),  # checked whatever runs
+    (["bench", "--sections", "ppo", "--ppo-env", "FLSelect-v0,FLHetero-v0"], "--ppo-env='FLSelect-v0,FLHetero-v0'"),
     (["bench", "--sections", "vec", "--device", "cuda:99"], "--device='cuda:99' is out of range; allowed: a device "
                                                              "this machine has"),
     (["train", "FLSelect-v0", "--env-kwargs", "device=cuda:99"], "device='cuda:99' is out of range"),

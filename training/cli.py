@@ -482,10 +482,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     require(bool(counts) and all(n >= 1 for n in counts), "--vec-envs", args.vec_envs, "copy counts >= 1")
     vec_ids = _registered_ids(args.vec_ids, "--vec-ids") if args.vec_ids else None
     memory_ids = _registered_ids(args.memory_envs, "--memory-envs") if args.memory_envs else None
-    if "ppo" in sections:
-        from fl_gym.envs.registry import family_of
-
-        family_of(args.ppo_env)  # a ValueError naming the id and the registered ones
+    require(len(_registered_ids(args.ppo_env, "--ppo-env")) == 1, "--ppo-env", args.ppo_env, "one registered id")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if "engine" in sections:
         results = bench.engine_benchmark(scenarios, threads, args.device, args.repeats,
