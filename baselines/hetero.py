@@ -179,7 +179,7 @@ class BalancedOraclePolicy(HeteroPolicy):
     observation; the env's default dynamics keep it from being exact.
 
     Args:
-        env: a HAPFL env (or its spec).
+        env: a HAPFL env (or its :class:`~fl_gym.envs.hetero.actions.HeteroSpec`).
         fit: which size a client gets where several lie in the balance window: ``largest`` (the
             most capacity) or ``smallest`` (the least training time).
     """

@@ -366,7 +366,10 @@ def test_ddfl_beats_non_iid_fedavg_on_one_class_digits():
     assert summary["ddfl"]["accuracy"][0] > summary["fedavg-noniid"]["accuracy"][0] + 0.02
 
 
-def test_queue_paper_preset_follows_the_spec():
+def test_queue_paper_preset_is_ddfls_mnist_setting():
+    """Herath et al. (Enhancing Federated Learning Convergence with Dynamic Data Queue and Data
+    Entropy-driven Participant Selection), Table III: MNIST over 100 one-class devices, batch 100,
+    SGD with momentum 0.9, 100 rounds; ``segment_rho`` 0.0037 is ours, calibrated to 100 rounds."""
     from fl_gym.envs.select.config import QueueConfig
 
     cfg = QueueConfig(preset="paper")
