@@ -10,7 +10,7 @@ Policy specs:
   folder of ``fl-gym train``; a folder holding a training recipe (``fl-gym train --algo NAME``)
   becomes the recipe's composed policy, also as ``NAME:PATH``.
 
-Rows are labelled by the spec, with a run path shortened to its last component. The default
+Rows are labelled by the policy spec, with a run path shortened to its last component. The default
 evaluation seeds (10000 on) are apart from the training seeds ``fl-gym train`` uses (0 on); a
 warning names any overlap with a loaded run's seeds.
 """

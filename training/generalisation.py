@@ -42,7 +42,7 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
         variants: name -> env arguments on top of ``env_kwargs``; default one, ``held-out``, with none.
         seeds: evaluation seeds, played on every scenario.
         env_kwargs: env arguments of every episode.
-        reference: the spec whose metrics the ratios divide by (one of ``specs``; None: the first).
+        reference: the policy spec whose metrics the ratios divide by (one of ``specs``; None: the first).
         metrics: summary keys of ``fl-gym compare`` to tabulate.
         out_dir: where ``results.json`` and ``results.md`` go (None: nowhere).
         progress: print each scenario as it starts.
