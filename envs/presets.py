@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from fl_gym.envs.scenario import EnvConfig
 from fl_gym.models.zoo import MODELS
-from fl_gym.validation import MAX_EPOCHS, is_int_at_least, is_positive, require, require_choice
+from fl_gym.validation import is_int_at_least, require, require_choice, require_epochs
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,6 @@ class PresetConfig(EnvConfig):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
         super().__post_init__()
-        require(is_positive(self.local_epochs) and self.local_epochs <= MAX_EPOCHS, "local_epochs", self.local_epochs,
-                f"a float in (0, {MAX_EPOCHS:g}]")
+        require_epochs("local_epochs", self.local_epochs)
         require_choice("model", self.model, MODELS)
         require(is_int_at_least(self.validation_size, 1), "validation_size", self.validation_size, "an integer >= 1")

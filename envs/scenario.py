@@ -20,14 +20,13 @@ from fl_gym.data.noise import LABEL_NOISE
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, PartitionScheme, partition_scheme, scheme_fields
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.validation import (
-    MAX_LR,
     MAX_ROUNDS,
     UserError,
     is_int_at_least,
-    is_positive,
     require,
     require_choice,
     require_device,
+    require_rate,
     require_share,
     require_threads,
     require_types,
@@ -154,7 +153,7 @@ class ScenarioConfig:
         require(isinstance(self.randomize_scenario, bool), "randomize_scenario", self.randomize_scenario,
                 "True or False")
         self.clock_config()
-        require(is_positive(self.lr) and self.lr <= MAX_LR, "lr", self.lr, f"a float in (0, {MAX_LR:g}]")
+        require_rate("lr", self.lr)
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
         OptimizerConfig(self.optimizer, self.momentum)
         require(is_int_at_least(self.rounds_per_episode, 1) and self.rounds_per_episode <= MAX_ROUNDS,

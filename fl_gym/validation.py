@@ -65,6 +65,16 @@ def require_threads(name: str, value: object) -> None:
     require(ok, name, value, f"None or an integer in [1, {MAX_THREADS}]")
 
 
+def require_rate(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a learning rate in ``(0, MAX_LR]``."""
+    require(is_positive(value) and value <= MAX_LR, name, value, f"a float in (0, {MAX_LR:g}]")
+
+
+def require_epochs(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a number of local epochs in ``(0, MAX_EPOCHS]``."""
+    require(is_positive(value) and value <= MAX_EPOCHS, name, value, f"a float in (0, {MAX_EPOCHS:g}]")
+
+
 def require_share(name: str, value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is a finite float in ``[0, 1)`` (a share of clients or data)."""
     require(is_non_negative(value) and value < 1, name, value, "a float in [0, 1)")

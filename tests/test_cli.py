@@ -297,7 +297,7 @@ def test_bench_ppo_section(capsys):
     (["bench", "--sections", "engine", "--threads", "0"], "--threads='0'"),
     (["data", "describe", "digits", "--seed", "-1"], "--seed=-1"),
     (["fedavg", "--seed", "-1"], "--seed=-1"),
-    (["fedavg", "--epochs", "1e9"], "--epochs=1000000000.0 is out of range; allowed: a number in (0, 1000]"),
+    (["fedavg", "--epochs", "1e9"], "--epochs=1000000000.0 is out of range; allowed: a float in (0, 1000]"),
     (["fedavg", "--lr", "1e9"], "--lr=1000000000.0 is out of range; allowed: a float in (0, 100]"),
     (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),
     (["bench", "--sections", "memory", "--memory-envs", "FLSelect-v0,CartPole-v1"], "--memory-envs=['CartPole-v1']"),

@@ -15,7 +15,7 @@ from fl_gym.envs.base import ClientRows, FLEnv
 from fl_gym.envs.registry import Family, Metric, PolicyEntry, register_family
 from fl_gym.envs.scenario import EnvConfig
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
-from fl_gym.validation import MAX_EPOCHS, is_positive, require
+from fl_gym.validation import require_epochs
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,7 @@ class ToyConfig(EnvConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(is_positive(self.epochs) and self.epochs <= MAX_EPOCHS, "epochs", self.epochs,
-                f"a float in (0, {MAX_EPOCHS:g}]")
+        require_epochs("epochs", self.epochs)
 
     def federation_config(self):
         """Timing only: the clock and the data's label counts."""

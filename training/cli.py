@@ -24,15 +24,14 @@ from typing import Any
 from fl_gym.data.datasets import DatasetNotFoundError
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
 from fl_gym.validation import (
-    MAX_EPOCHS,
-    MAX_LR,
     MAX_THREADS,
     MissingExtraError,
     UserError,
     is_int_at_least,
-    is_positive,
     require,
     require_device,
+    require_epochs,
+    require_rate,
 )
 
 USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
@@ -603,9 +602,8 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
                            partition=Dirichlet(alpha=args.alpha), batch_size=args.batch_size)
-    require(is_positive(args.lr) and args.lr <= MAX_LR, "--lr", args.lr, f"a float in (0, {MAX_LR:g}]")
-    require(is_positive(args.epochs) and args.epochs <= MAX_EPOCHS, "--epochs", args.epochs,
-            f"a number in (0, {MAX_EPOCHS:g}]")
+    require_rate("--lr", args.lr)
+    require_epochs("--epochs", args.epochs)
     plan = RoundPlan.make(args.clients, lr=args.lr, epochs=args.epochs)
     fed = Federation(cfg, scenario_seed=args.seed)
     print(f"FedAvg on {args.dataset}: {args.clients} clients, Dirichlet({args.alpha}), {args.model}, "
