@@ -31,7 +31,8 @@ from fl_gym.validation import UserError, is_int_at_least, is_non_negative, is_po
 
 ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO, "maskable-ppo": MaskablePPO}
 DEFAULT_POLICY = {"ppo": "MlpPolicy", "recurrent-ppo": "MlpLstmPolicy", "maskable-ppo": "MlpPolicy"}
-NOT_KWARGS = ("n_timesteps", "n_envs")
+IMITATION = ("imitate", "imitate_episodes", "imitate_epochs", "imitate_lr")  # a warm start (training/imitation.py)
+NOT_KWARGS = ("n_timesteps", "n_envs", *IMITATION)
 VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_timesteps": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
     "n_envs": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
@@ -45,6 +46,10 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ent_coef": (is_non_negative, "a float >= 0"),
     "vf_coef": (is_non_negative, "a float >= 0"),
     "max_grad_norm": (is_positive, "a float > 0"),
+    "imitate": (lambda v: isinstance(v, str) and bool(v), "a fixed policy spec of the env"),
+    "imitate_episodes": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
+    "imitate_epochs": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
+    "imitate_lr": (is_positive, "a float > 0"),
 }
 
 
@@ -152,6 +157,12 @@ def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
             raise UserError(f"hyperparameter {key}={hyperparams[key]!r} is out of range; allowed: {allowed}")
     if hyperparams.get("policy") == "SetPolicy" and algo != "ppo":
         raise UserError(f"policy='SetPolicy' is out of range for algo={algo!r}; allowed: algo 'ppo'")
+    imitation = [key for key in IMITATION if key in hyperparams]
+    if imitation and algo != "ppo":
+        raise UserError(f"hyperparameter {imitation[0]!r} is out of range for algo={algo!r}; allowed: algo 'ppo'")
+    if imitation and "imitate" not in hyperparams:
+        raise UserError(f"hyperparameter {imitation[0]!r} does nothing without 'imitate'; allowed: with "
+                         "imitate=POLICY_SPEC")
     extractor = (hyperparams.get("policy_kwargs") or {}).get("features_extractor")
     if extractor is not None and extractor not in FEATURE_EXTRACTORS:
         raise UserError(f"features_extractor={extractor!r} is out of range; allowed: {', '.join(FEATURE_EXTRACTORS)}")

@@ -15,7 +15,7 @@ PACKAGES = {"fl_gym.envs": "envs", "fl_gym.baselines": "baselines", "fl_gym.agen
 GENERIC = ["fl_gym", "envs/base.py", "envs/registry.py", "envs/scenario.py", "envs/presets.py", "envs/learning.py",
            "envs/vector.py", "agents", "training/cli.py", "training/compare.py", "training/evaluation.py",
            "training/callbacks.py", "training/runs.py", "training/bench.py", "training/plots.py",
-           "training/agent_demo.py", "training/sections.py", "training/trace.py"]
+           "training/agent_demo.py", "training/sections.py", "training/trace.py", "training/imitation.py"]
 
 
 def _layer_of(module: str) -> str:

@@ -66,12 +66,14 @@ class Episode:
 class _Runner:
     """One policy's episode on one env, a step at a time (so copies of a vector env can step together)."""
 
-    def __init__(self, env: gym.Env, policy: Any, seed: int, max_rounds: int | None, deterministic: bool) -> None:
+    def __init__(self, env: gym.Env, policy: Any, seed: int, max_rounds: int | None, deterministic: bool,
+                 record: bool = False) -> None:
         self.env, self.policy, self.seed = env, policy, seed
         self.max_rounds, self.deterministic = max_rounds, deterministic
         final = frozenset(m.key for m in metrics_for(env.spec.id) if m.final) if env.spec else frozenset()
         self.episode = Episode(seed, final=final)
         self.state, self.start, self.done = None, np.ones((1,), dtype=bool), False
+        self.trajectory: list[tuple[np.ndarray, Any]] | None = [] if record else None  # (observation, action)
 
     def reset(self) -> None:
         reseed = getattr(self.policy, "reseed", None)  # a fixed policy's own draws follow the episode seed
@@ -85,6 +87,8 @@ class _Runner:
             return
         action, self.state = self.policy.predict(self.obs, state=self.state, episode_start=self.start,
                                                  deterministic=self.deterministic)
+        if self.trajectory is not None:
+            self.trajectory.append((self.obs, action))
         self.obs, reward, terminated, truncated, info = self.env.step(action)
         self.start = np.zeros((1,), dtype=bool)
         self.episode.rewards.append(float(reward))
@@ -118,19 +122,30 @@ def evaluate(make_env: Callable[[], gym.Env] | Sequence[Callable[[], gym.Env]],
         seeds: the episodes' seeds.
         max_rounds: stop each episode after this many rounds (None: at its end).
     """
+    return [r.episode for r in _play(make_env, make_policy, seeds, max_rounds, record=False)]
+
+
+def demonstrate(make_env: Callable[[], gym.Env], make_policy: Callable[[gym.Env], Any], seeds: Iterable[int]
+                ) -> list[tuple[Episode, list[tuple[np.ndarray, Any]]]]:
+    """:func:`evaluate`'s episodes with each step's ``(observation, action)``: a policy's demonstrations."""
+    return [(r.episode, r.trajectory) for r in _play(make_env, make_policy, seeds, None, record=True)]
+
+
+def _play(make_env: Callable[[], gym.Env] | Sequence[Callable[[], gym.Env]], make_policy: Callable[[gym.Env], Any],
+          seeds: Iterable[int], max_rounds: int | None, record: bool) -> list[_Runner]:
     seeds = list(seeds)
     makers = list(make_env) if isinstance(make_env, Sequence) else [make_env] * len(seeds)
     require(len(makers) == len(seeds), "make_env", f"{len(makers)} factories", f"one per seed ({len(seeds)})")
     vec = BatchedVecEnv(makers)
     try:
-        runners = [_Runner(env, make_policy(env), seed, max_rounds, True)
+        runners = [_Runner(env, make_policy(env), seed, max_rounds, True, record)
                    for env, seed in zip(vec.envs, seeds, strict=True)]
         vec.for_each_copy(lambda i: runners[i].reset())
         while not all(r.done for r in runners):
             vec.for_each_copy(lambda i: runners[i].step())
     finally:
         vec.close()
-    return [r.episode for r in runners]
+    return runners
 
 
 def aggregate(episodes: list[Episode]) -> dict[str, tuple[float, float]]:

@@ -38,6 +38,7 @@ from fl_gym.agents.recipes import find_recipe, run_recipe, stage_hyperparams, wr
 from fl_gym.atomic import read_json, save_atomic, write_json, write_text
 from fl_gym.envs.registry import Stage, family_of, recipes_for
 from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
+from fl_gym.training.imitation import demonstrations, fixed_policy, imitate
 from fl_gym.validation import UserError, is_int_at_least, require
 
 
@@ -123,6 +124,8 @@ def _recipe_blocks(blocks: dict[str, dict], overrides: dict[str, Any], total: in
 def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict[str, Any], n_envs: int) -> None:
     """Build the agent once on its envs (not trained): bad env kwargs and hyperparameters fail here."""
     check_hyperparams(block, algo)
+    if "imitate" in block:
+        fixed_policy(block["imitate"], env_id, env_kwargs)
     env = make_env(env_id, n_envs, env_kwargs=env_kwargs)
     try:
         if algo == "maskable-ppo" and not env.has_attr("action_masks"):
@@ -292,6 +295,8 @@ def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, 
         model.set_random_seed(seed + done)
     else:
         model = build_agent(env, hyperparams, algo, seed=seed, tensorboard_log=tb)
+        if "imitate" in hyperparams:
+            _warm_start(folder, model, stage.env_id, hyperparams, env_kwargs, seed, n_envs, say)
     callbacks = [FLMetricsCallback(stage.env_id), RolloutCheckpoint(folder / "checkpoints", cfg.save_freq)]
     if progress:
         callbacks.append(ProgressBar(total, stage.env_id))
@@ -301,6 +306,24 @@ def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, 
     save_atomic(model, final)
     env.close()
     return model
+
+
+def _warm_start(folder: Path, model: BaseAlgorithm, env_id: str, hyperparams: dict, env_kwargs: dict, seed: int,
+                n_envs: int, say) -> None:
+    """Imitate the block's fixed policy (:mod:`fl_gym.training.imitation`); keep the start as ``imitated.zip``.
+
+    The demonstrations are episodes of the training envs seeded after the training copies' first
+    seeds (``seed + n_envs + i``).
+    """
+    spec, episodes = hyperparams["imitate"], int(hyperparams.get("imitate_episodes", 64))
+    epochs, lr = int(hyperparams.get("imitate_epochs", 60)), float(hyperparams.get("imitate_lr", 1e-3))
+    say(f"{env_id}: imitating {spec} ({episodes} episodes, {epochs} epochs)")
+    demos = demonstrations(env_id, env_kwargs, spec, [seed + n_envs + i for i in range(episodes)], model.gamma)
+    before, after = imitate(model, demos, epochs, lr)
+    say(f"{env_id}: log-likelihood of {spec}'s actions per step {before:.3f} -> {after:.3f}")
+    save_atomic(model, folder / "imitated.zip")
+    write_json(folder / "imitation.json", {"policy": spec, "episodes": episodes, "epochs": epochs, "lr": lr,
+                                           "steps": len(demos.returns), "log_likelihood": [before, after]})
 
 
 def _monitor_summary(folder: Path) -> dict[str, Any]:

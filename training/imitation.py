@@ -1,0 +1,111 @@
+"""A warm start by imitation: a fresh agent copies a fixed policy before reinforcement learning.
+
+Where PPO from a random start never finds what a simple rule does (five keep-or-drop decisions
+share one noisy reward, so the credit for the one that mattered is hard to assign), behaviour
+cloning starts it at the rule: the policy's log-likelihood of the rule's actions is maximised on
+the rule's own episodes (Pomerleau's behaviour cloning, as DQfD and AlphaStar start their agents),
+and the value head is regressed on the discounted returns those episodes earned, so that PPO's
+first advantages are not the noise of an untrained critic. Whether PPO then improves on its
+start is the test of learning: each run keeps the imitated model (``imitated.zip``) to be scored
+beside the trained one.
+
+A ``ppo.yml`` block asks for it with ``imitate`` (a fixed policy spec of the env, as in
+``fl-gym compare``), ``imitate_episodes`` (the rule's episodes on the training federations),
+``imitate_epochs`` (passes over them) and ``imitate_lr`` (the optimiser's rate meanwhile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+
+from fl_gym.training.compare import PolicySpec, policy_spec
+from fl_gym.training.evaluation import demonstrate
+from fl_gym.validation import require
+
+
+@dataclass(frozen=True)
+class Demonstrations:
+    """A fixed policy's steps: ``observations (S, ...)``, ``actions (S, ...)``, discounted ``returns (S,)``."""
+
+    observations: np.ndarray
+    actions: np.ndarray
+    returns: np.ndarray
+
+
+def demonstrations(env_id: str, env_kwargs: dict[str, Any], spec: str, seeds: list[int], gamma: float
+                   ) -> Demonstrations:
+    """Episodes of the fixed policy ``spec`` on ``env_id`` seeded ``seeds``, with each step's discounted return."""
+    rule = fixed_policy(spec, env_id, env_kwargs)
+    played = demonstrate(partial(gym.make, env_id, **env_kwargs), rule.factory, seeds)
+    observations, actions, returns = [], [], []
+    for episode, trajectory in played:
+        observations += [obs for obs, _ in trajectory]
+        actions += [action for _, action in trajectory]
+        returns += _discounted(episode.rewards, gamma)
+    return Demonstrations(np.stack(observations), np.stack([np.asarray(a) for a in actions]), np.asarray(returns))
+
+
+def fixed_policy(spec: Any, env_id: str, env_kwargs: dict[str, Any]) -> PolicySpec:
+    """The fixed policy an agent of ``env_id`` with ``env_kwargs`` can imitate.
+
+    Raises:
+        ValueError: not a fixed policy of the env, or one that plays another variant of it.
+    """
+    require(isinstance(spec, str) and ":" not in spec, "imitate", spec,
+            f"a fixed policy spec of {env_id} (NAME or NAME[key=value,...]), not a trained model")
+    chosen = policy_spec(spec, env_id)
+    other = {k: v for k, v in chosen.env_kwargs.items() if env_kwargs.get(k) != v}
+    require(not other, "imitate", spec, f"a fixed policy that plays the agent's env (this one plays it with {other})")
+    return chosen
+
+
+def _discounted(rewards: list[float], gamma: float) -> list[float]:
+    out, ahead = [], 0.0
+    for reward in reversed(rewards):
+        ahead = reward + gamma * ahead
+        out.append(ahead)
+    return out[::-1]
+
+
+def imitate(model: BaseAlgorithm, demos: Demonstrations, epochs: int, lr: float) -> tuple[float, float]:
+    """Fit ``model``'s policy to the demonstrations: its optimiser at rate ``lr``, minibatches of ``model.batch_size``.
+
+    Returns the mean log-likelihood per step of the demonstrated actions before and after.
+    """
+    policy = model.policy
+    rates = [group["lr"] for group in policy.optimizer.param_groups]
+    for group in policy.optimizer.param_groups:
+        group["lr"] = lr
+    obs, _ = policy.obs_to_tensor(demos.observations)
+    actions = torch.as_tensor(demos.actions, dtype=torch.float32, device=policy.device)
+    if isinstance(model.action_space, spaces.Discrete):
+        actions = actions.long().flatten()
+    returns = torch.as_tensor(demos.returns, dtype=torch.float32, device=policy.device)
+    before = _likelihood(policy, obs, actions)
+    policy.set_training_mode(True)
+    n, batch = len(returns), model.batch_size
+    for _ in range(epochs):
+        for rows in torch.randperm(n, device=policy.device).split(batch):
+            values, log_prob, _ = policy.evaluate_actions(obs[rows], actions[rows])
+            loss = -log_prob.mean() + model.vf_coef * torch.nn.functional.mse_loss(values.flatten(), returns[rows])
+            policy.optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), model.max_grad_norm)
+            policy.optimizer.step()
+    policy.set_training_mode(False)
+    for group, rate in zip(policy.optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
+    return before, _likelihood(policy, obs, actions)
+
+
+def _likelihood(policy: Any, obs: torch.Tensor, actions: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float(policy.evaluate_actions(obs, actions)[1].mean())
