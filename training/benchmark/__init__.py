@@ -102,13 +102,20 @@ def normalized_score(task: str | Task, value: float, split: str = "test", refs: 
 
 
 def _agent_runs(runs_dir: Path, tasks: Sequence[Task]) -> dict[str, dict[str, list[dict]]]:
-    """``algo -> task -> scores.json records`` found under ``runs_dir/TASK/ALGO-seedN/``, by seed."""
+    """``algo -> task -> scores.json records`` found under ``runs_dir/TASK/ALGO-seedN/``, by seed.
+
+    A run that started by imitation also counts its start as a method of its own, ``ALGO start``,
+    so that what training added is read off the tables.
+    """
     agents: dict[str, dict[str, list[dict]]] = {}
     for task in tasks:
         records = sorted((read_json(p) for p in (runs_dir / task.name).glob("*-seed*/scores.json")),
                          key=lambda r: r["seed"])
         for record in records:
             agents.setdefault(record["algo"], {}).setdefault(task.name, []).append(record)
+            if "start" in record:
+                start = {**record["start"], "seed": record["seed"]}
+                agents.setdefault(f"{record['algo']} start", {}).setdefault(task.name, []).append(start)
     return agents
 
 

@@ -144,13 +144,19 @@ def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = 
         runs.create_run_dir(cfg, folder)
     start = time.perf_counter()
     runs.train(folder, progress=progress, say=say)
-    episodes = {split: play(task, f"{algo}:{folder}", split) for split in SPLITS}
     record = {"task": task.name, "algo": algo, "seed": seed, "budget": task.budget,
-              "train_wall_s_last_session": time.perf_counter() - start,
-              "scores": {split: _scores(task, e).tolist() for split, e in episodes.items()},
-              "returns": {split: _returns(e).tolist() for split, e in episodes.items()}}
+              "train_wall_s_last_session": time.perf_counter() - start, **_tested(task, f"{algo}:{folder}")}
+    if (folder / "imitated.zip").is_file():  # where training started (training/imitation.py), scored alike
+        record["start"] = _tested(task, f"{algo}:{folder / 'imitated.zip'}")
     write_json(done, record)
     return record
+
+
+def _tested(task: Task, spec: str) -> dict[str, dict[str, list[list[float]]]]:
+    """A policy's scores and returns on every split, each ``(seeds, federations)``."""
+    episodes = {split: play(task, spec, split) for split in SPLITS}
+    return {"scores": {split: _scores(task, e).tolist() for split, e in episodes.items()},
+            "returns": {split: _returns(e).tolist() for split, e in episodes.items()}}
 
 
 def _preset(task: Task, algo: str) -> str | None:

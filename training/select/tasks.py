@@ -42,7 +42,7 @@ TASKS = (
          tuned={"entropy-trim-k": ("entropy-trim[k=1]", "entropy-trim[k=2]", "entropy-trim[k=3]"),
                 "random-drop-q": ("random-drop[q=0.6]", "random-drop[q=0.8]", "random-drop[q=0.9]"),
                 "entropy-cut-h": tuple(f"entropy-cut[h={h}]" for h in (0.9, 0.93, 0.95, 0.97))},
-         upper="clean", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelect-v0/bench"),
+         upper="clean", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelect-v0/bench-imitate"),
     Task(name="pick-noisy", env_id="FLSelectPick-v0",
          doc="Who of 20 clients trains, 5 a round, before training (digits, Dirichlet 0.3), 6 on random labels: what "
              "a client's last soft label showed must be remembered through the observation to avoid it later.",
