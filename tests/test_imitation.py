@@ -92,3 +92,13 @@ def test_a_policy_of_another_variant_is_refused():
     with pytest.raises(ValueError, match="imitate='fedavg' is out of range; allowed: a fixed policy that plays the "
                                          "agent's env \\(this one plays it with {'sampler': 'uniform'}\\)"):
         fixed_policy("fedavg", "FLSelect-v0", {"sampler": "pools"})
+
+
+def test_imitation_fits_a_gaussians_mean_and_leaves_its_exploration_noise():
+    kwargs = {"rounds_per_episode": 6, "pick_action": "scores", "post_filter": "all"}  # as the rule plays it
+    demos = demonstrations("FLSelectPick-v0", kwargs, "confident-pick", [0], gamma=0.99)
+    model = build_agent(make_env("FLSelectPick-v0", 1, env_kwargs=kwargs),
+                        {**BLOCK, "policy_kwargs": {"hidden": 16, "log_std_init": -1.0}}, seed=0)
+    before, after = imitate(model, demos, epochs=20, lr=3e-3)
+    assert after > before
+    assert model.policy.log_std.detach().tolist() == [-1.0]  # one noise level per client row, as built

@@ -5,7 +5,9 @@ share one noisy reward, so the credit for the one that mattered is hard to assig
 cloning starts it at the rule: the policy's log-likelihood of the rule's actions is maximised on
 the rule's own episodes (Pomerleau's behaviour cloning, as DQfD and AlphaStar start their agents),
 and the value head is regressed on the discounted returns those episodes earned, so that PPO's
-first advantages are not the noise of an untrained critic. Whether PPO then improves on its
+first advantages are not the noise of an untrained critic. A Gaussian policy's exploration noise
+(``log_std``) is left as the block sets it: the likelihood of a deterministic rule's actions
+would shrink it to nothing, and PPO could no longer move from its start. Whether PPO then improves on its
 start is the test of learning: each run keeps the imitated model (``imitated.zip``) to be scored
 beside the trained one.
 
@@ -90,6 +92,8 @@ def imitate(model: BaseAlgorithm, demos: Demonstrations, epochs: int, lr: float)
         actions = actions.long().flatten()
     returns = torch.as_tensor(demos.returns, dtype=torch.float32, device=policy.device)
     before = _likelihood(policy, obs, actions)
+    noise = getattr(policy, "log_std", None)  # a Gaussian's exploration stays PPO's setting: only the mean is fitted
+    kept = None if noise is None else noise.detach().clone()
     policy.set_training_mode(True)
     n, batch = len(returns), model.batch_size
     for _ in range(epochs):
@@ -101,6 +105,8 @@ def imitate(model: BaseAlgorithm, demos: Demonstrations, epochs: int, lr: float)
             torch.nn.utils.clip_grad_norm_(policy.parameters(), model.max_grad_norm)
             policy.optimizer.step()
     policy.set_training_mode(False)
+    if kept is not None:
+        noise.data.copy_(kept)
     for group, rate in zip(policy.optimizer.param_groups, rates, strict=True):
         group["lr"] = rate
     return before, _likelihood(policy, obs, actions)
