@@ -258,6 +258,7 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     start = next(r for r in report["splits"]["test"]["tasks"]["smoke-aggregate"] if r["method"] == "ppo start")
     begun = [np.mean(json.loads((out / "smoke-aggregate" / f"ppo-seed{s}" / "scores.json").read_text())["start"]
                      ["scores"]["test"]) for s in (0, 1)]  # the imitation start of the smoke block, scored alike
+    assert start["role"] == "agent's start (imitation)"
     assert start["per_run"] == pytest.approx([(v - ref["ref_min"]) / (ref["ref_max"] - ref["ref_min"]) for v in begun])
     assert (out / "smoke-aggregate" / "ppo-seed0" / "imitated.zip").is_file()
     assert json.loads(report["env_specs"]["smoke-aggregate"])["id"] == "FLAggregate-v0"

@@ -115,7 +115,7 @@ def _agent_runs(runs_dir: Path, tasks: Sequence[Task]) -> dict[str, dict[str, li
             agents.setdefault(record["algo"], {}).setdefault(task.name, []).append(record)
             if "start" in record:
                 start = {**record["start"], "seed": record["seed"]}
-                agents.setdefault(f"{record['algo']} start", {}).setdefault(task.name, []).append(start)
+                agents.setdefault(record["algo"] + reporting.START, {}).setdefault(task.name, []).append(start)
     return agents
 
 

@@ -26,6 +26,7 @@ from fl_gym.training.benchmark import scores
 from fl_gym.training.benchmark.tasks import SPLITS
 
 BEST, REFERENCE, UPPER = "best fixed", "reference (FedAvg)", "upper reference"
+START = " start"  # ``ALGO start``: where an agent's training began, scored alike (an imitation start)
 PROFILE_TAUS = np.linspace(-0.5, 2.5, 61)
 
 
@@ -127,7 +128,7 @@ def _task_rows(runs: Mapping[str, Mapping[str, np.ndarray]], record: Mapping[str
                ) -> list[dict[str, Any]]:
     """One row per method with values on ``task``: raw mean and standard error, normalised mean.
 
-    An agent's row also lists each run's normalised score (``per_run``, by training seed).
+    An agent's row, and its start's, also lists each run's normalised score (``per_run``, by training seed).
     """
     rows = []
     for method, tasks in runs.items():
@@ -137,7 +138,7 @@ def _task_rows(runs: Mapping[str, Mapping[str, np.ndarray]], record: Mapping[str
         normalised = normalise(values, record, split)
         rows.append({"method": method, "runs": len(values), "raw": float(values.mean()), "se": _standard_error(values),
                      "normalised": float(normalised.mean()), "role": role,
-                     **({"per_run": normalised.tolist()} if role == "agent" else {})})
+                     **({"per_run": normalised.tolist()} if role.startswith("agent") else {})})
     return rows
 
 
@@ -151,7 +152,7 @@ def _role(method: str, record: Mapping[str, Any]) -> str:
     if method in record["fixed"]:
         tuned = [n for n, t in record["tuned"].items() if t["chosen"] == method]
         return f"tuned ({tuned[0]})" if tuned else "fixed"
-    return "agent"
+    return "agent's start (imitation)" if method.endswith(START) else "agent"
 
 
 def markdown(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str) -> str:
