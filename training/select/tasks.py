@@ -52,7 +52,7 @@ TASKS = (
          reference="random-pick", heuristics=("random-pick", "pools", "stalest", "confident-pick"),
          tuned={"confident-pick-w": tuple(f"confident-pick[w={w}]" for w in (0.0, 0.25, 0.5, 1.0, 2.0)),
                 "entropy-cut-pick-h": tuple(f"entropy-cut-pick[h={h}]" for h in (0.9, 0.93, 0.95, 0.97))},
-         upper="clean-pick", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelectPick-v0/bench",
+         upper="clean-pick", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelectPick-v0/bench-imitate",
          algo_hyperparams={"recurrent-ppo": "FLSelectPick-v0/bench-lstm"}),
     Task(name="queue-noisy",
          doc="Which of 20 one-class devices are aggregated each round, with DDFL's server data queue (10 %), 6 of them "
