@@ -5,11 +5,11 @@ share one noisy reward, so the credit for the one that mattered is hard to assig
 cloning starts it at the rule: the policy's log-likelihood of the rule's actions is maximised on
 the rule's own episodes (Pomerleau's behaviour cloning, as DQfD and AlphaStar start their agents),
 and the value head is regressed on the discounted returns those episodes earned, so that PPO's
-first advantages are not the noise of an untrained critic. A Gaussian policy's exploration noise
-(``log_std``) is left as the block sets it: the likelihood of a deterministic rule's actions
-would shrink it to nothing, and PPO could no longer move from its start. Whether PPO then improves on its
-start is the test of learning: each run keeps the imitated model (``imitated.zip``) to be scored
-beside the trained one.
+first advantages are not the noise of an untrained critic. A Gaussian policy's exploration
+noise (``log_std``) is left as the block sets it: the likelihood of a deterministic rule's
+actions would shrink it to nothing, and PPO could no longer move from its start. Whether PPO
+then improves on its start is the test of learning: each run keeps the imitated model
+(``imitated.zip``) to be scored beside the trained one.
 
 A ``ppo.yml`` block asks for it with ``imitate`` (a fixed policy spec of the env, as in
 ``fl-gym compare``), ``imitate_episodes`` (the rule's episodes on the training federations),
@@ -80,36 +80,41 @@ def _discounted(rewards: list[float], gamma: float) -> list[float]:
 def imitate(model: BaseAlgorithm, demos: Demonstrations, epochs: int, lr: float) -> tuple[float, float]:
     """Fit ``model``'s policy to the demonstrations: its optimiser at rate ``lr``, minibatches of ``model.batch_size``.
 
-    Returns the mean log-likelihood per step of the demonstrated actions before and after.
+    The optimiser's own rate and a Gaussian's exploration noise (``log_std``) are as before
+    afterwards. Returns the mean log-likelihood per step of the demonstrated actions before and after.
     """
     policy = model.policy
-    rates = [group["lr"] for group in policy.optimizer.param_groups]
-    for group in policy.optimizer.param_groups:
-        group["lr"] = lr
     obs, _ = policy.obs_to_tensor(demos.observations)
     actions = torch.as_tensor(demos.actions, dtype=torch.float32, device=policy.device)
     if isinstance(model.action_space, spaces.Discrete):
         actions = actions.long().flatten()
     returns = torch.as_tensor(demos.returns, dtype=torch.float32, device=policy.device)
     before = _likelihood(policy, obs, actions)
-    noise = getattr(policy, "log_std", None)  # a Gaussian's exploration stays PPO's setting: only the mean is fitted
+    rates = [group["lr"] for group in policy.optimizer.param_groups]
+    noise = getattr(policy, "log_std", None)
     kept = None if noise is None else noise.detach().clone()
+    for group in policy.optimizer.param_groups:
+        group["lr"] = lr
     policy.set_training_mode(True)
-    n, batch = len(returns), model.batch_size
     for _ in range(epochs):
-        for rows in torch.randperm(n, device=policy.device).split(batch):
-            values, log_prob, _ = policy.evaluate_actions(obs[rows], actions[rows])
-            loss = -log_prob.mean() + model.vf_coef * torch.nn.functional.mse_loss(values.flatten(), returns[rows])
-            policy.optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), model.max_grad_norm)
-            policy.optimizer.step()
+        for rows in torch.randperm(len(returns), device=policy.device).split(model.batch_size):
+            _descend(model, obs[rows], actions[rows], returns[rows])
     policy.set_training_mode(False)
-    if kept is not None:
-        noise.data.copy_(kept)
     for group, rate in zip(policy.optimizer.param_groups, rates, strict=True):
         group["lr"] = rate
+    if kept is not None:
+        noise.data.copy_(kept)
     return before, _likelihood(policy, obs, actions)
+
+
+def _descend(model: BaseAlgorithm, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor) -> None:
+    """One step on a minibatch: the negative log-likelihood of its actions plus the weighted critic error."""
+    values, log_prob, _ = model.policy.evaluate_actions(obs, actions)
+    loss = -log_prob.mean() + model.vf_coef * torch.nn.functional.mse_loss(values.flatten(), returns)
+    model.policy.optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.policy.parameters(), model.max_grad_norm)
+    model.policy.optimizer.step()
 
 
 def _likelihood(policy: Any, obs: torch.Tensor, actions: torch.Tensor) -> float:
