@@ -31,7 +31,7 @@ from fl_gym.validation import UserError, is_int_at_least, is_non_negative, is_po
 
 ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO, "maskable-ppo": MaskablePPO}
 DEFAULT_POLICY = {"ppo": "MlpPolicy", "recurrent-ppo": "MlpLstmPolicy", "maskable-ppo": "MlpPolicy"}
-IMITATION = ("imitate", "imitate_episodes", "imitate_epochs", "imitate_lr")  # a warm start (training/imitation.py)
+IMITATION = ("imitate", "imitate_episodes", "imitate_epochs", "imitate_lr")  # training/imitation.py
 NOT_KWARGS = ("n_timesteps", "n_envs", *IMITATION)
 VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_timesteps": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),

@@ -40,14 +40,15 @@ def test_demonstrations_are_the_policys_actions_on_its_own_episodes():
 def _episodes(spec, seeds):
     from fl_gym.training.evaluation import evaluate
 
-    return evaluate(lambda: gym.make("FLSelect-v0", **SELECT), policy_spec(spec, "FLSelect-v0").factory, seeds)
+    rule = policy_spec(spec, "FLSelect-v0").factory
+    return evaluate(lambda: gym.make("FLSelect-v0", **SELECT), rule, seeds)
 
 
 def test_imitation_moves_a_dropping_start_to_the_keep_all_rule():
     demos = demonstrations("FLSelect-v0", SELECT, "fedavg", [0], gamma=0.99)
     env = make_env("FLSelect-v0", 1, env_kwargs=SELECT)
     model = build_agent(env, BLOCK, seed=0)
-    assert model.predict(demos.observations, deterministic=True)[0].sum() == 0  # action_bias -2: drops everyone
+    assert model.predict(demos.observations, deterministic=True)[0].sum() == 0  # action_bias -2: drops all
     before, after = imitate(model, demos, epochs=40, lr=3e-3)
     assert after > before
     kept = model.predict(demos.observations, deterministic=True)[0]
@@ -89,8 +90,8 @@ def test_only_a_fixed_policy_of_the_env_is_imitated(spec, message):
 
 
 def test_a_policy_of_another_variant_is_refused():
-    with pytest.raises(ValueError, match="imitate='fedavg' is out of range; allowed: a fixed policy that plays the "
-                                         "agent's env \\(this one plays it with {'sampler': 'uniform'}\\)"):
+    message = "a fixed policy that plays the agent's env \\(this one plays it with {'sampler': 'uniform'}\\)"
+    with pytest.raises(ValueError, match="imitate='fedavg' is out of range; allowed: " + message):
         fixed_policy("fedavg", "FLSelect-v0", {"sampler": "pools"})
 
 

@@ -35,7 +35,7 @@ from fl_gym.validation import require
 
 @dataclass(frozen=True)
 class Demonstrations:
-    """A fixed policy's steps: ``observations (S, ...)``, ``actions (S, ...)``, discounted ``returns (S,)``."""
+    """A fixed policy's steps: ``observations``, ``actions`` and discounted ``returns``, a row per step."""
 
     observations: np.ndarray
     actions: np.ndarray
@@ -44,7 +44,7 @@ class Demonstrations:
 
 def demonstrations(env_id: str, env_kwargs: dict[str, Any], spec: str, seeds: list[int], gamma: float
                    ) -> Demonstrations:
-    """Episodes of the fixed policy ``spec`` on ``env_id`` seeded ``seeds``, with each step's discounted return."""
+    """Episodes of the fixed policy ``spec`` on ``env_id`` seeded ``seeds``, each step's return discounted."""
     rule = fixed_policy(spec, env_id, env_kwargs)
     played = demonstrate(partial(gym.make, env_id, **env_kwargs), rule.factory, seeds)
     observations, actions, returns = [], [], []
@@ -52,7 +52,8 @@ def demonstrations(env_id: str, env_kwargs: dict[str, Any], spec: str, seeds: li
         observations += [obs for obs, _ in trajectory]
         actions += [action for _, action in trajectory]
         returns += _discounted(episode.rewards, gamma)
-    return Demonstrations(np.stack(observations), np.stack([np.asarray(a) for a in actions]), np.asarray(returns))
+    actions = [np.asarray(a) for a in actions]
+    return Demonstrations(np.stack(observations), np.stack(actions), np.asarray(returns))
 
 
 def fixed_policy(spec: Any, env_id: str, env_kwargs: dict[str, Any]) -> PolicySpec:
@@ -65,7 +66,8 @@ def fixed_policy(spec: Any, env_id: str, env_kwargs: dict[str, Any]) -> PolicySp
             f"a fixed policy spec of {env_id} (NAME or NAME[key=value,...]), not a trained model")
     chosen = policy_spec(spec, env_id)
     other = {k: v for k, v in chosen.env_kwargs.items() if env_kwargs.get(k) != v}
-    require(not other, "imitate", spec, f"a fixed policy that plays the agent's env (this one plays it with {other})")
+    require(not other, "imitate", spec,
+            f"a fixed policy that plays the agent's env (this one plays it with {other})")
     return chosen
 
 
@@ -78,10 +80,11 @@ def _discounted(rewards: list[float], gamma: float) -> list[float]:
 
 
 def imitate(model: BaseAlgorithm, demos: Demonstrations, epochs: int, lr: float) -> tuple[float, float]:
-    """Fit ``model``'s policy to the demonstrations: its optimiser at rate ``lr``, minibatches of ``model.batch_size``.
+    """Fit ``model``'s policy to the demonstrations with its optimiser at rate ``lr``.
 
-    The optimiser's own rate and a Gaussian's exploration noise (``log_std``) are as before
-    afterwards. Returns the mean log-likelihood per step of the demonstrated actions before and after.
+    Minibatches of ``model.batch_size``; the optimiser's own rate and a Gaussian's exploration
+    noise (``log_std``) are as before afterwards. Returns the mean log-likelihood per step of the
+    demonstrated actions before and after.
     """
     policy = model.policy
     obs, _ = policy.obs_to_tensor(demos.observations)

@@ -308,9 +308,9 @@ def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, 
     return model
 
 
-def _warm_start(folder: Path, model: BaseAlgorithm, env_id: str, hyperparams: dict, env_kwargs: dict, seed: int,
-                n_envs: int, say) -> None:
-    """Imitate the block's fixed policy (:mod:`fl_gym.training.imitation`); keep the start as ``imitated.zip``.
+def _warm_start(folder: Path, model: BaseAlgorithm, env_id: str, hyperparams: dict, env_kwargs: dict,
+                seed: int, n_envs: int, say) -> None:
+    """Imitate the block's fixed policy (:mod:`fl_gym.training.imitation`); keep the start (``imitated.zip``).
 
     The demonstrations are episodes of the training envs seeded after the training copies' first
     seeds (``seed + n_envs + i``).
@@ -318,7 +318,8 @@ def _warm_start(folder: Path, model: BaseAlgorithm, env_id: str, hyperparams: di
     spec, episodes = hyperparams["imitate"], int(hyperparams.get("imitate_episodes", 64))
     epochs, lr = int(hyperparams.get("imitate_epochs", 60)), float(hyperparams.get("imitate_lr", 1e-3))
     say(f"{env_id}: imitating {spec} ({episodes} episodes, {epochs} epochs)")
-    demos = demonstrations(env_id, env_kwargs, spec, [seed + n_envs + i for i in range(episodes)], model.gamma)
+    seeds = [seed + n_envs + i for i in range(episodes)]
+    demos = demonstrations(env_id, env_kwargs, spec, seeds, model.gamma)
     before, after = imitate(model, demos, epochs, lr)
     say(f"{env_id}: log-likelihood of {spec}'s actions per step {before:.3f} -> {after:.3f}")
     save_atomic(model, folder / "imitated.zip")
