@@ -19,7 +19,7 @@ the env id picks the decision.
 Clients: a ClientApp holds the data of client ``partition-id`` (``node_config``, as Flower's
 simulation sets it; a deployed SuperNode passes ``--node-config "partition-id=I"``). Before
 round 1 the strategy waits until ``num_clients`` nodes have registered and asks each for its
-partition id. The ClientApp rebuilds the scenario from the spec the server sends (env id,
+partition id. The ClientApp rebuilds the scenario from the ``EnvSpec`` the server sends (env id,
 keyword arguments, scenario seed) and trains its own partition with the fl-gym engine.
 
 Differences from the fl-gym env: each client draws its own minibatch order (from the round's key
@@ -76,13 +76,13 @@ class EnvSpec:
     scenario_seed: int = 0
 
     def to_json(self) -> str:
-        """The spec as sent to the clients."""
+        """This ``EnvSpec`` as JSON, as sent to the clients."""
         return json.dumps({"env_id": self.env_id, "env_kwargs": self.env_kwargs, "scenario_seed": self.scenario_seed},
                           sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> EnvSpec:
-        """The spec a server sent."""
+        """The ``EnvSpec`` a server sent (:meth:`to_json`)."""
         return cls(**json.loads(text))
 
     def make(self) -> FLEnv:
@@ -111,7 +111,7 @@ _federations: dict[str, Federation] = {}
 
 
 def _federation(config: ConfigRecord) -> Federation:
-    """The scenario the server's spec describes, built once per process."""
+    """The scenario the server's ``EnvSpec`` describes, built once per process."""
     spec = str(config["spec"])
     if spec not in _federations:
         _federations[spec] = EnvSpec.from_json(spec).make().federation

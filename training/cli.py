@@ -97,7 +97,7 @@ def exit_on_interrupt(line: str) -> Iterator[None]:
 
 
 def split_policies(text: str) -> list[str]:
-    """``--policies`` as specs: commas inside ``[...]`` separate a spec's kwargs, not specs."""
+    """``--policies`` as policy specs: commas inside ``[...]`` separate a policy's kwargs, not policies."""
     return [s for s in re.split(r",(?![^\[]*\])", text) if s]
 
 

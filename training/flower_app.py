@@ -38,7 +38,7 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def strategy_for(spec: EnvSpec, policy: str, seed: int = 0) -> PolicyStrategy:
-    """The strategy playing ``policy`` (a ``compare`` spec) on ``spec``, on the policy's env variant if it has one."""
+    """The strategy playing ``policy`` (a ``compare`` policy spec) on the env ``spec``, on its variant if any."""
     chosen = policy_spec(policy, spec.env_id, eval_seeds=(seed,))
     spec = replace(spec, env_kwargs={**chosen.env_kwargs, **spec.env_kwargs})
     return PolicyStrategy(spec, chosen.factory, seed=seed, label=chosen.label)
