@@ -13,7 +13,8 @@ then improves on its start is the test of learning: each run keeps the imitated 
 
 A ``ppo.yml`` block asks for it with ``imitate`` (a fixed policy spec of the env, as in
 ``fl-gym compare``), ``imitate_episodes`` (the rule's episodes on the training federations),
-``imitate_epochs`` (passes over them) and ``imitate_lr`` (the optimiser's rate meanwhile).
+``imitate_epochs`` (passes over them) and ``imitate_lr`` (the optimiser's rate meanwhile);
+:data:`DEFAULTS` holds the values a block leaves out.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from fl_gym.training.compare import PolicySpec, policy_spec
 from fl_gym.training.evaluation import demonstrate
 from fl_gym.validation import require
+
+DEFAULTS = {"imitate_episodes": 64, "imitate_epochs": 60, "imitate_lr": 1e-3}
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,6 @@ def demonstrations(env_id: str, env_kwargs: dict[str, Any], spec: str, seeds: li
         observations += [obs for obs, _ in trajectory]
         actions += [action for _, action in trajectory]
         returns += _discounted(episode.rewards, gamma)
-    actions = [np.asarray(a) for a in actions]
     return Demonstrations(np.stack(observations), np.stack(actions), np.asarray(returns))
 
 

@@ -38,7 +38,7 @@ from fl_gym.agents.recipes import find_recipe, run_recipe, stage_hyperparams, wr
 from fl_gym.atomic import read_json, save_atomic, write_json, write_text
 from fl_gym.envs.registry import Stage, family_of, recipes_for
 from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
-from fl_gym.training.imitation import demonstrations, fixed_policy, imitate
+from fl_gym.training.imitation import DEFAULTS, demonstrations, fixed_policy, imitate
 from fl_gym.validation import UserError, is_int_at_least, require
 
 
@@ -315,8 +315,9 @@ def _warm_start(folder: Path, model: BaseAlgorithm, env_id: str, hyperparams: di
     The demonstrations are episodes of the training envs seeded after the training copies' first
     seeds (``seed + n_envs + i``).
     """
-    spec, episodes = hyperparams["imitate"], int(hyperparams.get("imitate_episodes", 64))
-    epochs, lr = int(hyperparams.get("imitate_epochs", 60)), float(hyperparams.get("imitate_lr", 1e-3))
+    settings = {**DEFAULTS, **hyperparams}
+    spec, episodes = settings["imitate"], int(settings["imitate_episodes"])
+    epochs, lr = int(settings["imitate_epochs"]), float(settings["imitate_lr"])
     say(f"{env_id}: imitating {spec} ({episodes} episodes, {epochs} epochs)")
     seeds = [seed + n_envs + i for i in range(episodes)]
     demos = demonstrations(env_id, env_kwargs, spec, seeds, model.gamma)
