@@ -29,7 +29,8 @@ from fl_gym.agents.sets import SetPolicy, client_rows_of
 from fl_gym.envs.vectorize import batched_vec_env
 from fl_gym.validation import UserError, is_int_at_least, is_non_negative, is_positive
 
-ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO, "maskable-ppo": MaskablePPO}
+ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO,
+                                         "maskable-ppo": MaskablePPO}
 DEFAULT_POLICY = {"ppo": "MlpPolicy", "recurrent-ppo": "MlpLstmPolicy", "maskable-ppo": "MlpPolicy"}
 IMITATION = ("imitate", "imitate_episodes", "imitate_epochs", "imitate_lr")  # training/imitation.py
 NOT_KWARGS = ("n_timesteps", "n_envs", *IMITATION)
@@ -102,7 +103,8 @@ def hyperparams_file() -> Path:
     return Path(str(importlib.resources.files("fl_gym.training") / "hyperparams" / "ppo.yml"))
 
 
-def load_hyperparams(env_id: str, preset: str | None = None, path: str | Path | None = None) -> dict[str, Any]:
+def load_hyperparams(env_id: str, preset: str | None = None,
+                     path: str | Path | None = None) -> dict[str, Any]:
     """The hyperparameter block of ``env_id`` (or ``env_id/preset``); empty if the file has none.
 
     Raises:
@@ -136,14 +138,15 @@ def build_agent(env: gym.Env, hyperparams: dict[str, Any], algo: str = "ppo", se
     if policy == "SetPolicy":
         policy = SetPolicy
         kwargs["policy_kwargs"].setdefault("client_rows", client_rows_of(env))
-    model = cls(policy, env, seed=seed, tensorboard_log=tensorboard_log, verbose=verbose, device=device, **kwargs)
+    model = cls(policy, env, seed=seed, tensorboard_log=tensorboard_log, verbose=verbose,
+                device=device, **kwargs)
     if tensorboard_log is None and verbose == 0:  # SB3 would make an empty folder in the temp dir per learn()
         model.set_logger(Logger(folder=None, output_formats=[]))
     return model
 
 
 def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
-    """Raise ``ValueError`` for an unknown algorithm, a key its constructor does not take, or a value out of range."""
+    """Raise ``ValueError`` for an unknown algorithm, a key its constructor does not take, a bad value."""
     if algo not in ALGOS:
         raise UserError(f"algo={algo!r} is out of range; allowed: one of {', '.join(ALGOS)}")
     cls = ALGOS[algo]
@@ -159,13 +162,15 @@ def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
         raise UserError(f"policy='SetPolicy' is out of range for algo={algo!r}; allowed: algo 'ppo'")
     imitation = [key for key in IMITATION if key in hyperparams]
     if imitation and algo != "ppo":
-        raise UserError(f"hyperparameter {imitation[0]!r} is out of range for algo={algo!r}; allowed: algo 'ppo'")
+        raise UserError(f"hyperparameter {imitation[0]!r} is out of range for algo={algo!r}; allowed: algo "
+                        "'ppo'")
     if imitation and "imitate" not in hyperparams:
         raise UserError(f"hyperparameter {imitation[0]!r} does nothing without 'imitate'; allowed: with "
                          "imitate=POLICY_SPEC")
     extractor = (hyperparams.get("policy_kwargs") or {}).get("features_extractor")
     if extractor is not None and extractor not in FEATURE_EXTRACTORS:
-        raise UserError(f"features_extractor={extractor!r} is out of range; allowed: {', '.join(FEATURE_EXTRACTORS)}")
+        raise UserError(f"features_extractor={extractor!r} is out of range; allowed: "
+                        f"{', '.join(FEATURE_EXTRACTORS)}")
 
 
 def _policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -54,8 +54,9 @@ def find_recipe(env_id: str, name: str) -> Recipe:
     """
     recipe = family_of(env_id).recipe(name)
     if recipe is None or recipe.target != env_id:
+        names = [r.name for r in family_of(env_id).recipes if r.target == env_id]
         raise UserError(f"recipe {name!r} is out of range for {env_id}; allowed: "
-                         f"{', '.join(r.name for r in family_of(env_id).recipes if r.target == env_id) or 'none'}")
+                        f"{', '.join(names) or 'none'}")
     return recipe
 
 
@@ -138,12 +139,13 @@ def load_recipe(folder: str | Path) -> tuple[Recipe, dict[str, BaseAlgorithm]]:
     """Read back a recipe folder: the recipe and its stage models."""
     folder = Path(folder)
     if not is_recipe(folder):
-        raise FileNotFoundError(f"{folder} holds no finished training recipe ({RECIPE_FILE} and <stage>/model.zip)")
+        raise FileNotFoundError(f"{folder} holds no finished training recipe ({RECIPE_FILE} and "
+                                "<stage>/model.zip)")
     marker = read_json(folder / RECIPE_FILE)
     recipe = find_recipe(marker["target"], marker["recipe"])
     return recipe, {s.name: PPO.load(folder / s.name / "model.zip", device="cpu") for s in recipe.stages}
 
 
 def yaml_preset(preset: str) -> str | None:
-    """The ``ppo.yml`` preset of a recipe preset name: ``"paper"`` is the base blocks (the paper's own recipe)."""
+    """The ``ppo.yml`` preset of a recipe preset name: ``"paper"`` is the base blocks (the paper's recipe)."""
     return None if preset == "paper" else preset

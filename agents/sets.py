@@ -51,7 +51,8 @@ class SetNetwork(nn.Module):
         transform: ``neglog`` feeds ``-log(obs)`` (as :class:`~fl_gym.agents.features.NegLogFeatures`).
     """
 
-    def __init__(self, rows: ClientRows, action_width: int, hidden: int, pool: str, transform: str | None) -> None:
+    def __init__(self, rows: ClientRows, action_width: int, hidden: int, pool: str,
+                 transform: str | None) -> None:
         super().__init__()
         self.rows, self.transform = rows, transform
         self.embed = nn.Sequential(nn.Linear(rows.width + rows.globals, hidden), nn.Tanh(),
@@ -70,7 +71,8 @@ class SetNetwork(nn.Module):
         width, g = self.rows.width, self.rows.globals
         flat, glob = obs[:, : obs.shape[1] - g], obs[:, obs.shape[1] - g:]
         n = flat.shape[1] // width
-        table = flat.reshape(-1, width, n).transpose(1, 2) if self.rows.feature_major else flat.reshape(-1, n, width)
+        table = (flat.reshape(-1, width, n).transpose(1, 2) if self.rows.feature_major
+                 else flat.reshape(-1, n, width))
         return table, glob
 
     def encode(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,8 +130,8 @@ class SetPolicy(ActorCriticPolicy):
         require_choice("pool", pool, POOLS)
         require(transform in TRANSFORMS, "transform", transform, "None or 'neglog'")
         require(not kwargs.get("use_sde", False), "use_sde", True, "False (SetPolicy has no gSDE)")
-        require(isinstance(action_bias, (int, float)) and np.isfinite(action_bias), "action_bias", action_bias,
-                "a finite float")
+        require(isinstance(action_bias, (int, float)) and np.isfinite(action_bias), "action_bias",
+                action_bias, "a finite float")
         self.client_rows, self.hidden, self.pool, self.transform = client_rows, hidden, pool, transform
         self.action_bias = float(action_bias)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
@@ -147,10 +149,12 @@ class SetPolicy(ActorCriticPolicy):
         if isinstance(space, spaces.Box):
             n = self.rows_in(int(self.observation_space.shape[0]))
             size = int(np.prod(space.shape))
-            require(not per_client or size % n == 0, "action_space", space, f"a multiple of the {n} client rows")
+            require(not per_client or size % n == 0, "action_space", space,
+                    f"a multiple of the {n} client rows")
             return size // n if per_client else size
         if isinstance(space, spaces.MultiDiscrete) and per_client:
-            require(len(set(space.nvec.tolist())) == 1, "action_space", space, "the same choices for every client")
+            require(len(set(space.nvec.tolist())) == 1, "action_space", space,
+                    "the same choices for every client")
             return int(space.nvec[0])
         if isinstance(space, spaces.MultiBinary) and per_client:
             return 1
@@ -181,7 +185,8 @@ class SetPolicy(ActorCriticPolicy):
         batch, n, width = out.shape
         if isinstance(space, spaces.Box):  # value by value: every client's first value, then the second ...
             mean = out.transpose(1, 2).reshape(batch, n * width)
-            return DiagGaussianDistribution(n * width).proba_distribution(mean, self.log_std.repeat_interleave(n))
+            return DiagGaussianDistribution(n * width).proba_distribution(mean,
+                                                                          self.log_std.repeat_interleave(n))
         if isinstance(space, spaces.MultiBinary):
             return BernoulliDistribution(n).proba_distribution(out.reshape(batch, n))
         return MultiCategoricalDistribution([width] * n).proba_distribution(out.reshape(batch, n * width))
@@ -205,8 +210,8 @@ class SetPolicy(ActorCriticPolicy):
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(client_rows=self.client_rows, hidden=self.hidden, pool=self.pool, transform=self.transform,
-                    action_bias=self.action_bias)
+        data.update(client_rows=self.client_rows, hidden=self.hidden, pool=self.pool,
+                    transform=self.transform, action_bias=self.action_bias)
         return data
 
 
@@ -217,5 +222,6 @@ def client_rows_of(env: Any) -> ClientRows:
         ValueError: the env's observation is not per-client rows.
     """
     rows = env.get_attr("client_rows")[0] if hasattr(env, "get_attr") else env.get_wrapper_attr("client_rows")
-    require(rows is not None, "policy", "SetPolicy", "an env whose observation lists per-client rows (client_rows)")
+    require(rows is not None, "policy", "SetPolicy",
+            "an env whose observation lists per-client rows (client_rows)")
     return rows

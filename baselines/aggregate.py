@@ -106,6 +106,7 @@ POLICIES = {
     "uniform": PolicyEntry(UniformWeightsPolicy, "equal weights for every client"),
     "fedadp": PolicyEntry(FedAdpPolicy, "FedAdp: Gompertz weights of the smoothed angles (kwarg alpha=5)"),
     "fedcos": PolicyEntry(FedCosPolicy, "FedCos: weights = cosine of each local model with the global model"),
-    "clean": PolicyEntry(CleanWeightsPolicy, "privileged: FedAvg's weights with the noisy clients left out (reads "
+    "clean": PolicyEntry(CleanWeightsPolicy,
+                         "privileged: FedAvg's weights with the noisy clients left out (reads "
                          "federation.noisy): an upper reference"),
 }

@@ -49,7 +49,8 @@ class RowPolicy:
         rows = obs if obs.ndim == 2 else obs[None]
         if self.reads_env and len(rows) > 1:
             raise UserError(f"{type(self).__name__}.predict: observation has {len(rows)} rows; allowed: one "
-                             "observation of the env the policy was built with (it reads that env's statistics)")
+                             "observation of the env the policy was built with (it reads that env's "
+                             "statistics)")
         actions = self.act_rows(rows)
         return (actions if obs.ndim == 2 else actions[0]), state
 

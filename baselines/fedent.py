@@ -1,8 +1,8 @@
 """FedEnt's closed-form learning rate (Zheng et al., IEEE TMC 2024, Eqs. 15-31 and Algorithm 1).
 
 Everything is scalar arithmetic in float64 on three numbers per client: ``s = ||w||^2``,
-``a_i = w^T g_i`` and ``b_i = ||g_i||^2`` (our scalar reduction of Eq. 21), where ``w`` is the broadcast (or mean-field)
-model and ``g_i`` a minibatch gradient of client ``i`` there.
+``a_i = w^T g_i`` and ``b_i = ||g_i||^2`` (our scalar reduction of Eq. 21), where ``w`` is the broadcast
+(or mean-field) model and ``g_i`` a minibatch gradient of client ``i`` there.
 
 * :func:`solve_eta`: one client's Eq. (21) root with ``Phi = phi2(t+1)`` held fixed, by the
   Picard iteration of Eq. 21 (or :func:`argmin_eta`, our safeguard).
@@ -72,7 +72,7 @@ def _share(eta: float, theta: float, s: float, a: float, b: float, phi: float) -
 
 
 def one_round_cost(eta: float, theta: float, s: float, a: float, b: float, phi: float, beta: float) -> float:
-    """``f_i(eta) = beta p ln p + (1 - beta) eta^2``, ``p = theta ||w - eta g||^2 / Phi``: Eq. 21's one-round cost."""
+    """Eq. 21's one-round cost ``beta p ln p + (1 - beta) eta^2``, ``p = theta ||w - eta g||^2 / Phi``."""
     p = _share(eta, theta, s, a, b, phi)
     return beta * p * math.log(p) + (1 - beta) * eta * eta
 
@@ -121,8 +121,8 @@ def joint_solve(theta: Sequence[float], s: float, a: Sequence[float], b: Sequenc
             phi = new
             break
         phi = new if it <= 20 else 0.5 * phi + 0.5 * new
-    not_min = np.array([one_round_cost(e, t, s, ai, bi, phi, cfg.beta) > one_round_cost(0.0, t, s, ai, bi, phi,
-                                                                                         cfg.beta) + 1e-15
+    not_min = np.array([one_round_cost(e, t, s, ai, bi, phi, cfg.beta)
+                        > one_round_cost(0.0, t, s, ai, bi, phi, cfg.beta) + 1e-15
                         for e, t, ai, bi in zip(eta, theta, a, b, strict=True)])
     return Solution(eta, phi, it, not_min)
 
@@ -147,7 +147,8 @@ class MeanField:
 Gradient = Callable[[np.ndarray, Tensor, int], Tensor]  # (clients, model, round) -> (k, P) gradients
 
 
-def mean_field_offline(gradient: Gradient, w0: Tensor, schedule: Sequence[np.ndarray], thetas: Sequence[np.ndarray],
+def mean_field_offline(gradient: Gradient, w0: Tensor, schedule: Sequence[np.ndarray],
+                       thetas: Sequence[np.ndarray],
                        cfg: FedEntSettings, eps: float = 1e-3, max_sweeps: int = 50, gauss_seidel: bool = True
                        ) -> MeanField:
     """Algorithm 1 of Zheng et al.: sweep the one-step-per-round trajectory until ``phi1``, ``phi2`` settle.

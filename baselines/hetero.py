@@ -10,11 +10,11 @@ alike. A policy reads ``S^1 = 1 / obs[:k]`` (or ``S^2`` on the intensity view), 
 |---|---|---|---|
 | :class:`UniformPolicy` | one size for all | equal | FedAvg/FedProx/pFedMe allocation |
 | :class:`RandomPolicy` | uniform random | Dirichlet(1) | floor |
-| :class:`GreedyBySpeedPolicy` | ``delta`` equal groups by ``S^1``, fastest largest | equal | sizes-only ablation |
+| :class:`GreedyBySpeedPolicy` | ``delta`` groups by ``S^1``, fastest largest | equal | sizes-only ablation |
 | :class:`InverseTimePolicy` | one size | ``sigma ∝ 1/S^2`` | "RL intensity only"; optimum of ``R^2`` |
-| :class:`BalancedOraclePolicy` | minimise ``max/min`` of ``M(s_i) S^1_i`` | ``sigma ∝ 1/S^2`` | analytic reference |
-| :class:`HistoryOraclePolicy` | the oracle's, on forecast times | ``sigma ∝ 1/S^2``, forecast | history reference |
-| :class:`ClairvoyantOraclePolicy` | the oracle's, on true times | ``sigma ∝ 1/S^2``, true | privileged upper |
+| :class:`BalancedOraclePolicy` | minimise ``max/min`` of ``M(s_i) S^1_i`` | ``sigma ∝ 1/S^2`` | analytic |
+| :class:`HistoryOraclePolicy` | the oracle's, on forecast times | the oracle's, forecast | history-based |
+| :class:`ClairvoyantOraclePolicy` | the oracle's, on true times | the oracle's, true | privileged upper |
 | :class:`HAPFLPolicy` | PPO1 | PPO2 on ``M(sizes) S^1`` | the method |
 """
 
@@ -63,7 +63,8 @@ class HeteroPolicy(RowPolicy):
         h = self.hetero
         base = 1.0 / rows[:, : h.clients_per_round]  # the observation is 1 / ratio
         sizes = self.sizes(base) if h.action.acts_sizes else None
-        cost_ratio = base if sizes is None else h.time_ratio[sizes] * base  # the split view observes S^2 already
+        # the split view observes S^2 already
+        cost_ratio = base if sizes is None else h.time_ratio[sizes] * base
         return h.encode(sizes, self.split(cost_ratio) if h.action.acts_split else None)
 
     def sizes(self, probe_ratio: np.ndarray) -> np.ndarray:
@@ -98,7 +99,7 @@ class UniformPolicy(HeteroPolicy):
 
 
 class RandomPolicy(HeteroPolicy):
-    """Uniform random sizes and a Dirichlet(1) split: the floor (row by row: each row's sizes, then its split)."""
+    """Uniform random sizes and a Dirichlet(1) split: the floor (per row: its sizes, then its split)."""
 
     batchable = False
 
@@ -119,7 +120,8 @@ class GreedyBySpeedPolicy(HeteroPolicy):
     def sizes(self, probe_ratio):
         d = self.hetero.num_sizes
         order = np.argsort(probe_ratio, axis=-1, kind="stable")
-        groups = np.array_split(np.arange(probe_ratio.shape[-1]), d)  # rank positions per group, fastest first
+        # rank positions per group, fastest first
+        groups = np.array_split(np.arange(probe_ratio.shape[-1]), d)
         by_rank = np.concatenate([np.full(len(g), d - 1 - i) for i, g in enumerate(groups)])
         sizes = np.empty(probe_ratio.shape, np.int64)
         np.put_along_axis(sizes, order, np.broadcast_to(by_rank, probe_ratio.shape), axis=-1)
@@ -127,7 +129,7 @@ class GreedyBySpeedPolicy(HeteroPolicy):
 
 
 class InverseTimePolicy(UniformPolicy):
-    """A fixed size and ``sigma_i ∝ 1/S^2_i``: equal local-training time, the analytic optimum of ``R^2``."""
+    """A fixed size and ``sigma_i ∝ 1/S^2_i``: equal local-training time, the analytic optimum of R^2."""
 
     def split(self, cost_ratio):
         inv = 1.0 / np.asarray(cost_ratio, dtype=np.float64)
@@ -148,7 +150,9 @@ def balanced_sizes(probe_ratio: np.ndarray, time_ratio: np.ndarray, fit: str = "
     HAPFL's ``R^2`` counts in absolute seconds.
     """
     k, d = len(probe_ratio), len(time_ratio)
-    cand = np.log(np.asarray(probe_ratio, np.float64))[:, None] + np.log(np.asarray(time_ratio, np.float64))[None, :]
+    log_probe = np.log(np.asarray(probe_ratio, np.float64))
+    log_time = np.log(np.asarray(time_ratio, np.float64))
+    cand = log_probe[:, None] + log_time[None, :]
     flat, owner = cand.ravel(), np.repeat(np.arange(k), d)
     order = np.argsort(flat, kind="stable")
     counts, covered, lo = np.zeros(k, np.int64), 0, 0
@@ -290,7 +294,8 @@ def _fixed(cls: type[HeteroPolicy]):
 
 
 POLICIES = {
-    "uniform": PolicyEntry(_uniform, "one size for all (kwarg size, default large), equal epochs: FedAvg's allocation"),
+    "uniform": PolicyEntry(_uniform,
+                           "one size for all (kwarg size, default large), equal epochs: FedAvg's allocation"),
     "large": PolicyEntry(lambda env: _uniform(env, "large"), "every client the large model, equal epochs"),
     "small": PolicyEntry(lambda env: _uniform(env, "small"), "every client the small model, equal epochs"),
     "medium": PolicyEntry(lambda env: _uniform(env, "medium"), "every client the medium model (num_sizes=3)"),
@@ -298,11 +303,15 @@ POLICIES = {
                           "uniform random sizes, Dirichlet(1) split (kwarg seed, default 0): the floor"),
     "greedy": PolicyEntry(_fixed(GreedyBySpeedPolicy), "fastest third gets the largest model, equal epochs"),
     "inverse": PolicyEntry(_fixed(InverseTimePolicy), "one size (kwarg size), epochs proportional to speed"),
-    "oracle": PolicyEntry(_fixed(BalancedOraclePolicy), "exactly balanced sizes, epochs proportional to speed "
+    "oracle": PolicyEntry(_fixed(BalancedOraclePolicy),
+                          "exactly balanced sizes, epochs proportional to speed "
                           "(kwarg fit: the largest or smallest size inside the balance window)"),
-    "history-oracle": PolicyEntry(_history_oracle, "the oracle on forecast times: each client's last measured "
-                                  "slowdown, shrunk by its age (kwargs rho=0.9, fit)", {"obs_mode": "history"}),
-    "clairvoyant": PolicyEntry(ClairvoyantOraclePolicy, "privileged: the oracle on the true times, this round's "
+    "history-oracle": PolicyEntry(_history_oracle,
+                                  "the oracle on forecast times: each client's last measured "
+                                  "slowdown, shrunk by its age (kwargs rho=0.9, fit)",
+                                  {"obs_mode": "history"}),
+    "clairvoyant": PolicyEntry(ClairvoyantOraclePolicy,
+                               "privileged: the oracle on the true times, this round's "
                                "drift included (reads the pending round; kwarg fit): an upper reference"),
     "fedavg": PolicyEntry(_uniform, "FedAvg (McMahan et al., 2017): large models, equal epochs, no LiteModel",
                           {"algorithm": "fedavg"}),

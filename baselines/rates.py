@@ -2,9 +2,9 @@
 
 | policy | rate of client ``i`` this round |
 |---|---|
-| :class:`ConstantLRPolicy` | ``eta0``, or cosine-annealed (FedAvg; with a variant, FedProx, FedDyn, FedAvgM, FedAdam) |
+| :class:`ConstantLRPolicy` | ``eta0``, or cosine-annealed (FedAvg, FedProx, FedDyn, FedAvgM, FedAdam) |
 | :class:`FedEntPolicy` | ``gamma last_i + (1 - gamma) eta_raw_i``, ``eta_raw`` FedEnt's closed form |
-| :class:`DecayOnlyPolicy` | ``gamma last_i`` (FedEnt with ``eta_raw = 0``: the ablation of the adaptive part) |
+| :class:`DecayOnlyPolicy` | ``gamma last_i`` (FedEnt with ``eta_raw = 0``: its adaptive part ablated) |
 
 FedEnt reads the env's exact statistics (:attr:`~fl_gym.envs.rates.FLLearningRateEnv.round_stats`);
 the observation carries the same information, normalised (:func:`stats_from_observation`).
@@ -51,7 +51,7 @@ SCHEDULES = ("constant", "cosine")
 
 
 class ConstantLRPolicy(RatePolicy):
-    """FedAvg's rate ``lr`` for every client (default: the scenario's ``lr``, which is ``eta0``), on a schedule.
+    """FedAvg's rate ``lr`` for every client (default: the scenario's ``lr``, i.e. ``eta0``), on a schedule.
 
     ``schedule="constant"`` keeps it; ``"cosine"`` anneals it over the episode's rounds,
     ``lr (1 + cos(pi t / T)) / 2`` in round ``t = 0 .. T-1`` (Loshchilov and Hutter, ICLR 2017,
@@ -109,8 +109,8 @@ class FedEntPolicy(DecayOnlyPolicy):
         mean_field: Algorithm 1's output of this episode (offline).
     """
 
-    def __init__(self, env: Env, beta: float = 0.99, gamma: float = 0.99, eta_max: float = 1.0, mode: str = "online",
-                 solver: str = "foc", denominator: str = "sq_norm") -> None:
+    def __init__(self, env: Env, beta: float = 0.99, gamma: float = 0.99, eta_max: float = 1.0,
+                 mode: str = "online", solver: str = "foc", denominator: str = "sq_norm") -> None:
         super().__init__(env, gamma)
         require(mode in ("online", "offline"), "mode", mode, "'online' or 'offline'")
         self.settings = FedEntSettings(beta, eta_max, denominator, solver)
@@ -129,9 +129,9 @@ class FedEntPolicy(DecayOnlyPolicy):
             self.last = joint_solve(st.theta, st.s, st.a, st.b, self.settings)
             if self.last.foc_not_min.any() and not self._warned:
                 self._warned = True
-                warnings.warn(f"FedEnt (solver='foc'): round {st.round}'s root of Eq. 21 is not a minimiser of the "
-                              f"one-round cost for {int(self.last.foc_not_min.sum())} client(s); solver='argmin' "
-                              "plays the minimiser", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"FedEnt (solver='foc'): round {st.round}'s root of Eq. 21 is not a minimiser "
+                              f"of the one-round cost for {int(self.last.foc_not_min.sum())} client(s); "
+                              "solver='argmin' plays the minimiser", RuntimeWarning, stacklevel=2)
             return self.last.eta
         if self._episode is not self.env.schedule:  # a new episode: run Algorithm 1 once
             self._episode = self.env.schedule
@@ -167,7 +167,7 @@ def stats_from_observation(observation: np.ndarray, m: int) -> dict[str, np.ndar
 
 
 class CleanRatePolicy(ConstantLRPolicy):
-    """Privileged: FedAvg's rate (and schedule) for clean clients, ``lr_min`` for noisy ones (``federation.noisy``).
+    """Privileged: FedAvg's rate (and schedule) for clean clients, ``lr_min`` for noisy ones.
 
     A server cannot see label noise: the upper reference of a benchmark task with noisy clients.
     """
@@ -177,10 +177,13 @@ class CleanRatePolicy(ConstantLRPolicy):
 
 
 POLICIES = {
-    "fedavg": PolicyEntry(ConstantLRPolicy, "FedAvg: every client at the rate lr (kwargs lr, schedule=constant|"
-                                            "cosine)"),
-    "fedprox": PolicyEntry(ConstantLRPolicy, "FedProx (mu=0.01) at the constant rate", {"local_algorithm": "fedprox"}),
-    "feddyn": PolicyEntry(ConstantLRPolicy, "FedDyn (alpha=0.001) at the constant rate", {"local_algorithm": "feddyn"}),
+    "fedavg": PolicyEntry(ConstantLRPolicy,
+                          "FedAvg: every client at the rate lr (kwargs lr, schedule=constant|"
+                          "cosine)"),
+    "fedprox": PolicyEntry(ConstantLRPolicy, "FedProx (mu=0.01) at the constant rate",
+                           {"local_algorithm": "fedprox"}),
+    "feddyn": PolicyEntry(ConstantLRPolicy, "FedDyn (alpha=0.001) at the constant rate",
+                          {"local_algorithm": "feddyn"}),
     "fedadam": PolicyEntry(ConstantLRPolicy, "FedAdam on the server (eta_s=0.01) at the constant rate",
                            {"server": "fedadam"}),
     "fedavgm": PolicyEntry(ConstantLRPolicy, "FedAvgM: server momentum 0.9 at the constant rate",
@@ -188,6 +191,7 @@ POLICIES = {
     "fedent": PolicyEntry(FedEntPolicy, "FedEnt, online mean-field (kwargs beta, gamma, mode=online|offline, "
                                         "solver=foc|argmin)"),
     "decay": PolicyEntry(DecayOnlyPolicy, "FedEnt's smoothing alone: gamma * last rate (kwarg gamma=0.99)"),
-    "clean": PolicyEntry(CleanRatePolicy, "privileged: FedAvg's rate lr (and schedule) for clean clients, lr_min for "
+    "clean": PolicyEntry(CleanRatePolicy,
+                         "privileged: FedAvg's rate lr (and schedule) for clean clients, lr_min for "
                          "noisy ones (reads federation.noisy): an upper reference"),
 }

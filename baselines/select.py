@@ -6,10 +6,10 @@ observation or a batch.
 
 | policy | keeps | reproduces |
 |---|---|---|
-| :class:`MaxEntropyJudgePolicy` | FedEntropy's greedy maximum entropy judgement | FedEntropy (with the pools sampler) |
+| :class:`MaxEntropyJudgePolicy` | FedEntropy's greedy maximum entropy judgement | FedEntropy (+ its pools) |
 | :class:`SelectAllPolicy` | every candidate | FedAvg (and FedProx with its local algorithm) |
 | :class:`RandomDropPolicy` | each candidate with probability ``q`` | the communication-matched control |
-| :class:`ExhaustiveMaxEntropyPolicy` | the subset of largest mixture entropy | greedy is not exhaustive (m <= 12) |
+| :class:`ExhaustiveMaxEntropyPolicy` | the subset of largest mixture entropy | what greedy misses (m <= 12) |
 
 On ``FLSelectPick-v0`` (who trains, before training): :class:`PoolSamplerPolicy` (FedEntropy's
 epsilon-greedy draw, read from the observation's pool column), :class:`RandomPickPolicy` and
@@ -69,7 +69,7 @@ class SelectAllPolicy(SelectPolicy):
 
 
 class RandomDropPolicy(SelectPolicy):
-    """Each candidate kept with probability ``q`` (at least one): FedEntropy's upload rate without its judgement."""
+    """Each candidate kept with probability ``q`` (at least one): FedEntropy's upload rate, no judgement."""
 
     def __init__(self, env: Env | SelectLayout, q: float = 0.8, seed: int = 0) -> None:
         super().__init__(env)
@@ -138,7 +138,7 @@ class EntropyCutPolicy(SelectPolicy):
 
 
 def clean_or_all(noisy: np.ndarray) -> np.ndarray:
-    """The clean clients of a ``noisy`` mask, or every client if none is clean (a round must aggregate some)."""
+    """The clean clients of a ``noisy`` mask, or every client if none is clean (a round must aggregate)."""
     clean = ~np.asarray(noisy, bool)
     return clean if clean.any() else np.ones_like(clean)
 
@@ -199,7 +199,8 @@ class PoolSamplerPolicy(PickPolicy):
     one, topped up from the other.
     """
 
-    def __init__(self, env: Env | PickLayout, m: int | None = None, seed: int = 0, p_positive: float | None = None
+    def __init__(self, env: Env | PickLayout, m: int | None = None, seed: int = 0,
+                 p_positive: float | None = None
                  ) -> None:
         super().__init__(env, m, seed)
         self.p_positive = p_positive if p_positive is not None else env.unwrapped.config.p_positive
@@ -210,7 +211,8 @@ class PoolSamplerPolicy(PickPolicy):
         primary, secondary = (np.flatnonzero(~negative), np.flatnonzero(negative))[:: 1 if positive else -1]
         if len(primary) >= self.m:
             return self._mask(self.rng.choice(primary, self.m, replace=False))
-        return self._mask(np.concatenate([primary, self.rng.choice(secondary, self.m - len(primary), replace=False)]))
+        return self._mask(np.concatenate([primary,
+                                          self.rng.choice(secondary, self.m - len(primary), replace=False)]))
 
 
 class RandomPickPolicy(PickPolicy):
@@ -339,7 +341,8 @@ class CosTrimPolicy(RowPolicy):
     def __init__(self, env: Env | QueueLayout, k: int = 3, smooth: bool = True) -> None:
         self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
         if not (isinstance(k, int) and 0 <= k < self.layout.num_clients):
-            raise UserError(f"k={k!r} is out of range; allowed: an integer in [0, {self.layout.num_clients - 1}]")
+            raise UserError(f"k={k!r} is out of range; allowed: an integer in [0, "
+                            f"{self.layout.num_clients - 1}]")
         self.column = "mean_update_cos" if smooth else "update_cos"
         self.layout.index(self.column)  # a layout without update_stats has none
         self.k = k
@@ -367,9 +370,8 @@ class CleanQueuePolicy(RowPolicy):
         return clean_or_all(self.env.federation.noisy).astype(np.int8)
 
 
-UNIFORM, PROX, SCAFFOLD, MOON = ({"sampler": "uniform"}, {"local_algorithm": "fedprox"},
-                                 {"local_algorithm": "scaffold", "momentum": 0.0},  # option II needs plain SGD
-                                 {"local_algorithm": "moon"})
+UNIFORM, PROX, MOON = {"sampler": "uniform"}, {"local_algorithm": "fedprox"}, {"local_algorithm": "moon"}
+SCAFFOLD = {"local_algorithm": "scaffold", "momentum": 0.0}  # option II needs plain SGD
 SELECT, PICK, QUEUE = ("FLSelect-v0",), ("FLSelectPick-v0",), ("FLSelectQueue-v0",)
 SERVER_DATA = {"server_data_fraction": 0.1, "allow_server_data": True, "aggregation_weights": "entropy"}
 POLICIES = {
@@ -378,55 +380,74 @@ POLICIES = {
     "fedentropy-nopools": PolicyEntry(MaxEntropyJudgePolicy, "the judgement with uniform candidates (the "
                                       "paper's ablation)", UNIFORM, SELECT),
     "fedavg": PolicyEntry(SelectAllPolicy, "FedAvg: every uniform candidate uploads", UNIFORM, SELECT),
-    "fedprox": PolicyEntry(SelectAllPolicy, "FedProx: FedAvg with the proximal local solver", {**UNIFORM, **PROX},
-                           SELECT),
+    "fedprox": PolicyEntry(SelectAllPolicy, "FedProx: FedAvg with the proximal local solver",
+                           {**UNIFORM, **PROX}, SELECT),
     "fedprox+fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "FedProx's local solver with FedEntropy",
                                       {"sampler": "pools", **PROX}, SELECT),
-    "scaffold": PolicyEntry(SelectAllPolicy, "SCAFFOLD: control variates, every uniform candidate uploads (twice "
+    "scaffold": PolicyEntry(SelectAllPolicy,
+                            "SCAFFOLD: control variates, every uniform candidate uploads (twice "
                             "the bytes)", {**UNIFORM, **SCAFFOLD}, SELECT),
     "scaffold+fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "SCAFFOLD's local solver with FedEntropy",
                                        {"sampler": "pools", **SCAFFOLD}, SELECT),
-    "moon": PolicyEntry(SelectAllPolicy, "MOON: model-contrastive local training, every uniform candidate uploads",
+    "moon": PolicyEntry(SelectAllPolicy,
+                        "MOON: model-contrastive local training, every uniform candidate uploads",
                         {**UNIFORM, **MOON}, SELECT),
     "moon+fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "MOON's local solver with FedEntropy",
                                    {"sampler": "pools", **MOON}, SELECT),
     "all": PolicyEntry(SelectAllPolicy, "every candidate uploads, on the env's own sampler", {}, SELECT),
-    "random-drop": PolicyEntry(RandomDropPolicy, "keep each candidate with probability q (kwargs q=0.8, seed=0): "
+    "random-drop": PolicyEntry(RandomDropPolicy,
+                               "keep each candidate with probability q (kwargs q=0.8, seed=0): "
                                "FedEntropy's upload rate without its judgement", {}, SELECT),
-    "entropy-trim": PolicyEntry(EntropyTrimPolicy, "drop the k most uncertain soft labels (kwarg k=1): a robust "
+    "entropy-trim": PolicyEntry(EntropyTrimPolicy,
+                                "drop the k most uncertain soft labels (kwarg k=1): a robust "
                                 "filter against corrupted clients", {}, SELECT),
-    "entropy-cut": PolicyEntry(EntropyCutPolicy, "drop every candidate whose soft label's entropy is at least h "
+    "entropy-cut": PolicyEntry(EntropyCutPolicy,
+                               "drop every candidate whose soft label's entropy is at least h "
                                "of log c (kwarg h=0.93; the least uncertain always kept)", {}, SELECT),
-    "clean": PolicyEntry(CleanKeepPolicy, "privileged: keep the clean-label candidates (reads federation.noisy): "
+    "clean": PolicyEntry(CleanKeepPolicy,
+                         "privileged: keep the clean-label candidates (reads federation.noisy): "
                          "an upper reference, not a server's policy", {}, SELECT),
-    "exhaustive": PolicyEntry(ExhaustiveMaxEntropyPolicy, "exhaustive maximum entropy subset (m <= 12)", {}, SELECT),
-    "pools": PolicyEntry(PoolSamplerPolicy, "FedEntropy's epsilon-greedy pool draw (kwargs seed, p_positive), "
+    "exhaustive": PolicyEntry(ExhaustiveMaxEntropyPolicy, "exhaustive maximum entropy subset (m <= 12)",
+                              {}, SELECT),
+    "pools": PolicyEntry(PoolSamplerPolicy,
+                         "FedEntropy's epsilon-greedy pool draw (kwargs seed, p_positive), "
                          "judge filter: FedEntropy", {"post_filter": "judge"}, PICK),
-    "pools-all": PolicyEntry(PoolSamplerPolicy, "the pool draw, every picked client uploads", {"post_filter": "all"},
-                             PICK),
-    "random-pick": PolicyEntry(RandomPickPolicy, "m clients uniformly (kwarg seed), every one uploads: FedAvg",
+    "pools-all": PolicyEntry(PoolSamplerPolicy, "the pool draw, every picked client uploads",
+                             {"post_filter": "all"}, PICK),
+    "random-pick": PolicyEntry(RandomPickPolicy,
+                               "m clients uniformly (kwarg seed), every one uploads: FedAvg",
                                {"post_filter": "all"}, PICK),
     "stalest": PolicyEntry(StalestPickPolicy, "the m stalest clients (round robin), judge filter",
                            {"post_filter": "judge"}, PICK),
-    "confident-pick": PolicyEntry(ConfidentPickPolicy, "the m clients of most certain last soft label, minus w x "
+    "confident-pick": PolicyEntry(ConfidentPickPolicy,
+                                  "the m clients of most certain last soft label, minus w x "
                                   "staleness (kwarg w=0.5); every one uploads", {"post_filter": "all"}, PICK),
-    "entropy-cut-pick": PolicyEntry(EntropyCutPickPolicy, "m clients uniformly among those whose last soft label's "
+    "entropy-cut-pick": PolicyEntry(EntropyCutPickPolicy,
+                                    "m clients uniformly among those whose last soft label's "
                                     "entropy is below h of log c (kwargs h=0.93, seed), every one uploads",
                                     {"post_filter": "all"}, PICK),
-    "clean-pick": PolicyEntry(CleanPickPolicy, "privileged: m clean-label clients uniformly (reads federation.noisy): "
+    "clean-pick": PolicyEntry(CleanPickPolicy,
+                              "privileged: m clean-label clients uniformly (reads federation.noisy): "
                               "an upper reference", {"post_filter": "all"}, PICK),
-    "ddfl": PolicyEntry(TopLambdaEntropyPolicy, "DDFL: 10 % server data streamed to the devices, top 90 % by label "
+    "ddfl": PolicyEntry(TopLambdaEntropyPolicy,
+                        "DDFL: 10 % server data streamed to the devices, top 90 % by label "
                         "entropy, entropy weights (kwargs lam, seed)", SERVER_DATA, QUEUE),
-    "ddfl-0.8": PolicyEntry(lambda env, seed=0: TopLambdaEntropyPolicy(env, 0.8, seed), "DDFL with lambda = 0.8",
-                            SERVER_DATA, QUEUE),
-    "queue-all": PolicyEntry(AggregateAllPolicy, "DDFL's queue and weights, every device aggregated (lambda = 1)",
+    "ddfl-0.8": PolicyEntry(lambda env, seed=0: TopLambdaEntropyPolicy(env, 0.8, seed),
+                            "DDFL with lambda = 0.8", SERVER_DATA, QUEUE),
+    "queue-all": PolicyEntry(AggregateAllPolicy,
+                             "DDFL's queue and weights, every device aggregated (lambda = 1)",
                              SERVER_DATA, QUEUE),
-    "fedavg-noniid": PolicyEntry(AggregateAllPolicy, "FedAvg on the one-class devices: no server data, data-size "
-                                 "weights", {"server_data_fraction": 0.0, "aggregation_weights": "data_size"}, QUEUE),
-    "cos-trim": PolicyEntry(CosTrimPolicy, "drop the k devices whose updates agree least with the mean update "
-                            "(kwargs k=3, smooth=True: the episode's mean); needs update_stats=True", {}, QUEUE),
+    "fedavg-noniid": PolicyEntry(AggregateAllPolicy,
+                                 "FedAvg on the one-class devices: no server data, data-size "
+                                 "weights",
+                                 {"server_data_fraction": 0.0, "aggregation_weights": "data_size"}, QUEUE),
+    "cos-trim": PolicyEntry(CosTrimPolicy,
+                            "drop the k devices whose updates agree least with the mean update "
+                            "(kwargs k=3, smooth=True: the episode's mean); needs update_stats=True",
+                            {}, QUEUE),
     "clean-queue": PolicyEntry(CleanQueuePolicy, "privileged: aggregate the clean-label devices (reads "
                                "federation.noisy): an upper reference", {}, QUEUE),
-    "top-entropy": PolicyEntry(TopLambdaEntropyPolicy, "DDFL's selection without server data (kwargs lam, seed)",
+    "top-entropy": PolicyEntry(TopLambdaEntropyPolicy,
+                               "DDFL's selection without server data (kwargs lam, seed)",
                                {"server_data_fraction": 0.0}, QUEUE),
 }

@@ -24,7 +24,8 @@ HAPFL = Family(
              Metric("hetero/global_accuracy/small", "small model acc.", final=True),
              Metric("hetero/mean_local_accuracy", "local acc.", final=True)),
     accuracy_label="large model acc.",
-    bench=(("FLHetero-v0", {"backend": "torch"}, "paper10 on digits: 6 clients x E_loc=20 epochs of small/large "
+    bench=(("FLHetero-v0", {"backend": "torch"},
+            "paper10 on digits: 6 clients x E_loc=20 epochs of small/large "
             "+ LiteModel per round"),),
     reproduce="fl_gym.training.hetero.results:reproduce",
     demo="fl_gym.training.hetero.demo:run_demo",
@@ -36,7 +37,8 @@ HAPFL = Family(
 
 SELECT = Family(
     name="select",
-    paper="FedEntropy (Ling et al.) and DDFL (Herath et al.): who trains and which trained clients are aggregated",
+    paper="FedEntropy (Ling et al.) and DDFL (Herath et al.): who trains and which trained clients are "
+          "aggregated",
     envs={"FLSelect-v0": "fl_gym.envs.select.env:FLSelectEnv",
           "FLSelectPick-v0": "fl_gym.envs.select.env:FLSelectPickEnv",
           "FLSelectQueue-v0": "fl_gym.envs.select.queue_env:FLSelectQueueEnv"},

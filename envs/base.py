@@ -35,7 +35,7 @@ Generic ``info`` keys, the same meaning in every family:
 | ``upload_bytes`` | bytes uploaded this round |
 | ``uploads`` | models uploaded and aggregated since the episode began |
 | ``clients`` | ids of the clients that trained this round |
-| ``accuracy`` | test accuracy of the family's headline global model (real training only; NaN between evaluations) |
+| ``accuracy`` | test accuracy of the family's headline global model (if trained; NaN between evaluations) |
 | ``reward_terms`` | the named reward components before weighting |
 """
 
@@ -152,7 +152,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     # ---- the vector protocol: how a vector env that plays many copies' steps as arrays talks to each copy
 
     def defer_pending(self, builder: Callable[[], Any]) -> None:
-        """Hold ``builder`` instead of the pending round's record; the first read builds it (see ``_pending``)."""
+        """Hold ``builder`` instead of the pending round's record; the first read builds it (``_pending``)."""
         self._pending_builder = builder
 
     def pending_deferred_to(self, builder: Callable[[], Any]) -> bool:
@@ -184,7 +184,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         return self._pending
 
     def count_round(self, uploads: int) -> bool:
-        """Count a round played (by ``step``, or for this env by a vector env); whether it was the episode's last."""
+        """Count a round played (by ``step``, or by a vector env); whether it ended the episode."""
         self._round += 1
         self._uploads += uploads
         self._ended = self._round >= self.rounds_per_episode
@@ -219,7 +219,8 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start an episode: fresh models and dynamics, same scenario (unless randomised); observe round 1."""
-        require(not options, "options", options, "None or {} (no reset options: the scenario is set by the env's "
+        require(not options, "options", options,
+                "None or {} (no reset options: the scenario is set by the env's "
                 "arguments, e.g. scenario_seed or randomize_scenario)")
         super().reset(seed=seed)
         if self.config.scenario.randomize_scenario:
@@ -318,12 +319,14 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         return {}
 
     def _info(self, report: RoundReport, outcome: Any, terms: dict[str, float]) -> dict[str, Any]:
-        info: dict[str, Any] = RoundInfo(self._round, report.clock, report.round_time, report.straggling_latency,
+        info: dict[str, Any] = RoundInfo(self._round, report.clock, report.round_time,
+                                         report.straggling_latency,
                                          report.upload_bytes, self._uploads, np.flatnonzero(report.selected),
                                          terms)._asdict()
         if self.federation.config.train:  # learning metrics exist only when something learns
             info["accuracy"] = self._accuracy(report)
-        info.update(self._family_info(report, outcome, terms))  # keys "<family>/..." (checked by tests/test_envs.py)
+        # keys "<family>/..." (checked by tests/test_envs.py)
+        info.update(self._family_info(report, outcome, terms))
         return info
 
 
@@ -379,7 +382,8 @@ def loss_vs_all(federation: Federation, trained: TrainedRound, aggregate: np.nda
     before the round is finished.
     """
     everyone = trained.steps > 0
-    losses = federation.validate_averages(trained, np.stack([everyone, np.asarray(aggregate, bool)]), weight)[:, 1]
+    losses = federation.validate_averages(trained, np.stack([everyone, np.asarray(aggregate, bool)]),
+                                          weight)[:, 1]
     return float(losses[0] - losses[1])
 
 

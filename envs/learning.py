@@ -7,8 +7,8 @@ baselines of Zheng et al., IEEE TMC 2024) and their rewards read the validation 
 | ``reward`` | per round | return |
 |---|---|---|
 | ``acc_gain`` (default) | ``acc_val(t) - acc_val(t-1)`` | final minus initial validation accuracy |
-| ``loss_drop`` | ``loss_val(t-1) - loss_val(t)`` (cross-entropy) | initial minus final validation loss: less noise |
-| ``loss_area`` | ``loss_drop`` times ``(T - t + 1) / T`` | mean over rounds of ``loss_val(0) - loss_val(t)`` |
+| ``loss_drop`` | ``loss_val(t-1) - loss_val(t)`` (cross-entropy) | initial minus final validation loss |
+| ``loss_area`` | ``loss_drop`` x ``(T - t + 1) / T`` | mean of ``loss_val(0) - loss_val(t)`` over rounds |
 | ``rounds`` | ``-1`` | minus the rounds played (to the target with ``stop_at_target``) |
 | ``favor`` | ``64^(acc_val(t) - target) - 1`` | FAVOR's (Wang et al., INFOCOM 2020) |
 
@@ -121,7 +121,7 @@ class TargetReward:
 
 @dataclass(frozen=True)
 class Scored:
-    """A played round's outcome in a :class:`TargetRewardEnv`: its reward terms (families add what they played)."""
+    """A played round's outcome in a :class:`TargetRewardEnv`: its reward terms (families add the rest)."""
 
     terms: dict[str, float]
 

@@ -48,4 +48,5 @@ class PresetConfig(EnvConfig):
         super().__post_init__()
         require_epochs("local_epochs", self.local_epochs)
         require_choice("model", self.model, MODELS)
-        require(is_int_at_least(self.validation_size, 1), "validation_size", self.validation_size, "an integer >= 1")
+        require(is_int_at_least(self.validation_size, 1), "validation_size", self.validation_size,
+                "an integer >= 1")

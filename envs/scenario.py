@@ -148,8 +148,10 @@ class ScenarioConfig:
         require_share("noisy_clients", self.noisy_clients)
         require_choice("label_noise", self.label_noise, LABEL_NOISE)
         fewest = self.client_counts()[0]
-        require((self.num_iid or 0) <= fewest, "num_iid", self.num_iid, f"at most the fewest clients, {fewest}")
-        require(isinstance(self.redraw_partition, bool), "redraw_partition", self.redraw_partition, "True or False")
+        require((self.num_iid or 0) <= fewest, "num_iid", self.num_iid,
+                f"at most the fewest clients, {fewest}")
+        require(isinstance(self.redraw_partition, bool), "redraw_partition", self.redraw_partition,
+                "True or False")
         require(isinstance(self.randomize_scenario, bool), "randomize_scenario", self.randomize_scenario,
                 "True or False")
         self.clock_config()
@@ -166,8 +168,10 @@ class ScenarioConfig:
         span = self.num_clients_range
         if span is None:
             return
-        require(isinstance(span, (tuple, list)) and len(span) == 2 and all(is_int_at_least(n, 2) for n in span)
-                and span[0] <= span[1], "num_clients_range", span, "None or (low, high) with 2 <= low <= high")
+        require(isinstance(span, (tuple, list)) and len(span) == 2
+                and all(is_int_at_least(n, 2) for n in span)
+                and span[0] <= span[1], "num_clients_range", span,
+                "None or (low, high) with 2 <= low <= high")
         require(self.randomize_scenario, "num_clients_range", span, "None unless randomize_scenario=True")
         object.__setattr__(self, "num_clients_range", (int(span[0]), int(span[1])))
 
@@ -175,8 +179,10 @@ class ScenarioConfig:
         span = self.scenario_seed_range
         if span is None:
             return
-        require(isinstance(span, (tuple, list)) and len(span) == 2 and all(is_int_at_least(n, 0) for n in span)
-                and span[0] < span[1], "scenario_seed_range", span, "None or (low, high) with 0 <= low < high")
+        require(isinstance(span, (tuple, list)) and len(span) == 2
+                and all(is_int_at_least(n, 0) for n in span)
+                and span[0] < span[1], "scenario_seed_range", span,
+                "None or (low, high) with 0 <= low < high")
         require(self.randomize_scenario, "scenario_seed_range", span, "None unless randomize_scenario=True")
         object.__setattr__(self, "scenario_seed_range", (int(span[0]), int(span[1])))
 
@@ -198,7 +204,8 @@ class ScenarioConfig:
         return FederationConfig(
             dataset=self.dataset, data_root=self.data_root, num_clients=self.num_clients,
             partition=self.partition_config(), clock=self.clock_config(), batch_size=self.batch_size,
-            optimizer=OptimizerConfig(self.optimizer, self.momentum), eval_every=self.eval_every, device=self.device,
+            optimizer=OptimizerConfig(self.optimizer, self.momentum), eval_every=self.eval_every,
+            device=self.device,
             num_threads=self.num_threads, noisy_clients=self.noisy_clients, label_noise=self.label_noise,
             **family)
 
@@ -207,7 +214,7 @@ SCENARIO_FIELDS = tuple(f.name for f in dataclasses.fields(ScenarioConfig))
 
 
 def over_scenario(defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
-    """Scenario fields ``given`` over ``defaults``, less the defaults' knobs of schemes other than one ``given`` picks.
+    """Scenario fields ``given`` over ``defaults``, less the default knobs of schemes other than ``given``'s.
 
     A preset's ``alpha`` does not follow a user who picks ``partition="shards"``.
     """

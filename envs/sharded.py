@@ -22,7 +22,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3.common.vec_env import VecEnv
-from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+from stable_baselines3.common.vec_env.base_vec_env import (
+    CloudpickleWrapper,
+    VecEnvIndices,
+    VecEnvObs,
+    VecEnvStepReturn,
+)
 
 from fl_gym.envs.vector import BatchedVecEnv, CopySeeds
 from fl_gym.validation import is_int_at_least, require
@@ -79,7 +84,8 @@ class ProcessWorker:
 
     def __init__(self, ctx: Any, env_fns: list[Callable[[], gym.Env]], threads: int) -> None:
         self.remote, work = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(work, self.remote, CloudpickleWrapper(env_fns), threads),
+        self.process = ctx.Process(target=_serve,
+                                   args=(work, self.remote, CloudpickleWrapper(env_fns), threads),
                                    daemon=True)
         self.process.start()
         work.close()
@@ -107,16 +113,20 @@ class ShardedVecEnv(CopySeeds, VecEnv):
         start_method: multiprocessing start method (default ``forkserver`` where available, as SB3).
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], workers: int, start_method: str | None = None) -> None:
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], workers: int,
+                 start_method: str | None = None) -> None:
         n = len(env_fns)
-        require(is_int_at_least(workers, 1) and workers <= n, "workers", workers, f"an integer in [1, n_envs={n}]")
+        require(is_int_at_least(workers, 1) and workers <= n, "workers", workers,
+                f"an integer in [1, n_envs={n}]")
         self.shards = [list(s) for s in np.array_split(np.arange(n), workers)]
-        self.workers = self._start_workers([[env_fns[i] for i in shard] for shard in self.shards], start_method)
+        self.workers = self._start_workers([[env_fns[i] for i in shard] for shard in self.shards],
+                                           start_method)
         observation_space, action_space = self._ask(0, "spaces")
         super().__init__(n, observation_space, action_space)
         self.closed = False
 
-    def _start_workers(self, groups: list[list[Callable[[], gym.Env]]], start_method: str | None) -> list[Any]:
+    def _start_workers(self, groups: list[list[Callable[[], gym.Env]]],
+                       start_method: str | None) -> list[Any]:
         """One worker per group of constructors (here a process with ``cpu_count // workers`` threads)."""
         threads = max(1, (os.cpu_count() or 1) // len(groups))
         method = start_method or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
@@ -127,7 +137,7 @@ class ShardedVecEnv(CopySeeds, VecEnv):
         self.workers[shard].send((method, args, kwargs))
 
     def _receive(self, shards: Iterable[int]) -> list[Any]:
-        """The replies of ``shards``, in order (all read before a worker's error is raised: no stale reply)."""
+        """The replies of ``shards``, in order (all read before a worker's error is raised: none stale)."""
         replies = [self.workers[s].receive() for s in shards]
         for ok, value in replies:
             if not ok:
@@ -146,7 +156,8 @@ class ShardedVecEnv(CopySeeds, VecEnv):
 
     def reset(self) -> VecEnvObs:
         """Reset every copy (seeds and options from :meth:`seed` / :meth:`set_options`, then cleared)."""
-        replies = self._everyone("reset", lambda c: ([self._seeds[i] for i in c], [self._options[i] for i in c]))
+        replies = self._everyone("reset",
+                                 lambda c: ([self._seeds[i] for i in c], [self._options[i] for i in c]))
         self._reset_seeds()
         self._reset_options()
         self.reset_infos = [info for _, infos in replies for info in infos]
@@ -165,7 +176,7 @@ class ShardedVecEnv(CopySeeds, VecEnv):
                 np.concatenate([r[2] for r in replies]), [info for r in replies for info in r[3]])
 
     def _by_shard(self, method: str, indices: VecEnvIndices, *args: Any, **kwargs: Any) -> list[Any]:
-        """``method(*args, indices=local, **kwargs)`` on the shards holding ``indices``; results in their order."""
+        """``method(*args, indices=local, **kwargs)`` on the shards holding ``indices``; results in order."""
         wanted = list(self._get_indices(indices))
         owner = {i: (s, j) for s, shard in enumerate(self.shards) for j, i in enumerate(shard)}
         local: dict[int, list[int]] = {}
@@ -174,7 +185,8 @@ class ShardedVecEnv(CopySeeds, VecEnv):
         for s, copies in local.items():
             self._send(s, method, *args, indices=copies, **kwargs)
         values = self._receive(local)
-        replies = {s: iter(v or [None] * len(copies)) for (s, copies), v in zip(local.items(), values, strict=True)}
+        replies = {s: iter(v or [None] * len(copies))
+                   for (s, copies), v in zip(local.items(), values, strict=True)}
         return [next(replies[owner[i][0]]) for i in wanted]
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:

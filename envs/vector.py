@@ -109,7 +109,8 @@ class BatchedVecEnv(CopySeeds, VecEnv):
         arrays first; each copy's ``step`` then returns its share through the env's wrappers.
         """
         if self._clock is not None:
-            for env, result in zip(self._clock.envs, self._clock.step(np.asarray(self._actions)), strict=True):
+            for env, result in zip(self._clock.envs, self._clock.step(np.asarray(self._actions)),
+                                   strict=True):
                 env.play_ahead(result)
         results = self.for_each_copy(self._step_one)
         obs, rewards, dones, infos = zip(*results, strict=True)
@@ -145,7 +146,8 @@ class BatchedVecEnv(CopySeeds, VecEnv):
     def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
                    **method_kwargs: Any) -> list[Any]:
         """Call a method of each copy (e.g. ``action_masks`` for MaskablePPO)."""
-        return [env.get_wrapper_attr(method_name)(*method_args, **method_kwargs) for env in self._targets(indices)]
+        return [env.get_wrapper_attr(method_name)(*method_args, **method_kwargs)
+                for env in self._targets(indices)]
 
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
         """Whether each copy is wrapped in ``wrapper_class``."""

@@ -110,13 +110,15 @@ class GymBatchedVectorEnv(VectorEnv):
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset every copy; an int ``seed`` seeds copy ``i`` with ``seed + i``."""
-        seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else (seed or [None] * self.num_envs)
+        seeds = ([seed + i for i in range(self.num_envs)] if isinstance(seed, int)
+                 else (seed or [None] * self.num_envs))
         self._vec.seed_copies(seeds)
         self._vec.set_options(options)
         obs = self._vec.reset()
         return obs, self._batch_infos(self._vec.reset_infos)
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def step(self, actions: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every copy; finished copies reset in the same step (SB3's auto-reset, renamed)."""
         obs, rewards, dones, sb3_infos = self._vec.step(actions)
         cut = np.array([info.get("TimeLimit.truncated", False) for info in sb3_infos], bool)

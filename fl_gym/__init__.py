@@ -19,9 +19,10 @@ __version__ = "0.1.0"
 register_envs()
 
 __all__ = [
-    "ClockConfig", "DeviceProfiles", "Federation", "FederationConfig", "MutualDistillation", "OptimizerConfig",
-    "PFedMeConfig", "PartitionScheme", "RoundLoad", "RoundPlan", "RoundReport", "ServerConfig", "load_dataset",
-    "make_vec", "partition_scheme",
+    "ClockConfig", "DeviceProfiles", "Federation", "FederationConfig", "MutualDistillation",
+    "OptimizerConfig",
+    "PFedMeConfig", "PartitionScheme", "RoundLoad", "RoundPlan", "RoundReport", "ServerConfig",
+    "load_dataset", "make_vec", "partition_scheme",
 ]
 
 

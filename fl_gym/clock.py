@@ -67,12 +67,13 @@ class ClockConfig:
     def __post_init__(self) -> None:
         require_field_types(self)
         require(is_positive(self.seconds_per_unit), "seconds_per_unit", self.seconds_per_unit, "a float > 0")
-        require(is_positive(self.heterogeneity) and self.heterogeneity >= 1, "heterogeneity", self.heterogeneity,
-                "a float >= 1")
+        require(is_positive(self.heterogeneity) and self.heterogeneity >= 1, "heterogeneity",
+                self.heterogeneity, "a float >= 1")
         for name in ("sigma_dyn", "sigma_drift", "sigma_meas"):  # exp(sigma z) overflows far beyond the bound
             require(is_non_negative(getattr(self, name)) and getattr(self, name) <= MAX_SIGMA, name,
                     getattr(self, name), f"a float in [0, {MAX_SIGMA:g}]")
-        require(is_non_negative(self.aggregation_time), "aggregation_time", self.aggregation_time, "a float >= 0")
+        require(is_non_negative(self.aggregation_time), "aggregation_time", self.aggregation_time,
+                "a float >= 0")
         require(is_non_negative(self.load_persistence) and self.load_persistence < 1, "load_persistence",
                 self.load_persistence, "a float in [0, 1)")
         require(self.bandwidth > 0, "bandwidth", self.bandwidth, "a float > 0 (inf = free communication)")
@@ -129,7 +130,7 @@ class RoundLoad:
 
     @classmethod
     def of_normals(cls, z: np.ndarray, cfg: ClockConfig, previous: RoundLoad | None = None) -> RoundLoad:
-        """The load of standard normals ``z`` (``(3, K)``; ``(3, N, K)`` for ``N`` copies) continuing ``previous``."""
+        """The load of standard normals ``z`` (``(3, K)``; ``(3, N, K)``: N copies) after ``previous``."""
         last = None if previous is None else np.stack([previous.availability, previous.drift])
         return cls(*load_factors(z, cfg, last))
 
@@ -162,9 +163,11 @@ class Clock:
 
     def epoch_time(self, samples: np.ndarray, cost: np.ndarray | float, load: RoundLoad) -> np.ndarray:
         """One epoch of a model of ``cost`` over ``samples`` per client, before drift (the probe)."""
-        return self.cfg.seconds_per_unit * cost * samples / (self.profiles.speed * load.availability) * load.noise
+        return self.cfg.seconds_per_unit * cost * samples / (self.profiles.speed
+                                                             * load.availability) * load.noise
 
-    def train_time(self, samples: np.ndarray, epochs: np.ndarray, cost: np.ndarray, load: RoundLoad) -> np.ndarray:
+    def train_time(self, samples: np.ndarray, epochs: np.ndarray, cost: np.ndarray,
+                   load: RoundLoad) -> np.ndarray:
         """Local training of ``epochs`` epochs, with drift and noise."""
         base = self.cfg.seconds_per_unit * cost * samples / (self.profiles.speed * load.availability)
         return epochs * base * load.drift * load.noise

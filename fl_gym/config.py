@@ -35,7 +35,8 @@ ALGORITHMS = tuple(ALGORITHM_CLASSES)
 # each algorithm setting, and the algorithms that read it
 SETTINGS_OF = {name: tuple(a for a, cls in ALGORITHM_CLASSES.items() if name in cls.settings_fields)
                for cls in ALGORITHM_CLASSES.values() for name in cls.settings_fields}
-STATELESS = tuple(name for name, cls in ALGORITHM_CLASSES.items() if cls.stateless)  # clients can train anywhere
+# clients can train anywhere
+STATELESS = tuple(name for name, cls in ALGORITHM_CLASSES.items() if cls.stateless)
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,10 @@ class FederationConfig:
         require_choice("dataset", self.dataset, DATASETS)
         require(is_int_at_least(self.num_clients, 1), "num_clients", self.num_clients, "an integer >= 1")
         require_choice("local_test", self.local_test, ("matched", "holdout", "none"))
-        require(0 < self.local_test_fraction < 1, "local_test_fraction", self.local_test_fraction, "a float in (0, 1)")
-        require(is_int_at_least(self.validation_size, 0), "validation_size", self.validation_size, "an integer >= 0")
+        require(0 < self.local_test_fraction < 1, "local_test_fraction", self.local_test_fraction,
+                "a float in (0, 1)")
+        require(is_int_at_least(self.validation_size, 0), "validation_size", self.validation_size,
+                "an integer >= 0")
         require(0 <= self.server_data_fraction < 1, "server_data_fraction", self.server_data_fraction,
                 "a float in [0, 1)")
         require(self.server_data_fraction == 0 or self.partition.kind != "natural", "server_data_fraction",
@@ -162,7 +165,8 @@ class FederationConfig:
         n_costs = len(self.models) + (1 if self.companion else 0)
         costs = self.model_costs
         costs_ok = costs is None or (len(costs) == n_costs and all(map(is_positive, costs)))
-        require(costs_ok, "model_costs", self.model_costs, f"None or {n_costs} floats > 0 (models, then companion)")
+        require(costs_ok, "model_costs", self.model_costs,
+                f"None or {n_costs} floats > 0 (models, then companion)")
         require(self.probe_cost is None or is_non_negative(self.probe_cost), "probe_cost", self.probe_cost,
                 "None or a float >= 0")
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
@@ -171,28 +175,31 @@ class FederationConfig:
         self.local_algorithm()  # the algorithm validates its own settings (cheap: its state starts empty)
         plain = self.optimizer.name == "sgd" and self.optimizer.momentum == 0
         require(self.algorithm != "scaffold" or plain, "momentum", self.optimizer.momentum,
-                "0 with optimizer='sgd' for algorithm='scaffold' (its option-II control variate assumes plain SGD "
-                "steps; with momentum it overstates the drift and training diverges)")
+                "0 with optimizer='sgd' for algorithm='scaffold' (its option-II control variate assumes "
+                "plain SGD steps; with momentum it overstates the drift and training diverges)")
         stateful = self.algorithm not in STATELESS
         require(not (stateful and self.companion), "algorithm", self.algorithm,
                 "'fedavg' or 'fedprox' when a companion model is set")
         require_choice("aggregation", self.aggregation, WEIGHT_RULES)
         require(not (self.aggregation == "entropy_acc" and self.local_test == "none"), "aggregation",
-                self.aggregation, "'datasize' or 'uniform' when local_test='none' (entropy_acc needs local accuracy)")
+                self.aggregation,
+                "'datasize' or 'uniform' when local_test='none' (entropy_acc needs local accuracy)")
         require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
-        require(is_int_at_least(self.eval_batch_size, 1), "eval_batch_size", self.eval_batch_size, "an integer >= 1")
+        require(is_int_at_least(self.eval_batch_size, 1), "eval_batch_size", self.eval_batch_size,
+                "an integer >= 1")
         require_device("device", self.device)
         require_threads("num_threads", self.num_threads)
-        require(self.partition.kind != "natural" or self.dataset == "synthetic", "partition", self.partition.kind,
-                "'natural' only with dataset='synthetic'")
+        require(self.partition.kind != "natural" or self.dataset == "synthetic", "partition",
+                self.partition.kind, "'natural' only with dataset='synthetic'")
 
     def _check_settings_apply(self) -> None:
         """Another algorithm's setting changed from its default is an error: it would be ignored."""
         defaults = FederationConfig._defaults()
         for name, owners in SETTINGS_OF.items():
             if self.algorithm not in owners and getattr(self, name) != defaults[name]:
-                raise UserError(f"{name}={getattr(self, name)!r} does not apply to algorithm={self.algorithm!r} (it "
-                                f"would be ignored); allowed: it with algorithm in {list(owners)}")
+                raise UserError(f"{name}={getattr(self, name)!r} does not apply to "
+                                f"algorithm={self.algorithm!r} (it would be ignored); allowed: it with "
+                                f"algorithm in {list(owners)}")
 
     @staticmethod
     @functools.cache

@@ -138,7 +138,8 @@ class Federation:
         eval_indices: test-set indices the reported accuracy is measured on.
     """
 
-    def __init__(self, config: FederationConfig, scenario_seed: int = 0, dataset: Dataset | None = None) -> None:
+    def __init__(self, config: FederationConfig, scenario_seed: int = 0,
+                 dataset: Dataset | None = None) -> None:
         require(is_int_at_least(scenario_seed, 0), "scenario_seed", scenario_seed, "an integer >= 0")
         self.config = cfg = config
         self.scenario_seed = scenario_seed
@@ -160,7 +161,8 @@ class Federation:
         self._set_train_parts(train_parts)
         self.test_parts = [torch.as_tensor(p, device=self.device) for p in test_parts]
         self.archs = [build_model(m, data.input_shape, data.num_classes) for m in cfg.models]
-        self.companion_arch = build_model(cfg.companion, data.input_shape, data.num_classes) if cfg.companion else None
+        self.companion_arch = build_model(cfg.companion, data.input_shape,
+                                          data.num_classes) if cfg.companion else None
         every = self.archs + ([self.companion_arch] if self.companion_arch else [])
         costs = cfg.model_costs or tuple(a.train_flops_per_sample / 1e6 for a in every)
         self.model_costs = np.asarray(costs[: len(self.archs)], dtype=np.float64)
@@ -172,20 +174,22 @@ class Federation:
         self.probe_cost = self.companion_cost if cfg.probe_cost is None else cfg.probe_cost
         self._split_validation(scenario)
         self.noisy = self._draw_noisy(scenario)
-        self._train_x, self._train_y = (noisy_view(self.x_train, self.y_train, self.num_classes, cfg.label_noise)
+        self._train_x, self._train_y = (noisy_view(self.x_train, self.y_train, self.num_classes,
+                                                   cfg.label_noise)
                                         if self.noisy.any()
                                         else (self.x_train, self.y_train))
         self._rows = training_rows(self.train_parts, self.noisy.tolist(), len(self._labels))
         nan = np.full(len(self.archs), math.nan)
         nan.flags.writeable = False
-        self._not_evaluated = GlobalEvaluation(nan, nan)  # shared by every report of a round without evaluation
+        # shared by every report of a round without evaluation
+        self._not_evaluated = GlobalEvaluation(nan, nan)
         self.algorithm: LocalAlgorithm = cfg.local_algorithm()
         self.batcher: CohortBatcher | None = None  # set by a batched vector env
         # lasting per-round state (cohorts, global models, probe gradients) at the same addresses each round
         self.buffers = BufferPool()
         self.remote: RemoteClients | None = None
-        self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes, self.companion_arch is not None,
-                                             read_only=True)
+        self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes,
+                                             self.companion_arch is not None, read_only=True)
         self.reset(scenario_seed)
 
     def _draw_noisy(self, rng: np.random.Generator) -> np.ndarray:
@@ -198,13 +202,14 @@ class Federation:
         return noisy
 
     def _split_validation(self, rng: np.random.Generator) -> None:
-        """Global evaluation sets (test-set indices): the test set, or its rest beside a held-out validation set."""
+        """Global evaluation sets (test-set indices): the test set, or its rest beside a validation split."""
         everyone = np.arange(len(self.y_test))
         self.val_indices, self.eval_indices = None, torch.as_tensor(everyone, device=self.device)
         size, labels = self.config.validation_size, self.y_test.cpu().numpy()
         if size and self.config.train:
-            require(size < len(labels), "validation_size", size, f"an integer in [1, {len(labels) - 1}] (the "
-                    f"{self.config.dataset} test set has {len(labels)} samples, and some must stay for the test)")
+            require(size < len(labels), "validation_size", size,
+                    f"an integer in [1, {len(labels) - 1}] (the {self.config.dataset} test set has "
+                    f"{len(labels)} samples, and some must stay for the test)")
             val = stratified_subset(labels, size, rng)
             self.val_indices = torch.as_tensor(val, device=self.device)
             self.eval_indices = torch.as_tensor(np.setdiff1d(everyone, val), device=self.device)
@@ -216,9 +221,11 @@ class Federation:
 
     def _evaluate_all(self, requests: list[EvalRequest]) -> list[EvalResult]:
         """Run ``requests`` (through the batcher, in one of its flushes, if there is one)."""
-        return self.batcher.evaluate_all(requests) if self.batcher else [request.run() for request in requests]
+        return self.batcher.evaluate_all(requests) if self.batcher else [request.run()
+                                                                         for request in requests]
 
-    def _evaluate(self, stack: Stack, x: torch.Tensor, y: torch.Tensor, parts: list[torch.Tensor]) -> EvalResult:
+    def _evaluate(self, stack: Stack, x: torch.Tensor, y: torch.Tensor,
+                  parts: list[torch.Tensor]) -> EvalResult:
         """Each model of ``stack`` on its part of ``x``."""
         return self._evaluate_all([EvalRequest(stack, x, y, parts, self.config.eval_batch_size)])[0]
 
@@ -240,7 +247,8 @@ class Federation:
     @staticmethod
     def _load(cfg: FederationConfig) -> Dataset:
         if cfg.train or cfg.dataset not in TORCHVISION:
-            return load_dataset(cfg.dataset, root=cfg.data_root, download=cfg.download, **dict(cfg.dataset_kwargs))
+            return load_dataset(cfg.dataset, root=cfg.data_root, download=cfg.download,
+                                **dict(cfg.dataset_kwargs))
         try:  # the clock needs only label counts: the real ones if the files are here
             return load_dataset(cfg.dataset, root=cfg.data_root, download=False)
         except DatasetNotFoundError:
@@ -267,9 +275,10 @@ class Federation:
             indices = np.asarray(indices)
             if not 0 <= client < self.num_clients:
                 raise UserError(f"client={client} is out of range; allowed: 0..{self.num_clients - 1}")
-            if indices.ndim != 1 or len(indices) == 0 or indices.min() < 0 or indices.max() >= len(self._labels):
-                raise UserError(f"indices of client {client} are out of range; allowed: a non-empty 1-D array in "
-                                 f"0..{len(self._labels) - 1}")
+            if (indices.ndim != 1 or len(indices) == 0 or indices.min() < 0
+                    or indices.max() >= len(self._labels)):
+                raise UserError(f"indices of client {client} are out of range; allowed: a non-empty 1-D "
+                                 f"array in 0..{len(self._labels) - 1}")
             parts[client] = np.sort(indices)
         self._set_train_parts(parts)
 
@@ -290,7 +299,8 @@ class Federation:
         if cfg.server_data_fraction > 0:  # class-balanced server share, disjoint from the clients
             per_class = int(cfg.server_data_fraction * len(y) / data.num_classes)
             self.server_indices = np.sort(np.concatenate(
-                [rng.choice(np.flatnonzero(y == c), per_class, replace=False) for c in range(data.num_classes)]))
+                [rng.choice(np.flatnonzero(y == c), per_class, replace=False)
+                 for c in range(data.num_classes)]))
             pool = np.setdiff1d(pool, self.server_indices)
         parts = [pool[p] for p in partition(y[pool], cfg.num_clients, cfg.partition, rng, data.num_classes)]
         if cfg.local_test == "matched":
@@ -327,7 +337,7 @@ class Federation:
 
     @property
     def round(self) -> int:
-        """Rounds played since :meth:`reset` (read-only: :meth:`finish_round` and :meth:`advance` count them)."""
+        """Rounds played since :meth:`reset` (read-only: :meth:`finish_round` and :meth:`advance` count)."""
         return self._round
 
     @property
@@ -350,7 +360,7 @@ class Federation:
         self._elapsed += round_time
 
     def record_load(self, load: RoundLoad) -> None:
-        """The device load of a round the caller opened itself (as :meth:`advance`), which the next continues."""
+        """The device load of a round the caller opened itself (see :meth:`advance`); the next continues."""
         self._last_load = load
 
     def redraw_partition(self, seed: int) -> None:
@@ -364,7 +374,8 @@ class Federation:
         self._set_train_parts([train_parts[i] for i in order])
         self.test_parts = [torch.as_tensor(test_parts[i], device=self.device) for i in order]
 
-    def probe(self, clients: np.ndarray, models: torch.Tensor | None = None, gen: torch.Generator | None = None
+    def probe(self, clients: np.ndarray, models: torch.Tensor | None = None,
+              gen: torch.Generator | None = None
               ) -> Probe:
         """One minibatch gradient per client (``batch_size`` samples, evaluation mode).
 
@@ -420,8 +431,8 @@ class Federation:
         else:
             mask = np.asarray(candidates, bool)
             if mask.shape != (k_all,) or not mask.any():
-                raise UserError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an int, "
-                                 f"or a bool mask of shape ({k_all},) with at least one client")
+                raise UserError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an "
+                                 f"int, or a bool mask of shape ({k_all},) with at least one client")
         if load is None:
             z = np.empty((3, k_all))
             self.draw_load(z)
@@ -451,7 +462,8 @@ class Federation:
     def _train_round(self, opened: OpenedRound, plan: RoundPlan) -> TrainedRound:
         """:meth:`train_round` for a plan already validated."""
         if (plan.selected & ~opened.candidates).any():
-            chosen, allowed = np.flatnonzero(plan.selected).tolist(), np.flatnonzero(opened.candidates).tolist()
+            chosen = np.flatnonzero(plan.selected).tolist()
+            allowed = np.flatnonzero(opened.candidates).tolist()
             raise UserError(f"plan.selected={chosen} is out of range; allowed: a subset of round "
                              f"{opened.round}'s candidates {allowed}")
         steps = np.where(plan.selected, local_steps(self.sizes, plan.epochs, self.config.batch_size), 0)
@@ -506,9 +518,11 @@ class Federation:
     def _check_pending(self, opened: OpenedRound, phase: str) -> None:
         if opened.round != self.round + 1:
             raise UserError(f"{phase}: round {opened.round} is not pending (this federation has finished "
-                             f"{self.round} rounds since reset); allowed: the round of the latest open_round()")
+                             f"{self.round} rounds since reset); allowed: the round of the latest "
+                             "open_round()")
 
-    def _compute_times(self, opened: OpenedRound, plan: RoundPlan, steps: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _compute_times(self, opened: OpenedRound, plan: RoundPlan,
+                       steps: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(epochs, probe, train, compute, download)`` per client, NaN where not selected."""
         sel = plan.selected
         epochs = np.where(steps > 0, plan.epochs, 0.0)  # the clock charges the epochs asked for
@@ -530,7 +544,8 @@ class Federation:
         client = trained.download_time + trained.compute_time + upload
         active = client[sel]
         slowest, fastest = float(active.max()), float(active.min())
-        return dict(upload_time=upload, client_time=client, round_time=slowest + self.config.clock.aggregation_time,
+        return dict(upload_time=upload, client_time=client,
+                    round_time=slowest + self.config.clock.aggregation_time,
                     straggling_latency=slowest - fastest,
                     upload_bytes=float(nbytes @ (aggregate & (trained.steps > 0))))
 
@@ -580,11 +595,12 @@ class Federation:
             full = len(slots) == len(order)
             members.append(Member(role, stack, None if full else torch.as_tensor(slots, device=self.device)))
         if self.companion_arch:
-            members.append(Member(LITE, self._broadcast(self.companion_arch, self.companion_model, len(order))))
+            members.append(Member(LITE,
+                                  self._broadcast(self.companion_arch, self.companion_model, len(order))))
         return members
 
     def _broadcast(self, arch: Architecture, vector: torch.Tensor, k: int) -> Stack:
-        """``k`` copies of ``vector`` in a pooled buffer: a cohort's models may outlive the round's temporaries."""
+        """``k`` copies of ``vector`` in a pooled buffer: a cohort's models may outlive the round."""
         return Stack.broadcast(arch, vector, k, self.buffers.take(k * arch.num_params, vector))
 
     def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats,
@@ -594,8 +610,8 @@ class Federation:
         members = self.members(plan, order)
         lr = torch.as_tensor(plan.lr[order], dtype=torch.float32, device=self.device)
         loss_fn = cfg.distillation if self.companion_arch else cross_entropy
-        request = TrainRequest(members, self._train_x, self._train_y, draw, cfg.batch_size, lr, cfg.optimizer, loss_fn,
-                               self.algorithm, order, gen)
+        request = TrainRequest(members, self._train_x, self._train_y, draw, cfg.batch_size, lr,
+                               cfg.optimizer, loss_fn, self.algorithm, order, gen)
         result: TrainResult = self.batcher.train(request) if self.batcher else request.run()
         stats.loss[order] = result.mean_loss[self._role].cpu().numpy()
         stats.last_epoch_loss[order] = result.last_epoch_loss[self._role].cpu().numpy()
@@ -617,7 +633,8 @@ class Federation:
                 else:
                     stats.local_accuracy[clients] = acc
             if cfg.soft_labels and member.role != LITE:
-                res = self._evaluate(evaluated, self._train_x, self._train_y, [self._rows[i] for i in clients])
+                res = self._evaluate(evaluated, self._train_x, self._train_y,
+                                     [self._rows[i] for i in clients])
                 stats.soft_labels[clients] = res.soft_labels.cpu().numpy()
 
     def _start_vector(self, member: Member, plan: RoundPlan, clients: np.ndarray) -> torch.Tensor:
@@ -638,9 +655,10 @@ class Federation:
             share = torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(), device=self.device)
             mean_update = weighted_average(delta, share)
             cos = (delta @ mean_update) / (norm * mean_update.norm()).clamp_min(1e-12)
-            values = torch.stack([model_cosine, model_norm, norm, torch.arccos(cos.clamp(-1, 1))]).cpu().numpy()
-            for column, value in zip((stats.model_cosine, stats.model_norm, stats.update_norm, stats.update_angle),
-                                     values, strict=True):  # one transfer from the device, not four
+            values = torch.stack([model_cosine, model_norm, norm,
+                                  torch.arccos(cos.clamp(-1, 1))]).cpu().numpy()
+            columns = (stats.model_cosine, stats.model_norm, stats.update_norm, stats.update_angle)
+            for column, value in zip(columns, values, strict=True):  # one transfer from the device, not four
                 column[clients] = value
 
     def _weights(self, weight: np.ndarray | None, clients: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
@@ -712,7 +730,7 @@ class Federation:
         return torch.stack([result.accuracy, result.loss], dim=1).double().cpu().numpy()
 
     def _evaluate_round(self) -> tuple[GlobalEvaluation, tuple[float, float]]:
-        """The round's test evaluation of the global models (when due) and validation accuracy and loss, one flush."""
+        """The round's test evaluation of the global models (when due) and validation accuracy and loss."""
         due = self.config.train and (self.round % self.config.eval_every == 0 or self.round == 1)
         tests = self._global_requests() if due else []
         results = self._evaluate_all(tests + self._validation_requests())
@@ -734,5 +752,5 @@ class Federation:
         return GlobalEvaluation(np.asarray(accuracy[:m]), np.asarray(loss[:m]), *lite)
 
     def evaluate(self) -> GlobalEvaluation:
-        """Test accuracy and loss of every global model (``(M,)`` each), then of the companion (NaN if none)."""
+        """Test accuracy and loss of every global model (``(M,)`` each), then the companion's (NaN: none)."""
         return self._global_values(self._evaluate_all(self._global_requests()))

@@ -44,10 +44,13 @@ class RoundPlan:
 
     @classmethod
     def make(cls, num_clients: int, *, lr: float | np.ndarray, selected: np.ndarray | None = None,
-             model: int | np.ndarray = 0, epochs: float | np.ndarray = 1.0, aggregate: np.ndarray | None = None,
-             weight: np.ndarray | None = None) -> RoundPlan:
+             model: int | np.ndarray = 0, epochs: float | np.ndarray = 1.0,
+             aggregate: np.ndarray | None = None, weight: np.ndarray | None = None) -> RoundPlan:
         """Broadcast scalars to ``(K,)`` arrays; by default everyone trains and is aggregated."""
-        full = lambda v, dtype: np.broadcast_to(np.asarray(v, dtype=dtype), (num_clients,)).copy()  # noqa: E731
+
+        def full(v: object, dtype: type) -> np.ndarray:
+            return np.broadcast_to(np.asarray(v, dtype=dtype), (num_clients,)).copy()
+
         sel = full(True if selected is None else selected, bool)
         agg = sel.copy() if aggregate is None else full(aggregate, bool)
         return cls(sel, full(model, np.int64), full(epochs, np.float64), full(lr, np.float64), agg,
@@ -55,7 +58,8 @@ class RoundPlan:
 
     def validate(self, num_clients: int, num_models: int) -> None:
         """Raise ``ValueError`` naming the first field that is malformed."""
-        names = ("selected", "model", "epochs", "lr", "aggregate") + (("weight",) if self.weight is not None else ())
+        names = ("selected", "model", "epochs", "lr",
+                 "aggregate") + (("weight",) if self.weight is not None else ())
         for name in names:
             value = getattr(self, name)
             if not isinstance(value, np.ndarray) or value.shape != (num_clients,):
@@ -74,7 +78,8 @@ class RoundPlan:
         check_aggregation(sel, self.aggregate, self.weight, "plan.")
 
 
-def check_aggregation(selected: np.ndarray, aggregate: np.ndarray, weight: np.ndarray | None, prefix: str = "") -> None:
+def check_aggregation(selected: np.ndarray, aggregate: np.ndarray, weight: np.ndarray | None,
+                      prefix: str = "") -> None:
     """Raise ``ValueError`` unless the aggregation decision fits the selection.
 
     ``aggregate`` must be a ``(K,)`` bool subset of ``selected``; ``weight`` None or ``(K,)``
@@ -82,14 +87,15 @@ def check_aggregation(selected: np.ndarray, aggregate: np.ndarray, weight: np.nd
     """
     k = selected.shape
     if not isinstance(aggregate, np.ndarray) or aggregate.shape != k or aggregate.dtype != bool:
-        raise UserError(f"{prefix}aggregate has shape {getattr(aggregate, 'shape', None)}; allowed: a bool array "
-                         f"of shape {k}")
+        raise UserError(f"{prefix}aggregate has shape {getattr(aggregate, 'shape', None)}; allowed: a bool "
+                         f"array of shape {k}")
     if (aggregate & ~selected).any():
         raise UserError(f"{prefix}aggregate marks unselected clients; allowed: a subset of plan.selected")
     if weight is None:
         return
     if not isinstance(weight, np.ndarray) or weight.shape != k:
-        raise UserError(f"{prefix}weight has shape {getattr(weight, 'shape', None)}; allowed: None or shape {k}")
+        raise UserError(f"{prefix}weight has shape {getattr(weight, 'shape', None)}; allowed: None or shape "
+                        f"{k}")
     if not (np.isfinite(weight).all() and weight.min() >= 0):
         raise UserError(f"{prefix}weight={weight.tolist()} is out of range; allowed: floats >= 0")
 
@@ -314,5 +320,6 @@ class RoundReport(ClientResults):
         return float(self.global_accuracy[0])
 
 
-_CARRIED = tuple(f.name for f in dataclasses.fields(TrainedRound) if f.name in RoundReport.__dataclass_fields__)
+_CARRIED = tuple(f.name for f in dataclasses.fields(TrainedRound)
+                 if f.name in RoundReport.__dataclass_fields__)
 _CLIENT_RESULTS = tuple(f.name for f in dataclasses.fields(ClientResults))

@@ -50,7 +50,8 @@ def require_device(name: str, value: object) -> None:
         present = f"'cpu' or {cuda}" if count else "'cpu' (torch sees no CUDA device here)"
         require((device.index or 0) < count, name, value, f"a device this machine has: {present}")
     elif device.type == "mps":
-        require(torch.backends.mps.is_available(), name, value, "a device this machine has: 'cpu' (no MPS here)")
+        require(torch.backends.mps.is_available(), name, value,
+                "a device this machine has: 'cpu' (no MPS here)")
 
 
 MAX_THREADS = 256  # torch threads; far more exhaust memory (libgomp aborts the process)
@@ -110,7 +111,7 @@ def require_types(cls: type, values: Mapping[str, object]) -> None:
 
 
 def require_field_types(config: object) -> None:
-    """:func:`require_types` for every field of a dataclass instance (a config built directly, not by ``gym.make``)."""
+    """:func:`require_types` for every field of a dataclass (a config built directly, not by ``gym.make``)."""
     require_types(type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
 
 
@@ -155,8 +156,9 @@ def _describe(hint: object) -> str:
     if hint is type(None):
         return "None"
     if origin is tuple:
-        return f"a tuple of {len(args)} ({', '.join(_describe(a) for a in args)})" if Ellipsis not in args else \
-            f"a tuple of {_describe(args[0])}"
+        if Ellipsis in args:
+            return f"a tuple of {_describe(args[0])}"
+        return f"a tuple of {len(args)} ({', '.join(_describe(a) for a in args)})"
     if origin in (Mapping, dict):
         return f"a mapping of {_describe(args[0])} to {_describe(args[1])}"
     names = {bool: "True or False", int: "an integer", float: "a real number (not NaN)", str: "a string"}

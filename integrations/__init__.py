@@ -1,4 +1,5 @@
 """Optional integrations with other engines, each behind its own extra.
 
-Ray: ``fl_gym.integrations.ray`` and ``fl_gym.integrations.ray_federation``; Flower: ``fl_gym.integrations.flower``.
+Ray: ``fl_gym.integrations.ray`` and ``fl_gym.integrations.ray_federation``; Flower:
+``fl_gym.integrations.flower``.
 """

@@ -55,7 +55,16 @@ from fl_gym.validation import MissingExtraError, is_int_at_least, is_positive, r
 
 INSTALL = 'pip install "fl-gym[flower]"'
 try:
-    from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+    from flwr.app import (
+        Array,
+        ArrayRecord,
+        ConfigRecord,
+        Context,
+        Message,
+        MessageType,
+        MetricRecord,
+        RecordDict,
+    )
     from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
     from flwr.serverapp.strategy import Result, Strategy
@@ -77,7 +86,8 @@ class EnvSpec:
 
     def to_json(self) -> str:
         """This ``EnvSpec`` as JSON, as sent to the clients."""
-        return json.dumps({"env_id": self.env_id, "env_kwargs": self.env_kwargs, "scenario_seed": self.scenario_seed},
+        return json.dumps({"env_id": self.env_id, "env_kwargs": self.env_kwargs,
+                           "scenario_seed": self.scenario_seed},
                           sort_keys=True)
 
     @classmethod
@@ -124,7 +134,8 @@ def _client_id(context: Context, config: ConfigRecord | None = None) -> int:
     require(pid is not None, "node_config", dict(context.node_config),
             "a partition-id (start the SuperNode with --node-config 'partition-id=I')")
     if config is not None and "client" in config:
-        require(int(config["client"]) == int(pid), "client", int(config["client"]), f"this node's partition-id {pid}")
+        require(int(config["client"]) == int(pid), "client", int(config["client"]),
+                f"this node's partition-id {pid}")
     return int(pid)
 
 
@@ -157,7 +168,8 @@ def train(message: Message, context: Context) -> Message:
     plan = RoundPlan.make(fed.num_clients, lr=float(config["lr"]), selected=selected, model=model,
                           epochs=float(config["epochs"]))
     stats, cohort = fed.train_clients(plan, np.where(selected, int(config["steps"]), 0), int(config["seed"]))
-    trained = ArrayRecord({member.role: Array(member.stack.rows()[0].cpu().numpy()) for member in cohort.members})
+    trained = ArrayRecord({member.role: Array(member.stack.rows()[0].cpu().numpy())
+                           for member in cohort.members})
     metrics = {"client": i, "num-examples": int(fed.sizes[i]), "soft_labels": stats.soft_labels[i].tolist(),
                **{name: float(getattr(stats, name)[i]) for name in STATS},
                **{name: float(values[i]) for name, values in _companion_columns(stats).items()}}
@@ -225,11 +237,12 @@ class PolicyStrategy(Strategy):
 
     def summary(self) -> None:
         """Log what plays."""
-        log.info("\t├──> env: %s (scenario seed %d, episode seed %d)", self.spec.env_id, self.spec.scenario_seed,
-                 self.seed)
+        log.info("\t├──> env: %s (scenario seed %d, episode seed %d)", self.spec.env_id,
+                 self.spec.scenario_seed, self.seed)
         log.info("\t└──> policy: %s", self.label)
 
-    def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int = 3, timeout: float = 3600,
+    def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int = 3,
+              timeout: float = 3600,
               train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
         """Play ``num_rounds`` rounds (fewer if the env's episode ends) of the policy on ``grid``'s nodes.
@@ -252,7 +265,8 @@ class PolicyStrategy(Strategy):
         result, self.history = Result(), []
         for row in play(env, self.policy, self.seed, num_rounds, self.deterministic):
             self.history.append(row)
-            result.train_metrics_clientapp[row["round"]] = MetricRecord({k: v for k, v in row.items() if k != "action"})
+            metrics = {k: v for k, v in row.items() if k != "action"}
+            result.train_metrics_clientapp[row["round"]] = MetricRecord(metrics)
             result.arrays = _global_arrays(env.federation)
             if evaluate_fn is not None and (metrics := evaluate_fn(row["round"], result.arrays)) is not None:
                 result.evaluate_metrics_serverapp[row["round"]] = metrics
@@ -265,14 +279,16 @@ class PolicyStrategy(Strategy):
         deadline = time.monotonic() + self.node_timeout
         while len(nodes := list(self._grid.get_node_ids())) < k:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(nodes)} of num_clients={k} nodes registered in {self.node_timeout:g} s; "
+                raise TimeoutError(f"{len(nodes)} of num_clients={k} nodes registered in "
+                                   f"{self.node_timeout:g} s; "
                                    "start one SuperNode per client")
             time.sleep(0.5)
         hello = ConfigRecord({"spec": self.spec.to_json()})
         replies = self._exchange([_message(node, "query.hello", config=hello) for node in nodes])
         found = {int(r.content["metrics"]["client"]): r.metadata.src_node_id for r in replies}
         missing = sorted(set(range(k)) - set(found))
-        require(not missing, "partition-id", missing, f"every client 0..{k - 1} on some node (these are on none)")
+        require(not missing, "partition-id", missing,
+                f"every client 0..{k - 1} on some node (these are on none)")
         return {i: found[i] for i in range(k)}
 
     def _exchange(self, messages: list[Message]) -> list[Message]:
@@ -282,7 +298,8 @@ class PolicyStrategy(Strategy):
             if reply.has_error():
                 raise RuntimeError(f"node {reply.metadata.src_node_id}: {reply.error.reason}")
         if len(replies) < len(messages):
-            raise TimeoutError(f"{len(replies)} of {len(messages)} clients replied within {self._timeout:g} s")
+            raise TimeoutError(f"{len(replies)} of {len(messages)} clients replied within "
+                               f"{self._timeout:g} s")
         return replies
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -302,7 +319,8 @@ class PolicyStrategy(Strategy):
             content = ConfigRecord({**config, "server-round": server_round, "client": int(i), "model": m,
                                     "lr": float(plan.lr[i]), "epochs": float(plan.epochs[i]),
                                     "steps": int(p.steps[i]), "seed": client_seed(p.key, int(i))})
-            models = ArrayRecord({"model": arrays[f"model{m}"], **({"lite": lite} if lite is not None else {})})
+            models = ArrayRecord({"model": arrays[f"model{m}"],
+                                  **({"lite": lite} if lite is not None else {})})
             messages.append(_message(self._nodes[int(i)], MessageType.TRAIN, config=content, arrays=models))
         return messages
 
@@ -331,7 +349,8 @@ class PolicyStrategy(Strategy):
         order = fed.cohort_order(steps)
         self._pending = _PendingTraining(plan, steps, key, order)
         config = ConfigRecord({**self._extra, "spec": self.spec.to_json()})
-        replies = self._exchange(list(self.configure_train(fed.round + 1, _global_arrays(fed), config, self._grid)))
+        replies = self._exchange(list(self.configure_train(fed.round + 1, _global_arrays(fed), config,
+                                                           self._grid)))
         _, metrics = self.aggregate_train(fed.round + 1, replies)
         log.info("round %d: %d replies, mean local loss %.4f", fed.round + 1, len(replies), metrics["loss"])
         content = {int(r.content["metrics"]["client"]): r.content for r in replies}
@@ -345,7 +364,8 @@ class PolicyStrategy(Strategy):
                 column[i] = values[name]
         cohort = Cohort(order, fed.members(plan, order))
         for member in cohort.members:
-            rows = torch.stack([_tensor(content[int(i)]["arrays"][member.role], fed) for i in cohort.clients(member)])
+            rows = torch.stack([_tensor(content[int(i)]["arrays"][member.role], fed)
+                                for i in cohort.clients(member)])
             member.stack = Stack.from_rows(member.stack.arch, rows)
         return stats, cohort
 
@@ -353,7 +373,8 @@ class PolicyStrategy(Strategy):
         """Each client's probe gradient at its row of ``models``."""
         spec = self.spec.to_json()
         messages = [_message(self._nodes[int(i)], "query.probe",
-                             config=ConfigRecord({"spec": spec, "client": int(i), "seed": client_seed(key, int(i))}),
+                             config=ConfigRecord({"spec": spec, "client": int(i),
+                                                  "seed": client_seed(key, int(i))}),
                              arrays=ArrayRecord({"model": Array(row.cpu().numpy())}))
                     for i, row in zip(clients, models, strict=True)]
         content = {int(r.content["metrics"]["client"]): r.content for r in self._exchange(messages)}
@@ -403,7 +424,8 @@ def _global_arrays(fed: Federation) -> ArrayRecord:
 
 def _scalars(info: dict[str, Any]) -> dict[str, float]:
     """The finite-or-NaN scalar entries of an env's ``info`` (what a MetricRecord holds)."""
-    return {k: float(v) for k, v in info.items() if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}
+    return {k: float(v) for k, v in info.items() if isinstance(v, (int, float, np.number))
+            and not isinstance(v, bool)}
 
 
 def _rounded(values: np.ndarray) -> list[float]:

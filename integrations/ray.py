@@ -47,7 +47,7 @@ def import_ray() -> Any:
 
 
 def ensure_ray(address: str | None = None, **init_kwargs: Any) -> Any:
-    """The ``ray`` module, started (``ray.init(address, **init_kwargs)``) on the driver if it is not running."""
+    """The ``ray`` module, started (``ray.init(address, **init_kwargs)``) on the driver unless running."""
     ray = import_ray()
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, **init_kwargs)
@@ -55,7 +55,7 @@ def ensure_ray(address: str | None = None, **init_kwargs: Any) -> Any:
 
 
 def check_address(address: str | None, name: str = "address", timeout: float = 3.0) -> None:
-    """A UserError naming ``name`` unless ``address`` is ``None``, ``local``, ``auto`` or a reachable ``host:port``.
+    """A UserError naming ``name`` unless ``address`` is None, ``local``, ``auto`` or a reachable host:port.
 
     ``ray.init`` retries an address where nothing listens for minutes; this answers within
     ``timeout`` seconds (a TCP connection to the head's port; ``ray://host:port`` alike).
@@ -67,8 +67,9 @@ def check_address(address: str | None, name: str = "address", timeout: float = 3
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as err:
-        raise UserError(f"{name}={address!r} cannot be reached ({err.strerror or err}); allowed: local, auto, or "
-                        "the host:port of a running Ray head (`ray start --head` prints it)") from err
+        raise UserError(f"{name}={address!r} cannot be reached ({err.strerror or err}); allowed: local, "
+                        "auto, or the host:port of a running Ray head (`ray start --head` prints it)"
+                        ) from err
 
 
 class RayWorker:
@@ -104,10 +105,12 @@ class RayVecEnv(ShardedVecEnv):
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], workers: int | None = None,
-                 address: str | None = None, num_cpus_per_worker: int = 1, num_gpus_per_worker: float = 0) -> None:
+                 address: str | None = None, num_cpus_per_worker: int = 1,
+                 num_gpus_per_worker: float = 0) -> None:
         require(is_int_at_least(num_cpus_per_worker, 1), "num_cpus_per_worker", num_cpus_per_worker,
                 "an integer >= 1")
-        require(is_non_negative(num_gpus_per_worker), "num_gpus_per_worker", num_gpus_per_worker, "a number >= 0")
+        require(is_non_negative(num_gpus_per_worker), "num_gpus_per_worker", num_gpus_per_worker,
+                "a number >= 0")
         ray = ensure_ray(address)
         self.num_cpus, self.num_gpus = num_cpus_per_worker, num_gpus_per_worker
         if workers is None:
@@ -115,7 +118,8 @@ class RayVecEnv(ShardedVecEnv):
             workers = max(1, min(len(env_fns), cpus // num_cpus_per_worker))
         super().__init__(env_fns, workers)
 
-    def _start_workers(self, groups: list[list[Callable[[], gym.Env]]], start_method: str | None) -> list[RayWorker]:
+    def _start_workers(self, groups: list[list[Callable[[], gym.Env]]],
+                       start_method: str | None) -> list[RayWorker]:
         actor = import_ray().remote(ShardServer).options(num_cpus=self.num_cpus, num_gpus=self.num_gpus)
         return [RayWorker(actor.remote(fns, self.num_cpus)) for fns in groups]
 

@@ -19,12 +19,14 @@ def digits():
 def digits_parts(digits):
     from fl_gym.data import partition
 
-    return partition(digits.y_train.numpy(), 10, partition_scheme("dirichlet", alpha=0.5), np.random.default_rng(0))
+    return partition(digits.y_train.numpy(), 10, partition_scheme("dirichlet", alpha=0.5),
+                     np.random.default_rng(0))
 
 
 @pytest.fixture
 def tiny_config():
-    return FederationConfig(num_clients=4, partition=partition_scheme("dirichlet", alpha=1.0), models=("mlp-small",))
+    return FederationConfig(num_clients=4, partition=partition_scheme("dirichlet", alpha=1.0),
+                            models=("mlp-small",))
 
 
 @pytest.fixture(autouse=True)

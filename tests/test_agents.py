@@ -5,7 +5,15 @@ import numpy as np
 import pytest
 
 import fl_gym  # noqa: F401
-from fl_gym.agents import build_agent, compose, find_recipe, load_hyperparams, load_recipe, save_recipe, train_recipe
+from fl_gym.agents import (
+    build_agent,
+    compose,
+    find_recipe,
+    load_hyperparams,
+    load_recipe,
+    save_recipe,
+    train_recipe,
+)
 from fl_gym.agents.features import NegLogFeatures
 from fl_gym.agents.ppo import make_env
 from fl_gym.baselines.hetero import BalancedOraclePolicy, RandomPolicy
@@ -59,7 +67,8 @@ def test_neglog_features():
     torch.testing.assert_close(out, torch.tensor([[0.0, 2.0, float(-np.log(1e-6))]]))
 
 
-@pytest.mark.parametrize("key,value", [("learning_rate", "abc"), ("n_steps", -5), ("batch_size", 0), ("gamma", 1.5)])
+@pytest.mark.parametrize("key,value",
+                         [("learning_rate", "abc"), ("n_steps", -5), ("batch_size", 0), ("gamma", 1.5)])
 def test_hyperparameter_values_are_checked_by_name(key, value):
     with pytest.raises(ValueError, match=f"hyperparameter {key}={value!r} is out of range"):
         build_agent(gym.make("FLHeteroAlloc-v0"), {key: value})

@@ -19,8 +19,8 @@ def test_gompertz_reference_values():
     theta = [0, 0.5, 0.8, 1.0, 1.2, math.pi / 2, 2.0, math.pi]
     np.testing.assert_allclose(gompertz(theta, 5), [5.0, 5.0, 4.6701, 3.1606, 1.5390, 0.2799, 0.0336, 0.0001],
                                atol=1e-4)
-    np.testing.assert_allclose(gompertz(theta, 1), [0.9340, 0.8077, 0.7052, 0.6321, 0.5590, 0.4317, 0.3078, 0.1108],
-                               atol=1e-4)
+    np.testing.assert_allclose(gompertz(theta, 1),
+                               [0.9340, 0.8077, 0.7052, 0.6321, 0.5590, 0.4317, 0.3078, 0.1108], atol=1e-4)
     assert gompertz(1.0, 5) == pytest.approx(5 * (1 - 1 / math.e))
 
 
@@ -63,8 +63,8 @@ def test_fedadp_policy_applies_the_gompertz_weights_of_the_smoothed_angles():
     for _ in range(3):
         smoothed = env.unwrapped.tracker.smoothed.copy()
         obs, _, _, _, info = env.step(policy.predict(obs)[0])
-        np.testing.assert_allclose(info["aggregate/weights"], fedadp_weights(smoothed, env.unwrapped.federation.sizes),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(info["aggregate/weights"],
+                                   fedadp_weights(smoothed, env.unwrapped.federation.sizes), rtol=1e-5)
 
 
 def test_uniform_policy_weights_everyone_equally():
@@ -90,8 +90,8 @@ def test_fedadp_policy_on_the_env_is_a_standalone_fedadp_loop_bit_for_bit():
         trained = fed.train_round(fed.open_round(), plan)
         tracker.update(np.arange(10), trained.stats.update_angle)
         fed.finish_round(trained, weight=fedadp_weights(tracker.smoothed, fed.sizes))
-    np.testing.assert_allclose(env.unwrapped.federation.global_models[0].numpy(), fed.global_models[0].numpy(),
-                               rtol=0, atol=1e-6)
+    np.testing.assert_allclose(env.unwrapped.federation.global_models[0].numpy(),
+                               fed.global_models[0].numpy(), rtol=0, atol=1e-6)
 
 
 def test_fedcos_policy_weights_by_the_cosine_of_local_and_global_models():
@@ -118,8 +118,8 @@ def test_rounds_reward_stops_at_the_target_and_reports_rounds_to_target():
 
 
 def test_redrawn_partition_differs_per_episode_and_repeats_per_seed():
-    env = gym.make("FLAggregate-v0", redraw_partition=True, partition="mixed", num_iid=3, classes_per_client=1,
-                   samples_per_client=50)
+    env = gym.make("FLAggregate-v0", redraw_partition=True, partition="mixed", num_iid=3,
+                   classes_per_client=1, samples_per_client=50)
     fed = env.unwrapped.federation
 
     def parts(seed):
@@ -136,10 +136,10 @@ def test_redrawn_partition_differs_per_episode_and_repeats_per_seed():
 def test_paper_presets_set_the_papers_setup():
     cfg = AggregateConfig.from_kwargs(preset="paper_mnist_cnn")
     s = cfg.scenario
-    assert (s.dataset, s.partition, s.num_iid, s.classes_per_client, s.samples_per_client) == ("mnist", "mixed", 5, 1,
-                                                                                                 600)
-    assert (cfg.model, s.batch_size, s.lr, s.rounds_per_episode, cfg.target_accuracy) == ("fedadp-cnn", 32, 0.01,
-                                                                                           300, 0.95)
+    assert (s.dataset, s.partition, s.num_iid, s.classes_per_client, s.samples_per_client) == (
+        "mnist", "mixed", 5, 1, 600)
+    assert (cfg.model, s.batch_size, s.lr, s.rounds_per_episode, cfg.target_accuracy) == (
+        "fedadp-cnn", 32, 0.01, 300, 0.95)
     shorter = AggregateConfig.from_kwargs(preset="paper_mnist_cnn", rounds_per_episode=20)
     assert shorter.scenario.rounds_per_episode == 20
     with pytest.raises(ValueError, match="preset="):

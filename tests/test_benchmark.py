@@ -1,4 +1,4 @@
-"""The benchmark: tasks and their seed rules, the fixed policies its tasks add, and the pipeline end to end."""
+"""The benchmark: tasks and seed rules, the fixed policies its tasks add, the pipeline end to end."""
 
 from __future__ import annotations
 
@@ -110,8 +110,10 @@ def test_entropy_trim_drops_the_most_uncertain_soft_labels():
 
 
 def test_entropy_cut_drops_every_soft_label_above_the_threshold():
-    soft = np.array([[0.9, 0.1], [0.5, 0.5], [0.6, 0.4], [1.0, 0.0]])  # entropies 0.469, 1, 0.971, 0 bits (c = 2)
-    keep = {h: EntropyCutPolicy(SelectLayout(4, 2), h=h).keep(soft, np.ones(4)).tolist() for h in (0.99, 0.97, 0.1)}
+    # entropies 0.469, 1, 0.971, 0 bits (c = 2)
+    soft = np.array([[0.9, 0.1], [0.5, 0.5], [0.6, 0.4], [1.0, 0.0]])
+    keep = {h: EntropyCutPolicy(SelectLayout(4, 2), h=h).keep(soft, np.ones(4)).tolist()
+            for h in (0.99, 0.97, 0.1)}
     assert keep == {0.99: [True, False, True, True], 0.97: [True, False, False, True],
                     0.1: [False, False, False, True]}  # the least uncertain is always kept
     with pytest.raises(ValueError, match="h=0 is out of range"):
@@ -126,7 +128,8 @@ def test_entropy_cut_pick_avoids_clients_whose_last_soft_label_looked_corrupted(
                      [0.55, 0.45, 1, 0.0, 1, 0, 0]])  # entropy 0.993 bits
     obs = np.concatenate([rows.ravel(), np.zeros(6)])
     for seed in range(5):
-        assert EntropyCutPickPolicy(layout, m=2, h=0.95, seed=seed).pick(obs).tolist() == [False, True, True, False]
+        picked = EntropyCutPickPolicy(layout, m=2, h=0.95, seed=seed).pick(obs)
+        assert picked.tolist() == [False, True, True, False]
         topped = EntropyCutPickPolicy(layout, m=3, h=0.95, seed=seed).pick(obs)
         assert topped.sum() == 3 and topped[1] and topped[2]
 
@@ -250,16 +253,21 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     assert suite_rows["ppo"]["runs"] == 2
     ppo = next(r for r in report["splits"]["test"]["tasks"]["smoke-aggregate"] if r["method"] == "ppo")
     ref = refs["refs"]["test"]
-    seeds = [np.mean(json.loads((out / "smoke-aggregate" / f"ppo-seed{s}" / "scores.json").read_text())["scores"]
+    seeds = [np.mean(json.loads((out / "smoke-aggregate" / f"ppo-seed{s}"
+                                 / "scores.json").read_text())["scores"]
                      ["test"]) for s in (0, 1)]
-    assert ppo["per_run"] == pytest.approx([(v - ref["ref_min"]) / (ref["ref_max"] - ref["ref_min"]) for v in seeds])
+    assert ppo["per_run"] == pytest.approx([(v - ref["ref_min"]) / (ref["ref_max"] - ref["ref_min"])
+                                            for v in seeds])
     assert f"| {ppo['normalised']:.2f} ({ppo['per_run'][0]:.2f}, {ppo['per_run'][1]:.2f}) |" in (
         out / "report.md").read_text()
-    start = next(r for r in report["splits"]["test"]["tasks"]["smoke-aggregate"] if r["method"] == "ppo start")
-    begun = [np.mean(json.loads((out / "smoke-aggregate" / f"ppo-seed{s}" / "scores.json").read_text())["start"]
-                     ["scores"]["test"]) for s in (0, 1)]  # the imitation start of the smoke block, scored alike
+    rows = report["splits"]["test"]["tasks"]["smoke-aggregate"]
+    start = next(r for r in rows if r["method"] == "ppo start")
+    # the imitation start of the smoke block, scored alike
+    begun = [np.mean(json.loads((out / "smoke-aggregate" / f"ppo-seed{s}" / "scores.json").read_text())
+                     ["start"]["scores"]["test"]) for s in (0, 1)]
     assert start["role"] == "agent's start (imitation)"
-    assert start["per_run"] == pytest.approx([(v - ref["ref_min"]) / (ref["ref_max"] - ref["ref_min"]) for v in begun])
+    assert start["per_run"] == pytest.approx([(v - ref["ref_min"]) / (ref["ref_max"] - ref["ref_min"])
+                                              for v in begun])
     assert (out / "smoke-aggregate" / "ppo-seed0" / "imitated.zip").is_file()
     assert json.loads(report["env_specs"]["smoke-aggregate"])["id"] == "FLAggregate-v0"
     assert json.loads(report["env_specs"]["smoke-hetero"])["kwargs"]["obs_mode"] == "history"
@@ -275,7 +283,8 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     (["benchmark", "run", "--suite", "smoke", "--seeds", "x"], "--seeds='x'"),
     (["benchmark", "run", "--suite", "smoke", "--algo", "nosuch"], "--algo='nosuch'"),
     (["benchmark", "report", "--suite", "smoke", "--reps", "3"], "--reps=3"),
-    (["benchmark", "report", "--suite", "smoke", "--runs", "/nonexistent/runs"], "--runs='/nonexistent/runs'"),
+    (["benchmark", "report", "--suite", "smoke", "--runs", "/nonexistent/runs"],
+     "--runs='/nonexistent/runs'"),
     (["benchmark", "tasks", "--suite", "smoke", "--tasks", "nosuch"], "--tasks=['nosuch']"),
 ])
 def test_benchmark_cli_errors_are_one_line(argv, message, capsys, tmp_path):
@@ -316,6 +325,7 @@ def test_pinning_refuses_a_split_where_no_fixed_policy_beats_the_reference():
     from fl_gym.training.benchmark.protocol import task_references
 
     lone = dataclasses.replace(all_tasks()["smoke-aggregate"], heuristics=("fedavg",), tuned={})
-    with pytest.raises(ValueError, match="task='smoke-aggregate': on its test split no fixed policy beats the "
-                                         "reference 'fedavg'"):
+    with pytest.raises(ValueError,
+                       match="task='smoke-aggregate': on its test split no fixed policy beats the "
+                             "reference 'fedavg'"):
         task_references(lone, say=lambda _: None)

@@ -49,7 +49,8 @@ def test_bootstrap_ci_brackets_the_point_and_collapses_without_spread():
 
 def test_performance_profile_by_hand():
     matrix = np.array([[0.0, 0.5], [1.0, 2.0]])
-    np.testing.assert_allclose(scores.performance_profile(matrix, [-1, 0, 0.5, 1, 3]), [1, 0.75, 0.5, 0.25, 0])
+    np.testing.assert_allclose(scores.performance_profile(matrix, [-1, 0, 0.5, 1, 3]),
+                               [1, 0.75, 0.5, 0.25, 0])
 
 
 def test_probability_of_improvement_by_hand():

@@ -30,12 +30,13 @@ def test_envs_lists_every_id(capsys):
     for env_id in ("FLHetero-v0", "FLHeteroAlloc-v0", "FLHeteroIntensity-v0", "FLToy-v0"):
         assert f"{env_id}:" in out
     assert "MultiDiscrete([2 2 2 2 2 2])" in out and "oracle" in out and "recipes:     hapfl" in out
-    assert "# toy: a toy family" in out and "fastest-half" in out  # a family registered from outside the package
+    # a family registered from outside the package
+    assert "# toy: a toy family" in out and "fastest-half" in out
 
 
 def test_train_writes_a_complete_run(tmp_path, capsys):
-    code, out, _ = run_cli(["train", "FLHeteroAlloc-v0", "--n-timesteps", 64, "--runs-dir", tmp_path, "--run-id", "r1",
-                            "--save-freq", 32, *TINY], capsys)
+    code, out, _ = run_cli(["train", "FLHeteroAlloc-v0", "--n-timesteps", 64, "--runs-dir", tmp_path,
+                            "--run-id", "r1", "--save-freq", 32, *TINY], capsys)
     assert code == 0
     folder = tmp_path / "FLHeteroAlloc-v0" / "r1"
     summary = json.loads((folder / "summary.json").read_text())
@@ -44,14 +45,15 @@ def test_train_writes_a_complete_run(tmp_path, capsys):
     assert list((folder / "monitor").rglob("*.monitor.csv")) and (folder / "tb").is_dir()
     assert [p.name for p in (folder / "checkpoints").iterdir()] == ["model_32_steps.zip"]
     cfg = runs.load_run(folder)
-    assert cfg.hyperparams["n_steps"] == 16 and cfg.hyperparams["learning_rate"] == 0.02  # YAML block + override
+    # YAML block + override
+    assert cfg.hyperparams["n_steps"] == 16 and cfg.hyperparams["learning_rate"] == 0.02
     code, out, _ = run_cli(["train", "--resume", folder, "--no-progress"], capsys)
     assert code == 0 and "already complete" in out
 
 
 def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, capsys, monkeypatch):
-    args = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 96, "--runs-dir", tmp_path, "--save-freq", 32, *TINY,
-            "--env-kwargs", "rounds_per_episode=8"]
+    args = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 96, "--runs-dir", tmp_path, "--save-freq",
+            32, *TINY, "--env-kwargs", "rounds_per_episode=8"]
     assert run_cli([*args, "--run-id", "whole"], capsys)[0] == 0
     whole = PPO.load(tmp_path / "FLHeteroAlloc-v0" / "whole" / "model.zip")
 
@@ -76,12 +78,14 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, capsys
     resumed = PPO.load(folder / "model.zip")
     assert resumed.num_timesteps == whole.num_timesteps == 96
     assert len(list((folder / "monitor").iterdir())) == 2  # one Monitor folder per session
-    counts = [json.loads((f / "summary.json").read_text())["episodes"] for f in (folder, folder.parent / "whole")]
+    counts = [json.loads((f / "summary.json").read_text())["episodes"]
+              for f in (folder, folder.parent / "whole")]
     assert counts == [12, 12]  # the episodes replayed after the checkpoint are counted once
 
 
 @pytest.mark.parametrize("text,message", [("env_id: [unclosed", "does not parse as YAML"),
-                                          ("env_id: FLHeteroAlloc-v0\nbogus: 1\n", "key='bogus' is out of range")])
+                                          ("env_id: FLHeteroAlloc-v0\nbogus: 1\n",
+                                           "key='bogus' is out of range")])
 def test_resume_of_a_damaged_config_is_one_line(tmp_path, capsys, text, message):
     (tmp_path / "config.yml").write_text(text)
     code, _, err = run_cli(["train", "--resume", tmp_path, "--no-progress"], capsys)
@@ -89,22 +93,22 @@ def test_resume_of_a_damaged_config_is_one_line(tmp_path, capsys, text, message)
 
 
 @pytest.mark.parametrize("env_id,algo,extra", [
-    ("FLHetero-v0", "recurrent-ppo", []), ("FLHeteroAlloc-v0", "maskable-ppo", []), ("FLSelect-v0", "ppo", []),
-    ("FLSelectPick-v0", "maskable-ppo", []),
+    ("FLHetero-v0", "recurrent-ppo", []), ("FLHeteroAlloc-v0", "maskable-ppo", []),
+    ("FLSelect-v0", "ppo", []), ("FLSelectPick-v0", "maskable-ppo", []),
     ("FLSelectQueue-v0", "ppo", ["--env-kwargs", "server_data_fraction=0.1", "allow_server_data=true"]),
     ("FLAggregate-v0", "ppo", []), ("FLLearningRate-v0", "ppo", []),
     ("FLHeteroAlloc-v0", "ppo", ["--n-envs", 2, "--vec-env", "subproc"]),
     ("FLAggregate-v0", "ppo", ["--n-envs", 2, "--vec-env", "batched"]),
 ])
 def test_other_algorithms_and_vec_envs(env_id, algo, extra, tmp_path, capsys):
-    code, _, err = run_cli(["train", env_id, "--algo", algo, "--n-timesteps", 32, "--runs-dir", tmp_path, "--run-id",
-                            "r", *extra, *TINY], capsys)
+    code, _, err = run_cli(["train", env_id, "--algo", algo, "--n-timesteps", 32, "--runs-dir", tmp_path,
+                            "--run-id", "r", *extra, *TINY], capsys)
     assert code == 0, err
     folder = tmp_path / env_id / "r"
     assert (folder / "model.zip").is_file()
     assert list((folder / "tb").rglob("events.out.tfevents.*"))
-    code, out, _ = run_cli(["compare", env_id, "--policies", f"{algo}:{folder}", "--seeds", 10000, "--rounds", 3,
-                            "--out", tmp_path / "cmp", "--no-progress"], capsys)
+    code, out, _ = run_cli(["compare", env_id, "--policies", f"{algo}:{folder}", "--seeds", 10000,
+                            "--rounds", 3, "--out", tmp_path / "cmp", "--no-progress"], capsys)
     assert code == 0 and f"{algo}:{folder.name}" in out
 
 
@@ -124,8 +128,8 @@ def test_dual_agent_run(dual_run):
 
 def test_compare_writes_parseable_tables_and_plots(dual_run, tmp_path, capsys):
     policies = f"uniform,oracle,hapfl:{dual_run}"
-    code, out, _ = run_cli(["compare", "FLHetero-v0", "--policies", policies, "--seeds", "10000,10001", "--rounds", 5,
-                            "--out", tmp_path, "--no-progress"], capsys)
+    code, out, _ = run_cli(["compare", "FLHetero-v0", "--policies", policies, "--seeds", "10000,10001",
+                            "--rounds", 5, "--out", tmp_path, "--no-progress"], capsys)
     assert code == 0
     results = json.loads((tmp_path / "results.json").read_text())
     labels = ["uniform", "oracle", "hapfl:hapfl"]  # run paths shortened to their last component
@@ -142,8 +146,8 @@ def test_compare_writes_parseable_tables_and_plots(dual_run, tmp_path, capsys):
 
 
 def test_compare_runs_each_baseline_on_its_env_variant(tmp_path, capsys):
-    code, out, _ = run_cli(["compare", "FLHetero-v0", "--policies", "uniform,fedavg,pfedme", "--seeds", "10000",
-                            "--rounds", 3, "--out", tmp_path, "--no-progress"], capsys)
+    code, out, _ = run_cli(["compare", "FLHetero-v0", "--policies", "uniform,fedavg,pfedme",
+                            "--seeds", "10000", "--rounds", 3, "--out", tmp_path, "--no-progress"], capsys)
     assert code == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["variants"] == {"uniform": {}, "fedavg": {"algorithm": "fedavg"},
@@ -154,24 +158,26 @@ def test_compare_runs_each_baseline_on_its_env_variant(tmp_path, capsys):
 
 def test_compare_with_accuracy_plots(tmp_path, capsys):
     code, _, _ = run_cli(["compare", "FLHetero-v0", "--policies", "greedy", "--seeds", "10000", "--rounds", 2,
-                          "--env-kwargs", "backend=torch", "local_epochs=1", "--out", tmp_path, "--no-progress"],
+                          "--env-kwargs", "backend=torch", "local_epochs=1", "--out", tmp_path,
+                          "--no-progress"],
                          capsys)
-    assert code == 0 and (tmp_path / "accuracy.png").is_file() and (tmp_path / "accuracy_vs_time.png").is_file()
+    assert code == 0 and (tmp_path / "accuracy.png").is_file() and (tmp_path
+                                                                    / "accuracy_vs_time.png").is_file()
     assert "accuracy_mean" in (tmp_path / "results.csv").read_text()
     assert "large model acc." in (tmp_path / "results.md").read_text()
 
 
 def test_data_describe(tmp_path, capsys):
     png = tmp_path / "hist.png"
-    code, out, _ = run_cli(["data", "describe", "digits", "--partition", "dirichlet", "--alpha", 0.3, "--clients", 10,
-                            "--out", png], capsys)
+    code, out, _ = run_cli(["data", "describe", "digits", "--partition", "dirichlet", "--alpha", 0.3,
+                            "--clients", 10, "--out", png], capsys)
     assert code == 0 and png.stat().st_size > 1000
     assert out.count("\n") >= 13 and "H(bits)" in out
 
 
 def test_bench_engine_section(capsys):
-    code, out, _ = run_cli(["bench", "--sections", "engine", "--scenarios", "S3", "--threads", 1, "--repeats", 1,
-                            "--loop-repeats", 1], capsys)
+    code, out, _ = run_cli(["bench", "--sections", "engine", "--scenarios", "S3", "--threads", 1,
+                            "--repeats", 1, "--loop-repeats", 1], capsys)
     assert code == 0
     assert re.search(r"\| S3 \| mlp-small \| 10 \| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+x", out)
 
@@ -209,18 +215,21 @@ def test_engine_share_is_the_share_of_each_run_in_the_engine_calls():
     timed = engine_share(run, Vec(), shares)
     timed()
     timed()
-    assert len(shares) == 2 and all(0.2 < s <= 0.5 for s in shares)  # at most half: the wall time can only be longer
+    # at most half: the wall time can only be longer
+    assert len(shares) == 2 and all(0.2 < s <= 0.5 for s in shares)
     assert engine_share(run, object(), shares) is run  # nothing merged: the run itself
 
 
 def test_bench_vec_section_of_chosen_ids(capsys):
-    code, out, _ = run_cli(["bench", "--sections", "vec", "--vec-envs", "2", "--vec-ids", "FLHeteroAlloc-v0"], capsys)
+    code, out, _ = run_cli(["bench", "--sections", "vec", "--vec-envs", "2", "--vec-ids",
+                            "FLHeteroAlloc-v0"], capsys)
     assert code == 0
     assert re.findall(r"^\| (\S+) \| 2 \|", out, re.M) == ["FLHeteroAlloc-v0"]
 
 
 def test_bench_memory_section(capsys):
-    code, out, _ = run_cli(["bench", "--sections", "memory", "--vec-envs", "2", "--memory-envs", "FLLearningRate-v0"],
+    code, out, _ = run_cli(["bench", "--sections", "memory", "--vec-envs", "2", "--memory-envs",
+                            "FLLearningRate-v0"],
                            capsys)
     assert code == 0
     number = r" \| ([\d.-]+)"
@@ -262,8 +271,10 @@ def test_bench_ppo_section(capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["train", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0' is not registered"),
-    (["bench", "--sections", "ppo", "--ppo-env", "NoSuchEnv-v0"], "--ppo-env=['NoSuchEnv-v0'] is out of range"),
-    (["train", "FLHetero-v0", "--hyperparams", "learning_rat=0.1"], "hyperparameter 'learning_rat' is not accepted"),
+    (["bench", "--sections", "ppo", "--ppo-env", "NoSuchEnv-v0"],
+     "--ppo-env=['NoSuchEnv-v0'] is out of range"),
+    (["train", "FLHetero-v0", "--hyperparams", "learning_rat=0.1"],
+     "hyperparameter 'learning_rat' is not accepted"),
     (["train", "FLHetero-v0", "--hyperparams", "lr"], "--hyperparams: expected key=value, got 'lr'"),
     (["train", "FLHetero-v0", "--env-kwargs", "backend=jax"], "backend='jax' is out of range"),
     (["train", "FLHetero-v0", "--env-kwargs", "bogus=1"], "argument 'bogus' is not accepted"),
@@ -271,7 +282,8 @@ def test_bench_ppo_section(capsys):
     (["train", "FLHeteroAlloc-v0", "--algo", "hapfl"], "--algo='hapfl' is out of range for FLHeteroAlloc-v0"),
     (["train", "FLHeteroAlloc-v0", "--n-timesteps", "0"], "--n-timesteps=0 is out of range"),
     (["train", "FLHeteroAlloc-v0", "--n-envs", "0"], "--n-envs=0 is out of range"),
-    (["train", "FLHeteroAlloc-v0", "--hyperparams", "learning_rate=abc"], "hyperparameter learning_rate='abc'"),
+    (["train", "FLHeteroAlloc-v0", "--hyperparams", "learning_rate=abc"],
+     "hyperparameter learning_rate='abc'"),
     (["train", "FLHeteroAlloc-v0", "--hyperparams", "n_steps=-5"], "hyperparameter n_steps=-5"),
     (["train", "FLHeteroAlloc-v0", "--hyperparams", "batch_size=0"], "hyperparameter batch_size=0"),
     (["train", "FLHeteroAlloc-v0", "--env-kwargs", "scenario_seed=-1"], "scenario_seed=-1"),
@@ -300,12 +312,14 @@ def test_bench_ppo_section(capsys):
     (["fedavg", "--epochs", "1e9"], "--epochs=1000000000.0 is out of range; allowed: a float in (0, 1000]"),
     (["fedavg", "--lr", "1e9"], "--lr=1000000000.0 is out of range; allowed: a float in (0, 100]"),
     (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),
-    (["bench", "--sections", "memory", "--memory-envs", "FLSelect-v0,CartPole-v1"], "--memory-envs=['CartPole-v1']"),
+    (["bench", "--sections", "memory", "--memory-envs", "FLSelect-v0,CartPole-v1"],
+     "--memory-envs=['CartPole-v1']"),
     (["bench", "--sections", "vec", "--vec-ids", "FLHetero-v9"], "--vec-ids=['FLHetero-v9']"),
     (["bench", "--sections", "engine", "--ppo-env", "abc"], "--ppo-env=['abc']"),  # checked whatever runs
-    (["bench", "--sections", "ppo", "--ppo-env", "FLSelect-v0,FLHetero-v0"], "--ppo-env='FLSelect-v0,FLHetero-v0'"),
-    (["bench", "--sections", "vec", "--device", "cuda:99"], "--device='cuda:99' is out of range; allowed: a device "
-                                                             "this machine has"),
+    (["bench", "--sections", "ppo", "--ppo-env", "FLSelect-v0,FLHetero-v0"],
+     "--ppo-env='FLSelect-v0,FLHetero-v0'"),
+    (["bench", "--sections", "vec", "--device", "cuda:99"],
+     "--device='cuda:99' is out of range; allowed: a device this machine has"),
     (["train", "FLSelect-v0", "--env-kwargs", "device=cuda:99"], "device='cuda:99' is out of range"),
 ])
 def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path):
@@ -316,8 +330,9 @@ def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path
     assert not list(tmp_path.rglob("config.yml"))  # nothing half-created
 
 
-@pytest.mark.parametrize("command", [["train", "FLAggregate-v0"], ["compare", "FLAggregate-v0", "--policies", "fedavg"],
-                                     ["fedavg"], ["benchmark", "tasks"]])
+@pytest.mark.parametrize("command",
+                         [["train", "FLAggregate-v0"], ["compare", "FLAggregate-v0", "--policies", "fedavg"],
+                          ["fedavg"], ["benchmark", "tasks"]])
 @pytest.mark.parametrize("threads", ["0", "-1", "100000"])
 def test_threads_out_of_range_is_one_line(command, threads, capsys):
     assert main([*command, "--threads", threads]) == 2
@@ -341,7 +356,8 @@ def test_readme_snippet_runs_as_written(capsys):
 
 
 def test_demo_end_to_end(tmp_path, capsys):
-    code, out, _ = run_cli(["demo", "--out", tmp_path, "--steps", 256, "--episodes", 2, "--accuracy-rounds", 2], capsys)
+    code, out, _ = run_cli(["demo", "--out", tmp_path, "--steps", 256, "--episodes", 2, "--accuracy-rounds",
+                            2], capsys)
     assert code == 0
     assert (tmp_path / "hetero" / "compare-timing" / "results.md").is_file()
     assert (tmp_path / "hetero" / "compare-accuracy" / "accuracy.png").is_file()
@@ -352,24 +368,28 @@ def test_demo_end_to_end(tmp_path, capsys):
 
 
 def test_reproduce_select_writes_every_section_and_resumes(tmp_path, capsys):
-    args = ["reproduce", "select", "--out", tmp_path, "--seeds", "10000", "--env-kwargs", "rounds_per_episode=4",
-            "--agent-steps", 240]
+    args = ["reproduce", "select", "--out", tmp_path, "--seeds", "10000", "--env-kwargs",
+            "rounds_per_episode=4", "--agent-steps", 240]
     assert run_cli(args, capsys)[0] == 0
     report = (tmp_path / "report.md").read_text()
-    for part in ("## fedentropy", "## matched", "## x-fedentropy", "## ddfl", "random-drop[q=", "scaffold+fedentropy",
-                 "moon+fedentropy", "## ppo-FLSelectPick-v0", "## ppo-FLSelectQueue-v0", "ppo:ppo", "rounds to target"):
+    for part in ("## fedentropy", "## matched", "## x-fedentropy", "## ddfl", "random-drop[q=",
+                 "scaffold+fedentropy",
+                 "moon+fedentropy", "## ppo-FLSelectPick-v0", "## ppo-FLSelectQueue-v0", "ppo:ppo",
+                 "rounds to target"):
         assert part in report
     stamp = (tmp_path / "ddfl" / "results.json").stat().st_mtime
     assert run_cli(args, capsys)[0] == 0 and (tmp_path / "ddfl" / "results.json").stat().st_mtime == stamp
 
 
 @pytest.mark.parametrize("family,kwargs,sections", [
-    ("rates", ["dataset=digits", "model=mlp-small", "rounds_per_episode=2", "validation_size=50", "num_clients=20",
-               "clients_per_round=5"],
+    ("rates",
+     ["dataset=digits", "model=mlp-small", "rounds_per_episode=2", "validation_size=50", "num_clients=20",
+      "clients_per_round=5"],
      ["## mnist-pathological", "## mnist-dirichlet", "fedavg[lr=0.03]", "feddyn", "decay", "fedent"]),
-    ("aggregate", ["dataset=digits", "model=mlp-small", "rounds_per_episode=2", "validation_size=50",
-                   "samples_per_client=50"], ["## mnist-5iid-5oneclass", "## mnist-mlr", "## fmnist-5iid-5oneclass",
-                                              "fedadp", "fedcos"]),
+    ("aggregate",
+     ["dataset=digits", "model=mlp-small", "rounds_per_episode=2", "validation_size=50",
+      "samples_per_client=50"],
+     ["## mnist-5iid-5oneclass", "## mnist-mlr", "## fmnist-5iid-5oneclass", "fedadp", "fedcos"]),
 ])
 def test_reproduce_learning_families_write_every_section(tmp_path, capsys, family, kwargs, sections):
     args = ["reproduce", family, "--out", tmp_path, "--seeds", "0", "--env-kwargs", *kwargs]
@@ -408,11 +428,13 @@ def test_rounds_to_target_by_hand():
     def episode(accs):
         return Episode(0, rewards=[0.0] * len(accs), rounds=[{"accuracy": a} for a in accs])
 
-    stats = _to_target([episode([0.2, 0.6, 0.7]), episode([0.1, math.nan, 0.55]), episode([0.1, 0.2, 0.3])], 0.5)
+    stats = _to_target([episode([0.2, 0.6, 0.7]), episode([0.1, math.nan, 0.55]),
+                        episode([0.1, 0.2, 0.3])], 0.5)
     assert stats["rounds_to_target"][0] == 3.0  # median of 2, 3 and a miss (censored: infinite)
     assert stats["reached"][0] == pytest.approx(2 / 3)
     stats = _to_target([episode([0.6]), episode([0.1]), episode([0.2])], 0.5)
-    assert math.isnan(stats["rounds_to_target"][0]) and stats["reached"][0] == pytest.approx(1 / 3)  # under half
+    # under half
+    assert math.isnan(stats["rounds_to_target"][0]) and stats["reached"][0] == pytest.approx(1 / 3)
     assert _to_target([episode([0.9])], None) == {}
 
 
@@ -426,11 +448,11 @@ def test_compare_keeps_every_seeds_curve(tmp_path):
 
 
 def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
-    code, out, _ = run_cli(["compare", "FLSelect-v0", "--policies", "random-drop[q=0.5,seed=3]", "--seeds", 10000,
-                            "--rounds", 2, "--out", tmp_path, "--no-progress"], capsys)
+    code, out, _ = run_cli(["compare", "FLSelect-v0", "--policies", "random-drop[q=0.5,seed=3]",
+                            "--seeds", 10000, "--rounds", 2, "--out", tmp_path, "--no-progress"], capsys)
     assert code == 0 and "random-drop[q=0.5,seed=3]" in out
-    code, _, err = run_cli(["compare", "FLSelect-v0", "--policies", "random-drop[q=2]", "--rounds", 2, "--no-progress",
-                            "--out", tmp_path], capsys)
+    code, _, err = run_cli(["compare", "FLSelect-v0", "--policies", "random-drop[q=2]", "--rounds", 2,
+                            "--no-progress", "--out", tmp_path], capsys)
     assert code == 2 and "q=2 is out of range" in err
 
 
@@ -442,7 +464,8 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     (["fedavg", "--lr", "-1"], "--lr=-1.0 is out of range"),
     (["compare", "FLAggregate-v0", "--policies", "fedavg", "--seeds", "-1"], "--seeds='-1' is out of range"),
     (["bench", "--sections", "vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),
-    (["bench", "--sections", "engine,vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),  # before the engine
+    # before the engine
+    (["bench", "--sections", "engine,vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),
     (["bench", "--sections", "engine,memory", "--memory-envs", "FLNope-v0"], "--memory-envs=['FLNope-v0']"),
     (["data", "describe", "digits", "--out", "d_noext"], "--out='d_noext' is out of range"),
 ])
@@ -525,7 +548,8 @@ def test_ctrl_c_ends_work_that_swallows_it_at_once(tmp_path):
 
 @pytest.mark.parametrize("argv", [
     ["compare", "FLHetero-v0", "--policies", "oracle", "--out", "{blocked}/out"],
-    ["generalise", "FLHetero-v0", "--policies", "oracle,inverse", "--reference", "oracle", "--out", "{blocked}/out"],
+    ["generalise", "FLHetero-v0", "--policies", "oracle,inverse", "--reference", "oracle", "--out",
+     "{blocked}/out"],
     ["train", "FLHeteroAlloc-v0", "--runs-dir", "{blocked}/runs"],
     ["train", "FLHeteroAlloc-v0", "--runs-dir", "{ok}/runs", "--tensorboard-log", "{blocked}/tb"],
     ["benchmark", "run", "--suite", "smoke", "--algo", "fixed", "--out", "{blocked}/bench"],
@@ -572,13 +596,15 @@ def test_an_unreachable_ray_address_fails_at_once_and_leaves_no_run_folder(tmp_p
     with socket.socket() as head:  # a listening port passes; so do local, auto and None
         head.bind(("127.0.0.1", 0))
         head.listen()
-        for ok in (f"127.0.0.1:{head.getsockname()[1]}", f"ray://127.0.0.1:{head.getsockname()[1]}", "local", None):
+        for ok in (f"127.0.0.1:{head.getsockname()[1]}", f"ray://127.0.0.1:{head.getsockname()[1]}",
+                   "local", None):
             check_address(ok)
     with pytest.raises(ValueError, match="address='nohost' is out of range"):
         check_address("nohost")
-    code, _, err = run_cli(["train", "FLAggregate-v0", "--ray-address", "local", "--runs-dir", str(tmp_path)], capsys)
-    assert code == 2 and err.strip().endswith("--ray-address='local' is out of range; allowed: nothing with --vec-env "
-                                              "batched (it is for ray)")
+    code, _, err = run_cli(["train", "FLAggregate-v0", "--ray-address", "local", "--runs-dir",
+                            str(tmp_path)], capsys)
+    assert code == 2 and err.strip().endswith("--ray-address='local' is out of range; allowed: nothing with "
+                                              "--vec-env batched (it is for ray)")
 
 
 def test_a_run_folder_is_locked_while_it_trains_and_a_stale_lock_is_taken_over(tmp_path):
@@ -590,18 +616,21 @@ def test_a_run_folder_is_locked_while_it_trains_and_a_stale_lock_is_taken_over(t
     folder.mkdir()
     with runs.run_lock(folder):
         assert (folder / ".lock").read_text() == str(os.getpid())
-        with pytest.raises(ValueError, match=f"run folder {folder} is being trained by process {os.getpid()}"):
+        with pytest.raises(ValueError,
+                           match=f"run folder {folder} is being trained by process {os.getpid()}"):
             with runs.run_lock(folder):
                 pass
     assert not (folder / ".lock").exists()
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True)
     (folder / ".lock").write_text(gone.stdout.strip())  # a process that has exited
     with runs.run_lock(folder):
         assert (folder / ".lock").read_text() == str(os.getpid())
 
 
 def test_damaged_or_conflicting_resumes_are_named(tmp_path, capsys):
-    args = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 64, "--runs-dir", tmp_path, "--save-freq", 32, *TINY]
+    args = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 64, "--runs-dir", tmp_path, "--save-freq",
+            32, *TINY]
     assert run_cli([*args, "--run-id", "r"], capsys)[0] == 0
     folder = tmp_path / "FLHeteroAlloc-v0" / "r"
     code, _, err = run_cli(["train", "--resume", folder, "--n-timesteps", 200], capsys)
@@ -625,7 +654,8 @@ def test_plots_name_a_line_that_another_hides_and_use_a_log_axis_for_spans_over_
 
     from fl_gym.training import plots
 
-    shown = plots.legend_labels({"fedavg": [1, 2, float("nan")], "fedprox": [1, 2, float("nan")], "x": [1, 3, 4]})
+    shown = plots.legend_labels({"fedavg": [1, 2, float("nan")], "fedprox": [1, 2, float("nan")],
+                                 "x": [1, 3, 4]})
     assert shown == {"fedavg": "fedavg", "fedprox": "fedprox (= fedavg)", "x": "x"}
     assert plots._log_scale([[0.5, 1.0], [200.0]]) and not plots._log_scale([[0.5, 1.0], [20.0]])
     assert not plots._log_scale([[0.0, 1.0], [500.0]])  # a zero has no log

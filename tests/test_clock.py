@@ -20,7 +20,8 @@ def test_profiles_pin_both_ends_and_stay_in_range():
 def test_times_by_hand():
     cfg = ClockConfig(seconds_per_unit=5e-4, bandwidth=1e6, download_ratio=2.0)
     clock = Clock(cfg, DeviceProfiles(speed=np.array([1.0, 0.5]), bandwidth=np.array([1e6, 2.5e5])))
-    load = RoundLoad(availability=np.array([1.0, 0.8]), drift=np.array([1.1, 1.0]), noise=np.array([1.0, 1.0]))
+    load = RoundLoad(availability=np.array([1.0, 0.8]), drift=np.array([1.1, 1.0]),
+                     noise=np.array([1.0, 1.0]))
     samples = np.array([100, 200])
     # t = c0 * c * D / (psi * xi)
     np.testing.assert_allclose(clock.epoch_time(samples, 1.0, load), [0.05, 5e-4 * 200 / 0.4])
@@ -34,7 +35,8 @@ def test_doubling_speed_halves_time():
     load = RoundLoad.still(2)
     slow = Clock(ClockConfig(), DeviceProfiles(np.array([0.2, 1.0]), np.full(2, math.inf)))
     fast = Clock(ClockConfig(), DeviceProfiles(np.array([0.4, 1.0]), np.full(2, math.inf)))
-    t_slow, t_fast = slow.epoch_time(np.array([50, 50]), 2.0, load), fast.epoch_time(np.array([50, 50]), 2.0, load)
+    t_slow = slow.epoch_time(np.array([50, 50]), 2.0, load)
+    t_fast = fast.epoch_time(np.array([50, 50]), 2.0, load)
     assert t_fast[0] == pytest.approx(t_slow[0] / 2)
     assert t_fast[1] == t_slow[1]
 
@@ -46,7 +48,8 @@ def test_round_load_is_seeded_and_off_when_sigmas_are_zero():
     a = RoundLoad.draw(4, ClockConfig(), np.random.default_rng(1))
     b = RoundLoad.draw(4, ClockConfig(), np.random.default_rng(1))
     assert np.array_equal(a.availability, b.availability)
-    assert np.std(np.log(RoundLoad.draw(20000, ClockConfig(sigma_dyn=0.2), np.random.default_rng(2)).availability)) == \
+    assert np.std(np.log(RoundLoad.draw(20000, ClockConfig(sigma_dyn=0.2),
+                                        np.random.default_rng(2)).availability)) == \
         pytest.approx(0.2, rel=0.03)
 
 

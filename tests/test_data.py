@@ -47,7 +47,8 @@ def test_synthetic_iid_shares_one_model_and_is_seeded():
     c = load_dataset("synthetic", iid=True, seed=2)
     assert a.name == "synthetic-iid"
     assert np.array_equal(a.x_train.numpy(), b.x_train.numpy())
-    assert not np.array_equal(a.y_train.numpy()[:50], c.y_train.numpy()[:50]) or len(a.y_train) != len(c.y_train)
+    assert not np.array_equal(a.y_train.numpy()[:50],
+                              c.y_train.numpy()[:50]) or len(a.y_train) != len(c.y_train)
     # one global model and mean 0: every device sees many classes
     classes = [len(np.unique(a.y_train.numpy()[t])) for t, _ in a.natural_split]
     assert np.median(classes) >= 5
@@ -72,7 +73,8 @@ LABELS = np.repeat(np.arange(10), 60)  # 600 samples, 60 per class
     partition_scheme("dirichlet", alpha=0.3, balance=True),
     partition_scheme("shards", shards_per_client=2),
     partition_scheme("classes", classes_per_client=2, samples_per_client=20),
-    partition_scheme("mixed", num_iid=3, classes_per_client=1, samples_per_client=30), partition_scheme("power_law"),
+    partition_scheme("mixed", num_iid=3, classes_per_client=1, samples_per_client=30),
+    partition_scheme("power_law"),
 ])
 def test_partitions_are_disjoint_and_seeded(cfg):
     parts = partition(LABELS, 10, cfg, np.random.default_rng(7))
@@ -100,7 +102,8 @@ def test_shards_and_classes_shapes():
     parts = partition(LABELS, 10, partition_scheme("shards", shards_per_client=2), np.random.default_rng(1))
     assert all(len(p) == 60 for p in parts)  # 20 shards of 30
     assert all(len(np.unique(LABELS[p])) <= 2 for p in parts)
-    parts = partition(LABELS, 10, partition_scheme("mixed", num_iid=4, classes_per_client=1, samples_per_client=30),
+    parts = partition(LABELS, 10,
+                      partition_scheme("mixed", num_iid=4, classes_per_client=1, samples_per_client=30),
                       np.random.default_rng(2))
     assert all(len(np.unique(LABELS[p])) == 1 for p in parts[4:])
     assert all(len(np.unique(LABELS[p])) > 3 for p in parts[:4])
@@ -109,10 +112,12 @@ def test_shards_and_classes_shapes():
 @pytest.mark.parametrize("kwargs,num_clients,param", [
     (dict(kind="dirichlet", alpha=0.0), 10, "alpha"), (dict(kind="dirichlet", alpha=-1.0), 10, "alpha"),
     (dict(kind="dirichlet", alpha=float("nan")), 10, "alpha"),
-    (dict(kind="iid"), 601, "num_clients"), (dict(kind="classes", classes_per_client=11), 10, "classes_per_client"),
-    (dict(kind="dirichlet", min_size=61), 10, "min_size"), (dict(kind="shards", shards_per_client=61), 10,
-                                                           "shards_per_client"),
-    (dict(kind="mixed", num_iid=11, samples_per_client=10), 10, "num_iid"), (dict(kind="bogus"), 10, "partition"),
+    (dict(kind="iid"), 601, "num_clients"),
+    (dict(kind="classes", classes_per_client=11), 10, "classes_per_client"),
+    (dict(kind="dirichlet", min_size=61), 10, "min_size"),
+    (dict(kind="shards", shards_per_client=61), 10, "shards_per_client"),
+    (dict(kind="mixed", num_iid=11, samples_per_client=10), 10, "num_iid"),
+    (dict(kind="bogus"), 10, "partition"),
     (dict(kind="shards", alpha=0.3), 10, "alpha"), (dict(kind="iid", min_size=5), 10, "min_size"),
 ])
 def test_bad_partition_parameters_name_the_parameter(kwargs, num_clients, param):
@@ -127,7 +132,8 @@ def test_dirichlet_gives_up_with_advice():
 
 
 def test_a_knob_a_scheme_does_not_take_is_an_error_naming_the_ones_it_takes():
-    with pytest.raises(ValueError, match="alpha=0.3 does not apply to partition='shards'; allowed: shards_per_client"):
+    with pytest.raises(ValueError,
+                       match="alpha=0.3 does not apply to partition='shards'; allowed: shards_per_client"):
         partition_scheme("shards", alpha=0.3)
     with pytest.raises(ValueError, match="allowed: no partition arguments"):
         partition_scheme("iid", num_iid=2)

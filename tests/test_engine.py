@@ -55,7 +55,8 @@ def test_batched_engine_matches_per_client_loop(digits, digits_parts, name, opt,
     stack = Stack.from_rows(arch, start)
     result = train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, opt,
                           algorithm=FedProx(mu))
-    ref_rows, ref_loss, ref_last = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, opt, mu)
+    ref_rows, ref_loss, ref_last = reference_train(arch, start, digits.x_train, digits.y_train, schedule,
+                                                   lr, opt, mu)
     torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=tol)
     torch.testing.assert_close(result.mean_loss["model"], ref_loss, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(result.last_epoch_loss["model"], ref_last, rtol=1e-4, atol=1e-5)
@@ -100,7 +101,7 @@ def test_schedule_covers_each_epoch_once(digits_parts):
 
 
 def test_a_batch_beyond_every_clients_data_is_the_full_batch(digits_parts):
-    """``batch_size=10**9`` lays out what a batch of the largest client's size does (no 10**9-wide tensors)."""
+    """``batch_size=10**9`` lays out what a batch of the largest client's size does (no 10**9-wide tensor)."""
     parts = sorted((torch.as_tensor(p) for p in digits_parts[:3]), key=len, reverse=True)
     steps = np.array([2, 2, 1])
     huge = make_schedule(parts, steps, 10**9, torch.Generator().manual_seed(0))
@@ -124,8 +125,8 @@ def test_train_cohort_checks_lr_shape(digits, digits_parts):
     schedule, _ = _cohort(digits_parts, [1, 1])
     arch = build_model("mlr", (1, 8, 8), 10)
     with pytest.raises(ValueError, match="train_cohort: expected lr"):
-        train_cohort([Member("model", Stack.broadcast(arch, arch.init(torch.Generator()), 2))], digits.x_train,
-                     digits.y_train, schedule, torch.ones(3), OptimizerConfig())
+        train_cohort([Member("model", Stack.broadcast(arch, arch.init(torch.Generator()), 2))],
+                     digits.x_train, digits.y_train, schedule, torch.ones(3), OptimizerConfig())
 
 
 def _logits(seed, k=2, b=5, c=4):
@@ -184,7 +185,8 @@ def test_mutual_distillation_edge_cases():
     assert float(grads["local"].abs().max()) < 1e-6
 
 
-@pytest.mark.parametrize("direction,temperature", [("dml", 1.0), ("literal", 1.0), ("dml", 2.0), ("literal", 3.0)])
+@pytest.mark.parametrize("direction,temperature",
+                         [("dml", 1.0), ("literal", 1.0), ("dml", 2.0), ("literal", 3.0)])
 def test_kd_gradients_agree_with_autograd(direction, temperature):
     (z_loc, y), (z_lite, _) = _logits(6), _logits(7)
     w = torch.rand(2, 5, generator=torch.Generator().manual_seed(0))
@@ -216,7 +218,8 @@ def test_evaluate_stack_counts(digits):
     torch.nn.utils.vector_to_parameters(stack.rows()[0], module.parameters())
     with torch.no_grad():
         out = module(digits.x_train[:30])
-    assert float(res.accuracy[0]) == pytest.approx(float((out.argmax(1) == digits.y_train[:30]).float().mean()))
+    assert float(res.accuracy[0]) == pytest.approx(float((out.argmax(1)
+                                                          == digits.y_train[:30]).float().mean()))
     assert float(res.loss[0]) == pytest.approx(float(F.cross_entropy(out, digits.y_train[:30])), rel=1e-5)
     torch.testing.assert_close(res.soft_labels.sum(1), torch.ones(2))
     assert res.count.tolist() == [30, 5]
@@ -239,8 +242,8 @@ def test_scaffold_matches_the_reference_and_commits_only_aggregated_clients(digi
     stack = Stack.from_rows(arch, start)
     train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
                  algorithm=algo, clients=ids)
-    ref_rows, *_ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
-                                   correction=c - c_i[ids])
+    ref_rows, *_ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr,
+                                   OptimizerConfig(), correction=c - c_i[ids])
     torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=1e-5)
     delta = -c + (start - stack.rows()) / (torch.as_tensor(schedule.steps, dtype=torch.float32) * lr)[:, None]
     algo.commit(np.array([7, 5]))  # client 2 (row 1) was not aggregated
@@ -266,8 +269,8 @@ def test_feddyn_matches_the_reference_and_moves_the_duals_of_aggregated_clients(
     stack = Stack.from_rows(arch, start)
     train_cohort([Member("model", stack)], digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
                  algorithm=algo, clients=ids)
-    ref_rows, *_ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr, OptimizerConfig(),
-                                   prox_mu=alpha, correction=-h_i[ids])
+    ref_rows, *_ = reference_train(arch, start, digits.x_train, digits.y_train, schedule, lr,
+                                   OptimizerConfig(), prox_mu=alpha, correction=-h_i[ids])
     torch.testing.assert_close(stack.rows(), ref_rows, rtol=0, atol=1e-5)
     drift = stack.rows() - start
     algo.commit(np.array([3, 0]))  # client 9 (row 1) was not aggregated
@@ -298,7 +301,8 @@ def _moon_reference(arch, start, prev, x, y, schedule, lr, mu, tau):
             z = net[:-1](xb)
             with torch.no_grad():
                 zg, zp = glob[:-1](xb), old[:-1](xb)
-            sims = torch.stack([F.cosine_similarity(z, zg, dim=-1), F.cosine_similarity(z, zp, dim=-1)], -1) / tau
+            sims = torch.stack([F.cosine_similarity(z, zg, dim=-1),
+                                F.cosine_similarity(z, zp, dim=-1)], -1) / tau
             contrast = F.cross_entropy(sims, torch.zeros(len(ids), dtype=torch.long))
             loss = F.cross_entropy(net[-1](z), y[ids]) + mu * contrast
             opt.zero_grad()
@@ -377,7 +381,8 @@ def test_a_pool_keeps_its_most_recent_sizes_and_tells_its_free_buffers():
     assert sorted(b.numel() for b in pool.free()) == [4, 5]  # 3, the least recently asked for, is forgotten
     held = pool.take(4, like)
     assert sorted(b.numel() for b in pool.free()) == [5] and held.numel() == 4
-    assert pool.take(4, torch.zeros(1, dtype=torch.float64)).dtype == torch.float64  # a dtype is a size of its own
+    # a dtype is a size of its own
+    assert pool.take(4, torch.zeros(1, dtype=torch.float64)).dtype == torch.float64
 
 
 def test_keep_copies_a_fresh_result_into_a_pooled_buffer_of_its_shape():

@@ -61,7 +61,8 @@ def test_step_before_reset_is_a_clear_error(env_id):
 def test_reset_options_are_refused_not_ignored(env_id):
     env = gym.make(env_id)
     env.reset(seed=0, options={})  # empty, as Gymnasium's checker passes
-    with pytest.raises(ValueError, match="options=\\{'scenario_seed': 3\\} is out of range; allowed: None or"):
+    with pytest.raises(ValueError,
+                       match="options=\\{'scenario_seed': 3\\} is out of range; allowed: None or"):
         env.reset(seed=0, options={"scenario_seed": 3})
 
 
@@ -85,7 +86,8 @@ def test_fuzz_valid_actions_keep_the_spaces_and_info_keys(env_id, seed):
     for _ in range(3):
         obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
         assert env.observation_space.contains(obs) and np.isfinite(reward)
-        assert {"round", "sim_time", "round_time", "straggling_latency", "uploads", "reward_terms"} <= set(info)
+        assert {"round", "sim_time", "round_time", "straggling_latency", "uploads",
+                "reward_terms"} <= set(info)
         assert all("/" not in k or k.startswith(f"{family}/") for k in info)
 
 
@@ -143,7 +145,7 @@ def test_a_batchable_fixed_policy_gives_each_row_of_a_batch_its_own_action(env_i
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_a_step_keeps_no_trained_round_but_the_pending_one(env_id, monkeypatch):
-    """A played round's local models are freed once aggregated: before the next round trains, and after the step;
+    """A played round's local models are freed once aggregated: before the next round trains, after the step;
     a reset frees the last episode's unplayed round before the first round of the next trains."""
     from fl_gym.federation import Federation
 
@@ -173,7 +175,7 @@ def test_a_step_keeps_no_trained_round_but_the_pending_one(env_id, monkeypatch):
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_a_step_leaves_no_scratch_attribute_on_the_env(env_id):
-    """The hooks receive the step's outcome as an argument: stepping adds no attribute that a reset did not make."""
+    """The hooks receive the step's outcome as an argument: a step adds no attribute a reset did not make."""
     env = gym.make(env_id, rounds_per_episode=3)
     env.reset(seed=0)
     env.action_space.seed(0)
@@ -212,7 +214,7 @@ def _arguments(env_id: str) -> list[str]:
 
 
 def _refused_by_name_or_steps(env_id: str, name: str, value) -> None:
-    """A ``ValueError`` naming ``name`` at ``gym.make``, or an env whose first steps are finite, in bounded time."""
+    """A ``ValueError`` naming ``name`` at ``gym.make``, or an env whose first steps are finite, quickly."""
     kwargs = {"rounds_per_episode": 2, name: value}
     with _answers_within(FUZZ_SECONDS, f"{env_id} with {name}={value!r}"):
         try:
@@ -267,8 +269,9 @@ def _answers_within(seconds: int, what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.mark.parametrize("module", ["fl_gym.envs.hetero.env", "fl_gym.envs.select.env", "fl_gym.envs.select.queue_env",
-                                    "fl_gym.envs.aggregate.env", "fl_gym.envs.rates.env"])
+@pytest.mark.parametrize("module",
+                         ["fl_gym.envs.hetero.env", "fl_gym.envs.select.env", "fl_gym.envs.select.queue_env",
+                          "fl_gym.envs.aggregate.env", "fl_gym.envs.rates.env"])
 def test_the_env_docstrings_examples_run_as_written(module):
     import doctest
     import importlib

@@ -85,7 +85,8 @@ def test_timing_only_federation_reports_times_without_learning(tiny_config):
 
 
 def test_round_times_follow_the_cost_model():
-    clock = ClockConfig(seconds_per_unit=1e-3, sigma_dyn=0, sigma_drift=0, bandwidth=1e5, aggregation_time=0.5)
+    clock = ClockConfig(seconds_per_unit=1e-3, sigma_dyn=0, sigma_drift=0, bandwidth=1e5,
+                        aggregation_time=0.5)
     cfg = FederationConfig(num_clients=3, partition=partition_scheme("iid"), train=False, clock=clock,
                            model_costs=(2.0,), batch_size=10)
     fed = Federation(cfg, scenario_seed=0)
@@ -103,7 +104,8 @@ def test_round_times_follow_the_cost_model():
 
 def test_partial_participation_and_aggregation_flags(tiny_config):
     fed = Federation(tiny_config, scenario_seed=0)
-    plan = RoundPlan.make(4, lr=0.05, selected=np.array([1, 1, 1, 0], bool), aggregate=np.array([1, 0, 1, 0], bool))
+    plan = RoundPlan.make(4, lr=0.05, selected=np.array([1, 1, 1, 0], bool),
+                          aggregate=np.array([1, 0, 1, 0], bool))
     rep = fed.run_round(plan)
     assert rep.aggregated.tolist() == [True, False, True, False]
     assert rep.weights[1] == 0 and rep.weights[3] == 0
@@ -151,7 +153,8 @@ def test_soft_labels_and_local_accuracy(tiny_config):
 def test_algorithms_run_and_learn(tiny_config, changes):
     fed = Federation(tiny_config.replace(**changes), scenario_seed=0)
     lr = 1e-3 if "optimizer" in changes else 0.05
-    reports = [fed.run_round(RoundPlan.make(4, lr=lr, epochs=2, model=np.array([0, 0, 0, 0]))) for _ in range(4)]
+    reports = [fed.run_round(RoundPlan.make(4, lr=lr, epochs=2, model=np.array([0, 0, 0, 0])))
+               for _ in range(4)]
     assert reports[-1].accuracy > 0.3
     assert np.all(np.isfinite(reports[-1].loss))
 
@@ -189,8 +192,8 @@ def test_synthetic_natural_partition():
     (dict(model_costs=(1.0, 2.0)), "model_costs"), (dict(dataset="imagenet"), "dataset"),
     (dict(partition=partition_scheme("natural")), "partition"), (dict(partition="iid"), "partition"),
     (dict(local_test="all"), "local_test"),
-    (dict(companion="mlr", algorithm="pfedme"), "algorithm"), (dict(server_data_fraction=1.0), "server_data_fraction"),
-    (dict(device="gpu"), "device"),
+    (dict(companion="mlr", algorithm="pfedme"), "algorithm"),
+    (dict(server_data_fraction=1.0), "server_data_fraction"), (dict(device="gpu"), "device"),
 ])
 def test_bad_config_names_the_parameter(changes, param):
     with pytest.raises(ValueError, match=f"{param}="):
@@ -199,7 +202,8 @@ def test_bad_config_names_the_parameter(changes, param):
 
 def test_a_device_this_machine_lacks_is_refused_when_the_config_is_made():
     """Not in torch's driver error once the data is loaded: ``cuda:<count>`` is one past the last device."""
-    with pytest.raises(ValueError, match=r"device='cuda:\d+' is out of range; allowed: a device this machine has"):
+    with pytest.raises(ValueError,
+                       match=r"device='cuda:\d+' is out of range; allowed: a device this machine has"):
         FederationConfig(device=f"cuda:{torch.cuda.device_count()}")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="torch sees no CUDA device here"):
@@ -313,7 +317,8 @@ def test_scaffold_keeps_the_server_variate_the_mean_of_the_clients(tiny_config):
 
 @pytest.mark.parametrize("optimizer", [OptimizerConfig(momentum=0.9), OptimizerConfig("adam")])
 def test_scaffold_refuses_a_local_optimiser_other_than_plain_sgd(tiny_config, optimizer):
-    with pytest.raises(ValueError, match="momentum=.* allowed: 0 with optimizer='sgd' for algorithm='scaffold'"):
+    with pytest.raises(ValueError,
+                       match="momentum=.* allowed: 0 with optimizer='sgd' for algorithm='scaffold'"):
         tiny_config.replace(algorithm="scaffold", optimizer=optimizer)
 
 
@@ -327,7 +332,8 @@ def test_feddyn_keeps_the_server_dual_the_mean_of_the_clients_and_corrects_the_a
     fed = Federation(tiny_config.replace(algorithm="feddyn", feddyn_alpha=0.1), scenario_seed=0)
     fed.run_round(RoundPlan.make(4, lr=0.05))
     start = fed.global_models[0].clone()
-    trained = fed.train_round(fed.open_round(), RoundPlan.make(4, lr=0.05, aggregate=np.array([1, 0, 1, 1], bool)))
+    trained = fed.train_round(fed.open_round(),
+                              RoundPlan.make(4, lr=0.05, aggregate=np.array([1, 0, 1, 1], bool)))
     report = fed.finish_round(trained)
     duals = fed.algorithm.clients["mlp-small"]
     h = fed.algorithm.server["mlp-small"]
@@ -376,8 +382,9 @@ def test_every_algorithm_name_builds_its_class_with_the_configs_settings(tiny_co
 
 
 @pytest.mark.parametrize("changes,message", [
-    (dict(prox_mu=0.5), "prox_mu=0.5 does not apply to algorithm='fedavg' (it would be ignored); allowed: it with "
-                        "algorithm in ['fedprox']"),
+    (dict(prox_mu=0.5),
+     "prox_mu=0.5 does not apply to algorithm='fedavg' (it would be ignored); allowed: it with "
+     "algorithm in ['fedprox']"),
     (dict(algorithm="fedprox", moon_tau=2.0), "moon_tau=2.0 does not apply to algorithm='fedprox'"),
     (dict(algorithm="moon", feddyn_alpha=0.1), "feddyn_alpha=0.1 does not apply to algorithm='moon'"),
 ])
@@ -389,7 +396,8 @@ def test_another_algorithms_setting_is_refused_not_ignored(changes, message):
 
 @pytest.mark.parametrize("build,message", [
     (lambda: FederationConfig(clock="fast"), "clock='fast' is out of range; allowed: a ClockConfig"),
-    (lambda: FederationConfig(optimizer="adam"), "optimizer='adam' is out of range; allowed: an OptimizerConfig"),
+    (lambda: FederationConfig(optimizer="adam"),
+     "optimizer='adam' is out of range; allowed: an OptimizerConfig"),
     (lambda: FederationConfig(train="yes"), "train='yes' is out of range; allowed: True or False"),
     (lambda: ClockConfig(bandwidth=None), "bandwidth=None is out of range"),
 ])

@@ -57,8 +57,9 @@ def _assert_same_episode(flower_rows, env_rows, accuracy_tol=1e-6):
 
 
 def test_rates_on_flower_equal_the_env_and_the_rates_are_logged(flower_log):
-    """FedEnt reads probe gradients (a query to the clients) and sets each client's rate in its train config."""
-    strategy = run_local(strategy_for(EnvSpec("FLLearningRate-v0", FULL_BATCH), "fedent", seed=3), num_rounds=2)
+    """FedEnt reads probe gradients (a query to the clients) and sets each client's rate in its config."""
+    strategy = run_local(strategy_for(EnvSpec("FLLearningRate-v0", FULL_BATCH), "fedent", seed=3),
+                         num_rounds=2)
     _assert_same_episode(strategy.history, env_episode(strategy, 2))
     trained = [line for line in flower_log if "train clients" in line]
     assert [line.split(":")[0] for line in trained] == ["round 1", "round 2"]
@@ -119,12 +120,14 @@ def test_client_seeds_differ_per_client_and_round_and_fit_flower_records():
 
 
 def _context(partition_id: int) -> Context:
-    return Context(run_id=1, node_id=7, node_config={"partition-id": partition_id}, state=RecordDict(), run_config={})
+    return Context(run_id=1, node_id=7, node_config={"partition-id": partition_id}, state=RecordDict(),
+                   run_config={})
 
 
 def test_the_client_app_refuses_a_message_for_another_client():
     spec = EnvSpec("FLLearningRate-v0", FULL_BATCH).to_json()
-    config = ConfigRecord({"spec": spec, "client": 1, "model": 0, "lr": 0.05, "epochs": 1.0, "steps": 1, "seed": 0})
+    config = ConfigRecord({"spec": spec, "client": 1, "model": 0, "lr": 0.05, "epochs": 1.0, "steps": 1,
+                           "seed": 0})
     message = Message(RecordDict({"config": config, "arrays": ArrayRecord()}), dst_node_id=7,
                       message_type=MessageType.TRAIN)
     with pytest.raises(ValueError, match="client=1 is out of range; allowed: this node's partition-id 2"):
@@ -136,8 +139,8 @@ def test_the_client_app_trains_its_own_partition_like_the_federation():
     spec = EnvSpec("FLLearningRate-v0", FULL_BATCH)
     fed = spec.make().federation
     start = fed.global_models[0].clone()
-    config = ConfigRecord({"spec": spec.to_json(), "client": 4, "model": 0, "lr": 0.05, "epochs": 2.0, "steps": 2,
-                           "seed": 11})
+    config = ConfigRecord({"spec": spec.to_json(), "client": 4, "model": 0, "lr": 0.05, "epochs": 2.0,
+                           "steps": 2, "seed": 11})
     arrays = ArrayRecord({"model": flwr.app.Array(start.numpy())})
     reply = flower.train(Message(RecordDict({"config": config, "arrays": arrays}), dst_node_id=7,
                                  message_type=MessageType.TRAIN), _context(4))
@@ -146,7 +149,8 @@ def test_the_client_app_trains_its_own_partition_like_the_federation():
 
     plan = RoundPlan.make(fed.num_clients, lr=0.05, selected=selected, epochs=2.0)
     stats, cohort = fed.train_clients(plan, np.where(selected, 2, 0), 11)
-    np.testing.assert_array_equal(reply.content["arrays"]["model"].numpy(), cohort.members[0].stack.rows()[0].numpy())
+    np.testing.assert_array_equal(reply.content["arrays"]["model"].numpy(),
+                                  cohort.members[0].stack.rows()[0].numpy())
     assert reply.content["metrics"]["loss"] == pytest.approx(stats.loss[4])
     assert reply.content["metrics"]["num-examples"] == fed.sizes[4]
 

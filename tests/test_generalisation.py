@@ -20,16 +20,18 @@ def test_ratios_are_per_scenario_then_averaged_with_their_range():
     assert table["a"]["t"] == {"mean": 16.0, "ratio": pytest.approx((1.2 + 1.0) / 2), "min_ratio": 1.0,
                                "max_ratio": 1.2}
     assert table["ref"]["t"]["ratio"] == 1.0
-    assert table["a"]["r"] == {"mean": 1.5, "ratio": None, "min_ratio": None, "max_ratio": None}  # a return: no ratio
+    # a return: no ratio
+    assert table["a"]["r"] == {"mean": 1.5, "ratio": None, "min_ratio": None, "max_ratio": None}
 
 
 def test_each_scenario_row_is_what_compare_measures_there():
     variants = {"held-out": {}, "k": {"rounds_per_episode": 3}}
     results = generalisation("FLHetero-v0", ["oracle", "inverse"], (77, 78), variants, seeds=(5, 6),
                              env_kwargs={"rounds_per_episode": 4}, progress=False)
-    alone = compare("FLHetero-v0", ["oracle", "inverse"], (5, 6), {"rounds_per_episode": 3, "scenario_seed": 78},
-                    progress=False)["summary"]
-    row = next(r for r in results["rows"] if (r["variant"], r["scenario_seed"], r["policy"]) == ("k", 78, "inverse"))
+    alone = compare("FLHetero-v0", ["oracle", "inverse"], (5, 6),
+                    {"rounds_per_episode": 3, "scenario_seed": 78}, progress=False)["summary"]
+    row = next(r for r in results["rows"] if (r["variant"], r["scenario_seed"], r["policy"])
+               == ("k", 78, "inverse"))
     assert row["sim_time"] == alone["inverse"]["sim_time"][0]
     assert row["straggling_latency"] == alone["inverse"]["straggling_latency"][0]
     assert results["summary"]["held-out"]["oracle"]["sim_time"]["ratio"] == 1.0
@@ -37,7 +39,8 @@ def test_each_scenario_row_is_what_compare_measures_there():
 
 def test_generalise_cli_writes_tables_and_names_a_bad_reference(tmp_path, capsys):
     out = tmp_path / "g"
-    code = main(["generalise", "FLHetero-v0", "--policies", "oracle,greedy", "--scenario-seeds", "5,6", "--seeds", "1",
+    code = main(["generalise", "FLHetero-v0", "--policies", "oracle,greedy", "--scenario-seeds", "5,6",
+                 "--seeds", "1",
                  "--zero-shot", "preset=scale20", "--env-kwargs", "rounds_per_episode=3", "--out", str(out),
                  "--no-progress"])
     text = capsys.readouterr().out
@@ -68,8 +71,8 @@ def test_bad_variants_and_scenario_seeds_are_named_before_any_episode(env_id, po
 def test_a_set_agent_trained_on_randomised_scenarios_is_evaluated_on_held_out_ones(tmp_path, capsys):
     """The issue's end-to-end path, small: train on randomised federations, evaluate zero-shot."""
     code = main(["train", "FLHetero-v0", "--preset", "set", "--env-kwargs", "randomize_scenario=true",
-                 "rounds_per_episode=8", "--n-timesteps", "2048", "--n-envs", "4", "--runs-dir", str(tmp_path),
-                 "--run-id", "r", "--no-progress"])
+                 "rounds_per_episode=8", "--n-timesteps", "2048", "--n-envs", "4", "--runs-dir",
+                 str(tmp_path), "--run-id", "r", "--no-progress"])
     assert code == 0
     results = generalisation("FLHetero-v0", ["oracle", f"ppo:{tmp_path / 'FLHetero-v0' / 'r'}"], (4242,),
                              {"held-out": {}, "scale20": {"preset": "scale20"}}, seeds=(1000,),

@@ -33,8 +33,9 @@ def _no_tf32():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-@pytest.mark.parametrize("name,opt", [("mlp-small", OptimizerConfig(momentum=0.9)), ("cnn-small", OptimizerConfig()),
-                                      ("hapfl-lite", OptimizerConfig()), ("mlr", OptimizerConfig("adam"))])
+@pytest.mark.parametrize("name,opt",
+                         [("mlp-small", OptimizerConfig(momentum=0.9)), ("cnn-small", OptimizerConfig()),
+                          ("hapfl-lite", OptimizerConfig()), ("mlr", OptimizerConfig("adam"))])
 def test_batched_engine_on_cuda_matches_the_cpu_loop(digits, digits_parts, name, opt):
     """Not ``hapfl-large``: digits' zero borders make exact ties in its max-pool windows, and
     kernels break ties differently (a valid subgradient either way), which moves one client's
@@ -102,7 +103,8 @@ def test_batched_copies_on_cuda_train_there_and_keep_the_cpu_clock(env_id):
         steps = [vec.step(np.stack([vec.action_space.sample() for _ in range(3)])) for _ in range(4)]
         vec.close()
         runs[device] = steps
-    for (obs, _, dones, infos), (cpu_obs, _, cpu_dones, cpu_infos) in zip(runs["cuda"], runs["cpu"], strict=True):
+    for (obs, _, dones, infos), (cpu_obs, _, cpu_dones, cpu_infos) in zip(runs["cuda"], runs["cpu"],
+                                                                          strict=True):
         assert np.isfinite(obs).all() and obs.shape == cpu_obs.shape
         assert list(dones) == list(cpu_dones)
         assert [i["round_time"] for i in infos] == [i["round_time"] for i in cpu_infos]

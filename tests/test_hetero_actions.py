@@ -58,7 +58,8 @@ def test_integerize_of_rows_is_each_row_alone():
         for row, s in zip(tau, sigma, strict=True):
             np.testing.assert_array_equal(row, _integerize_one(s, total))
             np.testing.assert_array_equal(row, integerize(s, total))
-        np.testing.assert_array_equal(integerize(sigma[:51].reshape(3, 17, 6), total), tau[:51].reshape(3, 17, 6))
+        np.testing.assert_array_equal(integerize(sigma[:51].reshape(3, 17, 6), total),
+                                      tau[:51].reshape(3, 17, 6))
     overshoot = np.maximum(1, np.floor(sigma * 12)).sum(axis=1) - 12
     assert (overshoot > 0).sum() > 1 and overshoot.max() == 5  # the floor of 1 overshoots in several rows
 

@@ -39,7 +39,8 @@ def test_budget_and_state_normalisation():
     for info in infos:
         assert info["hetero/epochs"].sum() == 120 and info["hetero/epochs"].min() >= 1
         assert np.all(info["hetero/epochs"] == np.round(info["hetero/epochs"]))
-        np.testing.assert_allclose(info["hetero/cost_ratio"] / info["hetero/time_ratio"][info["hetero/sizes"]],
+        np.testing.assert_allclose(info["hetero/cost_ratio"]
+                                   / info["hetero/time_ratio"][info["hetero/sizes"]],
                                    info["hetero/probe_time"] / info["hetero/probe_time"].min())
     obs, _ = env.reset(seed=3)
     assert obs.max() == 1.0 and obs.min() > 0  # speed relative to the round's fastest
@@ -66,8 +67,8 @@ def test_r1_identity_and_independence_from_the_split():
         sizes = rng.integers(0, 2, 6)
         *_, a = uniform.step(uniform.unwrapped.encode_action(sizes, np.full(6, 1 / 6)))
         *_, b = skewed.step(skewed.unwrapped.encode_action(sizes, rng.dirichlet(np.ones(6))))
-        assert a["hetero/r1"] == pytest.approx(10.0 - a["hetero/cost_ratio"].max() / a["hetero/cost_ratio"].min(),
-                                               rel=1e-9)
+        assert a["hetero/r1"] == pytest.approx(10.0 - a["hetero/cost_ratio"].max()
+                                               / a["hetero/cost_ratio"].min(), rel=1e-9)
         assert a["hetero/r1"] == pytest.approx(b["hetero/r1"], rel=1e-9)
         assert not np.array_equal(a["hetero/epochs"], b["hetero/epochs"])
 
@@ -189,7 +190,8 @@ def test_the_history_observation_shows_each_clients_last_slowdown_and_its_age():
     # the measured slowdown is what the server can compute: per-epoch training time over the probe's forecast
     c = played.slots[0]
     costs = fed.model_costs[info["hetero/sizes"][0]] + fed.companion_cost
-    measured = info["hetero/train_time_per_epoch"][0] / (info["hetero/probe_time"][0] * costs / fed.probe_cost)
+    probe_per_cost = info["hetero/probe_time"][0] / fed.probe_cost
+    measured = info["hetero/train_time_per_epoch"][0] / (probe_per_cost * costs)
     assert measured == pytest.approx(slowdown[c])
 
 
@@ -203,8 +205,8 @@ def test_the_history_oracle_plays_the_oracle_on_forecast_speeds_by_hand():
     by_hand = np.concatenate([(1 / s1) / forecast, obs[12:]]).astype(np.float32)
     np.testing.assert_allclose(HistoryOraclePolicy(spec, rho=0.7).predict(obs)[0],
                                BalancedOraclePolicy(spec).predict(by_hand)[0], atol=1e-6)
-    np.testing.assert_array_equal(HistoryOraclePolicy(spec, rho=0.0).predict(obs)[0][:12],
-                                  BalancedOraclePolicy(spec).predict(obs)[0][:12])  # rho 0: the oracle's sizes
+    oracle_sizes = BalancedOraclePolicy(spec).predict(obs)[0][:12]
+    np.testing.assert_array_equal(HistoryOraclePolicy(spec, rho=0.0).predict(obs)[0][:12], oracle_sizes)
     with pytest.raises(ValueError, match="observation width=12"):
         HistoryOraclePolicy(spec).predict(obs[:12])
     with pytest.raises(ValueError, match="rho=1.5"):
@@ -232,9 +234,11 @@ def test_the_clairvoyant_oracle_balances_the_true_per_epoch_times():
 
 
 @pytest.mark.parametrize("env_id,action,match", [
-    ("FLHeteroAlloc-v0", np.full(6, 2), "action="), ("FLHeteroAlloc-v0", np.ones(5, np.int64), "action has shape"),
+    ("FLHeteroAlloc-v0", np.full(6, 2), "action="),
+    ("FLHeteroAlloc-v0", np.ones(5, np.int64), "action has shape"),
     ("FLHetero-v0", np.full(12, np.nan, np.float32), "is not finite"),
-    ("FLHetero-v0", np.array(["a"] * 12), "has dtype <U1"), ("FLHeteroAlloc-v0", np.full(6, 0.5), "integers of"),
+    ("FLHetero-v0", np.array(["a"] * 12), "has dtype <U1"),
+    ("FLHeteroAlloc-v0", np.full(6, 0.5), "integers of"),
 ])
 def test_bad_actions(env_id, action, match):
     env = gym.make(env_id).unwrapped
@@ -273,7 +277,8 @@ def test_scenario_fields_are_shared_and_family_fields_stay_apart():
 def test_presets():
     assert HeteroConfig(preset="scale100").clients_per_round == 60
     cfg = HeteroConfig(preset="scale20", clients_per_round=10)
-    assert (cfg.scenario.num_clients, cfg.clients_per_round, cfg.num_sizes, cfg.total_epochs) == (20, 10, 3, 200)
+    assert (cfg.scenario.num_clients, cfg.clients_per_round, cfg.num_sizes, cfg.total_epochs) == (
+        20, 10, 3, 200)
     np.testing.assert_allclose(HeteroConfig().time_ratio, [4.5, 14.0])
 
 
@@ -383,7 +388,8 @@ def test_the_categorical_view_has_no_residual_action():
                                               ("scale20", [4.5 / 14, 8.5 / 14, 1.0])])
 def test_the_catalogue_observation_adds_what_each_ordinal_size_costs(preset, catalogue):
     """M(s) = (c(s) + c(lite)) / c(lite): small 4.5, medium 8.5, large 14, over the large's."""
-    paper, env = gym.make("FLHetero-v0", preset=preset), gym.make("FLHetero-v0", preset=preset, obs_mode="catalogue")
+    paper = gym.make("FLHetero-v0", preset=preset)
+    env = gym.make("FLHetero-v0", preset=preset, obs_mode="catalogue")
     obs, k = env.reset(seed=2)[0], env.unwrapped.k
     np.testing.assert_array_equal(obs[:k], paper.reset(seed=2)[0])
     np.testing.assert_allclose(obs[k:], catalogue, rtol=1e-6)

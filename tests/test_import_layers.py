@@ -12,7 +12,8 @@ ROOT = Path(__file__).parents[1]
 LAYERS = {"fl_gym": 0, "envs": 1, "integrations": 2, "baselines": 3, "agents": 3, "training": 4}
 PACKAGES = {"fl_gym.envs": "envs", "fl_gym.baselines": "baselines", "fl_gym.agents": "agents",
             "fl_gym.integrations": "integrations", "fl_gym.training": "training"}
-GENERIC = ["fl_gym", "envs/base.py", "envs/registry.py", "envs/scenario.py", "envs/presets.py", "envs/learning.py",
+GENERIC = ["fl_gym", "envs/base.py", "envs/registry.py", "envs/scenario.py", "envs/presets.py",
+           "envs/learning.py",
            "envs/vector.py", "agents", "training/cli.py", "training/compare.py", "training/evaluation.py",
            "training/callbacks.py", "training/runs.py", "training/bench.py", "training/plots.py",
            "training/agent_demo.py", "training/sections.py", "training/trace.py", "training/imitation.py"]
@@ -55,7 +56,8 @@ def test_generic_modules_name_no_family():
     words = re.compile(r"\b(hapfl|hetero|T_d|LiteModel|FLHetero\w*)\b", re.IGNORECASE)  # as `git grep -w -i`
     files = [p for entry in GENERIC for p in ((ROOT / entry).rglob("*.py") if (ROOT / entry).is_dir()
                                                else [ROOT / entry])]
-    offenders = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files if p.name != "zoo.py"  # the model catalogue
+    # the model catalogue
+    offenders = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files if p.name != "zoo.py"
                  for m in words.finditer(p.read_text())]
     assert offenders == []
 

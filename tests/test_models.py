@@ -40,7 +40,8 @@ def test_hapfl_mac_ratios_match_the_clocks_default_costs():
     charges by default (small 3.5, medium 7.5, large 13; ``DEFAULT_COSTS``), within 2 %."""
     lite = build_model("hapfl-lite", (3, 32, 32), 10).macs_per_sample
     assert lite == pytest.approx(0.82e6, rel=0.01)
-    ratios = [build_model(f"hapfl-{s}", (3, 32, 32), 10).macs_per_sample / lite for s in ("small", "medium", "large")]
+    ratios = [build_model(f"hapfl-{s}", (3, 32, 32), 10).macs_per_sample / lite
+              for s in ("small", "medium", "large")]
     assert ratios == pytest.approx([3.46, 7.38, 12.75], abs=0.01)
 
 
@@ -87,13 +88,15 @@ def test_stack_rows_round_trip():
     assert torch.equal(out, rows)
 
 
-@pytest.mark.parametrize("name,shape", [("fedent-vgg11", (1, 8, 8)), ("cnn-small", (64,)), ("nope", (1, 8, 8))])
+@pytest.mark.parametrize("name,shape",
+                         [("fedent-vgg11", (1, 8, 8)), ("cnn-small", (64,)), ("nope", (1, 8, 8))])
 def test_bad_model_requests(name, shape):
     with pytest.raises(ValueError, match="input_shape|model="):
         build_model(name, shape, 10)
 
 
-PAPER_SHAPES = {"fedentropy-lenet": (3, 32, 32), "fedent-cifar10-cnn": (3, 32, 32), "fedent-vgg11": (3, 32, 32)}
+PAPER_SHAPES = {"fedentropy-lenet": (3, 32, 32), "fedent-cifar10-cnn": (3, 32, 32),
+                "fedent-vgg11": (3, 32, 32)}
 
 
 def _input_shape(name: str) -> tuple[int, ...]:

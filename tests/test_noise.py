@@ -13,8 +13,8 @@ from fl_gym.data.noise import noisy_view
 
 
 def _fed(noisy: float, seed: int = 3, kind: str = "random") -> Federation:
-    cfg = FederationConfig(num_clients=10, partition=partition_scheme("dirichlet", alpha=0.5), noisy_clients=noisy,
-                           label_noise=kind)
+    cfg = FederationConfig(num_clients=10, partition=partition_scheme("dirichlet", alpha=0.5),
+                           noisy_clients=noisy, label_noise=kind)
     return Federation(cfg, scenario_seed=seed)
 
 
@@ -46,7 +46,8 @@ def test_flipped_labels_are_the_mirror_class_of_the_truth_for_noisy_clients_only
     assert torch.equal(fed._train_x, random._train_x)
     assert noisy_view(fed.x_train, fed.y_train, 10, "flip")[1] is fed._train_y  # each kind's view is shared
     assert noisy_view(fed.x_train, fed.y_train, 10)[1] is random._train_y
-    with pytest.raises(ValueError, match="label_noise='mirror' is out of range; allowed: one of 'random', 'flip'"):
+    with pytest.raises(ValueError,
+                       match="label_noise='mirror' is out of range; allowed: one of 'random', 'flip'"):
         gym.make("FLSelect-v0", noisy_clients=0.3, label_noise="mirror")
 
 
@@ -83,14 +84,16 @@ def test_noisy_clients_is_validated(bad):
 
 
 def test_randomized_scenarios_come_from_the_seed_range_and_equal_the_fixed_scenario_of_their_seed():
-    env = gym.make("FLAggregate-v0", noisy_clients=0.3, randomize_scenario=True, scenario_seed_range=(500, 600))
+    env = gym.make("FLAggregate-v0", noisy_clients=0.3, randomize_scenario=True,
+                   scenario_seed_range=(500, 600))
     seen = set()
     for k in range(6):
         env.reset(seed=k)
         fed = env.unwrapped.federation
         assert 500 <= fed.scenario_seed < 600
         seen.add(fed.scenario_seed)
-        twin = gym.make("FLAggregate-v0", noisy_clients=0.3, scenario_seed=fed.scenario_seed).unwrapped.federation
+        twin = gym.make("FLAggregate-v0", noisy_clients=0.3,
+                        scenario_seed=fed.scenario_seed).unwrapped.federation
         assert np.array_equal(twin.sizes, fed.sizes) and np.array_equal(twin.noisy, fed.noisy)
     assert len(seen) > 1
 

@@ -20,10 +20,12 @@ from fl_gym.envs.rates import RateConfig, rate_of, unit_of
 
 def test_check2_scalar_reduction():
     g = torch.Generator().manual_seed(0)
-    w, grad = torch.randn(500, generator=g, dtype=torch.float64), torch.randn(500, generator=g, dtype=torch.float64)
+    w = torch.randn(500, generator=g, dtype=torch.float64)
+    grad = torch.randn(500, generator=g, dtype=torch.float64)
     s, a, b = float(w @ w), float(w @ grad), float(grad @ grad)
     for eta in (0.0, 0.1, 1.0):
-        assert float((w - eta * grad).square().sum()) == pytest.approx(s - 2 * eta * a + eta * eta * b, rel=1e-12)
+        assert float((w - eta * grad).square().sum()) == pytest.approx(s - 2 * eta * a + eta * eta * b,
+                                                                       rel=1e-12)
 
 
 def test_check3_frozen_share_by_hand():
@@ -39,7 +41,8 @@ def test_check5_joint_solve_case_b():
     np.testing.assert_allclose(sol.eta, [0.0770909, 0.0792267], atol=1e-7)
     assert sol.phi2 == pytest.approx(1.8482232, abs=1e-7)
     w, g = np.array([1.0, 1.0]), np.array([[1.0, 0.0], [0.5, 0.5]])
-    assert 0.5 * sum(np.sum((w - e * gi) ** 2) for e, gi in zip(sol.eta, g, strict=True)) == pytest.approx(sol.phi2)
+    assert 0.5 * sum(np.sum((w - e * gi) ** 2)
+                     for e, gi in zip(sol.eta, g, strict=True)) == pytest.approx(sol.phi2)
     for e, theta, a, b in zip(sol.eta, [0.5, 0.5], [1, 1], [1, 0.5], strict=True):  # Eq. (21) residual
         p = theta * (2 - 2 * e * a + e * e * b) / sol.phi2
         k = 0.5 * theta * (1 + math.log(p)) / (0.5 * sol.phi2)
@@ -77,7 +80,8 @@ def test_check8_algorithm1_on_the_quadratic_toy(gauss_seidel, sweeps):
     mf = mean_field_offline(grad, w0, schedule, thetas, FedEntSettings(beta=0.5), gauss_seidel=gauss_seidel)
     assert mf.converged and mf.sweeps == sweeps
     assert mf.phi2[1] == pytest.approx(7.4923, abs=5e-3) and mf.phi2[20] == pytest.approx(2.894, abs=5e-3)
-    torch.testing.assert_close(mf.phi1[20], torch.tensor([1.447, 0.894], dtype=torch.float64), atol=5e-3, rtol=0)
+    torch.testing.assert_close(mf.phi1[20], torch.tensor([1.447, 0.894], dtype=torch.float64),
+                               atol=5e-3, rtol=0)
 
 
 def test_check12_online_mode_on_the_offline_trajectory_reproduces_algorithm1():
@@ -151,8 +155,8 @@ def test_check10_constant_lr_is_a_standalone_fedavg_loop_and_probes_do_not_move_
     for clients in schedule:  # no probe at all in this loop
         mask = np.isin(np.arange(20), clients)
         fed.run_round(RoundPlan.make(20, lr=cfg.scenario.lr, selected=mask, epochs=cfg.local_epochs))
-    np.testing.assert_allclose(env.unwrapped.federation.global_models[0].numpy(), fed.global_models[0].numpy(),
-                               rtol=0, atol=1e-6)
+    np.testing.assert_allclose(env.unwrapped.federation.global_models[0].numpy(),
+                               fed.global_models[0].numpy(), rtol=0, atol=1e-6)
 
 
 def test_the_observation_holds_what_fedent_reads():
@@ -200,15 +204,18 @@ def test_offline_mode_runs_algorithm1_once_per_episode():
     policy = FedEntPolicy(env, mode="offline")
     _run(env, policy)
     first = policy.mean_field
-    assert first.phi1.shape == (5, env.unwrapped.federation.archs[0].num_params) and np.all(np.isfinite(first.phi2))
+    assert first.phi1.shape == (5, env.unwrapped.federation.archs[0].num_params)
+    assert np.all(np.isfinite(first.phi2))
     _run(env, policy, seed=1)
     assert policy.mean_field is not first
 
 
 def test_bad_arguments_name_the_parameter():
-    for kwargs, name in [(dict(clients_per_round=21), "clients_per_round"), (dict(action_mode="global"), "action_mode"),
+    for kwargs, name in [(dict(clients_per_round=21), "clients_per_round"),
+                         (dict(action_mode="global"), "action_mode"),
                          (dict(lr_max=1e-5), "lr_max"), (dict(server="fedyogi"), "server"),
-                         (dict(reward="loss"), "reward"), (dict(local_algorithm="scaffold"), "local_algorithm")]:
+                         (dict(reward="loss"), "reward"),
+                         (dict(local_algorithm="scaffold"), "local_algorithm")]:
         with pytest.raises(ValueError, match=f"{name}="):
             gym.make("FLLearningRate-v0", **kwargs)
     with pytest.raises(ValueError, match="mode="):
@@ -234,7 +241,8 @@ def test_fedent_warns_once_when_it_plays_a_root_that_is_not_a_minimiser(monkeypa
     m = len(env.unwrapped.round_stats.clients)
     monkeypatch.setattr(rates, "joint_solve", lambda *a, **k: Solution(np.full(m, 0.01), 1.0, 1,
                                                                           np.arange(m) == 0))
-    with pytest.warns(RuntimeWarning, match="root of Eq. 21 is not a minimiser of the one-round cost for 1 client"):
+    with pytest.warns(RuntimeWarning,
+                      match="root of Eq. 21 is not a minimiser of the one-round cost for 1 client"):
         obs, *_ = env.step(policy.predict(obs)[0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second round says nothing more

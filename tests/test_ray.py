@@ -117,8 +117,8 @@ def test_a_sharded_round_equals_the_single_process_round():
     from fl_gym.integrations.ray_federation import RayFederation
     from fl_gym.records import RoundPlan
 
-    cfg = FederationConfig(dataset="digits", num_clients=6, partition=partition_scheme("dirichlet", alpha=0.5),
-                           batch_size=2000)
+    cfg = FederationConfig(dataset="digits", num_clients=6,
+                           partition=partition_scheme("dirichlet", alpha=0.5), batch_size=2000)
     alone = Federation(cfg, scenario_seed=1)
     sharded = RayFederation(cfg, scenario_seed=1, workers=2)
     alone.reset(5)

@@ -76,7 +76,8 @@ def test_loss_vs_all_is_the_loss_that_keeping_everyone_would_have_left(env_id, k
             action[:] = 1  # keeping all saves nothing, exactly
         fed = env.unwrapped.federation  # averaging nobody leaves the global model
         nobody = np.zeros((1, fed.num_clients), bool)
-        assert np.array_equal(fed.validate_averages(env.unwrapped.pending.trained, nobody)[0], fed.validation())
+        assert np.array_equal(fed.validate_averages(env.unwrapped.pending.trained, nobody)[0],
+                              fed.validation())
         _, reward, _, _, info = env.step(action)
         twin.reset(seed=5)
         for a in played:
@@ -89,8 +90,9 @@ def test_loss_vs_all_is_the_loss_that_keeping_everyone_would_have_left(env_id, k
 
 
 def test_loss_vs_all_is_refused_where_every_picked_client_is_aggregated():
-    with pytest.raises(ValueError, match="reward_signal='loss_vs_all' is out of range; allowed: one of accuracy, "
-                                         "loss, loss_area \\(every picked client"):
+    with pytest.raises(ValueError,
+                       match="reward_signal='loss_vs_all' is out of range; allowed: one of accuracy, "
+                             "loss, loss_area \\(every picked client"):
         gym.make("FLSelectPick-v0", reward_signal="loss_vs_all")
     env = gym.make("FLSelect-v0")  # another signal: the term is not measured
     env.reset(seed=0)

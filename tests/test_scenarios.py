@@ -30,7 +30,8 @@ def test_a_new_scenario_per_reset_reproducible_from_the_seed():
         assert _scenario(env) == _scenario(twin)
         assert obs.shape == env.observation_space.shape and 8 <= env.unwrapped.federation.num_clients <= 14
         drawn.append(_scenario(env))
-    assert len({str(s) for s in drawn}) == 6 and len({s[0] for s in drawn}) > 1  # profiles, partitions and K vary
+    # profiles, partitions and K vary
+    assert len({str(s) for s in drawn}) == 6 and len({s[0] for s in drawn}) > 1
     env.reset(seed=2)
     assert _scenario(env) == drawn[2]
 
@@ -71,9 +72,10 @@ def test_training_families_randomise_their_scenario_and_where_allowed_their_clie
     assert len(counts) > 1 if span else counts == {env.unwrapped.config.scenario.num_clients}
 
 
-K_DEPENDENT = [i for i in env_ids() if not gym.spec(i).entry_point.endswith(("FLHeteroEnv", "FLHeteroAllocEnv",
-                                                                            "FLHeteroIntensityEnv", "FLSelectEnv",
-                                                                            "FLLearningRateEnv"))]
+K_DEPENDENT = [i for i in env_ids()
+               if not gym.spec(i).entry_point.endswith(("FLHeteroEnv", "FLHeteroAllocEnv",
+                                                       "FLHeteroIntensityEnv", "FLSelectEnv",
+                                                       "FLLearningRateEnv"))]
 
 
 @pytest.mark.parametrize("env_id", K_DEPENDENT)
@@ -124,7 +126,8 @@ def test_values_that_would_hang_abort_or_make_nan_are_refused_at_make(env_id, kw
     (dict(preset=[1, 2]), "preset=[1, 2] is out of range; allowed: a string"),
     (dict(distillation="abc"), "distillation='abc' is out of range; allowed: a MutualDistillation"),
     (dict(fractional_epochs=-1), "fractional_epochs=-1 is out of range; allowed: True or False"),
-    (dict(target_accuracy="x"), "target_accuracy='x' is out of range; allowed: a real number (not NaN) or None"),
+    (dict(target_accuracy="x"),
+     "target_accuracy='x' is out of range; allowed: a real number (not NaN) or None"),
     (dict(sigma_drift=1e9), "sigma_drift=1000000000.0 is out of range; allowed: a float in [0, 5]"),
     (dict(data_root=-1), "data_root=-1 is out of range; allowed: a string or None"),
 ])
@@ -164,8 +167,10 @@ def test_a_partition_knob_applies_to_its_scheme_only_and_a_presets_knob_stays_wi
     # FLSelect-v0's tiny preset splits by Dirichlet(0.3): picking shards drops the preset's alpha
     shards = gym.make("FLSelect-v0", partition="shards", shards_per_client=3).unwrapped
     assert shards.federation.config.partition == partition_scheme("shards", shards_per_client=3)
-    assert gym.make("FLSelect-v0").unwrapped.federation.config.partition == partition_scheme("dirichlet", alpha=0.3)
-    with pytest.raises(ValueError, match="alpha=0.3 does not apply to partition='shards'; allowed: shards_per_client"):
+    default = gym.make("FLSelect-v0").unwrapped.federation.config.partition
+    assert default == partition_scheme("dirichlet", alpha=0.3)
+    with pytest.raises(ValueError,
+                       match="alpha=0.3 does not apply to partition='shards'; allowed: shards_per_client"):
         gym.make("FLSelect-v0", partition="shards", alpha=0.3)
     with pytest.raises(ValueError, match="shards_per_client=3 does not apply to partition='dirichlet'"):
         gym.make("FLSelect-v0", shards_per_client=3)

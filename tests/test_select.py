@@ -105,7 +105,8 @@ def test_ideal_case1_upload_rate_matches_an_independent_monte_carlo():
     keeps mean |A| ~ 7.84 of the 10 candidates, as a separate simulation of the ideal case estimated."""
     rng = np.random.default_rng(0)
     classes = np.repeat(np.arange(10), 10)
-    kept = [len(judge(np.eye(10)[classes[rng.choice(100, 10, replace=False)]], EQ(10))[0]) for _ in range(1500)]
+    kept = [len(judge(np.eye(10)[classes[rng.choice(100, 10, replace=False)]], EQ(10))[0])
+            for _ in range(1500)]
     assert np.mean(kept) == pytest.approx(7.84, abs=0.1)
 
 
@@ -113,7 +114,8 @@ def test_config_presets_and_errors():
     cfg = SelectConfig()
     assert (cfg.clients_per_round, cfg.scenario.num_clients, cfg.scenario.rounds_per_episode) == (5, 20, 30)
     paper = SelectConfig(preset="paper")
-    assert (paper.scenario.dataset, paper.scenario.partition, paper.model) == ("cifar10", "classes", "fedentropy-lenet")
+    assert (paper.scenario.dataset, paper.scenario.partition, paper.model) == (
+        "cifar10", "classes", "fedentropy-lenet")
     with pytest.raises(ValueError, match="action_encoding='discrete'"):
         gym.make("FLSelect-v0", clients_per_round=13, action_encoding="discrete")
     with pytest.raises(ValueError, match="sampler='value'"):
@@ -322,7 +324,9 @@ def test_top_lambda_drops_the_lowest_entropy_first():
     assert TopLambdaEntropyPolicy(layout, 0.8).predict(obs)[0].sum() == 8
     obs[: 60].reshape(10, 6)[:, 0] = 0.3  # all equal: the seed decides, reproducibly
     a, b = (TopLambdaEntropyPolicy(layout, 0.8, seed=s).predict(obs)[0] for s in (0, 1))
-    assert np.array_equal(a, TopLambdaEntropyPolicy(layout, 0.8, seed=0).predict(obs)[0]) and not np.array_equal(a, b)
+    assert np.array_equal(a,
+                          TopLambdaEntropyPolicy(layout, 0.8,
+                                                 seed=0).predict(obs)[0]) and not np.array_equal(a, b)
 
 
 def test_entropy_weights_with_fallback_and_skip():
@@ -345,14 +349,17 @@ def test_entropy_weights_with_fallback_and_skip():
 
 
 def test_server_data_is_opt_in_and_reported():
-    with pytest.raises(ValueError, match="server_data_fraction=0.1 is out of range; allowed: 0 unless allow_server"):
+    with pytest.raises(ValueError,
+                       match="server_data_fraction=0.1 is out of range; allowed: 0 unless allow_server"):
         gym.make("FLSelectQueue-v0", server_data_fraction=0.1)
     with pytest.warns(UserWarning, match="sends them to every device"):
-        env = gym.make("FLSelectQueue-v0", server_data_fraction=0.1, allow_server_data=True, rounds_per_episode=3)
+        env = gym.make("FLSelectQueue-v0", server_data_fraction=0.1, allow_server_data=True,
+                       rounds_per_episode=3)
     env.reset(seed=0)
     env.step(np.ones(20, np.int8))
     *_, info = env.step(np.ones(20, np.int8))
-    assert info["select/privacy"] == {"server_data_fraction": 0.1, "raw_samples_sent_total": 20 * env.unwrapped.segment,
+    assert info["select/privacy"] == {"server_data_fraction": 0.1,
+                                      "raw_samples_sent_total": 20 * env.unwrapped.segment,
                                       "label_stats_exposed": "entropy"}
     for env_id in ("FLSelect-v0", "FLSelectPick-v0", "FLHetero-v0"):  # no other env builds a server share
         assert len(gym.make(env_id).unwrapped.federation.server_indices) == 0

@@ -60,7 +60,7 @@ def _vector_and_twins(env_id: str, n: int, **kwargs) -> tuple:
 
 
 def _assert_step_is_each_twins_step_within_tolerance(vec, solo, actions) -> None:
-    """A vector step of copies that train equals each twin's step (a finished twin resets, as the copy did)."""
+    """A vector step of copies that train equals each twin's step (a finished twin resets, as the copy)."""
     obs, rewards, dones, infos = vec.step(actions)
     for i, env in enumerate(solo):
         o, r, terminated, truncated, _ = env.step(actions[i])
@@ -111,7 +111,8 @@ def test_training_and_evaluation_are_merged_across_the_copies_of_a_turn(turn, fl
     assert vec.batcher.flushes - before == flushes
 
 
-@pytest.mark.parametrize("rows", [None, 16])  # the default; a cap that splits the merged evaluation into chunks
+# the default; a cap that splits the merged evaluation into chunks
+@pytest.mark.parametrize("rows", [None, 16])
 def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone(rows, monkeypatch):
     if rows is not None:  # 4 models: 4 samples per chunk instead of the 512 of each evaluation alone
         monkeypatch.setattr("fl_gym.engine.batcher.MERGED_EVAL_ROWS", rows)
@@ -122,7 +123,8 @@ def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone(r
     assert [len(r) for r in requests] == [2, 2]  # the test split and the validation set
     before = vec.batcher.flushes
     merged = vec.batcher.run(lambda i: feds[i]._evaluate_all(requests[i]))
-    assert vec.batcher.flushes - before == 1  # four requests of one architecture on one data set: one engine call
+    # four requests of one architecture on one data set: one engine call
+    assert vec.batcher.flushes - before == 1
     for copy_requests, results in zip(requests, merged, strict=True):
         for request, result in zip(copy_requests, results, strict=True):
             alone = request.run()
@@ -337,10 +339,12 @@ INJECTED = [("FLHeteroAlloc-v0", {"intensity_policy": "inverse", "obs_mode": "ex
 
 
 @pytest.mark.parametrize("env_id,kwargs", [(i, {"obs_mode": m}) for i in TIMING for m in OBS_MODES] + INJECTED
-                         + [(TIMING[0], {"randomize_scenario": True}), (TIMING[0], {"residual_policy": "oracle"}),
+                         + [(TIMING[0], {"randomize_scenario": True}),
+                            (TIMING[0], {"residual_policy": "oracle"}),
                             (TIMING[0], {"randomize_scenario": True, "num_clients_range": (6, 14),
                                          "obs_mode": "history"}),
-                            (TIMING[0], {"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5})])
+                            (TIMING[0],
+                             {"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5})])
 def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     """The family's vector clock plays every copy's step as arrays; observations, rewards and
     every info value equal the stand-alone env's exactly, through auto-resets (which, with

@@ -66,7 +66,8 @@ class FLToyEnv(FLEnv):
         repaired = not chosen.any()
         if repaired:  # at least one client trains: the fastest (flagged in info)
             chosen[np.argmax(self._observe(opened))] = True
-        plan = RoundPlan.make(len(chosen), lr=self.config.scenario.lr, selected=chosen, epochs=self.config.epochs)
+        plan = RoundPlan.make(len(chosen), lr=self.config.scenario.lr, selected=chosen,
+                              epochs=self.config.epochs)
         return self.federation.finish_round(self.federation.train_round(opened, plan)), repaired
 
     def _reward_terms(self, report: RoundReport, repaired: bool) -> dict[str, float]:
@@ -92,7 +93,8 @@ class FastestHalfPolicy:
 
 
 TOY = Family(name="toy", paper="a toy family (tests/toy_family.py)", envs={"FLToy-v0": "toy_family:FLToyEnv"},
-             policies={"fastest-half": PolicyEntry(FastestHalfPolicy, "the faster half of the clients train")},
+             policies={"fastest-half": PolicyEntry(FastestHalfPolicy,
+                                                   "the faster half of the clients train")},
              metrics=(Metric("toy/chosen", "clients chosen"),))
 
 

@@ -83,7 +83,8 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def interleaved_medians(fns: list[Callable[[], object]], repeats: list[int], device: torch.device) -> list[float]:
+def interleaved_medians(fns: list[Callable[[], object]], repeats: list[int],
+                        device: torch.device) -> list[float]:
     """Median seconds of each function after one warm-up, runs interleaved so drifts hit all alike."""
     for fn in fns:
         fn()
@@ -163,9 +164,9 @@ def engine_table(results: list[EngineResult]) -> str:
             "batched GFLOP/s | loop GFLOP/s | matmul peak GFLOP/s | batched % of peak |")
     rows = [head, "|" + "---|" * 11]
     for r in results:
-        rows.append(f"| {r.scenario} | {r.model} | {r.clients} | {r.threads} | {r.batched_ms:.1f} | {r.loop_ms:.1f} | "
-                    f"{r.speedup:.1f}x | {r.gflops_batched:.1f} | {r.gflops_loop:.1f} | {r.peak:.0f} | "
-                    f"{100 * r.gflops_batched / r.peak:.0f}% |")
+        rows.append(f"| {r.scenario} | {r.model} | {r.clients} | {r.threads} | {r.batched_ms:.1f} | "
+                    f"{r.loop_ms:.1f} | {r.speedup:.1f}x | {r.gflops_batched:.1f} | {r.gflops_loop:.1f} | "
+                    f"{r.peak:.0f} | {100 * r.gflops_batched / r.peak:.0f}% |")
     return "\n".join(rows)
 
 

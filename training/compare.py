@@ -64,8 +64,9 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
         name, kwargs = _with_kwargs(spec)
         fixed = family_of(env_id).fixed_policies(env_id)
         if name not in fixed:
-            raise UserError(f"policy {name!r} is not known for {env_id}; allowed: {', '.join(fixed) or 'none'}, "
-                             f"or ALGO:PATH with ALGO in {', '.join((*ALGOS, *recipes_for(env_id)))}")
+            raise UserError(f"policy {name!r} is not known for {env_id}; allowed: "
+                             f"{', '.join(fixed) or 'none'}, or ALGO:PATH with ALGO in "
+                             f"{', '.join((*ALGOS, *recipes_for(env_id)))}")
         entry = fixed[name]
         return PolicySpec(spec, lambda env: entry.build(env, **kwargs), dict(entry.env_kwargs))
     recipes = recipes_for(env_id)
@@ -116,7 +117,8 @@ def _warn_seed_overlap(run_dir: Path, run: dict[str, Any], eval_seeds: tuple[int
             warnings.warn(f"evaluation seeds {sorted(used)} were used to train {run_dir}", stacklevel=3)
 
 
-def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEEDS, env_kwargs: dict | None = None,
+def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEEDS,
+            env_kwargs: dict | None = None,
             rounds: int | None = None, out_dir: str | Path | None = None, progress: bool = True,
             target: float | None = None) -> dict[str, Any]:
     """Evaluate every policy on the same seeds; write tables and plots to ``out_dir``; return the results.
@@ -194,9 +196,11 @@ def _series(episodes: list[Episode], metric: str) -> dict[str, list[float]]:
 def markdown_table(results: dict[str, Any]) -> str:
     """Mean ± std of the family's metrics, one row per policy (columns no policy reports are left out)."""
     summary = results["summary"]
-    names = {**results["columns"], "rounds_to_target": "rounds to target (median)", "reached": "reached target"}
+    names = {**results["columns"], "rounds_to_target": "rounds to target (median)",
+             "reached": "reached target"}
     columns = [(k, name) for k, name in names.items() if any(k in s for s in summary.values())]
-    lines = ["| policy | " + " | ".join(name for _, name in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    lines = ["| policy | " + " | ".join(name for _, name in columns) + " |",
+             "|---" * (len(columns) + 1) + "|"]
     for spec, stats in summary.items():
         cells = [_cell(stats[k]) if k in stats else "n/a" for k, _ in columns]
         lines.append(f"| {spec} | " + " | ".join(cells) + " |")
@@ -235,7 +239,8 @@ def _plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
     series, env_id, n = results["series"], results["env_id"], len(results["seeds"])
     acc_label = results["columns"].get("accuracy", "accuracy")
     out = []
-    for metric, ylabel in (("accuracy", f"test accuracy ({acc_label})"), ("round_time", "simulated round time (s)"),
+    for metric, ylabel in (("accuracy", f"test accuracy ({acc_label})"),
+                           ("round_time", "simulated round time (s)"),
                            ("sim_time", "cumulative simulated time (s)")):
         lines = {label: (None, s[metric]) for label, s in series.items() if s[metric]["mean"]}
         if lines:

@@ -131,7 +131,8 @@ def demonstrate(make_env: Callable[[], gym.Env], make_policy: Callable[[gym.Env]
     return [(r.episode, r.trajectory) for r in _play(make_env, make_policy, seeds, None, record=True)]
 
 
-def _play(make_env: Callable[[], gym.Env] | Sequence[Callable[[], gym.Env]], make_policy: Callable[[gym.Env], Any],
+def _play(make_env: Callable[[], gym.Env] | Sequence[Callable[[], gym.Env]],
+          make_policy: Callable[[gym.Env], Any],
           seeds: Iterable[int], max_rounds: int | None, record: bool) -> list[_Runner]:
     seeds = list(seeds)
     makers = list(make_env) if isinstance(make_env, Sequence) else [make_env] * len(seeds)

@@ -1,4 +1,4 @@
-"""A policy on a Flower federation: the ServerApp ``flwr run`` starts, and ``fl-gym flower`` (local simulation).
+"""A policy on a Flower federation: the ServerApp ``flwr run`` starts, and ``fl-gym flower``.
 
 The policy is named as ``fl-gym compare`` names it (a fixed policy of the env's family, or
 ``ppo:PATH`` for a trained run); the strategy is :class:`~fl_gym.integrations.flower.PolicyStrategy`,
@@ -32,13 +32,14 @@ server_app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """``flwr run``: play the run config's policy for ``num-rounds`` rounds."""
     cfg = context.run_config
-    spec = EnvSpec(str(cfg["env-id"]), json.loads(str(cfg.get("env-kwargs", "{}"))), int(cfg.get("scenario-seed", 0)))
+    spec = EnvSpec(str(cfg["env-id"]), json.loads(str(cfg.get("env-kwargs", "{}"))),
+                   int(cfg.get("scenario-seed", 0)))
     strategy = strategy_for(spec, str(cfg.get("policy", "fedavg")), seed=int(cfg.get("seed", 0)))
     strategy.start(grid, num_rounds=int(cfg.get("num-rounds", 3)))
 
 
 def strategy_for(spec: EnvSpec, policy: str, seed: int = 0) -> PolicyStrategy:
-    """The strategy playing ``policy`` (a ``compare`` policy spec) on the env ``spec``, on its variant if any."""
+    """The strategy playing ``policy`` (a ``compare`` policy spec) on the env ``spec`` (or its variant)."""
     chosen = policy_spec(policy, spec.env_id, eval_seeds=(seed,))
     spec = replace(spec, env_kwargs={**chosen.env_kwargs, **spec.env_kwargs})
     return PolicyStrategy(spec, chosen.factory, seed=seed, label=chosen.label)
@@ -62,8 +63,8 @@ def run_local(strategy: PolicyStrategy, num_rounds: int, num_cpus_per_client: fl
 
     backend: dict[str, Any] = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}}
     with _quiet_deprecation():
-        run_simulation(server_app=app, client_app=client_app, num_supernodes=num_clients, backend_config=backend,
-                       verbose_logging=verbose)
+        run_simulation(server_app=app, client_app=client_app, num_supernodes=num_clients,
+                       backend_config=backend, verbose_logging=verbose)
     return strategy
 
 
@@ -91,7 +92,7 @@ def _quiet_deprecation() -> Iterator[None]:
 
 
 def env_episode(strategy: PolicyStrategy, num_rounds: int) -> list[dict[str, Any]]:
-    """The rounds ``strategy``'s policy plays in the fl-gym env itself (same spec and seeds), for comparison."""
+    """The rounds ``strategy``'s policy plays in the fl-gym env itself (same spec and seeds), to compare."""
     env = strategy.spec.make()
     return list(play(env, strategy.policy, strategy.seed, num_rounds, strategy.deterministic))
 
@@ -109,10 +110,11 @@ def comparison(flower: list[dict[str, Any]], env: list[dict[str, Any]]) -> list[
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The comparison as a Markdown table."""
-    lines = ["| round | accuracy, Flower | accuracy, env | reward, Flower | reward, env | largest action gap |",
+    lines = ["| round | accuracy, Flower | accuracy, env | reward, Flower | reward, env | largest action gap "
+             "|",
              "|---|---|---|---|---|---|"]
-    lines += [f"| {r['round']} | {r['flower_accuracy']:.4f} | {r['env_accuracy']:.4f} | {r['flower_reward']:.4f} | "
-              f"{r['env_reward']:.4f} | {r['action_gap']:.2g} |" for r in rows]
+    lines += [f"| {r['round']} | {r['flower_accuracy']:.4f} | {r['env_accuracy']:.4f} | "
+              f"{r['flower_reward']:.4f} | {r['env_reward']:.4f} | {r['action_gap']:.2g} |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -123,5 +125,6 @@ def write_outputs(out: Path, spec: EnvSpec, policy: str, seed: int, rows: list[d
     write_json(out / "results.json", {"env_id": spec.env_id, "env_kwargs": spec.env_kwargs,
                                       "scenario_seed": spec.scenario_seed, "seed": seed, "policy": policy,
                                       "flower_seconds": seconds, "rounds": rows})
-    write_text(out / "results.md", f"# {policy} on {spec.env_id} over Flower (seed {seed})\n\n" + markdown(rows))
+    write_text(out / "results.md",
+               f"# {policy} on {spec.env_id} over Flower (seed {seed})\n\n" + markdown(rows))
 

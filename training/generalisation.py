@@ -29,7 +29,8 @@ METRICS = ("straggling_latency", "sim_time", "return")
 
 
 def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[int] = HELD_OUT,
-                   variants: Mapping[str, Mapping[str, Any]] | None = None, seeds: Sequence[int] = DEFAULT_SEEDS,
+                   variants: Mapping[str, Mapping[str, Any]] | None = None,
+                   seeds: Sequence[int] = DEFAULT_SEEDS,
                    env_kwargs: Mapping[str, Any] | None = None, reference: str | None = None,
                    metrics: Sequence[str] = METRICS, out_dir: str | Path | None = None,
                    progress: bool = True) -> dict[str, Any]:
@@ -59,7 +60,8 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
     require(reference in specs, "reference", reference, f"one of the policies {list(specs)}")
     rows: list[dict[str, Any]] = []
     unable: dict[str, dict[str, str]] = {}  # variant -> policy -> why it cannot act there
-    labels = {spec: policy_spec(spec, env_id, tuple(seeds)).label for spec in specs}  # loads each model once here
+    # loads each model once here
+    labels = {spec: policy_spec(spec, env_id, tuple(seeds)).label for spec in specs}
     require(len(set(labels.values())) == len(specs), "specs", list(specs), "distinct policies")
     for name, extra in variants.items():
         for spec, label in labels.items():
@@ -70,7 +72,8 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
                 try:
                     stats = compare(env_id, [spec], tuple(seeds), kwargs, progress=False)["summary"][label]
                 except ValueError as exc:  # e.g. a flat agent on another client count
-                    require(spec != reference, "reference", reference, f"a policy that acts on {name} ({exc})")
+                    require(spec != reference, "reference", reference,
+                            f"a policy that acts on {name} ({exc})")
                     unable.setdefault(name, {})[label] = str(exc).splitlines()[0]
                     break
                 missing = [m for m in metrics if m not in stats]
@@ -88,8 +91,9 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
     return results
 
 
-def summarise(rows: list[dict[str, Any]], reference: str, metrics: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Per variant and policy: each metric's mean over scenarios, and the mean, min and max ratio to ``reference``.
+def summarise(rows: list[dict[str, Any]], reference: str,
+              metrics: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per variant and policy: each metric's mean over scenarios and its mean/min/max ratio to ``reference``.
 
     A ratio exists where every policy's value is >= 0 and the reference's > 0 (times, latencies).
     """
@@ -113,7 +117,7 @@ def summarise(rows: list[dict[str, Any]], reference: str, metrics: Sequence[str]
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """One table per variant: each metric's mean over scenarios, x reference (mean, and min-max over scenarios)."""
+    """One table per variant: each metric's mean over scenarios, x reference (mean, min-max)."""
     metrics, ref = results["metrics"], results["reference"]
     head = " | ".join(f"{m} | x {ref} (mean, min-max)" for m in metrics)
     parts = []
@@ -126,11 +130,13 @@ def markdown(results: dict[str, Any]) -> str:
             cells = []
             for m in metrics:
                 e = entry[m]
-                ratio = "-" if e["ratio"] is None else f"{e['ratio']:.3f}, {e['min_ratio']:.3f}-{e['max_ratio']:.3f}"
+                ratio = ("-" if e["ratio"] is None
+                         else f"{e['ratio']:.3f}, {e['min_ratio']:.3f}-{e['max_ratio']:.3f}")
                 cells += [f"{e['mean']:.4g}", ratio]
             lines.append(f"| {policy} | " + " | ".join(cells) + " |")
-        lines += [f"| {policy} | cannot act: {why} |" for policy, why in results["unable"].get(variant, {}).items()]
+        lines += [f"| {policy} | cannot act: {why} |"
+                  for policy, why in results["unable"].get(variant, {}).items()]
         parts.append("\n".join(lines))
-    footer = (f"\nScenario seeds {results['scenario_seeds']}, evaluation seeds {results['seeds']}; means over "
-              "scenarios of each scenario's mean over seeds.\n")
+    footer = (f"\nScenario seeds {results['scenario_seeds']}, evaluation seeds {results['seeds']}; means "
+              "over scenarios of each scenario's mean over seeds.\n")
     return "\n\n".join(parts) + "\n" + footer

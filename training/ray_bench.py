@@ -32,7 +32,8 @@ VEC_CASES = (("FLLearningRate-v0", 16, 6), ("FLHetero-v0", 64, 200))  # id, copi
 CLIENTS, PER_ROUND, EPOCHS = 10_000, 1_000, 5
 
 
-def vec_rows(repeats: int = 3, progress: Callable[[str], None] = print) -> list[tuple[str, int, float, float, float]]:
+def vec_rows(repeats: int = 3,
+             progress: Callable[[str], None] = print) -> list[tuple[str, int, float, float, float]]:
     """``(env id, copies, Ray actors steps/s, worker processes steps/s, start-up s with Ray)`` per case.
 
     The Ray shards are closed (their CPUs freed) before the next case asks for its own.
@@ -65,10 +66,12 @@ def federation_rows(repeats: int = 3, progress: Callable[[str], None] = print) -
     """
     cfg = federation_config()
     rng = np.random.default_rng(0)
-    masks = [np.isin(np.arange(CLIENTS), rng.choice(CLIENTS, PER_ROUND, replace=False)) for _ in range(repeats + 1)]
+    masks = [np.isin(np.arange(CLIENTS), rng.choice(CLIENTS, PER_ROUND, replace=False))
+             for _ in range(repeats + 1)]
     alone = Federation(cfg, 0)
     alone.reset(1)
-    play = _rounds(lambda m: alone.run_round(RoundPlan.make(CLIENTS, lr=0.05, selected=m, epochs=EPOCHS)), masks)
+    play = _rounds(lambda m: alone.run_round(RoundPlan.make(CLIENTS, lr=0.05, selected=m,
+                                                            epochs=EPOCHS)), masks)
     rows = [("one process", 1.0 / interleaved_medians([play], [repeats], torch.device("cpu"))[0])]
     for workers in (1, 2):
         progress(f"ray federation: {workers} actor(s)")
@@ -95,6 +98,7 @@ def ray_benchmark(repeats: int = 3, progress: Callable[[str], None] = print) -> 
     lines = ["| env id | copies | Ray actors (steps/s) | worker processes (steps/s) | Ray / processes | "
              "Ray start-up + reset (s) |", "|---|---|---|---|---|---|"]
     lines += [f"| {e} | {n} | {r:,.1f} | {p:,.1f} | {r / p:.2f} | {s:.1f} |" for e, n, r, p, s in vec]
-    lines += ["", f"| {CLIENTS:,} clients, {PER_ROUND:,} per round, {EPOCHS} epochs | rounds/s |", "|---|---|"]
+    lines += ["", f"| {CLIENTS:,} clients, {PER_ROUND:,} per round, {EPOCHS} epochs | rounds/s |",
+              "|---|---|"]
     lines += [f"| {label} | {rate:.2f} |" for label, rate in federation]
     return "\n".join(lines)

@@ -60,7 +60,8 @@ class RunConfig:
     tensorboard_log: str | None = None
 
 
-def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides: dict[str, Any] | None = None,
+def resolve(env_id: str, algo: str = "ppo", preset: str | None = None,
+            overrides: dict[str, Any] | None = None,
             env_kwargs: dict[str, Any] | None = None, seed: int = 0, n_envs: int | None = None,
             vec_env: str = "batched", total_timesteps: int | None = None, save_freq: int = 10000,
             tensorboard_log: str | None = None, ray_address: str | None = None) -> RunConfig:
@@ -76,7 +77,8 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides
     family_of(env_id)  # an fl-gym id, or a ValueError listing them
     recipes = recipes_for(env_id)
     if algo not in (*ALGOS, *recipes):
-        raise UserError(f"--algo={algo!r} is out of range for {env_id}; allowed: {', '.join((*ALGOS, *recipes))}")
+        raise UserError(f"--algo={algo!r} is out of range for {env_id}; allowed: "
+                        f"{', '.join((*ALGOS, *recipes))}")
     for name, value in (("--n-timesteps", total_timesteps), ("--n-envs", n_envs), ("--save-freq", save_freq)):
         require(value is None or is_int_at_least(value, 1), name, value, "an integer >= 1")
     require(is_int_at_least(seed, 0), "--seed", seed, "an integer >= 0")
@@ -85,11 +87,13 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides
 
         check_address(ray_address, "--ray-address")  # before any run folder exists
     else:
-        require(ray_address is None, "--ray-address", ray_address, f"nothing with --vec-env {vec_env} (it is for ray)")
+        require(ray_address is None, "--ray-address", ray_address,
+                f"nothing with --vec-env {vec_env} (it is for ray)")
     overrides = dict(overrides or {})
     if algo in recipes:
         recipe = recipes[algo]
-        hyperparams: dict[str, Any] = _recipe_blocks(stage_hyperparams(recipe, preset), overrides, total_timesteps)
+        hyperparams: dict[str, Any] = _recipe_blocks(stage_hyperparams(recipe, preset), overrides,
+                                                     total_timesteps)
         steps = sum(int(b["n_timesteps"]) for b in hyperparams.values())
         envs = n_envs or int(next(iter(hyperparams.values())).get("n_envs", 1))
         agents = [(s.env_id, hyperparams[s.name], "ppo") for s in recipe.stages]
@@ -100,8 +104,8 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None, overrides
         agents = [(env_id, hyperparams, algo)]
     for target, block, name in agents:
         _probe_agent(target, block, name, env_kwargs or {}, envs)
-    return RunConfig(env_id, algo, preset, hyperparams, dict(env_kwargs or {}), seed, envs, vec_env, ray_address,
-                     steps, save_freq, tensorboard_log)
+    return RunConfig(env_id, algo, preset, hyperparams, dict(env_kwargs or {}), seed, envs, vec_env,
+                     ray_address, steps, save_freq, tensorboard_log)
 
 
 def _recipe_blocks(blocks: dict[str, dict], overrides: dict[str, Any], total: int | None) -> dict[str, dict]:
@@ -121,7 +125,8 @@ def _recipe_blocks(blocks: dict[str, dict], overrides: dict[str, Any], total: in
     return blocks
 
 
-def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict[str, Any], n_envs: int) -> None:
+def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict[str, Any],
+                 n_envs: int) -> None:
     """Build the agent once on its envs (not trained): bad env kwargs and hyperparameters fail here."""
     check_hyperparams(block, algo)
     if "imitate" in block:
@@ -150,7 +155,8 @@ def new_run_dir(cfg: RunConfig, runs_dir: str | Path = "runs", run_id: str | Non
 def create_run_dir(cfg: RunConfig, folder: Path) -> Path:
     """Create the run folder ``folder`` and write its ``config.yml`` (refused if it holds a run)."""
     if (folder / "config.yml").exists():
-        raise UserError(f"run folder {folder} exists; pick another --run-id or continue it with --resume {folder}")
+        raise UserError(f"run folder {folder} exists; pick another --run-id or continue it with --resume "
+                        f"{folder}")
     folder.mkdir(parents=True, exist_ok=True)
     write_text(folder / "config.yml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     return folder
@@ -208,8 +214,8 @@ def run_lock(folder: Path) -> Iterator[None]:
         except FileExistsError:
             holder = _lock_holder(lock)
             if holder is not None and _alive(holder):
-                raise UserError(f"run folder {folder} is being trained by process {holder}; wait for it, or stop it "
-                                f"and run --resume {folder} again") from None
+                raise UserError(f"run folder {folder} is being trained by process {holder}; wait for it, or "
+                                f"stop it and run --resume {folder} again") from None
             lock.unlink(missing_ok=True)  # a stale lock
     else:
         raise UserError(f"run folder {folder}: cannot take its lock {lock}")
@@ -240,12 +246,13 @@ def _alive(pid: int) -> bool:
 
 def _check_models(folder: Path, cfg: RunConfig) -> None:
     """A run marked complete must have its model(s) whole: a missing or damaged one is named."""
-    names = [folder / "model.zip"] if cfg.algo in ALGOS else [folder / name / "model.zip" for name in cfg.hyperparams]
+    names = [folder / "model.zip"] if cfg.algo in ALGOS else [folder / name / "model.zip"
+                                                              for name in cfg.hyperparams]
     for path in names:
         if not path.is_file() or not zipfile.is_zipfile(path):
             raise UserError(f"run folder {folder} is marked complete (summary.json) but {path} is "
-                            f"{'missing' if not path.is_file() else 'damaged'}; remove summary.json and the model "
-                            f"to train again from the latest checkpoint")
+                            f"{'missing' if not path.is_file() else 'damaged'}; remove summary.json and the "
+                            f"model to train again from the latest checkpoint")
 
 
 def _train(folder: Path, cfg: RunConfig, progress: bool, say) -> dict[str, Any]:
@@ -260,11 +267,12 @@ def _train(folder: Path, cfg: RunConfig, progress: bool, say) -> dict[str, Any]:
 
         def stage(s: Stage, kwargs: dict[str, Any], seed: int) -> BaseAlgorithm:
             block = cfg.hyperparams[s.name]
-            return _train_stage(folder / s.name, cfg, s, block, kwargs, int(block["n_timesteps"]), seed, progress,
-                                say)
+            return _train_stage(folder / s.name, cfg, s, block, kwargs, int(block["n_timesteps"]),
+                                seed, progress, say)
 
         models = run_recipe(recipe, cfg.env_kwargs, cfg.seed, stage)
-        write_recipe_marker(folder, recipe, {"env_kwargs": cfg.env_kwargs, "seed": cfg.seed, "preset": cfg.preset})
+        write_recipe_marker(folder, recipe,
+                            {"env_kwargs": cfg.env_kwargs, "seed": cfg.seed, "preset": cfg.preset})
         steps = sum(m.num_timesteps for m in models.values())
     summary = {"env_id": cfg.env_id, "algo": cfg.algo, "timesteps": steps, "wall_s_last_session":
                time.perf_counter() - start, **_monitor_summary(folder)}
@@ -274,12 +282,13 @@ def _train(folder: Path, cfg: RunConfig, progress: bool, say) -> dict[str, Any]:
 
 def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, env_kwargs: dict, total: int,
                  seed: int, progress: bool, say) -> BaseAlgorithm:
-    """Train one model in ``folder`` to ``total`` steps, resuming from its latest checkpoint; writes ``model.zip``."""
+    """Train one model in ``folder`` to ``total`` steps from its latest checkpoint; writes ``model.zip``."""
     final = folder / "model.zip"
     algo = cfg.algo if cfg.algo in ALGOS else "ppo"  # a recipe's stages are PPO
     cls = ALGOS[algo]
     if final.is_file():
-        require(zipfile.is_zipfile(final), "model", str(final), "a whole SB3 model file (this one is damaged: "
+        require(zipfile.is_zipfile(final), "model", str(final),
+                "a whole SB3 model file (this one is damaged: "
                 "remove it to train on from the latest checkpoint)")
         return cls.load(final, device="cpu")
     n_envs = cfg.n_envs if cfg.algo in ALGOS else int(hyperparams.get("n_envs", cfg.n_envs))
@@ -287,7 +296,8 @@ def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, 
     done = checkpoint[1] if checkpoint else 0
     session = len(list((folder / "monitor").glob("s*")))
     monitor = folder / "monitor" / f"s{session}-from{done}"
-    env = make_env(stage.env_id, n_envs, seed + done, cfg.vec_env, env_kwargs, monitor, ray_address=cfg.ray_address)
+    env = make_env(stage.env_id, n_envs, seed + done, cfg.vec_env, env_kwargs, monitor,
+                   ray_address=cfg.ray_address)
     tb = cfg.tensorboard_log or str(folder / "tb")
     if checkpoint:
         say(f"{stage.env_id}: resuming from {checkpoint[0].name}")

@@ -27,11 +27,13 @@ def section(out: Path, name: str, env_id: str, policies: list[str], seeds: tuple
     return compare(env_id, policies, seeds, env_kwargs, out_dir=folder, progress=False, target=target)
 
 
-def agent(out: Path, env_id: str, steps: int, env_kwargs: dict[str, Any], say: Say, algo: str = "ppo") -> Path:
+def agent(out: Path, env_id: str, steps: int, env_kwargs: dict[str, Any], say: Say,
+          algo: str = "ppo") -> Path:
     """Train (or resume, or reuse) an agent under ``out/agents/ENV_ID/ALGO``; its folder."""
     folder = out / "agents" / env_id / algo
     if not (folder / "config.yml").is_file():
-        cfg = runs.resolve(env_id, algo, env_kwargs=env_kwargs, total_timesteps=steps, save_freq=max(steps // 4, 240))
+        cfg = runs.resolve(env_id, algo, env_kwargs=env_kwargs, total_timesteps=steps,
+                           save_freq=max(steps // 4, 240))
         folder = runs.new_run_dir(cfg, out / "agents", algo)
     say(f"training {algo} on {env_id} ({steps} steps)")
     runs.train(folder, progress=False, say=say)

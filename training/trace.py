@@ -19,7 +19,7 @@ from fl_gym.training.plots import plot_bands
 
 def decision_trace(env_id: str, policies: list[str], seed: int, key: str, path: Path, ylabel: str,
                    env_kwargs: dict[str, Any] | None = None) -> dict[str, list[np.ndarray]]:
-    """Play one episode per policy on ``seed``; plot ``info[key]`` per round to ``path``; return the arrays."""
+    """Play one episode per policy on ``seed``; plot ``info[key]`` per round to ``path``; the arrays."""
     traces = {}
     for spec in policies:
         p = policy_spec(spec, env_id, (seed,))

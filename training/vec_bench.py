@@ -1,4 +1,4 @@
-"""``fl-gym bench --sections vec,memory,ppo``: the vector envs on each family's default preset, their memory, PPO.
+"""``fl-gym bench --sections vec,memory,ppo``: the vector envs on each family's default, memory, PPO.
 
 For each env id (by default every family's first, its default preset), SB3's
 ``DummyVecEnv`` (copies one after the other), ``SubprocVecEnv`` (one process per copy; up to 16
@@ -91,10 +91,10 @@ def stepper(env_id: str, kind: str, n: int, steps: int, workers: int | None = No
     return run, vec
 
 
-def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[str] | None = None, steps: int = 6,
-                  timing_steps: int = 200, repeats: int = 5, device: str = "cpu",
+def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[str] | None = None,
+                  steps: int = 6, timing_steps: int = 200, repeats: int = 5, device: str = "cpu",
                   progress: Callable[[str], None] = print) -> list[VecResult]:
-    """Each id (default: every family's default) at every copy count (``timing_steps`` per run where nothing trains).
+    """Each id (default: every family's default) at every copy count (``timing_steps`` where none trains).
 
     ``device`` is every copy's torch device (each timed run ends when its kernels have); where
     nothing trains it changes nothing.
@@ -104,14 +104,15 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
         for env_id in env_ids or default_ids():
             trains = _trains(env_id)
             for n in counts:
-                kinds = [k for k in KINDS if (k != "subproc" or n <= SUBPROC_MAX) and (k != "batched-1" or
-                                                                                     auto_workers(n, trains) > 1)]
+                kinds = [k for k in KINDS if (k != "subproc" or n <= SUBPROC_MAX)
+                         and (k != "batched-1" or auto_workers(n, trains) > 1)]
                 progress(f"{env_id}, {n} copies on {device}: {', '.join(kinds)}...")
                 per_run = steps if trains else timing_steps
                 runs, vecs = zip(*[stepper(env_id, k, n, per_run, device=device) for k in kinds], strict=True)
                 alone = kinds.index("batched-1" if "batched-1" in kinds else "batched")  # the one-process run
                 shares: list[float] = []
-                runs = [engine_share(run, vecs[alone], shares) if i == alone else run for i, run in enumerate(runs)]
+                runs = [engine_share(run, vecs[alone], shares) if i == alone else run
+                        for i, run in enumerate(runs)]
                 seconds = interleaved_medians(runs, [repeats] * len(runs), torch.device(device))
                 workers = len(getattr(vecs[-1], "shards", [()]))  # the batched env's (the last kind)
                 for vec in vecs:
@@ -125,7 +126,7 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
 
 
 def engine_share(run: Callable[[], None], vec: VecEnv, shares: list[float]) -> Callable[[], None]:
-    """``run``, appending to ``shares`` the share of each call's wall time spent in ``vec``'s merged engine calls.
+    """``run``, appending to ``shares`` each call's share of wall time in ``vec``'s merged engine calls.
 
     ``run`` itself where ``vec`` merges nothing (no batcher: a timing backend, or worker processes).
     """
@@ -160,7 +161,7 @@ class _EnvClock(VecEnvWrapper):
 
 @dataclass(frozen=True)
 class PPOResult:
-    """Wall seconds of one PPO run (env construction included) and the seconds it waited on the env's steps."""
+    """Wall seconds of one PPO run (env construction included) and the seconds it waited on the env."""
 
     wall: float
     env: float
@@ -187,7 +188,7 @@ def ppo_benchmark(env_id: str = PPO_ENV, steps: int = 100_000, n_envs: int = 16,
 
 
 def ppo_table(env_id: str, steps: int, n_envs: int, results: dict[str, PPOResult]) -> str:
-    """Markdown: PPO wall time per vector env, its ratio to the fastest, and the share spent stepping the env."""
+    """Markdown: PPO wall time per vector env, its ratio to the fastest, the share spent stepping the env."""
     best = min(r.wall for r in results.values())
     rows = [f"| PPO on {env_id}, {n_envs} copies, {steps:,} steps | wall time (min) | x fastest | "
             "waiting on env steps |", "|---|---|---|---|"]
@@ -197,14 +198,16 @@ def ppo_table(env_id: str, steps: int, n_envs: int, results: dict[str, PPOResult
 
 
 def vec_table(results: list[VecResult]) -> str:
-    """Markdown: steps/s per kind, the batched (default workers) / dummy and / subproc ratios, the engine share."""
+    """Markdown: steps/s per kind, batched (default workers) / dummy and / subproc, the engine share."""
     rows = ["| env id | copies | dummy (steps/s) | subproc | batched, 1 process | batched (workers) | "
-            "batched / dummy | batched / subproc | engine share, 1 process |", "|---|---|---|---|---|---|---|---|---|"]
+            "batched / dummy | batched / subproc | engine share, 1 process |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s = r.steps_per_s
-        rows.append(f"| {r.env_id} | {r.n_envs} | {s['dummy']:,.1f} | {s['subproc']:,.1f} | {s['batched-1']:,.1f} | "
-                    f"{s['batched']:,.1f} ({r.workers}) | {s['batched'] / s['dummy']:.2f} | "
-                    f"{s['batched'] / s['subproc']:.2f} | {r.engine_share:.0%} |")
+        rows.append(f"| {r.env_id} | {r.n_envs} | {s['dummy']:,.1f} | {s['subproc']:,.1f} | "
+                    f"{s['batched-1']:,.1f} | {s['batched']:,.1f} ({r.workers}) | "
+                    f"{s['batched'] / s['dummy']:.2f} | {s['batched'] / s['subproc']:.2f} | "
+                    f"{r.engine_share:.0%} |")
     return "\n".join(rows).replace("nan%", "-").replace("nan", "-")
 
 
@@ -213,7 +216,7 @@ MEMORY_KINDS = ("batched", "dummy")
 
 @dataclass(frozen=True)
 class MemoryResult:
-    """Resident memory (MiB) one vector env adds to a process that has imported the package and its data loader.
+    """Resident memory (MiB) a vector env adds to a process that imported the package and its data loader.
 
     ``peak`` is the high-water mark while it was built, reset and stepped; ``resident`` what it
     holds after the steps; ``in_use`` the same after glibc returned its free pages
@@ -243,7 +246,7 @@ def _memory_status() -> dict[str, float]:
 
 
 def float_tensor_bytes(objects: Iterable[object], exclude: Iterable[torch.Tensor] = ()) -> int:
-    """Bytes of the floating-point torch storages that ``objects`` hold, each storage once, ``exclude``'s not counted.
+    """Bytes of the floating-point torch storages ``objects`` hold, each once, ``exclude``'s not counted.
 
     Given every object the garbage collector tracks, this is what a process holds of models,
     gradients and statistics; the data set (shared by the copies) is excluded.
@@ -282,7 +285,8 @@ def _measure_memory(env_id: str, n: int, kind: str, steps: int) -> MemoryResult:
     except (OSError, AttributeError):
         in_use = float("nan")
     feds = vec.get_attr("federation")
-    spare = {id(t): t for fed in feds for t in fed.buffers.free()}  # kept for reuse, not models (one pool if shared)
+    # kept for reuse, not models (one pool if shared)
+    spare = {id(t): t for fed in feds for t in fed.buffers.free()}
     models = float_tensor_bytes(gc.get_objects(), (feds[0].x_train, feds[0].x_test, *spare.values())) / 2**20
     vec.close()
     return MemoryResult(env_id, n, kind, after["VmHWM"] - before["VmRSS"], after["VmRSS"] - before["VmRSS"],
@@ -296,12 +300,13 @@ def training_ids() -> list[str]:
 
 def memory_benchmark(env_ids: Sequence[str], counts: tuple[int, ...] = (1, 64), steps: int = 3,
                      progress: Callable[[str], None] = print) -> list[MemoryResult]:
-    """:class:`MemoryResult` of each id and kind at each copy count, each in a fresh process (memory is per process).
+    """:class:`MemoryResult` of each id and kind at each copy count, each in a fresh process.
 
     Linux only (it reads ``/proc/self/status``).
     """
     if not sys.platform.startswith("linux"):
-        raise RuntimeError(f"the memory benchmark reads /proc/self/status, which {sys.platform} lacks: Linux only")
+        raise RuntimeError(f"the memory benchmark reads /proc/self/status, which {sys.platform} lacks: Linux "
+                           "only")
     results = []
     for env_id in env_ids:
         for n in counts:
@@ -319,10 +324,12 @@ def memory_table(results: list[MemoryResult]) -> str:
     peak within twice one copy's peak plus the models they hold.
     """
     one = {r.env_id: r for r in results if r.n_envs == 1}
-    rows = ["| env id | copies | vector env | peak (MiB) | resident after the steps | in use (free pages returned) "
-            "| models held | peak / one copy's | (peak - models) / one copy's | in use / one copy's |",
+    rows = ["| env id | copies | vector env | peak (MiB) | resident after the steps | in use (free pages "
+            "returned) | models held | peak / one copy's | (peak - models) / one copy's | in use / one "
+            "copy's |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     rows += [f"| {r.env_id} | {r.n_envs} | {r.kind} | {r.peak:.1f} | {r.resident:.1f} | {r.in_use:.1f} | "
-             f"{r.models:.2f} | {r.peak / one[r.env_id].peak:.2f} | {(r.peak - r.models) / one[r.env_id].peak:.2f} | "
-             f"{r.in_use / one[r.env_id].in_use:.2f} |" for r in results]
+             f"{r.models:.2f} | {r.peak / one[r.env_id].peak:.2f} | "
+             f"{(r.peak - r.models) / one[r.env_id].peak:.2f} | {r.in_use / one[r.env_id].in_use:.2f} |"
+             for r in results]
     return "\n".join(rows).replace("nan", "-")

@@ -2,10 +2,10 @@
 
 | preset | data | N | partition | model | B | lr | rounds | target |
 |---|---|---|---|---|---|---|---|---|
-| ``small`` (default) | ``digits`` | 10 | Dirichlet(0.3) | ``mlp-small`` | 10 | 0.05 | 30 | 0.9 |
-| ``paper_mnist_cnn`` | ``mnist`` | 10 x 600 | 5 IID + 5 one-class | ``fedadp-cnn`` | 32 | 0.01 | 300 | 0.95 |
-| ``paper_fmnist_cnn`` | ``fashionmnist`` | 10 x 600 | 5 IID + 5 one-class | ``fedadp-cnn`` | 32 | 0.01 | 300 | 0.80 |
-| ``paper_mlr`` | ``mnist`` | 10 x 600 | 5 IID + 5 one-class | ``fedadp-mlr`` | 50 | 0.01 | 50 | 0.85 |
+| ``small`` (default) | digits | 10 | Dirichlet(0.3) | mlp-small | 10 | 0.05 | 30 | 0.9 |
+| ``paper_mnist_cnn`` | mnist | 10 x 600 | 5 IID + 5 one-class | fedadp-cnn | 32 | 0.01 | 300 | 0.95 |
+| ``paper_fmnist_cnn`` | fashionmnist | 10 x 600 | 5 IID + 5 one-class | fedadp-cnn | 32 | 0.01 | 300 | 0.80 |
+| ``paper_mlr`` | mnist | 10 x 600 | 5 IID + 5 one-class | fedadp-mlr | 50 | 0.01 | 50 | 0.85 |
 
 Every client trains every round for one epoch, and the learning rate decays by ``lr_decay`` per
 round (the paper's ``0.01 * 0.995^(t-1)``). ``small`` is for PPO on a 2-core CPU; the paper
@@ -21,19 +21,22 @@ from typing import ClassVar
 from fl_gym.envs.learning import LearningConfig
 from fl_gym.validation import is_positive, require
 
-_PAPER = dict(num_clients=10, partition="mixed", num_iid=5, classes_per_client=1, samples_per_client=600, lr=0.01,
-              batch_size=32, rounds_per_episode=300)
+_PAPER = dict(num_clients=10, partition="mixed", num_iid=5, classes_per_client=1,
+              samples_per_client=600, lr=0.01, batch_size=32, rounds_per_episode=300)
 PRESETS = {
     "small": {"own": dict(local_epochs=1.0, model="mlp-small", validation_size=150, target_accuracy=0.9),
               "scenario": dict(dataset="digits", num_clients=10, partition="dirichlet", alpha=0.3, lr=0.05,
                                batch_size=10, rounds_per_episode=30)},
-    "paper_mnist_cnn": {"own": dict(local_epochs=1.0, model="fedadp-cnn", validation_size=1000, target_accuracy=0.95),
+    "paper_mnist_cnn": {"own": dict(local_epochs=1.0, model="fedadp-cnn", validation_size=1000,
+                                    target_accuracy=0.95),
                         "scenario": dict(dataset="mnist", **_PAPER)},
     "paper_fmnist_cnn": {"own": dict(local_epochs=1.0, model="fedadp-cnn", validation_size=1000,
                                      target_accuracy=0.80),
                          "scenario": dict(dataset="fashionmnist", **_PAPER)},
-    "paper_mlr": {"own": dict(local_epochs=1.0, model="fedadp-mlr", validation_size=1000, target_accuracy=0.85),
-                  "scenario": dict(dataset="mnist", **{**_PAPER, "batch_size": 50, "rounds_per_episode": 50})},
+    "paper_mlr": {"own": dict(local_epochs=1.0, model="fedadp-mlr", validation_size=1000,
+                              target_accuracy=0.85),
+                  "scenario": dict(dataset="mnist",
+                                   **{**_PAPER, "batch_size": 50, "rounds_per_episode": 50})},
 }
 
 
@@ -56,7 +59,8 @@ class AggregateConfig(LearningConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(is_positive(self.lr_decay) and self.lr_decay <= 1, "lr_decay", self.lr_decay, "a float in (0, 1]")
+        require(is_positive(self.lr_decay) and self.lr_decay <= 1, "lr_decay", self.lr_decay,
+                "a float in (0, 1]")
         require(is_positive(self.action_scale), "action_scale", self.action_scale, "a float > 0")
-        require(is_positive(self.gompertz_alpha) and self.gompertz_alpha <= 100, "gompertz_alpha", self.gompertz_alpha,
-                "a float in (0, 100] (FedAdp: 5)")
+        require(is_positive(self.gompertz_alpha) and self.gompertz_alpha <= 100, "gompertz_alpha",
+                self.gompertz_alpha, "a float in (0, 100] (FedAdp: 5)")

@@ -88,8 +88,8 @@ class FLAggregateEnv(TargetRewardEnv):
         n = self.federation.num_clients
         low = np.tile(np.array([0, -1, 0, 0, 0, 0, 0], np.float32), n)
         high = np.tile(np.array([1, 1, 1, 1, 1, 3, 3], np.float32), n)
-        self.observation_space = spaces.Box(np.r_[low, np.zeros(3, np.float32)], np.r_[high, np.ones(3, np.float32)],
-                                            dtype=np.float32)
+        self.observation_space = spaces.Box(np.r_[low, np.zeros(3, np.float32)],
+                                            np.r_[high, np.ones(3, np.float32)], dtype=np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (n,), np.float32)
         self.client_rows = ClientRows(len(ROW), len(GLOBAL))
         self._log_c = math.log(self.federation.num_classes)
@@ -116,7 +116,8 @@ class FLAggregateEnv(TargetRewardEnv):
         part = pending.steps > 0
         norm = np.nan_to_num(stats.update_norm)
         rows = np.column_stack([
-            part, np.where(part, np.cos(np.nan_to_num(stats.update_angle)), 0.0), self.tracker.smoothed / np.pi,
+            part, np.where(part, np.cos(np.nan_to_num(stats.update_angle)), 0.0),
+            self.tracker.smoothed / np.pi,
             gompertz(self.tracker.smoothed, self.config.gompertz_alpha) / self.config.gompertz_alpha,
             fed.sizes / fed.sizes.sum(), np.clip(norm / max(norm[part].mean(), 1e-12), 0, 3),
             np.clip(np.nan_to_num(stats.last_epoch_loss) / self._log_c, 0, 3)])
@@ -134,7 +135,8 @@ class FLAggregateEnv(TargetRewardEnv):
         """The pending round's exact local statistics (for fixed policies such as FedCos)."""
         return self._pending.stats
 
-    def _family_info(self, report: RoundReport, outcome: Aggregated, terms: Mapping[str, float]) -> dict[str, Any]:
+    def _family_info(self, report: RoundReport, outcome: Aggregated,
+                     terms: Mapping[str, float]) -> dict[str, Any]:
         return {"aggregate/weights": report.weights, "aggregate/angles": outcome.angles,
                 "aggregate/smoothed_angles": self.tracker.smoothed.copy(),
                 "aggregate/val_accuracy": report.val_accuracy,

@@ -72,7 +72,7 @@ def size_centres(sizes: np.ndarray, num_sizes: int) -> np.ndarray:
 
 
 def sigma_logits(sigma: np.ndarray) -> np.ndarray:
-    """Logits in ``[-1, 1]`` whose :func:`softmax` is ``sigma`` (clipped at +-3 centred log-ratio; per row)."""
+    """Logits in ``[-1, 1]`` whose :func:`softmax` is ``sigma`` (clipped at +-3 centred log-ratio)."""
     logs = np.log(np.asarray(sigma, dtype=np.float64) + 1e-12)
     return np.clip(logs - logs.mean(axis=-1, keepdims=True), -LOGIT_SCALE, LOGIT_SCALE) / LOGIT_SCALE
 
@@ -115,7 +115,8 @@ class SizesAndSplit(HeteroAction):
 
     def encode(self, num_sizes: int, sizes: np.ndarray | None, sigma: np.ndarray | None) -> np.ndarray:
         """Size bin centres, then centred log-ratios of ``sigma`` over 3."""
-        return np.concatenate([size_centres(sizes, num_sizes), sigma_logits(sigma)], axis=-1).astype(np.float32)
+        return np.concatenate([size_centres(sizes, num_sizes), sigma_logits(sigma)],
+                              axis=-1).astype(np.float32)
 
     def decode(self, num_sizes: int, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The bins of the first half, ``softmax(3 a)`` of the second."""

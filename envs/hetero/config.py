@@ -28,7 +28,14 @@ from fl_gym.config import FederationConfig
 from fl_gym.engine.algorithms import PFedMeConfig
 from fl_gym.engine.losses import MutualDistillation
 from fl_gym.envs.scenario import EnvConfig
-from fl_gym.validation import MAX_EPOCHS, is_int_at_least, is_non_negative, is_positive, require, require_choice
+from fl_gym.validation import (
+    MAX_EPOCHS,
+    is_int_at_least,
+    is_non_negative,
+    is_positive,
+    require,
+    require_choice,
+)
 
 PRESETS = {
     "paper10": dict(num_clients=10, clients_per_round=6, num_sizes=2, heterogeneity=10.0),
@@ -40,7 +47,8 @@ DEFAULT_COSTS = {"lite": 1.0, "small": 3.5, "medium": 7.5, "large": 13.0}
 ALGORITHMS = ("hapfl", "fedavg", "fedprox", "pfedme")
 REWARD_MODES = ("joint", "r1", "r2", "neg_round_time")
 OBS_MODES = ("paper", "extended", "catalogue", "history")
-HISTORY_HORIZON = 10  # rounds after which a device's last measured slowdown counts as old (obs_mode="history")
+# rounds after which a device's last measured slowdown counts as old (obs_mode="history")
+HISTORY_HORIZON = 10
 SCENARIO_DEFAULTS = dict(alpha=0.4, seconds_per_unit=5e-4, lr=3e-4, batch_size=64, optimizer="adam")
 
 
@@ -111,7 +119,8 @@ class HeteroConfig(EnvConfig):
     def default_scenario(cls, own: Mapping[str, Any]) -> dict[str, Any]:
         """HAPFL's scenario defaults, with the preset's ``num_clients`` and ``heterogeneity``."""
         preset = PRESETS.get(own.get("preset", "paper10"), PRESETS["paper10"])
-        return {**SCENARIO_DEFAULTS, "num_clients": preset["num_clients"], "heterogeneity": preset["heterogeneity"]}
+        return {**SCENARIO_DEFAULTS, "num_clients": preset["num_clients"],
+                "heterogeneity": preset["heterogeneity"]}
 
     def __post_init__(self) -> None:
         require_choice("preset", self.preset, PRESETS)
@@ -134,8 +143,8 @@ class HeteroConfig(EnvConfig):
         require(is_positive(self.pfedme_overhead), "pfedme_overhead", self.pfedme_overhead, "a float > 0")
         require(self.reward_mode is None or self.reward_mode in REWARD_MODES, "reward_mode", self.reward_mode,
                 "None or one of " + ", ".join(map(repr, REWARD_MODES)))
-        require(len(self.reward_weights) == 2 and all(map(is_non_negative, self.reward_weights)), "reward_weights",
-                self.reward_weights, "two floats >= 0")
+        require(len(self.reward_weights) == 2 and all(map(is_non_negative, self.reward_weights)),
+                "reward_weights", self.reward_weights, "two floats >= 0")
         require_choice("obs_mode", self.obs_mode, OBS_MODES)
         require(self.residual_policy is None or isinstance(self.residual_policy, str), "residual_policy",
                 self.residual_policy, "None or a fixed policy's name")

@@ -38,7 +38,8 @@ from fl_gym.envs.registry import FAMILIES, family_of, resolve
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
 from fl_gym.validation import require
 
-CATALOGUE_PROBES = np.array([-2.0 / 3.0, 0.0, 2.0 / 3.0])  # the ordinal size action at 1/6, 1/2, 5/6 of its range
+# the ordinal size action at 1/6, 1/2, 5/6 of its range
+CATALOGUE_PROBES = np.array([-2.0 / 3.0, 0.0, 2.0 / 3.0])
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,8 @@ class ClientRecords(NamedTuple):
     @classmethod
     def empty(cls, n: int, num_clients: int, num_sizes: int) -> ClientRecords:
         """``n`` rows of a new episode's records (extras zero)."""
-        return cls(np.full((n, num_clients), -1), np.zeros((n, num_sizes), bool), np.zeros((n, 2, num_clients)),
-                   np.zeros((n, 2, num_clients)))
+        return cls(np.full((n, num_clients), -1), np.zeros((n, num_sizes), bool),
+                   np.zeros((n, 2, num_clients)), np.zeros((n, 2, num_clients)))
 
     def row(self, i: int, num_clients: int | None = None) -> ClientRecords:
         """Row ``i`` as a one-row view of its first ``num_clients`` clients (None: all).
@@ -111,7 +112,8 @@ class ClientRecords(NamedTuple):
         self.seen[:, 0], self.seen[:, 1] = 1.0, -np.inf
         self.sizes_used[:] = False
 
-    def played(self, slots: np.ndarray, sizes: np.ndarray, slowdown: np.ndarray | None, rounds: np.ndarray | None
+    def played(self, slots: np.ndarray, sizes: np.ndarray, slowdown: np.ndarray | None,
+               rounds: np.ndarray | None
                ) -> None:
         """Record rows of rounds played.
 
@@ -126,7 +128,7 @@ class ClientRecords(NamedTuple):
 
 
 def history_features(ratio: np.ndarray, slowdown: np.ndarray, age: np.ndarray) -> np.ndarray:
-    """``obs_mode="history"``'s observation (rows of a batch alike): ``1 / ratio``, ``1 / (1 + slowdown)``, age.
+    """``obs_mode="history"``'s observation: ``1 / ratio``, ``1 / (1 + slowdown)``, age (per row).
 
     ``age``: rounds since the slowdown was measured (``inf`` = never), shown as
     ``(1 + min(age, HISTORY_HORIZON)) / (1 + HISTORY_HORIZON)``: every feature lies in ``(0, 1]``,
@@ -146,8 +148,8 @@ class _HeteroEnv(FLEnv):
     config: HeteroConfig
 
     def __init__(self, config: HeteroConfig | None = None, *, scenario_seed: int = 0,
-                 allocation_policy: Predictor | str | None = None, intensity_policy: Predictor | str | None = None,
-                 **kwargs: Any) -> None:
+                 allocation_policy: Predictor | str | None = None,
+                 intensity_policy: Predictor | str | None = None, **kwargs: Any) -> None:
         self._injected = {"alloc": allocation_policy or "greedy", "intensity": intensity_policy or "uniform"}
         super().__init__(config, scenario_seed=scenario_seed, **kwargs)
 
@@ -164,13 +166,14 @@ class _HeteroEnv(FLEnv):
         lite_epoch = fed.clock.epoch_time(fed.sizes, fed.probe_cost, RoundLoad.still(fed.num_clients))
         self.t_scale = cfg.local_epochs * self.time_ratio[-1] * float(np.median(lite_epoch))
         self._catalogue = self.time_ratio[size_bins(CATALOGUE_PROBES, self.num_sizes)] / self.time_ratio[-1]
-        rows = {"paper": ClientRows(1), "extended": ClientRows(4), "catalogue": ClientRows(1, len(CATALOGUE_PROBES)),
-                "history": ClientRows(3)}
+        rows = {"paper": ClientRows(1), "extended": ClientRows(4),
+                "catalogue": ClientRows(1, len(CATALOGUE_PROBES)), "history": ClientRows(3)}
         self.client_rows = replace(rows[cfg.obs_mode], feature_major=True)
         width = self.client_rows.width * self.k + self.client_rows.globals
         self.observation_space = spaces.Box(0.0, 1.0, (width,), np.float32)
         self.action_space = self.hetero.action.space(self.k, self.num_sizes)
-        self._policies = {view: self._inner(view) for view in ("alloc", "intensity")}  # the injected ones, built
+        # the injected ones, built
+        self._policies = {view: self._inner(view) for view in ("alloc", "intensity")}
         self._residual = self._residual_base(cfg.residual_policy)
         self.records = ClientRecords.empty(1, fed.num_clients, self.num_sizes)
         self.records.extras[0] = fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)
@@ -210,7 +213,7 @@ class _HeteroEnv(FLEnv):
     # ---- the vector clock's protocol (envs/hetero/vector.py) ----------------------------------
 
     def share_records(self, records: ClientRecords) -> None:
-        """Keep the client records in ``records`` (one row of a vector clock's, which it writes for every copy)."""
+        """Keep the client records in ``records`` (a row of a vector clock's, which writes every copy's)."""
         self.records = records
 
     # ---- the round ---------------------------------------------------------------------------
@@ -284,7 +287,8 @@ class _HeteroEnv(FLEnv):
         sizes = sizes if decoded is None else decoded
         if sigma is None:
             sigma = split_of(ask("intensity", self.time_ratio[sizes] * probe_ratio))
-        tau = sigma * self.total_epochs if self.config.fractional_epochs else integerize(sigma, self.total_epochs)
+        tau = (sigma * self.total_epochs if self.config.fractional_epochs
+               else integerize(sigma, self.total_epochs))
         return HeteroDecision(sizes, sigma, tau)
 
     def _play(self, pending: HeteroRound, action: np.ndarray) -> tuple[RoundReport, HeteroOutcome]:
@@ -317,7 +321,8 @@ class _HeteroEnv(FLEnv):
         """
         per_epoch = train / epochs
         return {"r1": self.config.max_ratio - per_epoch.max(axis=1) / per_epoch.min(axis=1),
-                "r2": (train.min(axis=1) - train.max(axis=1)) / t_scale, "neg_round_time": -round_time / t_scale}
+                "r2": (train.min(axis=1) - train.max(axis=1)) / t_scale,
+                "neg_round_time": -round_time / t_scale}
 
     def _reward_weights(self) -> dict[str, float]:
         if self.reward_mode != "joint":
@@ -342,7 +347,8 @@ class _HeteroEnv(FLEnv):
                      ) -> dict[str, Any]:
         played, sel = outcome.played, outcome.played.slots
         rows = [x[None] for x in (report.epochs[sel], played.opened.probe_time[sel], report.train_time[sel],
-                                  report.compute_time[sel], played.probe_ratio, self.federation.label_entropy[sel])]
+                                  report.compute_time[sel], played.probe_ratio,
+                                  self.federation.label_entropy[sel])]
         d = outcome.decision
         decision = HeteroDecision(d.sizes[None], d.sigma[None], d.epochs[None])
         columns = self.timing_info(decision, *rows, np.array([terms["r1"]]))
@@ -354,7 +360,7 @@ class _HeteroEnv(FLEnv):
     def timing_info(self, decision: HeteroDecision, epochs: np.ndarray, probe: np.ndarray, train: np.ndarray,
                     compute: np.ndarray, probe_ratio: np.ndarray, entropy: np.ndarray, r1: np.ndarray
                     ) -> dict[str, np.ndarray]:
-        """The timing ``info`` of rows of played rounds: ``(N, ...)`` rows per key (``(N,)``: one number a copy).
+        """The timing ``info`` of rows of played rounds: ``(N, ...)`` per key (``(N,)``: a number per copy).
 
         ``decision`` and the times, ratios and label entropies are rows over the rounds' clients;
         ``r1`` is ``(N,)``, the rounds' ``R^1``.
@@ -362,25 +368,31 @@ class _HeteroEnv(FLEnv):
         per_epoch = train / epochs
         r2_seconds = train.min(axis=1) - train.max(axis=1)
         return {
-            "hetero/sizes": decision.sizes.copy(), "hetero/epoch_share": decision.sigma, "hetero/epochs": epochs,
+            "hetero/sizes": decision.sizes.copy(), "hetero/epoch_share": decision.sigma,
+            "hetero/epochs": epochs,
             "hetero/probe_time": probe, "hetero/train_time": train, "hetero/train_time_per_epoch": per_epoch,
-            "hetero/compute_time": compute, "hetero/straggling_compute": compute.max(axis=1) - compute.min(axis=1),
+            "hetero/compute_time": compute,
+            "hetero/straggling_compute": compute.max(axis=1) - compute.min(axis=1),
             "hetero/straggling_local": train.max(axis=1) - train.min(axis=1), "hetero/r1": r1,
             "hetero/r2_seconds": r2_seconds,
             "hetero/time_ratio": np.broadcast_to(self.time_ratio, (len(train), len(self.time_ratio))).copy(),
-            "hetero/cost_ratio": self.time_ratio[decision.sizes] * probe_ratio, "hetero/label_entropy": entropy}
+            "hetero/cost_ratio": self.time_ratio[decision.sizes] * probe_ratio,
+            "hetero/label_entropy": entropy}
 
     def _learning_info(self, report: RoundReport, sel: np.ndarray) -> dict[str, Any]:
         names = self.config.size_names
-        accuracy = np.where(self.records.sizes_used[0], report.global_accuracy, np.nan)  # a size nobody trained: NaN
+        # a size nobody trained: NaN
+        accuracy = np.where(self.records.sizes_used[0], report.global_accuracy, np.nan)
         info = {"hetero/global_accuracy": dict(zip(names, accuracy.tolist(), strict=True)),
                 "hetero/weights": report.weights[sel], "hetero/local_accuracy": report.local_accuracy[sel],
                 "hetero/mean_local_accuracy": float(np.mean(report.local_accuracy[sel])),
                 "hetero/loss": report.loss[sel]}
         if self.config.algorithm == "hapfl":
             lite = report.companion
-            info.update({"hetero/lite_accuracy": lite.global_accuracy, "hetero/lite_weights": lite.weights[sel],
-                         "hetero/lite_local_accuracy": lite.accuracy[sel], "hetero/lite_loss": lite.loss[sel]})
+            info.update({"hetero/lite_accuracy": lite.global_accuracy,
+                         "hetero/lite_weights": lite.weights[sel],
+                         "hetero/lite_local_accuracy": lite.accuracy[sel],
+                         "hetero/lite_loss": lite.loss[sel]})
         return info
 
 
@@ -459,7 +471,7 @@ class FLHeteroIntensityEnv(_HeteroEnv):
     view = "intensity"
 
     def _prepare(self) -> HeteroRound:
-        """The round opened, with the sizes ``allocation_policy`` gives it (what the agent observes and splits)."""
+        """The round opened, with the sizes ``allocation_policy`` gives it (the agent sees and splits it)."""
         pending = super()._prepare()
         sizes = self._predict(self._policies["alloc"], self._features(pending, pending.probe_ratio))
         return replace(pending, sizes=sizes)

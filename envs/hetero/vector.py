@@ -57,7 +57,8 @@ class HeteroClock:
         self.costs = fed.model_costs + fed.companion_cost
         self.nbytes = fed.model_bytes + fed.companion_bytes
         self.speed, self.bandwidth = np.ones((n, self.num_clients)), np.ones((n, self.num_clients))
-        self.clock = Clock(fed.config.clock, DeviceProfiles(self.speed, self.bandwidth))  # rows: the copies' clocks
+        # rows: the copies' clocks
+        self.clock = Clock(fed.config.clock, DeviceProfiles(self.speed, self.bandwidth))
         # per-episode arrays (a reset may redraw the partition): filled by refresh()
         self.samples, self.t_scale = np.zeros((n, self.num_clients), fed.sizes.dtype), np.zeros(n)
         self.entropy = np.zeros((n, self.num_clients))
@@ -68,7 +69,8 @@ class HeteroClock:
         acts_sizes = envs[0].hetero.action.acts_sizes
         self.sizes = None if acts_sizes else np.zeros((n, self.k), np.int64)  # injected, per round
         # per role, whether every copy was given one injected policy (fixed for the copies' lives)
-        self.one_choice = {role: all(_same_choice(env._injected[role], envs[0]._injected[role]) for env in envs)
+        self.one_choice = {role: all(_same_choice(env._injected[role], envs[0]._injected[role])
+                                     for env in envs)
                            for role in envs[0]._injected}
         # what each copy holds while its pending round is the clock's rows (FLEnv._pending)
         self.builders = [partial(self._pending_of, i) for i in range(n)]
@@ -85,10 +87,12 @@ class HeteroClock:
         fed = self.feds[i] = env.federation
         k = self.counts[i] = fed.num_clients
         pending, load = env.pending, env.pending.opened.load  # possibly views of these rows: pad only past k
-        for rows, values, pad in ((self.speed, fed.profiles.speed, 1.0), (self.bandwidth, fed.profiles.bandwidth, 1.0),
+        for rows, values, pad in ((self.speed, fed.profiles.speed, 1.0),
+                                  (self.bandwidth, fed.profiles.bandwidth, 1.0),
                                   (self.samples, fed.sizes, 0), (self.entropy, fed.label_entropy, 0.0),
                                   (self.masks, pending.opened.candidates, False),
-                                  (self.probe, pending.opened.probe_time, 0.0), (self.load[0], load.availability, 1.0),
+                                  (self.probe, pending.opened.probe_time, 0.0),
+                                  (self.load[0], load.availability, 1.0),
                                   (self.load[1], load.drift, 1.0), (self.load[2], load.noise, 1.0)):
             rows[i, :k], rows[i, k:] = values, pad
         self.t_scale[i] = env.t_scale
@@ -103,11 +107,12 @@ class HeteroClock:
         env.defer_pending(self.builders[i])
 
     def _pending_of(self, i: int) -> HeteroRound:
-        """Copy ``i``'s pending round as its own ``_prepare`` builds it, of row views of the clock's arrays."""
+        """Copy ``i``'s pending round as its ``_prepare`` builds it, of row views of the clock's arrays."""
         k = self.counts[i]
         opened = OpenedRound(self.feds[i].round + 1, self.masks[i, :k], RoundLoad(*self.load[:, i, :k]),
                              self.probe[i, :k])
-        return HeteroRound(opened, self.slots[i], self.probe_ratio[i], None if self.sizes is None else self.sizes[i])
+        return HeteroRound(opened, self.slots[i], self.probe_ratio[i],
+                           None if self.sizes is None else self.sizes[i])
 
     # ---- one step ----------------------------------------------------------------------------
 
@@ -128,8 +133,8 @@ class HeteroClock:
         epochs = tau.astype(np.float64)
         terms = first.timing_terms(train, epochs, round_time, self.t_scale)
         columns = first.timing_info(decision, epochs, self.probe[self.rows, self.slots],
-                                    train, probe + train, self.probe_ratio, self.entropy[self.rows, self.slots],
-                                    terms["r1"])
+                                    train, probe + train, self.probe_ratio,
+                                    self.entropy[self.rows, self.slots], terms["r1"])
         reward = first._reward(terms).tolist()  # the env's own rule, over the copies' rows of terms
         seconds = round_time.tolist()
         self._commit(seconds)
@@ -146,8 +151,8 @@ class HeteroClock:
                columns: dict[str, np.ndarray]) -> list[dict[str, Any]]:
         """Every copy's ``info`` (``FLEnv._info``), built column by column after the copies' commits."""
         terms_rows = zip(*(terms[name].tolist() for name in ("r1", "r2", "neg_round_time")), strict=True)
-        base = ([env.rounds_played for env in self.envs], [fed.elapsed for fed in self.feds], seconds, latency,
-                uploaded, [env.uploads for env in self.envs], self.slots,
+        base = ([env.rounds_played for env in self.envs], [fed.elapsed for fed in self.feds],
+                seconds, latency, uploaded, [env.uploads for env in self.envs], self.slots,
                 [{"r1": r1, "r2": r2, "neg_round_time": t} for r1, r2, t in terms_rows])
         keys = (*RoundInfo._fields, *columns)  # the scalar step's keys, in its order
         values = zip(*base, *(rows.tolist() if rows.ndim == 1 else list(rows) for rows in columns.values()),
@@ -164,10 +169,11 @@ class HeteroClock:
                          for i, (env, a) in enumerate(zip(self.envs, actions, strict=True))]
             return HeteroDecision(*(np.stack([getattr(d, name) for d in decisions])
                                     for name in ("sizes", "sigma", "epochs")))
-        return first.decide(a, self.sizes, self.probe_ratio, lambda role, ratio: self._ask(role, self._features(ratio)))
+        return first.decide(a, self.sizes, self.probe_ratio,
+                            lambda role, ratio: self._ask(role, self._features(ratio)))
 
     def _checked(self, actions: np.ndarray) -> np.ndarray | None:
-        """The copies' actions as their own ``_check_action`` returns them, or None if any would refuse its own."""
+        """The copies' actions as their ``_check_action`` returns them, or None if any would refuse."""
         space, a = self.envs[0].action_space, np.asarray(actions)
         kind = a.dtype.kind
         if kind not in "biuf" or a.shape != (len(self.envs), *space.shape):
@@ -239,7 +245,8 @@ class HeteroClock:
         z = z.transpose(1, 0, 2)
         self.masks = np.zeros((n, self.num_clients), bool)
         self.masks[self.rows, self.slots] = True
-        self.load = load_factors(z, fed.config.clock, self.load[:2])  # as RoundLoad.of_normals; continues the last
+        # as RoundLoad.of_normals; continues the last
+        self.load = load_factors(z, fed.config.clock, self.load[:2])
         load = RoundLoad(*self.load)
         for i, f in enumerate(self.feds):
             f.record_load(RoundLoad(*self.load[:, i]))
@@ -264,7 +271,8 @@ class HeteroClock:
     def _features(self, ratio: np.ndarray) -> np.ndarray:
         """Every copy's observation for its row of ``(copies, k)`` ``ratio`` (``_HeteroEnv.features``)."""
         first = self.envs[0]
-        rounds = self._rounds() if first.config.obs_mode == "history" else None  # read by history features only
+        # read by history features only
+        rounds = self._rounds() if first.config.obs_mode == "history" else None
         return first.features(ratio, self.slots, rounds, self.records)
 
 

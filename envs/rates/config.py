@@ -2,9 +2,9 @@
 
 | preset | data | N | m | partition | model | E | B | lr | T |
 |---|---|---|---|---|---|---|---|---|---|
-| ``small`` (default) | ``digits`` | 20 | 5 | 2 label shards | ``mlp-small`` | 1 | 10 | 0.05 | 20 |
-| ``paper_mnist_pathological`` | ``mnist`` | 100 | 20 | 2 shards of 300 | ``fedent-mnist-cnn`` | 3 | 32 | 0.01 | 50 |
-| ``paper_mnist_dirichlet`` | ``mnist`` | 100 | 20 | Dirichlet(0.5) | ``fedent-mnist-cnn`` | 3 | 32 | 0.01 | 50 |
+| ``small`` (default) | digits | 20 | 5 | 2 label shards | mlp-small | 1 | 10 | 0.05 | 20 |
+| ``paper_mnist_pathological`` | mnist | 100 | 20 | 2 x 300 shards | fedent-mnist-cnn | 3 | 32 | 0.01 | 50 |
+| ``paper_mnist_dirichlet`` | mnist | 100 | 20 | Dirichlet(0.5) | fedent-mnist-cnn | 3 | 32 | 0.01 | 50 |
 
 ``lr`` is ``eta0``: FedAvg's constant rate and every client's rate before its first round.
 ``small`` is for PPO on a 2-core CPU; the paper presets (its experiments and Table 4) are for evaluation.
@@ -25,11 +25,12 @@ _PAPER_OWN = dict(clients_per_round=20, local_epochs=3.0, model="fedent-mnist-cn
 PRESETS = {
     "small": {"own": dict(clients_per_round=5, local_epochs=1.0, model="mlp-small", validation_size=150,
                           target_accuracy=0.85),
-              "scenario": dict(dataset="digits", num_clients=20, partition="shards", shards_per_client=2, lr=0.05,
-                               batch_size=10, rounds_per_episode=20)},
+              "scenario": dict(dataset="digits", num_clients=20, partition="shards",
+                               shards_per_client=2, lr=0.05, batch_size=10, rounds_per_episode=20)},
     "paper_mnist_pathological": {"own": _PAPER_OWN,
                                  "scenario": dict(partition="shards", shards_per_client=2, **_PAPER)},
-    "paper_mnist_dirichlet": {"own": _PAPER_OWN, "scenario": dict(partition="dirichlet", alpha=0.5, **_PAPER)},
+    "paper_mnist_dirichlet": {"own": _PAPER_OWN,
+                              "scenario": dict(partition="dirichlet", alpha=0.5, **_PAPER)},
 }
 ACTION_MODES = ("per_client", "shared")
 
@@ -55,8 +56,8 @@ class RateConfig(LearningConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         n = self.scenario.client_counts()[0]
-        require(is_int_at_least(self.clients_per_round, 1) and self.clients_per_round <= n, "clients_per_round",
-                self.clients_per_round, f"an integer in [1, fewest clients={n}]")
+        require(is_int_at_least(self.clients_per_round, 1) and self.clients_per_round <= n,
+                "clients_per_round", self.clients_per_round, f"an integer in [1, fewest clients={n}]")
         require_choice("action_mode", self.action_mode, ACTION_MODES)
         require(is_positive(self.lr_min), "lr_min", self.lr_min, "a float > 0")
         require(is_positive(self.lr_max) and self.lr_min < self.lr_max <= MAX_LR, "lr_max", self.lr_max,

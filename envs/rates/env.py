@@ -76,7 +76,7 @@ class Pending:
 
 @dataclass(frozen=True)
 class Rated(Scored):
-    """A played round: its reward terms, the rates its clients trained with, and how even their shares came out.
+    """A played round: its reward terms, its clients' rates, and how even their shares came out.
 
     The clients and rates, not the round's ``(m, P)`` probe gradients, which would otherwise stay
     alive until the next step.
@@ -134,11 +134,13 @@ class FLLearningRateEnv(TargetRewardEnv):
     def _setup(self) -> None:
         cfg, fed = self.config, self.federation
         m = cfg.clients_per_round
-        self.client_rows = ClientRows(len(ROW), len(GLOBAL), per_client_action=cfg.action_mode == "per_client")
+        self.client_rows = ClientRows(len(ROW), len(GLOBAL),
+                                      per_client_action=cfg.action_mode == "per_client")
         self.observation_space = spaces.Box(-BOUND, BOUND, (len(ROW) * m + len(GLOBAL),), np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (m if cfg.action_mode == "per_client" else 1,), np.float32)
         self._log_c = math.log(fed.num_classes)
-        self._expected = self.rounds_per_episode * m / fed.num_clients  # participations per client per episode
+        # participations per client per episode
+        self._expected = self.rounds_per_episode * m / fed.num_clients
 
     def _reset_state(self) -> None:
         cfg, fed = self.config, self.federation
@@ -154,7 +156,8 @@ class FLLearningRateEnv(TargetRewardEnv):
     def _prepare(self) -> Pending:
         """Open the scheduled round and probe its clients at the global model."""
         fed = self.federation
-        clients = self.schedule[min(self._round, len(self.schedule) - 1)]  # past the end: a round never played
+        # past the end: a round never played
+        clients = self.schedule[min(self._round, len(self.schedule) - 1)]
         mask = np.zeros(fed.num_clients, bool)
         mask[clients] = True
         opened = fed.open_round(mask)
@@ -209,20 +212,24 @@ class FLLearningRateEnv(TargetRewardEnv):
         cfg, fed, st = self.config, self.federation, pending.stats
         lr = np.ones(fed.num_clients)
         lr[st.clients] = self.rates(action)
-        plan = RoundPlan.make(fed.num_clients, lr=lr, selected=pending.opened.candidates, epochs=cfg.local_epochs)
+        plan = RoundPlan.make(fed.num_clients, lr=lr, selected=pending.opened.candidates,
+                              epochs=cfg.local_epochs)
         trained = fed.train_round(pending.opened, plan)
         report = fed.finish_round(trained)
         self.last_lr[st.clients] = lr[st.clients]
         self.participations[st.clients] += 1
         outcome = Rated(self._target.update(report), st.clients, lr[st.clients],
                         _share_entropy(st.theta, trained.stats.model_norm[st.clients]))
-        self._last_gain, self._share_entropy = outcome.terms["acc_gain"], outcome.share_entropy  # observed next
+        # observed next
+        self._last_gain, self._share_entropy = outcome.terms["acc_gain"], outcome.share_entropy
         self._mean_unit = float(unit_of(outcome.lrs, cfg.lr_min, cfg.lr_max).mean())
         return report, outcome
 
     def _family_info(self, report: RoundReport, outcome: Rated, terms: Mapping[str, float]) -> dict[str, Any]:
-        return {"rates/clients": outcome.clients, "rates/lrs": outcome.lrs, "rates/val_accuracy": report.val_accuracy,
-                "rates/share_entropy": outcome.share_entropy, "rates/rounds_to_target": self._target.rounds_to_target}
+        return {"rates/clients": outcome.clients, "rates/lrs": outcome.lrs,
+                "rates/val_accuracy": report.val_accuracy,
+                "rates/share_entropy": outcome.share_entropy,
+                "rates/rounds_to_target": self._target.rounds_to_target}
 
 
 def _share_entropy(theta: np.ndarray, norms: np.ndarray) -> float:

@@ -6,5 +6,5 @@ from fl_gym.envs.select.env import FLSelectEnv, FLSelectPickEnv
 from fl_gym.envs.select.pools import Pools
 from fl_gym.envs.select.spaces import PickLayout, SelectLayout
 
-__all__ = ["FLSelectEnv", "FLSelectPickEnv", "PickConfig", "PickLayout", "Pools", "SelectConfig", "SelectLayout",
-           "entropy", "judge", "leave_one_out_gain", "mixture"]
+__all__ = ["FLSelectEnv", "FLSelectPickEnv", "PickConfig", "PickLayout", "Pools", "SelectConfig",
+           "SelectLayout", "entropy", "judge", "leave_one_out_gain", "mixture"]

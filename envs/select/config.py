@@ -24,7 +24,8 @@ PRESETS = {
     "tiny": {"own": dict(clients_per_round=5, local_epochs=1, model="mlp-small", validation_size=150),
              "scenario": dict(dataset="digits", num_clients=20, partition="dirichlet", alpha=0.3, lr=0.05,
                               batch_size=10, rounds_per_episode=30)},
-    "paper": {"own": dict(clients_per_round=10, local_epochs=5, model="fedentropy-lenet", validation_size=2000),
+    "paper": {"own": dict(clients_per_round=10, local_epochs=5, model="fedentropy-lenet",
+                          validation_size=2000),
               "scenario": dict(dataset="cifar10", num_clients=100, partition="classes", classes_per_client=1,
                                lr=0.01, momentum=0.5, batch_size=50, rounds_per_episode=1000)},
 }
@@ -105,8 +106,8 @@ class SelectionConfig(RewardConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         n = self.scenario.client_counts()[0]
-        require(is_int_at_least(self.clients_per_round, 1) and self.clients_per_round <= n, "clients_per_round",
-                self.clients_per_round, f"an integer in [1, fewest clients={n}]")
+        require(is_int_at_least(self.clients_per_round, 1) and self.clients_per_round <= n,
+                "clients_per_round", self.clients_per_round, f"an integer in [1, fewest clients={n}]")
         require(0 <= self.p_positive <= 1, "p_positive", self.p_positive, "a float in [0, 1]")
         require_choice("local_algorithm", self.local_algorithm, LOCAL_ALGORITHMS)
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
@@ -219,7 +220,8 @@ class QueueConfig(RewardConfig):
         require(0 <= self.server_data_fraction < 1, "server_data_fraction", self.server_data_fraction,
                 "a float in [0, 1)")
         require(self.server_data_fraction == 0 or self.allow_server_data is True, "server_data_fraction",
-                self.server_data_fraction, "0 unless allow_server_data=True: the server's raw training samples "
+                self.server_data_fraction,
+                "0 unless allow_server_data=True: the server's raw training samples "
                 "are sent to every device")
         require_choice("queue_mode", self.queue_mode, ("accumulate", "replace"))
         require(is_non_negative(self.segment_rho) and self.segment_rho > 0, "segment_rho", self.segment_rho,

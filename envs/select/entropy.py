@@ -22,7 +22,8 @@ def entropy(q: np.ndarray) -> float:
     return float(-(nz * np.log(nz)).sum())
 
 
-def mixture(soft_labels: np.ndarray, sizes: np.ndarray, members: np.ndarray | list[int] | None = None) -> np.ndarray:
+def mixture(soft_labels: np.ndarray, sizes: np.ndarray,
+            members: np.ndarray | list[int] | None = None) -> np.ndarray:
     """``sum_i l_i p_i / sum_i l_i`` over ``members`` (default: every row)."""
     p, n = np.asarray(soft_labels, np.float64), np.asarray(sizes, np.float64)
     if members is not None:

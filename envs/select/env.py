@@ -110,7 +110,8 @@ class _SelectionEnv(FLEnv):
     def _train(self, opened: OpenedRound, draw: Draw) -> SelectRound:
         """Train the drawn clients of ``opened``; their soft labels as observed (float32)."""
         fed = self.federation
-        plan = RoundPlan.make(fed.num_clients, lr=self._lr, selected=draw.candidates, epochs=self.config.local_epochs)
+        plan = RoundPlan.make(fed.num_clients, lr=self._lr, selected=draw.candidates,
+                              epochs=self.config.local_epochs)
         trained = fed.train_round(opened, plan)
         slots = np.flatnonzero(draw.candidates)
         soft = trained.stats.soft_labels[slots].astype(np.float32)
@@ -131,7 +132,8 @@ class _SelectionEnv(FLEnv):
         self.pools.update(slots[keep], slots[~keep])
         self._selections[slots] += 1
         kept_entropy = entropy(mixture(played.soft_labels[keep], fed.sizes[slots][keep])) / self._log_c
-        selection = Selection(slots, played.draw.positive_branch, played.entropy, played.trained.steps[slots], keep,
+        selection = Selection(slots, played.draw.positive_branch, played.entropy,
+                              played.trained.steps[slots], keep,
                               repaired, self._validation.update(report), kept_entropy, saved)
         self._last_kept = float(keep.mean())
         self._uplink_bytes += report.upload_bytes + self._soft_label_bytes(len(slots))
@@ -144,14 +146,17 @@ class _SelectionEnv(FLEnv):
     # ---- reward and info -----------------------------------------------------------------------
 
     def _reward_terms(self, report: RoundReport, outcome: Selection) -> dict[str, float]:
-        return {**outcome.gain._asdict(), **what_if_term(outcome.loss_vs_all), "uplink": outcome.keep.sum() / self.m,
+        return {**outcome.gain._asdict(), **what_if_term(outcome.loss_vs_all),
+                "uplink": outcome.keep.sum() / self.m,
                 "entropy": outcome.kept_entropy, "repaired": float(outcome.repaired)}
 
     def _reward_weights(self) -> dict[str, float]:
         cfg, horizon = self.config, self.rounds_per_episode
-        return {**cfg.reward_weights(horizon), "entropy": cfg.lambda_entropy / horizon, "repaired": -cfg.lambda_repair}
+        return {**cfg.reward_weights(horizon), "entropy": cfg.lambda_entropy / horizon,
+                "repaired": -cfg.lambda_repair}
 
-    def _family_info(self, report: RoundReport, outcome: Selection, terms: Mapping[str, float]) -> dict[str, Any]:
+    def _family_info(self, report: RoundReport, outcome: Selection,
+                     terms: Mapping[str, float]) -> dict[str, Any]:
         slots, keep = outcome.slots, outcome.keep
         return {"select/kept": slots[keep], "select/removed": slots[~keep],
                 "select/kept_share": float(keep.mean()), "select/positive_branch": outcome.positive_branch,
@@ -160,7 +165,8 @@ class _SelectionEnv(FLEnv):
                 "select/uplink_bytes": report.upload_bytes,
                 "select/soft_label_bytes": self._soft_label_bytes(len(slots)),
                 "select/downlink_models": len(slots), "select/cum_uplink_bytes": self._uplink_bytes,
-                "select/entropy_candidates": outcome.entropy / self._log_c, "select/entropy_kept": outcome.kept_entropy,
+                "select/entropy_candidates": outcome.entropy / self._log_c,
+                "select/entropy_kept": outcome.kept_entropy,
                 "select/val_accuracy": report.val_accuracy, "select/local_steps": outcome.local_steps}
 
 
@@ -231,8 +237,8 @@ class FLSelectEnv(_SelectionEnv):
         fed, slots = self.federation, pending.slots
         gain = leave_one_out_gain(pending.soft_labels, fed.sizes[slots]) / self._log_c
         rows = np.column_stack([pending.soft_labels, fed.sizes[slots] / self._size_scale,
-                                pending.draw.was_negative[slots], self._selections[slots] / self.rounds_per_episode,
-                                np.clip(gain, -1, 1)])
+                                pending.draw.was_negative[slots],
+                                self._selections[slots] / self.rounds_per_episode, np.clip(gain, -1, 1)])
         glob = self._global_features(pending.entropy, pending.draw.positive_branch)
         return np.concatenate([rows.ravel(), glob]).astype(np.float32)
 
@@ -348,6 +354,7 @@ class FLSelectPickEnv(_SelectionEnv):
     def _reward_weights(self) -> dict[str, float]:
         return {"favor": 1.0} if self.config.reward == "favor" else super()._reward_weights()
 
-    def _family_info(self, report: RoundReport, outcome: Selection, terms: Mapping[str, float]) -> dict[str, Any]:
+    def _family_info(self, report: RoundReport, outcome: Selection,
+                     terms: Mapping[str, float]) -> dict[str, Any]:
         return {**super()._family_info(report, outcome, terms), "select/fallback": outcome.fallback,
                 "select/trimmed": outcome.trimmed}

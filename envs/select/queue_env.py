@@ -125,17 +125,18 @@ class FLSelectQueueEnv(FLEnv):
         self._log2_c = math.log2(fed.num_classes)
         self._lr = np.full(fed.num_clients, cfg.scenario.lr)
         train = len(fed.y_train)
-        self.segment = cfg.segment_size or segment_size(cfg.segment_rho, len(fed.server_indices), fed.num_clients,
-                                                        train)
+        self.segment = cfg.segment_size or segment_size(cfg.segment_rho, len(fed.server_indices),
+                                                        fed.num_clients, train)
         if len(fed.server_indices):
             # the same text for every scenario, so that Python shows it once, not at every redrawn scenario
-            warnings.warn(f"FLSelectQueue-v0: the server holds {cfg.server_data_fraction:.0%} of the training data "
-                          "as raw samples and sends them to every device", stacklevel=2)
+            warnings.warn(f"FLSelectQueue-v0: the server holds {cfg.server_data_fraction:.0%} of the "
+                          "training data as raw samples and sends them to every device", stacklevel=2)
 
     def _reset_state(self) -> None:
         fed = self.federation
         fed.assign_many(dict(enumerate(self._base)))  # a new episode starts from the devices' own data
-        self.queue = DataQueue(fed.server_indices, self._base, self.segment, self.config.queue_mode, self.np_random)
+        self.queue = DataQueue(fed.server_indices, self._base, self.segment, self.config.queue_mode,
+                               self.np_random)
         self._selected_prev = np.zeros(fed.num_clients)
         self._selections = np.zeros(fed.num_clients)
         self._cos_sum = np.zeros(fed.num_clients)  # of the played rounds' update_cos
@@ -157,8 +158,8 @@ class FLSelectQueueEnv(FLEnv):
     def _observe(self, pending: QueueRound) -> np.ndarray:
         fed = self.federation
         rate = self._selections / max(1, self._round)
-        rows = [pending.entropy / self._log2_c, fed.sizes / fed.sizes.max(), pending.bias, self._selected_prev, rate,
-                self.queue.received() / fed.sizes]
+        rows = [pending.entropy / self._log2_c, fed.sizes / fed.sizes.max(), pending.bias,
+                self._selected_prev, rate, self.queue.received() / fed.sizes]
         if self.config.update_stats:
             rows += [pending.update_cos, (self._cos_sum + pending.update_cos) / (self._round + 1)]
         rows = np.column_stack(rows)
@@ -171,12 +172,14 @@ class FLSelectQueueEnv(FLEnv):
         empty = not keep.any()
         if empty and self.config.empty_action == "all":
             keep[:] = True
-        weight = pending.entropy.copy() if self.config.aggregation_weights == "entropy" else fed.sizes.astype(float)
+        by_entropy = self.config.aggregation_weights == "entropy"
+        weight = pending.entropy.copy() if by_entropy else fed.sizes.astype(float)
         fallback = bool(keep.any() and weight[keep].sum() <= 1e-12)
         if fallback:  # every kept device holds one class: data-size weights (ours)
             weight = fed.sizes.astype(float)
         what_if = self.config.reward_signal == "loss_vs_all"
-        basis = weight if weight.sum() > 1e-12 else fed.sizes.astype(float)  # keeping all falls back as a kept set
+        # keeping all falls back as a kept set
+        basis = weight if weight.sum() > 1e-12 else fed.sizes.astype(float)
         saved = loss_vs_all(fed, pending.trained, keep, basis) if what_if else math.nan
         report = fed.finish_round(pending.trained, aggregate=keep, weight=weight)
         self._selected_prev = keep.astype(float)
@@ -187,12 +190,14 @@ class FLSelectQueueEnv(FLEnv):
         return report, QueueOutcome(keep, gain, pending.entropy, pending.bias, empty, fallback, saved)
 
     def _reward_terms(self, report: RoundReport, outcome: QueueOutcome) -> dict[str, float]:
-        return {**outcome.gain._asdict(), **what_if_term(outcome.loss_vs_all), "uplink": float(outcome.keep.mean())}
+        return {**outcome.gain._asdict(), **what_if_term(outcome.loss_vs_all),
+                "uplink": float(outcome.keep.mean())}
 
     def _reward_weights(self) -> dict[str, float]:
         return self.config.reward_weights(self.rounds_per_episode)
 
-    def _family_info(self, report: RoundReport, outcome: QueueOutcome, terms: Mapping[str, float]) -> dict[str, Any]:
+    def _family_info(self, report: RoundReport, outcome: QueueOutcome,
+                     terms: Mapping[str, float]) -> dict[str, Any]:
         entropy_bits, bias, keep = outcome.entropy, outcome.bias, outcome.keep
         pooled = self.federation.histogram[keep].sum(axis=0, keepdims=True)  # the kept working sets' labels
         return {"select/kept": np.flatnonzero(keep), "select/kept_share": float(keep.mean()),
@@ -204,4 +209,5 @@ class FLSelectQueueEnv(FLEnv):
                 "select/fallback_weights": outcome.fallback, "select/empty_selection": outcome.empty,
                 "select/val_accuracy": report.val_accuracy, "select/samples_sent": int(self.queue.sent),
                 "select/privacy": {"server_data_fraction": self.config.server_data_fraction,
-                                   "raw_samples_sent_total": int(self.queue.sent), "label_stats_exposed": "entropy"}}
+                                   "raw_samples_sent_total": int(self.queue.sent),
+                                   "label_stats_exposed": "entropy"}}

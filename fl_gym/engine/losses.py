@@ -1,8 +1,8 @@
 """Local losses as functions of the logits that also return their gradient.
 
 A loss takes ``logits[role]`` ``(k, B, C)`` for every model role a client trains (``"model"``, or
-``"local"`` and ``"lite"`` in mutual learning with a companion model), the labels ``(k, B)`` and the per-sample
-weights ``(k, B)`` (``1/b`` on real samples, 0 on padding), and returns per-role ``(k,)`` loss
+``"local"`` and ``"lite"`` in mutual learning with a companion model), the labels ``(k, B)`` and the
+per-sample weights ``(k, B)`` (``1/b`` on real samples, 0 on padding), and returns per-role ``(k,)`` loss
 values and per-role ``(k, B, C)`` gradients with respect to the logits. The engine backpropagates
 those through the batched layers. The weights make each client's loss its own batch mean, so
 clients never mix.
@@ -34,7 +34,8 @@ def _ce(logits: Tensor, y: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return loss, grad.mul_(w.unsqueeze(-1)), p
 
 
-def cross_entropy(logits: dict[str, Tensor], y: Tensor, w: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+def cross_entropy(logits: dict[str, Tensor], y: Tensor,
+                  w: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Cross-entropy on every role independently (plain FedAvg/FedProx local training)."""
     losses, grads = {}, {}
     for role, z in logits.items():
@@ -68,14 +69,16 @@ class MutualDistillation:
         require(self.temperature > 0, "kd_temperature", self.temperature, "a float > 0")
         require(self.direction in ("dml", "literal"), "kd_direction", self.direction, "'dml' or 'literal'")
 
-    def __call__(self, logits: dict[str, Tensor], y: Tensor, w: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    def __call__(self, logits: dict[str, Tensor], y: Tensor,
+                 w: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """Losses and logit gradients of both roles (see the class docstring)."""
         z_loc, z_lite = logits[self.local], logits[self.lite]
         ce_loc, g_loc, _ = _ce(z_loc, y, w)
         ce_lite, g_lite, _ = _ce(z_lite, y, w)
         kl_loc, gk_loc = self._kl(z_loc, z_lite, w)
         kl_lite, gk_lite = self._kl(z_lite, z_loc, w)
-        losses = {self.local: self.l1 * ce_loc + self.l2 * kl_loc, self.lite: self.l3 * ce_lite + self.l4 * kl_lite}
+        losses = {self.local: self.l1 * ce_loc + self.l2 * kl_loc,
+                  self.lite: self.l3 * ce_lite + self.l4 * kl_lite}
         grads = {self.local: g_loc.mul_(self.l1).add_(gk_loc, alpha=self.l2),
                  self.lite: g_lite.mul_(self.l3).add_(gk_lite, alpha=self.l4)}
         return losses, grads
@@ -108,6 +111,7 @@ def autograd_loss(fn: Callable[[dict[str, Tensor], Tensor], dict[str, Tensor]]) 
             values = {r: (v * w).sum(1) for r, v in per_sample.items()}
             total = sum(v.sum() for v in values.values())
             grads = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
-        dlogits = {r: (g if g is not None else torch.zeros_like(leaves[r])) for r, g in zip(leaves, grads, strict=True)}
+        dlogits = {r: (g if g is not None else torch.zeros_like(leaves[r]))
+                   for r, g in zip(leaves, grads, strict=True)}
         return {r: v.detach() for r, v in values.items()}, dlogits
     return loss

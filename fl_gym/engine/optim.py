@@ -52,7 +52,8 @@ class OptimizerConfig:
     def torch_optimizer(self, params, lr: float) -> torch.optim.Optimizer:
         """The equivalent ``torch.optim`` optimiser for one client (the reference loop)."""
         if self.name == "adam":
-            return torch.optim.Adam(params, lr=lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
+            return torch.optim.Adam(params, lr=lr, betas=self.betas, eps=self.eps,
+                                    weight_decay=self.weight_decay)
         return torch.optim.SGD(params, lr=lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
 

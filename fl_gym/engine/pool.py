@@ -25,7 +25,7 @@ _use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
 def _only_pooled(buffer: Tensor) -> bool:
-    """Whether nothing but ``buffer`` itself refers to its storage (the handle this check makes counts one)."""
+    """Whether nothing but ``buffer`` refers to its storage (the handle this check makes counts one)."""
     return _use_count is not None and _use_count(buffer.untyped_storage()._cdata) == 2
 
 
@@ -59,7 +59,7 @@ class BufferPool:
         return buffer.view(-1)
 
     def keep(self, value: Tensor) -> Tensor:
-        """``value`` copied into a pooled buffer of its shape: a result made fresh by a computation, made lasting."""
+        """``value`` copied into a pooled buffer of its shape: a fresh result made lasting."""
         return self.take(value.numel(), value).view(value.shape).copy_(value)
 
     def __len__(self) -> int:

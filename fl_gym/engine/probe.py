@@ -37,7 +37,8 @@ def gradients_at(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tenso
     """
     stack = models if isinstance(models, Stack) else Stack.from_rows(arch, models)
     shape = (stack.k, arch.num_params)
-    grad = stack.flat.new_zeros(shape) if into is None else into.view(shape).zero_()  # written as rows: no copy
+    # written as rows: no copy
+    grad = stack.flat.new_zeros(shape) if into is None else into.view(shape).zero_()
     out, tape = arch.forward(stack.blocks, arch.gather(x, idx), False)
     losses, dlogits = cross_entropy({"model": out}, y[idx], w)
     arch.backward(stack.blocks, tape, dlogits["model"], stack.row_views(grad), None)

@@ -42,7 +42,7 @@ class BatchSchedule:
 
 
 def padded(parts: list[Tensor], sizes: np.ndarray, width: int) -> Tensor:
-    """``(k, width)`` int64 table whose row ``i`` starts with ``parts[i]`` (``sizes[i]`` long), zeros after."""
+    """``(k, width)`` int64 table whose row ``i`` starts with ``parts[i]`` (``sizes[i]`` long), then zeros."""
     device = parts[0].device if parts else None
     table = torch.zeros(len(parts), width, dtype=torch.int64, device=device)
     if len(parts):
@@ -100,14 +100,16 @@ class BatchDraw:
         epochs = max(d.keys.shape[0] for d in draws)
         width = max(d.keys.shape[2] for d in draws)
         pads = [(0, width - d.keys.shape[2], 0, 0, 0, epochs - d.keys.shape[0]) for d in draws]
-        keys = torch.cat([torch.nn.functional.pad(d.keys, pad, value=2.0) for d, pad in zip(draws, pads, strict=True)],
+        keys = torch.cat([torch.nn.functional.pad(d.keys, pad, value=2.0)
+                          for d, pad in zip(draws, pads, strict=True)],
                          dim=1)
         parts = [p for d in draws for p in d.parts]
         return BatchDraw([parts[i] for i in order], np.concatenate([d.steps for d in draws])[order],
                          keys[:, torch.as_tensor(order, device=keys.device)])
 
 
-def make_schedule(parts: list[Tensor], steps: np.ndarray, batch_size: int, gen: torch.Generator) -> BatchSchedule:
+def make_schedule(parts: list[Tensor], steps: np.ndarray, batch_size: int,
+                  gen: torch.Generator) -> BatchSchedule:
     """Build the schedule of a cohort whose clients are already sorted by ``steps``, most first.
 
     Args:
@@ -136,7 +138,8 @@ def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
     epochs = perms.shape[0]
     s = torch.arange(num_steps, device=device)
     epoch_of = s.unsqueeze(0) // nb.unsqueeze(1)  # (k, S)
-    pos = (s.unsqueeze(0) % nb.unsqueeze(1)).unsqueeze(-1) * batch_size + torch.arange(batch_size, device=device)
+    pos = ((s.unsqueeze(0) % nb.unsqueeze(1)).unsqueeze(-1) * batch_size
+           + torch.arange(batch_size, device=device))
     valid = (pos < n.view(k, 1, 1)) & (s.view(1, -1, 1) < steps_t.view(k, 1, 1))  # (k, S, B)
     pos = torch.where(valid, pos, torch.zeros_like(pos))
     client = torch.arange(k, device=device).view(k, 1, 1)

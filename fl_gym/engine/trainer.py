@@ -15,6 +15,7 @@ How each member steps is the local algorithm's (:mod:`fl_gym.engine.algorithms`)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -67,7 +68,8 @@ class TrainResult:
 
 
 def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSchedule, lr: Tensor,
-                 optimizer: OptimizerConfig, *, loss_fn: LossFn = cross_entropy, algorithm: LocalAlgorithm = PLAIN,
+                 optimizer: OptimizerConfig, *, loss_fn: LossFn = cross_entropy,
+                 algorithm: LocalAlgorithm = PLAIN,
                  clients: np.ndarray | None = None, gen: torch.Generator | None = None) -> TrainResult:
     """Run every local step of a cohort, updating the members' stacks in place.
 
@@ -102,8 +104,8 @@ def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSch
             prev_active = a
         idx, w = schedule.idx[s, :a], schedule.weight[s, :a]
         yb = y[idx]
-        losses = algorithm.step(runs, lambda: _gradients(members, runs, x, idx, yb, w, a, loss_fn, gen,  # noqa: B023
-                                                         algorithm))
+        gradients = partial(_gradients, members, runs, x, idx, yb, w, a, loss_fn, gen, algorithm)
+        losses = algorithm.step(runs, gradients)
         for r, v in losses.items():
             history[r][s, :a] = v
     algorithm.finish(runs, member_clients)
@@ -118,8 +120,9 @@ def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSch
                        {r: (h * in_last).sum(0) / last_n for r, h in history.items()})
 
 
-def _gradients(members: list[Member], runs: list[MemberRun], x: Tensor, idx: Tensor, yb: Tensor, w: Tensor, a: int,
-               loss_fn: LossFn, gen: torch.Generator | None, algorithm: LocalAlgorithm = PLAIN) -> dict[str, Tensor]:
+def _gradients(members: list[Member], runs: list[MemberRun], x: Tensor, idx: Tensor, yb: Tensor,
+               w: Tensor, a: int, loss_fn: LossFn, gen: torch.Generator | None,
+               algorithm: LocalAlgorithm = PLAIN) -> dict[str, Tensor]:
     """Forward every active member, call the loss once, backpropagate into each ``run.grad``.
 
     An algorithm with a representation term (:meth:`LocalAlgorithm.representation_gradient`)

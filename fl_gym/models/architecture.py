@@ -31,7 +31,8 @@ class Architecture:
         layers: the layers, first to last.
     """
 
-    def __init__(self, name: str, input_shape: Sequence[int], num_classes: int, layers: Sequence[Layer]) -> None:
+    def __init__(self, name: str, input_shape: Sequence[int], num_classes: int,
+                 layers: Sequence[Layer]) -> None:
         self.name, self.input_shape, self.num_classes = name, tuple(input_shape), num_classes
         self.layers = list(layers)
         shape = self.input_shape
@@ -40,7 +41,8 @@ class Architecture:
             self._macs += layer.macs(shape)
             shape = layer.out_shape(shape)
         if shape != (num_classes,):
-            raise ValueError(f"Architecture {name!r}: output shape {shape} does not match num_classes={num_classes}")
+            raise ValueError(f"Architecture {name!r}: output shape {shape} does not match "
+                             f"num_classes={num_classes}")
         self.param_shapes = [s for layer in self.layers for s in layer.param_shapes]
         self.fan_ins = [layer.fan_in for layer in self.layers for _ in layer.param_shapes]
         self.sizes = [math.prod(s) for s in self.param_shapes]
@@ -172,7 +174,8 @@ class Stack:
         parts = [rows] if isinstance(rows, Tensor) else list(rows)
         k = sum(part.shape[0] for part in parts)
         stack = cls(arch, parts[0].new_empty(k * arch.num_params))
-        columns = zip(*(part.split(arch.sizes, dim=1) for part in parts), strict=True)  # per block, every part's
+        # per block, every part's
+        columns = zip(*(part.split(arch.sizes, dim=1) for part in parts), strict=True)
         for block, size, pieces in zip(stack.blocks, arch.sizes, columns, strict=True):
             torch.cat(pieces, out=block.view(k, size))
         return stack
@@ -186,11 +189,12 @@ class Stack:
         return stack
 
     def row_views(self, rows: Tensor) -> list[Tensor]:
-        """Split a ``(K, P)`` row buffer into ``(K, *shape)`` blocks (strided views: writing them fills the rows)."""
+        """Split a ``(K, P)`` row buffer into ``(K, *shape)`` blocks (strided views that fill the rows)."""
         return self._blocks_of(rows.split(self.arch.sizes, dim=1))
 
     def _blocks_of(self, pieces: Sequence[Tensor]) -> list[Tensor]:
-        return [piece.view(self.k, *shape) for piece, shape in zip(pieces, self.arch.param_shapes, strict=True)]
+        return [piece.view(self.k, *shape)
+                for piece, shape in zip(pieces, self.arch.param_shapes, strict=True)]
 
     def rows(self) -> Tensor:
         """The clients' parameters as ``(K, P)`` vectors."""

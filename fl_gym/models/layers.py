@@ -101,8 +101,10 @@ class Linear(Layer):
 class Conv2d(Layer):
     """Square-kernel convolution; K clients are the groups of one grouped convolution."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel: int, padding: int = 0, stride: int = 1) -> None:
-        self.cin, self.cout, self.k, self.padding, self.stride = in_channels, out_channels, kernel, padding, stride
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, padding: int = 0,
+                 stride: int = 1) -> None:
+        self.cin, self.cout, self.k = in_channels, out_channels, kernel
+        self.padding, self.stride = padding, stride
         self.param_shapes = ((out_channels, in_channels, kernel, kernel), (out_channels,))
         self.fan_in = in_channels * kernel * kernel
 
@@ -167,7 +169,8 @@ class MaxPool2d(Layer):
 
     def backward(self, dy, params, saved, grads, need_dx):
         x, idx = saved
-        return aten.max_pool2d_with_indices_backward(dy, x, [self.k] * 2, [self.k] * 2, [0, 0], [1, 1], False, idx)
+        return aten.max_pool2d_with_indices_backward(dy, x, [self.k] * 2, [self.k] * 2, [0, 0], [1, 1],
+                                                     False, idx)
 
     def module(self):
         return nn.MaxPool2d(self.k)

@@ -9,7 +9,8 @@ Families (any input shape; tested on 8x8, 28x28 and 32x32):
   channels and an ``f``-unit hidden layer, ``(c, f) = (8, 32), (16, 64), (32, 128)``
   (``cnn-small`` on digits is conv 1-8-16, fc 64-32-10).
 * ``hapfl-lite`` / ``hapfl-small`` / ``hapfl-medium`` / ``hapfl-large``: HAPFL's ``HapflCNN(c, f)``,
-  sized by us (the paper names four sizes, not their widths): ``(c, f) = (8, 64), (16, 128), (24, 192), (32, 256)``.
+  sized by us (the paper names four sizes, not their widths): ``(c, f) = (8, 64), (16, 128), (24, 192),
+  (32, 256)``.
 
 Paper networks (parameter counts pinned by the tests):
 
@@ -48,8 +49,8 @@ class _Builder:
 
     def conv(self, out: int, kernel: int, padding: int = 0) -> _Builder:
         if len(self.shape) != 3:
-            raise UserError(f"input_shape={self.input_shape} is out of range; allowed: (C, H, W) images for a "
-                             "network with conv layers")
+            raise UserError(f"input_shape={self.input_shape} is out of range; allowed: (C, H, W) images for "
+                             "a network with conv layers")
         self.grouped = True
         return self.add(Conv2d(self.shape[0], out, kernel, padding)).add(ReLU())
 
@@ -98,7 +99,8 @@ def _hapfl(c: int, f: int) -> Callable[[Sequence[int], int, str], Architecture]:
 def _mcmahan(dropout: float) -> Callable[[Sequence[int], int, str], Architecture]:
     def make(shape, classes, name):
         b = _Builder(shape).conv(32, 5, 2).pool().conv(64, 5, 2).pool().flatten()
-        return b.dense(512, dropout=dropout / 2).dense(classes, relu=False, dropout=dropout).build(name, classes, shape)
+        b = b.dense(512, dropout=dropout / 2).dense(classes, relu=False, dropout=dropout)
+        return b.build(name, classes, shape)
     return make
 
 

@@ -1,4 +1,4 @@
-"""fl-gym's benchmark: suites of tasks with train/test federations, pinned reference scores, agents' runs, reports.
+"""fl-gym's benchmark: task suites with train/test federations, pinned references, agents' runs, reports.
 
 ``fl-gym benchmark run --suite core-v1 --algo fixed`` pins the references (every fixed policy on
 the test federations, tuned baselines chosen on the tuning federations); ``--algo ppo --seeds 0-4``
@@ -31,7 +31,7 @@ __all__ = ["Task", "all_tasks", "suite", "suite_names", "suite_tasks", "referenc
 
 
 def suite_tasks(suite_name: str, only: Sequence[str] | None = None) -> list[Task]:
-    """The suite's tasks, or those of them named in ``only``; a ``ValueError`` names an unknown suite or task."""
+    """The suite's tasks, or those named in ``only``; a ``ValueError`` names an unknown suite or task."""
     tasks = suite(suite_name)
     if only:
         names = [t.name for t in tasks]
@@ -43,7 +43,7 @@ def suite_tasks(suite_name: str, only: Sequence[str] | None = None) -> list[Task
 
 def references(suite_name: str, out: str | Path, only: Sequence[str] | None = None,
                say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Pin the suite's references (resumable per task); writes ``out/references/TASK.json`` and ``out/references.json``.
+    """Pin the suite's references (resumable per task): ``out/references/TASK.json``, ``out/references.json``.
 
     ``references.json`` gathers every task of the suite pinned under ``out`` so far, so processes
     that pin different ``only`` tasks into one folder share it.
@@ -55,14 +55,15 @@ def references(suite_name: str, out: str | Path, only: Sequence[str] | None = No
             say(f"{task.name}: references")
             write_json(path, task_references(task, say))
     records = {t.name: read_json(p) for t in suite(suite_name)
-               if (p := out / "references" / f"{t.name}.json").is_file()}  # also those pinned by another process
+               # also those pinned by another process
+               if (p := out / "references" / f"{t.name}.json").is_file()}
     write_json(out / "references.json", records)
     return records
 
 
 def run(suite_name: str, algo: str, seeds: Sequence[int], out: str | Path, only: Sequence[str] | None = None,
         progress: bool = True, say: Callable[[str], None] = print) -> dict[str, dict[str, list[dict]]]:
-    """Train and score ``algo`` on every task and seed (resumable); ``algo="fixed"`` pins the references instead."""
+    """Train and score ``algo`` on every task and seed (resumable); ``algo="fixed"`` pins the references."""
     require(algo in (*ALGOS, "fixed"), "--algo", algo, f"{', '.join(ALGOS)}, or fixed (the references)")
     if algo == "fixed":
         references(suite_name, out, only, say)
@@ -90,7 +91,7 @@ def stored_references(suite_name: str) -> dict[str, Any]:
 
 def normalized_score(task: str | Task, value: float, split: str = "test", refs: dict[str, Any] | None = None
                      ) -> float:
-    """``value`` on ``task`` as a normalised score: 0 = FedAvg, 1 = the best fixed policy (stored references)."""
+    """``value`` on ``task`` as a normalised score: 0 = FedAvg, 1 = the best fixed policy (stored)."""
     found = task if isinstance(task, Task) else all_tasks().get(task)
     require(found is not None, "task", task, ", ".join(all_tasks()))
     records = refs if refs is not None else stored_references(found.suites[0])
@@ -115,13 +116,14 @@ def _agent_runs(runs_dir: Path, tasks: Sequence[Task]) -> dict[str, dict[str, li
             agents.setdefault(record["algo"], {}).setdefault(task.name, []).append(record)
             if "start" in record:
                 start = {**record["start"], "seed": record["seed"]}
-                agents.setdefault(record["algo"] + reporting.START, {}).setdefault(task.name, []).append(start)
+                starts = agents.setdefault(record["algo"] + reporting.START, {})
+                starts.setdefault(task.name, []).append(start)
     return agents
 
 
 def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None, reps: int = 2000
            ) -> dict[str, Any]:
-    """Tables of the suite's references and every agent run under ``runs_dir``, written to ``out`` (or ``runs_dir``).
+    """Tables of the suite's references and every agent run under ``runs_dir``, written to ``out``.
 
     The references come from ``runs_dir/references.json`` if the run pinned them, else the stored
     ones. Returns :func:`~fl_gym.training.benchmark.report.build`'s content and its ``markdown``.
@@ -131,7 +133,8 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
     local = runs_dir / "references.json"
     refs = read_json(local) if local.is_file() else stored_references(suite_name)
     missing = [t.name for t in tasks if t.name not in refs]
-    require(not missing, "references", sorted(refs), f"a record for every task of {suite_name} (missing {missing})")
+    require(not missing, "references", sorted(refs),
+            f"a record for every task of {suite_name} (missing {missing})")
     refs = {t.name: refs[t.name] for t in tasks}
     content = reporting.build(refs, _agent_runs(runs_dir, tasks), reps)
     specs = {t.name: env_spec_json(t) for t in tasks}
@@ -140,6 +143,7 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
 
 
 def env_spec_json(task: Task) -> str:
-    """The task's ``EnvSpec.to_json()`` with its arguments (the vector entry point, a bound callable, left out)."""
+    """The task's ``EnvSpec.to_json()`` with its arguments (the vector entry point, a callable, left out)."""
     spec = gym.spec(task.env_id)
-    return dataclasses.replace(spec, kwargs={**spec.kwargs, **task.env_kwargs}, vector_entry_point=None).to_json()
+    return dataclasses.replace(spec, kwargs={**spec.kwargs, **task.env_kwargs},
+                               vector_entry_point=None).to_json()

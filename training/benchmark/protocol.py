@@ -36,7 +36,8 @@ Say = Callable[[str], None]
 
 
 def play(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
-         scenarios: tuple[int, ...] | None = None, seeds: tuple[int, ...] | None = None) -> list[list[Episode]]:
+         scenarios: tuple[int, ...] | None = None,
+         seeds: tuple[int, ...] | None = None) -> list[list[Episode]]:
     """A policy's episodes on the task's federations: ``[seed][federation]``.
 
     Args:
@@ -49,7 +50,8 @@ def play(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
     """
     scenarios = task.test_scenarios if scenarios is None else scenarios
     seeds = task.eval_seeds if seeds is None else seeds
-    policy = policy_spec(spec, task.env_id, tuple(seeds)) if isinstance(spec, str) else PolicySpec("custom", spec)
+    policy = policy_spec(spec, task.env_id, tuple(seeds)) if isinstance(spec,
+                                                                        str) else PolicySpec("custom", spec)
     makers = [functools.partial(gym.make, task.env_id, **{**task.test_kwargs(s, split), **policy.env_kwargs})
               for s in scenarios for _ in seeds]
     episodes = evaluate(makers, policy.factory, [seed for _ in scenarios for seed in seeds])
@@ -57,7 +59,8 @@ def play(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
 
 
 def score_policy(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
-                 scenarios: tuple[int, ...] | None = None, seeds: tuple[int, ...] | None = None) -> np.ndarray:
+                 scenarios: tuple[int, ...] | None = None,
+                 seeds: tuple[int, ...] | None = None) -> np.ndarray:
     """``(seeds, federations)`` episode scores of a policy (arguments as :func:`play`)."""
     return _scores(task, play(task, spec, split, scenarios, seeds))
 
@@ -109,19 +112,19 @@ def task_references(task: Task, say: Say = print) -> dict[str, Any]:
         best = max(means, key=means.get)
         if means[best] == means[task.reference]:
             raise UserError(f"task={task.name!r}: on its {split} split no fixed policy beats the reference "
-                            f"{task.reference!r}, so its scores cannot be normalised; allowed: a split where one "
-                            "does (change the split's arguments or add a policy)")
+                            f"{task.reference!r}, so its scores cannot be normalised; allowed: a split where "
+                            "one does (change the split's arguments or add a policy)")
         refs[split] = {"ref_min": means[task.reference], "ref_max": means[best], "best": best}
     return {"task": task.name, "env_id": task.env_id, "score": task.score, "reference": task.reference,
-            "upper": task.upper_name, "uppers": list(task.uppers), "fixed": fixed, "tuned": tuned, "refs": refs,
-            "policies": policies, "returns": returns,
+            "upper": task.upper_name, "uppers": list(task.uppers), "fixed": fixed, "tuned": tuned,
+            "refs": refs, "policies": policies, "returns": returns,
             "test_scenarios": list(task.test_scenarios), "eval_seeds": list(task.eval_seeds),
             "wall_s": time.perf_counter() - start}
 
 
 def per_federation_best(scores: list[list[list[float]]], returns: list[list[list[float]]]
                         ) -> tuple[list[list[float]], list[list[float]]]:
-    """Per federation (column), the candidate of best mean score: its ``(seeds, federations)`` scores and returns."""
+    """Per federation (column), the candidate of best mean score: its ``(seeds, federations)`` scores."""
     scores_, returns_ = np.array(scores), np.array(returns)  # (candidates, seeds, federations)
     best = scores_.mean(axis=1).argmax(axis=0)
     columns = np.arange(scores_.shape[2])

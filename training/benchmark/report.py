@@ -1,4 +1,4 @@
-"""``fl-gym benchmark report``: per-task tables, suite aggregates with intervals, profiles; MD, CSV, JSON, PNG.
+"""``fl-gym benchmark report``: per-task tables, suite aggregates with intervals, profiles, as files.
 
 Inputs are a suite's reference record (:func:`~fl_gym.training.benchmark.protocol.task_references`
 per task) and any agent runs (:func:`~fl_gym.training.benchmark.protocol.run_agent`). A method's
@@ -59,12 +59,14 @@ def normalise(values: np.ndarray, record: Mapping[str, Any], split: str) -> np.n
     return np.array([scores.normalized_score(v, ref["ref_min"], ref["ref_max"]) for v in values])
 
 
-def suite_matrix(per_task: Mapping[str, np.ndarray], refs: Mapping[str, Any], split: str) -> np.ndarray | None:
+def suite_matrix(per_task: Mapping[str, np.ndarray], refs: Mapping[str, Any],
+                 split: str) -> np.ndarray | None:
     """``(runs, tasks)`` normalised scores, NaN below a task's last run; None if a task has no runs."""
     if set(per_task) != set(refs):
         return None
     runs = max(len(v) for v in per_task.values())
-    columns = [np.pad(normalise(per_task[t], refs[t], split), (0, runs - len(per_task[t])), constant_values=np.nan)
+    columns = [np.pad(normalise(per_task[t], refs[t], split), (0, runs - len(per_task[t])),
+                      constant_values=np.nan)
                for t in refs]
     return np.stack(columns, axis=1)
 
@@ -86,10 +88,12 @@ def build(refs: Mapping[str, Any], agents: Mapping[str, Mapping[str, list[dict]]
             suite[method] = {stat: scores.bootstrap_ci(matrix, fn, reps) for stat, fn in
                              (("iqm", scores.iqm), ("mean", scores.mean), ("median", scores.median))}
             counts = (~np.isnan(matrix)).sum(axis=0)
-            suite[method]["runs"] = f"{counts.min()}-{counts.max()}" if counts.min() < counts.max() else int(counts[0])
+            spread = counts.min() < counts.max()
+            suite[method]["runs"] = f"{counts.min()}-{counts.max()}" if spread else int(counts[0])
             suite[method]["p_improve_on_best"] = scores.improvement_ci(matrix, best, reps)
             suite[method]["profile"] = scores.performance_profile(matrix, PROFILE_TAUS).tolist()
-            suite[method]["at_or_above_best"] = int((np.nanmean(matrix, axis=0) >= 1.0 - 1e-9).sum())  # best: 1
+            # best: 1
+            suite[method]["at_or_above_best"] = int((np.nanmean(matrix, axis=0) >= 1.0 - 1e-9).sum())
         report["splits"][split] = {"tasks": tasks, "headroom": headroom, "suite": suite}
     return report
 
@@ -136,8 +140,8 @@ def _task_rows(runs: Mapping[str, Mapping[str, np.ndarray]], record: Mapping[str
             continue
         values, role = tasks[task], _role(method, record)
         normalised = normalise(values, record, split)
-        rows.append({"method": method, "runs": len(values), "raw": float(values.mean()), "se": _standard_error(values),
-                     "normalised": float(normalised.mean()), "role": role,
+        rows.append({"method": method, "runs": len(values), "raw": float(values.mean()),
+                     "se": _standard_error(values), "normalised": float(normalised.mean()), "role": role,
                      **({"per_run": normalised.tolist()} if role.startswith("agent") else {})})
     return rows
 
@@ -168,12 +172,13 @@ def markdown(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str
         for task, rows in body["tasks"].items():
             ref, room = refs[task]["refs"][split], body["headroom"][task]
             lines += ["", f"### {task} ({split})", "",
-                      f"ref_min {ref['ref_min']:.4f} ({refs[task]['reference']}), ref_max {ref['ref_max']:.4f} "
-                      f"({ref['best']}); score: {refs[task]['score']}. Spread {room['spread']:.4f} = "
-                      f"{room['spread_in_se']:.1f} s.e.; upper reference at {room['upper']:.2f}; one episode's "
-                      f"seed-to-seed s.d. {room['seed_sd']:.4f}; reward signal-to-noise (best fixed - reference, "
-                      f"per episode) {room['reward_snr']:.2f}.", "",
-                      "| method | role | runs | raw ± s.e. | normalised (an agent's runs) |", "|---|---|---|---|---|"]
+                      f"ref_min {ref['ref_min']:.4f} ({refs[task]['reference']}), ref_max "
+                      f"{ref['ref_max']:.4f} ({ref['best']}); score: {refs[task]['score']}. Spread "
+                      f"{room['spread']:.4f} = {room['spread_in_se']:.1f} s.e.; upper reference at "
+                      f"{room['upper']:.2f}; one episode's seed-to-seed s.d. {room['seed_sd']:.4f}; reward "
+                      f"signal-to-noise (best fixed - reference, per episode) {room['reward_snr']:.2f}.", "",
+                      "| method | role | runs | raw ± s.e. | normalised (an agent's runs) |",
+                      "|---|---|---|---|---|"]
             for row in sorted(rows, key=lambda r: -r["raw"]):
                 each = f" ({', '.join(f'{v:.2f}' for v in row['per_run'])})" if "per_run" in row else ""
                 lines.append(f"| {row['method']} | {row['role']} | {row['runs']} | {row['raw']:.4f} ± "
@@ -194,7 +199,8 @@ def table_csv(report: Mapping[str, Any]) -> str:
     for split, body in report["splits"].items():
         for task, rows in body["tasks"].items():
             for r in rows:
-                writer.writerow([split, task, r["method"], r["role"], r["runs"], r["raw"], r["se"], r["normalised"]])
+                writer.writerow([split, task, r["method"], r["role"], r["runs"], r["raw"], r["se"],
+                                 r["normalised"]])
     return buffer.getvalue()
 
 
@@ -203,7 +209,8 @@ def hardware() -> dict[str, Any]:
     import torch
 
     return {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
-            "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+            "python": platform.python_version(), "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
 
 
 def hardware_line() -> str:
@@ -216,15 +223,17 @@ def plot_profiles(report: Mapping[str, Any], split: str, path: Path) -> Path:
     """Performance profiles: the share of run-task scores above each normalised score."""
     from fl_gym.training.plots import plot_xy
 
-    lines = {m: (PROFILE_TAUS.tolist(), agg["profile"]) for m, agg in report["splits"][split]["suite"].items()}
-    return plot_xy(lines, "normalised score tau (0 = FedAvg, 1 = best fixed policy)", "share of runs x tasks > tau",
-                   f"performance profiles, {split} split", path)
+    lines = {m: (PROFILE_TAUS.tolist(), agg["profile"])
+             for m, agg in report["splits"][split]["suite"].items()}
+    return plot_xy(lines, "normalised score tau (0 = FedAvg, 1 = best fixed policy)",
+                   "share of runs x tasks > tau", f"performance profiles, {split} split", path)
 
 
-def write_report(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str, specs: Mapping[str, str],
-                 out: Path) -> list[Path]:
-    """``report.md``, ``report.csv``, ``report.json`` (with the hardware and each task's env spec), profile PNGs."""
+def write_report(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str,
+                 specs: Mapping[str, str], out: Path) -> list[Path]:
+    """``report.md``, ``.csv``, ``.json`` (with the hardware and each task's env spec), profile PNGs."""
     data = {**report, "suite": suite_name, "hardware": hardware(), "env_specs": dict(specs)}
     written = [write_text(out / "report.md", markdown(report, refs, suite_name)),
                write_text(out / "report.csv", table_csv(report)), write_json(out / "report.json", data)]
-    return written + [plot_profiles(report, split, out / f"profile_{split}.png") for split in report["splits"]]
+    return written + [plot_profiles(report, split, out / f"profile_{split}.png")
+                      for split in report["splits"]]

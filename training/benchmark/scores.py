@@ -121,7 +121,8 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
     """
     x, y = _check_matrix(x, "probability_of_improvement"), _check_matrix(y, "probability_of_improvement")
     if x.shape[1] != y.shape[1]:
-        raise UserError(f"probability_of_improvement: expected the same tasks, got {x.shape[1]} and {y.shape[1]}")
+        raise UserError(f"probability_of_improvement: expected the same tasks, got {x.shape[1]} and "
+                        f"{y.shape[1]}")
     beats = (x[:, None, :] > y[None, :, :]) + 0.5 * (x[:, None, :] == y[None, :, :])
     pairs = ~np.isnan(x)[:, None, :] & ~np.isnan(y)[None, :, :]  # the runs each task has
     return float(((beats * pairs).sum(axis=(0, 1)) / pairs.sum(axis=(0, 1))).mean())

@@ -117,11 +117,12 @@ class Task:
                 f"one of its heuristics {list(self.heuristics)}")
         require(self.budget >= 1, f"task {self.name!r}: budget", self.budget, "an integer >= 1")
         bound = family_of(self.env_id).agent_kwargs
-        require(set(self.agent_kwargs) <= set(bound), f"task {self.name!r}: agent_kwargs", sorted(self.agent_kwargs),
-                f"keys of the family's agent_kwargs {list(bound)}")
+        require(set(self.agent_kwargs) <= set(bound), f"task {self.name!r}: agent_kwargs",
+                sorted(self.agent_kwargs), f"keys of the family's agent_kwargs {list(bound)}")
         low, high = TRAIN_SCENARIOS
         inside = [s for s in self.test_scenarios if low <= s < high]
-        require(not inside, f"task {self.name!r}: test_scenarios", inside, f"seeds outside the training range "
+        require(not inside, f"task {self.name!r}: test_scenarios", inside,
+                f"seeds outside the training range "
                 f"[{low}, {high})")
 
     @property

@@ -22,7 +22,8 @@ def run_demo(out: Path, steps: int = 40000, episodes: int = 5, accuracy_rounds: 
     """Run the three stages above, printing each table."""
     agent = out / "FLHetero-v0" / "hapfl"
     if not (agent / "config.yml").is_file():
-        cfg = runs.resolve("FLHetero-v0", "hapfl", "fast", total_timesteps=2 * steps, save_freq=max(steps // 4, 256))
+        cfg = runs.resolve("FLHetero-v0", "hapfl", "fast", total_timesteps=2 * steps,
+                           save_freq=max(steps // 4, 256))
         agent = runs.new_run_dir(cfg, out, "hapfl")
     print(f"1/3 training HAPFL's dual agent (PPO1 then PPO2, {steps} steps each, timing backend) in {agent}")
     runs.train(agent)
@@ -32,9 +33,10 @@ def run_demo(out: Path, steps: int = 40000, episodes: int = 5, accuracy_rounds: 
     timing = compare("FLHetero-v0", policies, seeds, out_dir=out / "compare-timing")
     print(markdown_table(timing))
     torch_kwargs = {"backend": "torch", "local_epochs": 2, "lr": 3e-3, "rounds_per_episode": accuracy_rounds}
-    print(f"3/3 comparing with real training (torch backend, digits, {accuracy_rounds} rounds of E_loc=2, lr 3e-3, "
-          "2 episodes)")
-    accuracy = compare("FLHetero-v0", ["fedavg", "greedy", "oracle", f"hapfl:{agent}"], seeds[:2], torch_kwargs,
-                       out_dir=out / "compare-accuracy")
+    print(f"3/3 comparing with real training (torch backend, digits, {accuracy_rounds} rounds of E_loc=2, lr "
+          "3e-3, 2 episodes)")
+    accuracy = compare("FLHetero-v0", ["fedavg", "greedy", "oracle", f"hapfl:{agent}"], seeds[:2],
+                       torch_kwargs, out_dir=out / "compare-accuracy")
     print(markdown_table(accuracy))
-    print(f"tables (md, csv, json) and plots (png) in {out / 'compare-timing'} and {out / 'compare-accuracy'}")
+    print(f"tables (md, csv, json) and plots (png) in {out / 'compare-timing'} and "
+          f"{out / 'compare-accuracy'}")

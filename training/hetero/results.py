@@ -113,10 +113,11 @@ def _agents(cfg: ResultsConfig, say: Callable[[str], None]) -> dict[str, Any]:
         if not is_recipe(folder):
             start = time.perf_counter()
             steps = None if cfg.agent_steps is None else {s.name: cfg.agent_steps for s in recipe.stages}
-            models = train_recipe(recipe, env_kwargs, seed=cfg.train_seed, preset=yaml_preset(preset), steps=steps,
-                                  progress=lambda m, p=preset: say(f"[{p}] {m}"))
-            save_recipe(folder, recipe, models, {"preset": preset, "train_wall_s": time.perf_counter() - start,
-                                                 "env_kwargs": env_kwargs, "seed": cfg.train_seed})
+            models = train_recipe(recipe, env_kwargs, seed=cfg.train_seed, preset=yaml_preset(preset),
+                                  steps=steps, progress=lambda m, p=preset: say(f"[{p}] {m}"))
+            save_recipe(folder, recipe, models,
+                        {"preset": preset, "train_wall_s": time.perf_counter() - start,
+                         "env_kwargs": env_kwargs, "seed": cfg.train_seed})
         models = load_recipe(folder)[1]
         out[preset] = (models["ppo1"], models["ppo2"])
     joint = root / "joint.zip"
@@ -161,11 +162,12 @@ def _cached(cfg: ResultsConfig, kind: str, label: str, seed: int, compute: Calla
     return read_json(path)
 
 
-def _measure(cfg: ResultsConfig, kind: str, label: str, env_kwargs: dict, policy: Callable, seeds: tuple[int, ...],
-             rounds: int, say: Callable[[str], None]) -> list[dict[str, float]]:
+def _measure(cfg: ResultsConfig, kind: str, label: str, env_kwargs: dict, policy: Callable,
+             seeds: tuple[int, ...], rounds: int, say: Callable[[str], None]) -> list[dict[str, float]]:
     """Per-seed episode summaries, each cached as soon as it is done."""
     make_env = lambda: gym.make(JOINT, **env_kwargs)  # noqa: E731
-    return [_cached(cfg, kind, label, seed, lambda s=seed: evaluate(make_env, policy, [s], rounds)[0].summary(), say)
+    return [_cached(cfg, kind, label, seed,
+                    lambda s=seed: evaluate(make_env, policy, [s], rounds)[0].summary(), say)
             for seed in seeds]
 
 
@@ -248,13 +250,14 @@ def run(cfg: ResultsConfig, say: Callable[[str], None] = print) -> dict[str, Any
         timing[label] = aggregate_summaries(runs)
     for label, (kwargs, policy) in rows.items():
         if cfg.runs_accuracy(label):
-            runs = _measure(cfg, "accuracy", label, _torch_kwargs(cfg, kwargs), policy, cfg.acc_seeds, cfg.acc_rounds,
-                            say)
+            runs = _measure(cfg, "accuracy", label, _torch_kwargs(cfg, kwargs), policy, cfg.acc_seeds,
+                            cfg.acc_rounds, say)
             accuracy[label] = aggregate_summaries(runs)
     curves = _curves(cfg, rows, say)
     say("gap closure")
     closure = _gap_closure(cfg, agents)
-    walls = {p: read_json(Path(cfg.out_dir) / "agents" / p / "recipe.json").get("train_wall_s") for p in cfg.agents}
+    walls = {p: read_json(Path(cfg.out_dir) / "agents" / p / "recipe.json").get("train_wall_s")
+             for p in cfg.agents}
     results = {"config": asdict(cfg), "timing": timing, "accuracy": accuracy, "curves": curves,
                "gap_closure": closure, "train_wall_s": walls}
     write_json(Path(cfg.out_dir) / "results.json", results)
@@ -270,23 +273,27 @@ def report(results: dict[str, Any]) -> str:
     """Markdown tables of :func:`run`'s results."""
     cfg, timing, accuracy = results["config"], results["timing"], results["accuracy"]
     lines = [f"### Timing: {cfg['dataset']}, {cfg['rounds']} rounds, seeds {cfg['eval_seeds']}", "",
-             "| policy | straggling latency (s) | total time (s) | mean R^1 | mean R^2 (s) |", "|---|---|---|---|---|"]
+             "| policy | straggling latency (s) | total time (s) | mean R^1 | mean R^2 (s) |",
+             "|---|---|---|---|---|"]
     for label, s in timing.items():
         lines.append(f"| {label} | {_pm(s.get('straggling_latency'))} | {_pm(s.get('sim_time'), 0)} | "
                      f"{_pm(s.get('hetero/r1'), 2)} | {_pm(s.get('hetero/r2_seconds'), 1)} |")
     lines += ["", "### Reductions against the baselines (ours vs the paper's MNIST figures)", "",
               "| policy | vs | latency cut: ours | latency cut: paper | time cut: ours | time cut: paper |",
               "|---|---|---|---|---|---|"]
-    for label in [k for k in timing if k.startswith("HAPFL") or k in ("Joint PPO (one agent)", "BalancedOracle")]:
+    for label in [k for k in timing if k.startswith("HAPFL")
+                  or k in ("Joint PPO (one agent)", "BalancedOracle")]:
         for base in BASELINES:
             lat, tot = (100 * (1 - timing[label][m][0] / timing[base][m][0])
                         for m in ("straggling_latency", "sim_time"))
             paper = PAPER_MNIST[base]
             lines.append(f"| {label} | {base} | {lat:.1f} % | {paper[0]} % | {tot:.1f} % | {paper[1]} % |")
     if accuracy:
-        lines += ["", f"### Accuracy: {cfg['dataset']}, {cfg['acc_rounds']} rounds of E_loc={cfg['acc_local_epochs']}, "
-                  f"seeds {cfg['acc_seeds']}", "",
-                  "| policy | LiteModel (global) | small (global) | large (global) | local (personalised) | time (s) |",
+        lines += ["",
+                  f"### Accuracy: {cfg['dataset']}, {cfg['acc_rounds']} rounds of "
+                  f"E_loc={cfg['acc_local_epochs']}, seeds {cfg['acc_seeds']}", "",
+                  "| policy | LiteModel (global) | small (global) | large (global) | local (personalised) | "
+                  "time (s) |",
                   "|---|---|---|---|---|---|"]
         for label, s in accuracy.items():
             cells = [_pm(s.get(m), 1, 100) for m in ("hetero/lite_accuracy", "hetero/global_accuracy/small",
@@ -295,13 +302,15 @@ def report(results: dict[str, Any]) -> str:
     curves = results.get("curves") or {}
     if "HAPFL PPO (fast)" in curves:
         finish = curves["HAPFL PPO (fast)"]["sim_time"][-1]
-        lines += ["", f"### Equal simulated time: each policy when HAPFL PPO (fast) finishes ({finish:.0f} s, "
+        lines += ["",
+                  f"### Equal simulated time: each policy when HAPFL PPO (fast) finishes ({finish:.0f} s, "
                   f"seed {cfg['acc_seeds'][0]})", "",
                   "| policy | rounds done | large (global) | local (personalised) |", "|---|---|---|---|"]
         for label, c in curves.items():
             rounds = sum(t <= finish for t in c["sim_time"])
             cells = [at_time(c, m, finish) for m in ("accuracy", "hetero/mean_local_accuracy")]
-            lines.append(f"| {label} | {rounds} | " + " | ".join("n/a" if v != v else f"{100 * v:.1f}" for v in cells)
+            lines.append(f"| {label} | {rounds} | "
+                         + " | ".join("n/a" if v != v else f"{100 * v:.1f}" for v in cells)
                          + " |")
     if results.get("gap_closure"):
         lines += ["", "### Gap closure: share of the gap to the analytic reference each agent closes", "",
@@ -309,8 +318,10 @@ def report(results: dict[str, Any]) -> str:
         for name, r in results["gap_closure"].items():
             lines.append(f"| {name} | {r['agent']:.3f} | {r['floor']:.3f} | {r['reference']:.3f} | "
                          f"{100 * r['closed']:.0f} % |")
-        lines += ["", "PPO1: R^1 on FLHeteroAlloc-v0, floor Random, reference BalancedOracle. PPO2: R^2/T_scale on "
-                  "FLHeteroIntensity-v0 with the frozen PPO1's sizes, floor a uniform split, reference inverse time."]
+        lines += ["",
+                  "PPO1: R^1 on FLHeteroAlloc-v0, floor Random, reference BalancedOracle. PPO2: R^2/T_scale "
+                  "on FLHeteroIntensity-v0 with the frozen PPO1's sizes, floor a uniform split, reference "
+                  "inverse time."]
     walls = ", ".join(f"{p}: {w:.0f} s" for p, w in results["train_wall_s"].items() if w)
     lines += ["", f"Dual-agent training wall time (timing backend, shared machine): {walls}."]
     return "\n".join(lines) + "\n"
@@ -340,10 +351,11 @@ def reproduce(argv: list[str]) -> int:
     """``fl-gym reproduce hetero [ARGS]``: run, print the report."""
     args = parser().parse_args(argv)
     cfg = ResultsConfig(
-        dataset=args.dataset, data_root=args.data_root, out_dir=args.out or f"bench-results/hapfl-{args.dataset}",
+        dataset=args.dataset, data_root=args.data_root,
+        out_dir=args.out or f"bench-results/hapfl-{args.dataset}",
         train_seed=args.train_seed, eval_seeds=parse_ints(args.eval_seeds), rounds=args.rounds,
-        agents=tuple(args.agents.split(",")), acc_rounds=args.acc_rounds, acc_local_epochs=args.acc_local_epochs,
-        acc_seeds=parse_ints(args.acc_seeds or args.eval_seeds),
+        agents=tuple(args.agents.split(",")), acc_rounds=args.acc_rounds,
+        acc_local_epochs=args.acc_local_epochs, acc_seeds=parse_ints(args.acc_seeds or args.eval_seeds),
         acc_policies=tuple(args.acc_policies.split(";")) if args.acc_policies else None,
         threads=args.threads, agent_steps=args.agent_steps)
     print(report(run(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))))

@@ -19,8 +19,9 @@ from fl_gym.training.benchmark.tasks import Task
 
 TASKS = (
     Task(name="hetero-drift", env_id="FLHetero-v0",
-         doc="Model size and epoch share for 12 of 20 clients a round (scale20: 3 sizes, speeds 20x apart), with "
-             "a device load that persists from round to round: the last measured slowdown forecasts this round's.",
+         doc="Model size and epoch share for 12 of 20 clients a round (scale20: 3 sizes, speeds 20x apart), "
+             "with a device load that persists from round to round: the last measured slowdown forecasts "
+             "this round's.",
          env_kwargs={"preset": "scale20", "obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5},
          budget=300_000, score="return",
          reference="large", heuristics=("large", "small", "greedy", "inverse", "oracle", "history-oracle"),
@@ -30,9 +31,10 @@ TASKS = (
          hyperparams="FLHetero-v0/bench"),
     Task(name="smoke-hetero", env_id="FLHetero-v0", suites=("smoke",),
          doc="A three-round hetero-drift for checking the benchmark's pipeline in seconds (not a benchmark).",
-         env_kwargs={"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5, "rounds_per_episode": 3},
+         env_kwargs={"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5,
+                     "rounds_per_episode": 3},
          budget=32, score="return", reference="large", heuristics=("large", "oracle"),
          tuned={"history-oracle-rho": ("history-oracle[rho=0.5]", "history-oracle[rho=0.9]")},
-         upper=("clairvoyant", "oracle"), extrapolation={"heterogeneity": 50.0}, hyperparams="FLHetero-v0/smoke",
-         test_scenarios=(1, 2), eval_seeds=(1_000_000_000, 1_000_000_001)),
+         upper=("clairvoyant", "oracle"), extrapolation={"heterogeneity": 50.0},
+         hyperparams="FLHetero-v0/smoke", test_scenarios=(1, 2), eval_seeds=(1_000_000_000, 1_000_000_001)),
 )

@@ -16,8 +16,10 @@ from fl_gym.training.agent_demo import train_and_compare
 
 def run_rates_demo(out: Path, steps: int = 40000, episodes: int = 5, accuracy_rounds: int = 15) -> None:
     """``steps // 10`` PPO steps on ``FLLearningRate-v0``; ``accuracy_rounds`` is unused."""
-    train_and_compare(out, "FLLearningRate-v0", ["fedavg", "fedent", "decay", "fedadam"], max(steps // 10, 240),
-                      episodes, "small preset: digits, 20 clients with 2 label shards, 5 per round, 20 rounds")
+    train_and_compare(out, "FLLearningRate-v0", ["fedavg", "fedent", "decay", "fedadam"],
+                      max(steps // 10, 240),
+                      episodes,
+                      "small preset: digits, 20 clients with 2 label shards, 5 per round, 20 rounds")
 
 
 def run_weights_demo(out: Path, steps: int = 40000, episodes: int = 5, accuracy_rounds: int = 15) -> None:

@@ -39,7 +39,8 @@ class Section:
     reduced_target: float | None = None  # a smaller model's reachable target (None: the same)
 
 
-RATE_POLICIES = ["fedavg", "fedavg[lr=0.03]", "fedavg[lr=0.1]", "fedadam", "fedprox", "feddyn", "decay", "fedent"]
+RATE_POLICIES = ["fedavg", "fedavg[lr=0.03]", "fedavg[lr=0.1]", "fedadam", "fedprox", "feddyn",
+                 "decay", "fedent"]
 _ONE_EPOCH = {"model": "cnn-small", "local_epochs": 1}
 RATES = {
     "mnist-pathological": Section({"preset": "paper_mnist_pathological"}, _ONE_EPOCH, 0.9),
@@ -48,13 +49,14 @@ RATES = {
 _SMALL_CNN = {"model": "cnn-small", "rounds_per_episode": 150}
 WEIGHTS = {  # the paper's target is 95 %; cnn-small does not reach it in 150 rounds, 90 % it does
     "mnist-5iid-5oneclass": Section({"preset": "paper_mnist_cnn"}, _SMALL_CNN, 0.95, 0.9),
-    "mnist-5iid-5twoclass": Section({"preset": "paper_mnist_cnn", "classes_per_client": 2}, _SMALL_CNN, 0.95, 0.9),
+    "mnist-5iid-5twoclass": Section({"preset": "paper_mnist_cnn", "classes_per_client": 2}, _SMALL_CNN,
+                                    0.95, 0.9),
     "mnist-mlr": Section({"preset": "paper_mlr"}, {}, 0.85),
     "fmnist-5iid-5oneclass": Section({"preset": "paper_fmnist_cnn"}, _SMALL_CNN, 0.80),
 }
 WEIGHT_POLICIES = ["fedavg", "fedadp", "fedcos"]
-AGENT_POLICIES = {"FLLearningRate-v0": ["fedavg", "fedavg[lr=0.1]", "fedavg[lr=0.2]", "fedent", "decay", "fedadam",
-                                        "fedprox", "feddyn"],
+AGENT_POLICIES = {"FLLearningRate-v0": ["fedavg", "fedavg[lr=0.1]", "fedavg[lr=0.2]", "fedent", "decay",
+                                        "fedadam", "fedprox", "feddyn"],
                   "FLAggregate-v0": ["fedavg", "uniform", "fedadp", "fedcos"]}
 TRACE = {"FLLearningRate-v0": ("rates/lrs", "learning rate", ["fedavg", "fedent", "decay"]),
          "FLAggregate-v0": ("aggregate/weights", "aggregation weight", ["fedavg", "fedadp", "fedcos"])}
@@ -70,7 +72,8 @@ def parser(family: str) -> argparse.ArgumentParser:
     p.add_argument("--paper-scale", action="store_true", help="the papers' models, epochs and rounds")
     p.add_argument("--agent-steps", type=int, default=0, help="PPO steps on the small preset (0: no agent)")
     p.add_argument("--agent-seeds", default="1000,1001,1002,1003,1004", help="the agent's evaluation seeds")
-    p.add_argument("--target", type=float, default=None, help="accuracy target of every section (default: each "
+    p.add_argument("--target", type=float, default=None,
+                   help="accuracy target of every section (default: each "
                    "section's own)")
     p.add_argument("--sections", default="", help="comma-separated sections to run (default: all)")
     return p
@@ -79,7 +82,8 @@ def parser(family: str) -> argparse.ArgumentParser:
 def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], argv: list[str]) -> int:
     args = parser(family).parse_args(argv)
     out, seeds, base = Path(args.out), parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs")
-    require("preset" not in base, "--env-kwargs preset", base.get("preset"), f"none: each section sets its own "
+    require("preset" not in base, "--env-kwargs preset", base.get("preset"),
+            f"none: each section sets its own "
             f"preset; pick sections with --sections ({', '.join(sections)})")
     require(args.target is None or 0 < args.target <= 1, "--target", args.target, "a float in (0, 1]")
     chosen = [n for n in args.sections.split(",") if n] or list(sections)
@@ -102,17 +106,18 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
         tables["ppo-small"] = section(out, "ppo-small", env_id, [*AGENT_POLICIES[env_id], f"ppo:{folder}"],
                                       agent_seeds, {}, say)
         key, label, fixed = TRACE[env_id]
-        decision_trace(env_id, [*fixed, f"ppo:{folder}"], agent_seeds[0], key, out / "ppo-small" / "decisions.png",
-                       label)
+        decision_trace(env_id, [*fixed, f"ppo:{folder}"], agent_seeds[0], key,
+                       out / "ppo-small" / "decisions.png", label)
     text = "\n".join(f"## {name}\n\n{markdown_table(r)}" for name, r in tables.items())
-    text += "".join(f"\n## FedEnt's closed form, {name}, seed {seeds[0]}\n\n{log}" for name, log in logs.items())
+    text += "".join(f"\n## FedEnt's closed form, {name}, seed {seeds[0]}\n\n{log}"
+                    for name, log in logs.items())
     write_text(out / "report.md", f"# {env_id}, seeds {list(seeds)}, env kwargs {base}\n\n{text}")
     print(text)
     return 0
 
 
 def fedent_log(env_kwargs: dict[str, Any], seed: int, path: Path) -> str:
-    """One FedEnt episode's closed form, round by round (our predictions of its behaviour, checked in the log).
+    """One FedEnt episode's closed form, round by round (our predictions of it, checked in the log).
 
     Per round: the share of clients whose raw rate is 0, the mean raw and used rates, the mean
     ``k`` sign (``k < 0`` is the deep-net regime), roots that are not minimisers, and the test
@@ -141,7 +146,7 @@ def fedent_log(env_kwargs: dict[str, Any], seed: int, path: Path) -> str:
 
 
 def reproduce_rates(argv: list[str]) -> int:
-    """``fl-gym reproduce rates``: FedEnt against FedAvg (three rates), FedAdam, FedProx, FedDyn, decay-only."""
+    """``fl-gym reproduce rates``: FedEnt against FedAvg (three rates), FedAdam, FedProx, FedDyn, decay."""
     return _reproduce("rates", "FLLearningRate-v0", RATES, RATE_POLICIES, argv)
 
 

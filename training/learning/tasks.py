@@ -17,22 +17,24 @@ from __future__ import annotations
 from fl_gym.training.benchmark.tasks import Task
 
 _AGGREGATE_TASK = dict(
-    env_id="FLAggregate-v0", budget=100_000, reference="fedavg", heuristics=("fedavg", "fedadp", "uniform", "fedcos"),
+    env_id="FLAggregate-v0", budget=100_000, reference="fedavg",
+    heuristics=("fedavg", "fedadp", "uniform", "fedcos"),
     tuned={"fedadp-alpha": ("fedadp[alpha=2]", "fedadp[alpha=5]", "fedadp[alpha=10]", "fedadp[alpha=20]")},
     upper="clean", hyperparams="FLAggregate-v0/bench")
 AGGREGATE_TASKS = (
     Task(name="aggregate-noisy",
-         doc="Aggregation weights for 10 clients (digits, Dirichlet 0.3), 3 of them training on random labels: the "
-             "weights should mute them, from the update angles and statistics the server sees.",
+         doc="Aggregation weights for 10 clients (digits, Dirichlet 0.3), 3 of them training on random "
+             "labels: the weights should mute them, from the update angles and statistics the server sees.",
          env_kwargs={"noisy_clients": 0.3, "reward": "loss_area"}, extrapolation={"noisy_clients": 0.5},
          **_AGGREGATE_TASK),
     Task(name="aggregate-flip",
-         doc="aggregate-noisy with label-flipping clients: the 3 noisy clients train on the mirror class c-1-y, so "
-             "their models stay confident and only their update directions give them away.",
+         doc="aggregate-noisy with label-flipping clients: the 3 noisy clients train on the mirror class "
+             "c-1-y, so their models stay confident and only their update directions give them away.",
          env_kwargs={"noisy_clients": 0.3, "label_noise": "flip", "reward": "loss_area"},
          extrapolation={"noisy_clients": 0.4}, **_AGGREGATE_TASK),
     Task(name="smoke-aggregate", env_id="FLAggregate-v0", suites=("smoke",),
-         doc="A three-round aggregate-noisy for checking the benchmark's pipeline in seconds (not a benchmark).",
+         doc="A three-round aggregate-noisy for checking the benchmark's pipeline in seconds (not a "
+             "benchmark).",
          env_kwargs={"noisy_clients": 0.3, "reward": "loss_drop", "rounds_per_episode": 3}, budget=32,
          reference="fedavg",
          heuristics=("fedavg", "fedadp"), tuned={"fedadp-alpha": ("fedadp[alpha=2]", "fedadp[alpha=10]")},
@@ -43,14 +45,16 @@ AGGREGATE_TASKS = (
 _RATES = {"noisy_clients": 0.3, "lr_min": 0.01, "lr_max": 1.0, "reward": "loss_drop"}
 RATE_TASKS = (
     Task(name="lr-noisy", env_id="FLLearningRate-v0",
-         doc="Per-client learning rates for 5 of 20 clients a round (digits, 2 label shards each), 6 of the 20 on "
-             "random labels: the rate's level matters (FedAvg's 0.05 is far from the best constant) and a noisy "
-             "client is best given the least rate. Rates are log-uniform over [0.01, 1], so the zero action is 0.1.",
+         doc="Per-client learning rates for 5 of 20 clients a round (digits, 2 label shards each), 6 of the "
+             "20 on random labels: the rate's level matters (FedAvg's 0.05 is far from the best constant) "
+             "and a noisy client is best given the least rate. Rates are log-uniform over [0.01, 1], so the "
+             "zero action is 0.1.",
          env_kwargs=_RATES, budget=100_000, reference="fedavg",
          heuristics=("fedavg", "fedent", "decay", "fedavgm", "fedadam"),
          tuned={"constant": tuple(f"fedavg[lr={lr}]" for lr in (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)),
                 "cosine": tuple(f"fedavg[lr={lr},schedule=cosine]" for lr in (0.1, 0.2, 0.4, 0.8)),
                 "fedavgm-lr": tuple(f"fedavgm[lr={lr}]" for lr in (0.01, 0.02, 0.05, 0.1))},
-         upper=tuple(f"clean[lr={lr},schedule={s}]" for lr in (0.1, 0.2, 0.4, 0.8) for s in ("constant", "cosine")),
+         upper=tuple(f"clean[lr={lr},schedule={s}]" for lr in (0.1, 0.2, 0.4, 0.8)
+                     for s in ("constant", "cosine")),
          extrapolation={"noisy_clients": 0.5}, hyperparams="FLLearningRate-v0/bench"),
 )

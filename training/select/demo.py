@@ -14,6 +14,6 @@ FIXED = ["fedentropy", "fedentropy-nopools", "fedavg", "random-drop"]
 
 
 def run_demo(out: Path, steps: int = 40000, episodes: int = 5, accuracy_rounds: int = 15) -> None:
-    """Train ``steps // 4`` steps and compare; ``accuracy_rounds`` is unused (every round here trains for real)."""
+    """Train ``steps // 4`` steps and compare; ``accuracy_rounds`` is unused (every round trains here)."""
     train_and_compare(out, "FLSelect-v0", FIXED, max(steps // 4, 240), episodes,
                       "tiny preset: digits, 20 clients, 5 candidates, 30 rounds")

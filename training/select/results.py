@@ -39,7 +39,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="10000,10001,10002", help="evaluation seeds")
     p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help="for every env, e.g. dataset=mnist")
     p.add_argument("--agent-steps", type=int, default=0, help="PPO steps per env id (0: no agents)")
-    p.add_argument("--target", type=float, default=0.9, help="accuracy target for the rounds-to-target column")
+    p.add_argument("--target", type=float, default=0.9,
+                   help="accuracy target for the rounds-to-target column")
     return p
 
 
@@ -57,8 +58,9 @@ def reproduce(argv: list[str]) -> int:
     tables["fedentropy"] = run("fedentropy", "FLSelect-v0", ["fedentropy", "fedavg", "fedentropy-nopools"])
     rate = tables["fedentropy"]["summary"]["fedentropy"]["select/kept_share"][0]
     tables["matched"] = run("matched", "FLSelect-v0", [f"random-drop[q={rate:.3f}]"])
-    tables["x-fedentropy"] = run("x-fedentropy", "FLSelect-v0", ["fedprox", "fedprox+fedentropy", "scaffold",
-                                                                     "scaffold+fedentropy", "moon", "moon+fedentropy"])
+    tables["x-fedentropy"] = run("x-fedentropy", "FLSelect-v0",
+                                 ["fedprox", "fedprox+fedentropy", "scaffold", "scaffold+fedentropy", "moon",
+                                  "moon+fedentropy"])
     tables["ddfl"] = run("ddfl", "FLSelectQueue-v0", ["fedavg-noniid", "top-entropy", "queue-all", "ddfl"])
     if args.agent_steps > 0:
         for env_id, fixed in AGENT_POLICIES.items():

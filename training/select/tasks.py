@@ -23,8 +23,9 @@ from __future__ import annotations
 from fl_gym.baselines.select import SERVER_DATA
 from fl_gym.training.benchmark.tasks import Task
 
-# DDFL's setting (the server streams 10 % of the data to the devices), the update statistics a server computes,
-# and the loss the kept devices save against aggregating all (a difference reward: the round's luck cancels)
+# DDFL's setting (the server streams 10 % of the data to the devices), the update statistics a server
+# computes, and the loss the kept devices save against aggregating all (a difference reward: the round's luck
+# cancels)
 _QUEUE = {**SERVER_DATA, "lambda_comm": 0.0, "update_stats": True, "reward_signal": "loss_vs_all"}
 _QUEUE_TASK = dict(
     env_id="FLSelectQueue-v0", budget=100_000, reference="queue-all",
@@ -34,32 +35,38 @@ _QUEUE_TASK = dict(
 
 TASKS = (
     Task(name="select-noisy", env_id="FLSelect-v0",
-         doc="Which of 5 uniformly drawn, trained candidates are aggregated (20 clients, digits, Dirichlet 0.3), 6 "
-             "clients on random labels: keep the informative updates, drop the corrupted ones.",
-         env_kwargs={"noisy_clients": 0.3, "sampler": "uniform", "lambda_comm": 0.0, "reward_signal": "loss_area"},
+         doc="Which of 5 uniformly drawn, trained candidates are aggregated (20 clients, digits, Dirichlet "
+             "0.3), 6 clients on random labels: keep the informative updates, drop the corrupted ones.",
+         env_kwargs={"noisy_clients": 0.3, "sampler": "uniform", "lambda_comm": 0.0,
+                     "reward_signal": "loss_area"},
          budget=100_000,
-         reference="fedavg", heuristics=("fedavg", "fedentropy", "fedentropy-nopools", "random-drop", "entropy-trim"),
+         reference="fedavg",
+         heuristics=("fedavg", "fedentropy", "fedentropy-nopools", "random-drop", "entropy-trim"),
          tuned={"entropy-trim-k": ("entropy-trim[k=1]", "entropy-trim[k=2]", "entropy-trim[k=3]"),
                 "random-drop-q": ("random-drop[q=0.6]", "random-drop[q=0.8]", "random-drop[q=0.9]"),
                 "entropy-cut-h": tuple(f"entropy-cut[h={h}]" for h in (0.9, 0.93, 0.95, 0.97))},
          upper="clean", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelect-v0/bench-imitate"),
     Task(name="pick-noisy", env_id="FLSelectPick-v0",
-         doc="Who of 20 clients trains, 5 a round, before training (digits, Dirichlet 0.3), 6 on random labels: what "
-             "a client's last soft label showed must be remembered through the observation to avoid it later.",
+         doc="Who of 20 clients trains, 5 a round, before training (digits, Dirichlet 0.3), 6 on random "
+             "labels: what a client's last soft label showed must be remembered through the observation to "
+             "avoid it later.",
          env_kwargs={"noisy_clients": 0.3, "lambda_comm": 0.0, "post_filter": "all", "reward_signal": "loss",
                      "pick_action": "scores"},
          budget=100_000,
          reference="random-pick", heuristics=("random-pick", "pools", "stalest", "confident-pick"),
          tuned={"confident-pick-w": tuple(f"confident-pick[w={w}]" for w in (0.0, 0.25, 0.5, 1.0, 2.0)),
                 "entropy-cut-pick-h": tuple(f"entropy-cut-pick[h={h}]" for h in (0.9, 0.93, 0.95, 0.97))},
-         upper="clean-pick", extrapolation={"noisy_clients": 0.5}, hyperparams="FLSelectPick-v0/bench-imitate",
+         upper="clean-pick", extrapolation={"noisy_clients": 0.5},
+         hyperparams="FLSelectPick-v0/bench-imitate",
          algo_hyperparams={"recurrent-ppo": "FLSelectPick-v0/bench-lstm"}),
     Task(name="queue-noisy",
-         doc="Which of 20 one-class devices are aggregated each round, with DDFL's server data queue (10 %), 6 of them "
-             "on random labels: their label entropy looks like anyone's, their updates point elsewhere.",
+         doc="Which of 20 one-class devices are aggregated each round, with DDFL's server data queue (10 %), "
+             "6 of them on random labels: their label entropy looks like anyone's, their updates point "
+             "elsewhere.",
          env_kwargs={**_QUEUE, "noisy_clients": 0.3}, extrapolation={"noisy_clients": 0.5}, **_QUEUE_TASK),
     Task(name="queue-flip",
-         doc="queue-noisy with label-flipping devices (the mirror class c-1-y): confident models, wrong directions.",
-         env_kwargs={**_QUEUE, "noisy_clients": 0.3, "label_noise": "flip"}, extrapolation={"noisy_clients": 0.4},
-         **_QUEUE_TASK),
+         doc="queue-noisy with label-flipping devices (the mirror class c-1-y): confident models, wrong "
+             "directions.",
+         env_kwargs={**_QUEUE, "noisy_clients": 0.3, "label_noise": "flip"},
+         extrapolation={"noisy_clients": 0.4}, **_QUEUE_TASK),
 )
