@@ -364,11 +364,14 @@ class ValidationTerms(NamedTuple):
         loss_area: ``loss_drop`` weighted by the share of the episode it lasts, ``(T - t + 1) / T`` in
             round ``t`` of ``T``: they sum to the mean over the rounds of the loss's fall below its
             start, the loss analogue of an accuracy curve's area, so reaching a low loss early counts.
+        acc_area: ``acc_gain`` weighted alike: they sum to the mean over the rounds of the validation
+            accuracy above its start, the area under the accuracy curve that benchmark tasks score.
     """
 
     acc_gain: float
     loss_drop: float
     loss_area: float
+    acc_area: float
 
 
 def loss_vs_all(federation: Federation, trained: TrainedRound, aggregate: np.ndarray,
@@ -409,7 +412,7 @@ class ValidationGain:
         self.last, self.last_loss = report.val_accuracy, report.val_loss
         share = max(self.rounds - self.played, 0) / self.rounds
         self.played += 1
-        return ValidationTerms(gain, drop, drop * share)
+        return ValidationTerms(gain, drop, drop * share, gain * share)
 
     @property
     def observed(self) -> float:

@@ -7,6 +7,7 @@ baselines of Zheng et al., IEEE TMC 2024) and their rewards read the validation 
 | ``reward`` | per round | return |
 |---|---|---|
 | ``acc_gain`` (default) | ``acc_val(t) - acc_val(t-1)`` | final minus initial validation accuracy |
+| ``acc_area`` | ``acc_gain`` x ``(T - t + 1) / T`` | mean of ``acc_val(t) - acc_val(0)`` over rounds |
 | ``loss_drop`` | ``loss_val(t-1) - loss_val(t)`` (cross-entropy) | initial minus final validation loss |
 | ``loss_area`` | ``loss_drop`` x ``(T - t + 1) / T`` | mean of ``loss_val(0) - loss_val(t)`` over rounds |
 | ``rounds`` | ``-1`` | minus the rounds played (to the target with ``stop_at_target``) |
@@ -30,7 +31,7 @@ from fl_gym.federation import Federation
 from fl_gym.records import RoundReport
 from fl_gym.validation import is_non_negative, is_positive, require, require_choice
 
-REWARDS = ("acc_gain", "loss_drop", "loss_area", "rounds", "favor")
+REWARDS = ("acc_gain", "acc_area", "loss_drop", "loss_area", "rounds", "favor")
 LOCAL_ALGORITHMS = ("fedavg", "fedprox", "feddyn")
 
 

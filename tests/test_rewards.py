@@ -1,4 +1,4 @@
-"""The validation-loss reward: its terms telescope to the episode's drop of validation cross-entropy."""
+"""The validation rewards: their terms sum to the loss's drop, or to the area over the start."""
 
 from __future__ import annotations
 
@@ -36,28 +36,31 @@ def test_reward_signal_is_validated():
         gym.make("FLSelect-v0", reward_signal="gain")
 
 
-@pytest.mark.parametrize("env_id, kwargs", [
-    ("FLAggregate-v0", {"reward": "loss_area"}),
-    ("FLLearningRate-v0", {"reward": "loss_area"}),
-    ("FLSelect-v0", {"reward_signal": "loss_area", "lambda_comm": 0.0, "lambda_repair": 0.0}),
-    ("FLSelectQueue-v0", {"reward_signal": "loss_area", "lambda_comm": 0.0}),
+@pytest.mark.parametrize("env_id, kwargs, term", [
+    ("FLAggregate-v0", {"reward": "loss_area"}, "loss_area"),
+    ("FLLearningRate-v0", {"reward": "loss_area"}, "loss_area"),
+    ("FLSelect-v0", {"reward_signal": "loss_area", "lambda_comm": 0.0, "lambda_repair": 0.0}, "loss_area"),
+    ("FLSelectQueue-v0", {"reward_signal": "loss_area", "lambda_comm": 0.0}, "loss_area"),
+    ("FLAggregate-v0", {"reward": "acc_area"}, "acc_area"),
+    ("FLLearningRate-v0", {"reward": "acc_area"}, "acc_area"),
 ])
-def test_loss_area_rewards_sum_to_the_mean_fall_of_validation_loss(env_id, kwargs):
-    """The return is the mean over the rounds of the loss below its start, read from the federation."""
+def test_area_rewards_sum_to_the_mean_gain_over_the_start(env_id, kwargs, term):
+    """The return is the mean over the rounds of the loss below (accuracy above) its start."""
     env = gym.make(env_id, rounds_per_episode=4, **kwargs)
     env.reset(seed=5)
     fed = env.unwrapped.federation
-    start = fed.validation()[1]
-    total, falls, done = 0.0, [], False
+    start_accuracy, start_loss = fed.validation()
+    total, gains, done = 0.0, [], False
     env.action_space.seed(0)
     while not done:
         _, reward, terminated, truncated, info = env.step(env.action_space.sample())
-        assert info["reward_terms"]["loss_area"] == pytest.approx(reward, abs=1e-9)
+        assert info["reward_terms"][term] == pytest.approx(reward, abs=1e-9)
         total += reward
-        falls.append(start - fed.validation()[1])
+        accuracy, loss = fed.validation()
+        gains.append(start_loss - loss if term == "loss_area" else accuracy - start_accuracy)
         done = terminated or truncated
-    assert len(falls) == 4 and total == pytest.approx(np.mean(falls), abs=1e-6)
-    assert total != pytest.approx(falls[-1], abs=1e-4)  # not the loss drop's sum: the path counts
+    assert len(gains) == 4 and total == pytest.approx(np.mean(gains), abs=1e-6)
+    assert total != pytest.approx(gains[-1], abs=1e-4)  # not the plain gain's sum: the path counts
 
 
 @pytest.mark.parametrize("env_id, kwargs", [

@@ -28,7 +28,7 @@ TASKS = (
          tuned={"history-oracle": tuple(f"history-oracle[rho={r},fit={fit}]"
                                         for r in (0.5, 0.7, 0.9, 1.0) for fit in ("largest", "smallest"))},
          upper=("clairvoyant", "clairvoyant[fit=smallest]"), extrapolation={"heterogeneity": 50.0},
-         hyperparams="FLHetero-v0/bench"),
+         hyperparams="FLHetero-v0/bench-imitate"),
     Task(name="smoke-hetero", env_id="FLHetero-v0", suites=("smoke",),
          doc="A three-round hetero-drift for checking the benchmark's pipeline in seconds (not a benchmark).",
          env_kwargs={"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5,

@@ -4,12 +4,14 @@ Both put label-noisy clients into the federation (``noisy_clients``): a share of
 train on random labels, which the server cannot see but their updates give away (FedAdp's
 angles, the probe losses and gradient cosines). Which clients are noisy is drawn with each
 federation, so an agent must detect them from what it observes, not remember their ids; the
-privileged ``clean`` policy, which reads them, is the upper reference. The reward reads the
-validation cross-entropy, far less noisy in one episode than the accuracy gain on 150 validation
-images; the score stays the test accuracy. ``aggregate-noisy`` rewards its drop weighted by the
-rounds it lasts (``reward="loss_area"``), whose return is the loss's area as the score is the
-accuracy's: with the plain drop (``loss_drop``, whose return is the initial minus the final loss,
-whatever the path) PPO's seeds reached the same return and different scores.
+privileged ``clean`` policy, which reads them, is the upper reference. The score is the test
+accuracy's area. The aggregation tasks reward the validation cross-entropy's drop weighted by the
+rounds it lasts (``reward="loss_area"``), far less noisy in one episode than the accuracy gain on
+150 validation images, whose return is the loss's area as the score is the accuracy's: with the
+plain drop (``loss_drop``, the initial minus the final loss, whatever the path) PPO's seeds reached
+the same return and different scores. ``lr-noisy`` rewards the validation accuracy's area
+(``reward="acc_area"``): under either loss reward PPO lowered the early rates, which lowered the
+loss and the accuracy's area with it.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ AGGREGATE_TASKS = (
          test_scenarios=(1, 2), eval_seeds=(1_000_000_000, 1_000_000_001)),
 )
 
-_RATES = {"noisy_clients": 0.3, "lr_min": 0.01, "lr_max": 1.0, "reward": "loss_drop"}
+_RATES = {"noisy_clients": 0.3, "lr_min": 0.01, "lr_max": 1.0, "reward": "acc_area"}
 RATE_TASKS = (
     Task(name="lr-noisy", env_id="FLLearningRate-v0",
          doc="Per-client learning rates for 5 of 20 clients a round (digits, 2 label shards each), 6 of the "
@@ -56,5 +58,5 @@ RATE_TASKS = (
                 "fedavgm-lr": tuple(f"fedavgm[lr={lr}]" for lr in (0.01, 0.02, 0.05, 0.1))},
          upper=tuple(f"clean[lr={lr},schedule={s}]" for lr in (0.1, 0.2, 0.4, 0.8)
                      for s in ("constant", "cosine")),
-         extrapolation={"noisy_clients": 0.5}, hyperparams="FLLearningRate-v0/bench"),
+         extrapolation={"noisy_clients": 0.5}, hyperparams="FLLearningRate-v0/bench-imitate"),
 )
