@@ -22,7 +22,7 @@ from fl_gym.baselines.base import RowPolicy
 from fl_gym.baselines.fedent import FedEntSettings, MeanField, joint_solve, mean_field_offline, solve_eta
 from fl_gym.envs.rates.env import GLOBAL, ROW, RoundStats, unit_of
 from fl_gym.envs.registry import PolicyEntry
-from fl_gym.validation import require
+from fl_gym.validation import is_int_at_least, require
 
 
 class RatePolicy(RowPolicy):
@@ -47,7 +47,7 @@ class RatePolicy(RowPolicy):
         raise NotImplementedError
 
 
-SCHEDULES = ("constant", "cosine")
+SCHEDULES = ("constant", "cosine", "step")
 
 
 class ConstantLRPolicy(RatePolicy):
@@ -55,20 +55,32 @@ class ConstantLRPolicy(RatePolicy):
 
     ``schedule="constant"`` keeps it; ``"cosine"`` anneals it over the episode's rounds,
     ``lr (1 + cos(pi t / T)) / 2`` in round ``t = 0 .. T-1`` (Loshchilov and Hutter, ICLR 2017,
-    without restarts), never below the env's ``lr_min``: the schedule a practitioner tries first.
+    without restarts), the schedule a practitioner tries first; ``"step"`` multiplies it by
+    ``gamma`` every ``step_size`` rounds, ``lr gamma^floor(t / step_size)`` (step decay, as
+    torch's ``StepLR``). A schedule's rate never falls below the env's ``lr_min``.
     """
 
-    def __init__(self, env: Env, lr: float | None = None, schedule: str = "constant") -> None:
+    def __init__(self, env: Env, lr: float | None = None, schedule: str = "constant",
+                 gamma: float | None = None, step_size: int | None = None) -> None:
         super().__init__(env)
         self.lr = self.cfg.scenario.lr if lr is None else lr
         require(schedule in SCHEDULES, "schedule", schedule, ", ".join(SCHEDULES))
-        self.schedule = schedule
+        if schedule == "step":
+            gamma, step_size = 0.5 if gamma is None else gamma, 5 if step_size is None else step_size
+            require(0 < gamma <= 1, "gamma", gamma, "a float in (0, 1]")
+            require(is_int_at_least(step_size, 1), "step_size", step_size, "an integer >= 1")
+        else:
+            require(gamma is None and step_size is None, "gamma, step_size", (gamma, step_size),
+                    "None unless schedule='step'")
+        self.schedule, self.gamma, self.step_size = schedule, gamma, step_size
 
     def rate(self) -> float:
         """This round's rate of the schedule."""
+        t, horizon = self.env.rounds_played, self.env.rounds_per_episode
         if self.schedule == "constant":
             return self.lr
-        t, horizon = self.env.rounds_played, self.env.rounds_per_episode
+        if self.schedule == "step":
+            return max(self.cfg.lr_min, self.lr * self.gamma ** (t // self.step_size))
         return max(self.cfg.lr_min, self.lr * (1.0 + math.cos(math.pi * t / horizon)) / 2.0)
 
     def rates(self, st):
@@ -179,7 +191,7 @@ class CleanRatePolicy(ConstantLRPolicy):
 POLICIES = {
     "fedavg": PolicyEntry(ConstantLRPolicy,
                           "FedAvg: every client at the rate lr (kwargs lr, schedule=constant|"
-                          "cosine)"),
+                          "cosine|step; with step, gamma=0.5 and step_size=5)"),
     "fedprox": PolicyEntry(ConstantLRPolicy, "FedProx (mu=0.01) at the constant rate",
                            {"local_algorithm": "fedprox"}),
     "feddyn": PolicyEntry(ConstantLRPolicy, "FedDyn (alpha=0.001) at the constant rate",

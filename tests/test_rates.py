@@ -134,8 +134,19 @@ def test_the_cosine_schedule_anneals_the_rate_over_the_episode_by_hand():
     infos = _run(env, ConstantLRPolicy(env, lr=0.4, schedule="cosine"))
     expected = [0.4, 0.4 * (1 + math.cos(math.pi / 4)) / 2, 0.2, 0.4 * (1 + math.cos(3 * math.pi / 4)) / 2]
     np.testing.assert_allclose([info["rates/lrs"][0] for info in infos], expected, rtol=1e-5)
-    with pytest.raises(ValueError, match="schedule='step'"):
-        ConstantLRPolicy(env, schedule="step")
+    with pytest.raises(ValueError, match="schedule='linear'"):
+        ConstantLRPolicy(env, schedule="linear")
+
+
+def test_the_step_schedule_multiplies_the_rate_by_gamma_every_step_size_rounds_by_hand():
+    env = gym.make("FLLearningRate-v0", rounds_per_episode=5, lr_min=0.01, lr_max=1.0)
+    infos = _run(env, ConstantLRPolicy(env, lr=0.4, schedule="step", gamma=0.1, step_size=2))
+    expected = [0.4, 0.4, 0.04, 0.04, 0.01]  # 0.004 in round 4, held at lr_min
+    np.testing.assert_allclose([info["rates/lrs"][0] for info in infos], expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="gamma, step_size=\\(0.5, None\\)"):
+        ConstantLRPolicy(env, schedule="cosine", gamma=0.5)
+    with pytest.raises(ValueError, match="step_size=0"):
+        ConstantLRPolicy(env, schedule="step", step_size=0)
 
 
 def test_check9_fedent_with_gamma_one_is_constant_lr_bit_for_bit():

@@ -10,8 +10,8 @@ rounds it lasts (``reward="loss_area"``), far less noisy in one episode than the
 150 validation images, whose return is the loss's area as the score is the accuracy's: with the
 plain drop (``loss_drop``, the initial minus the final loss, whatever the path) PPO's seeds reached
 the same return and different scores. ``lr-noisy`` rewards the validation accuracy's area
-(``reward="acc_area"``): under either loss reward PPO lowered the early rates, which lowered the
-loss and the accuracy's area with it.
+(``reward="acc_area"``): under either loss reward PPO lowered every client's early rate, and the
+validation loss fell while the accuracy's area fell too.
 """
 
 from __future__ import annotations
@@ -45,6 +45,14 @@ AGGREGATE_TASKS = (
 )
 
 _RATES = {"noisy_clients": 0.3, "lr_min": 0.01, "lr_max": 1.0, "reward": "acc_area"}
+
+
+def _steps(policy: str) -> tuple[str, ...]:
+    """``policy`` on step-decay schedules: three rates, times 0.3 or 0.5 every 5 rounds."""
+    return tuple(f"{policy}[lr={lr},schedule=step,gamma={gamma},step_size=5]"
+                 for lr in (0.2, 0.3, 0.4) for gamma in (0.3, 0.5))
+
+
 RATE_TASKS = (
     Task(name="lr-noisy", env_id="FLLearningRate-v0",
          doc="Per-client learning rates for 5 of 20 clients a round (digits, 2 label shards each), 6 of the "
@@ -55,8 +63,9 @@ RATE_TASKS = (
          heuristics=("fedavg", "fedent", "decay", "fedavgm", "fedadam"),
          tuned={"constant": tuple(f"fedavg[lr={lr}]" for lr in (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)),
                 "cosine": tuple(f"fedavg[lr={lr},schedule=cosine]" for lr in (0.1, 0.2, 0.4, 0.8)),
+                "step": _steps("fedavg"),
                 "fedavgm-lr": tuple(f"fedavgm[lr={lr}]" for lr in (0.01, 0.02, 0.05, 0.1))},
-         upper=tuple(f"clean[lr={lr},schedule={s}]" for lr in (0.1, 0.2, 0.4, 0.8)
-                     for s in ("constant", "cosine")),
+         upper=(*(f"clean[lr={lr},schedule={s}]" for lr in (0.1, 0.2, 0.4, 0.8)
+                  for s in ("constant", "cosine")), *_steps("clean")),
          extrapolation={"noisy_clients": 0.5}, hyperparams="FLLearningRate-v0/bench-imitate"),
 )
