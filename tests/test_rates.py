@@ -147,6 +147,8 @@ def test_the_step_schedule_multiplies_the_rate_by_gamma_every_step_size_rounds_b
         ConstantLRPolicy(env, schedule="cosine", gamma=0.5)
     with pytest.raises(ValueError, match="step_size=0"):
         ConstantLRPolicy(env, schedule="step", step_size=0)
+    with pytest.raises(ValueError, match="gamma='abc'"):
+        ConstantLRPolicy(env, schedule="step", gamma="abc")
 
 
 def test_check9_fedent_with_gamma_one_is_constant_lr_bit_for_bit():
