@@ -64,6 +64,7 @@ class ConstantLRPolicy(RatePolicy):
                  gamma: float | None = None, step_size: int | None = None) -> None:
         super().__init__(env)
         self.lr = self.cfg.scenario.lr if lr is None else lr
+        require(is_positive(self.lr), "lr", self.lr, "a float > 0")
         require(schedule in SCHEDULES, "schedule", schedule, ", ".join(SCHEDULES))
         if schedule == "step":
             gamma, step_size = 0.5 if gamma is None else gamma, 5 if step_size is None else step_size

@@ -149,6 +149,9 @@ def test_the_step_schedule_multiplies_the_rate_by_gamma_every_step_size_rounds_b
         ConstantLRPolicy(env, schedule="step", step_size=0)
     with pytest.raises(ValueError, match="gamma='abc'"):
         ConstantLRPolicy(env, schedule="step", gamma="abc")
+    for bad in (-1.0, 0.0, float("nan"), "abc"):
+        with pytest.raises(ValueError, match="lr=.* is out of range; allowed: a float > 0"):
+            ConstantLRPolicy(env, lr=bad)
 
 
 def test_check9_fedent_with_gamma_one_is_constant_lr_bit_for_bit():
