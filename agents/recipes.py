@@ -31,7 +31,7 @@ StageTrainer = Callable[[Stage, dict[str, Any], int], BaseAlgorithm]
 class Frozen:
     """A trained predictor handed to an env as an argument: shared, never copied.
 
-    Gymnasium deep-copies an env's constructor arguments into its spec; a trained SB3 policy
+    Gymnasium deep-copies an env's constructor arguments into its ``EnvSpec``; a trained SB3 policy
     does not support that, and a frozen one does not need it.
     """
 

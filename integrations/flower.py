@@ -204,7 +204,8 @@ class PolicyStrategy(Strategy):
     """A Flower strategy whose every decision is an fl-gym policy's action on the matching env.
 
     Args:
-        spec: the env (id, keyword arguments, scenario seed); the clients build the same one.
+        spec: the :class:`EnvSpec` of the env (id, keyword arguments, scenario seed); the clients build
+            the same one.
         policy: anything with SB3's ``predict`` (a loaded PPO model, a fixed policy), or a
             function of the server's env returning one (fixed policies are built on the env).
         seed: the episode seed (the env's ``reset(seed=...)``): sampling, device load, model

@@ -18,7 +18,7 @@ from fl_gym.baselines.rates import ConstantLRPolicy, DecayOnlyPolicy, FedEntPoli
 from fl_gym.envs.rates import RateConfig, rate_of, unit_of
 
 
-def test_check2_scalar_reduction():
+def test_the_squared_step_norm_reduces_to_three_scalars_s_a_b():
     g = torch.Generator().manual_seed(0)
     w = torch.randn(500, generator=g, dtype=torch.float64)
     grad = torch.randn(500, generator=g, dtype=torch.float64)
@@ -28,7 +28,7 @@ def test_check2_scalar_reduction():
                                                                        rel=1e-12)
 
 
-def test_check3_frozen_share_by_hand():
+def test_eq22_with_the_share_frozen_at_one_half_by_hand():
     """With p frozen at 0.5 (theta = 0.5, Phi = 1 and s chosen so that n(eta) = 1 at the root)."""
     k = 0.5 * 0.5 * (1 + math.log(0.5)) / 0.5
     assert k == pytest.approx(0.1534264, abs=1e-7)
@@ -36,7 +36,7 @@ def test_check3_frozen_share_by_hand():
     assert 2 / (1 / k + 2) == pytest.approx(0.2348029, abs=1e-7)  # the printed Eq. (22)
 
 
-def test_check5_joint_solve_case_b():
+def test_joint_solve_of_two_clients_satisfies_eq21_and_clamps_at_zero():
     sol = joint_solve([0.5, 0.5], 2.0, [1, 1], [1, 0.5], FedEntSettings(beta=0.5))
     np.testing.assert_allclose(sol.eta, [0.0770909, 0.0792267], atol=1e-7)
     assert sol.phi2 == pytest.approx(1.8482232, abs=1e-7)
@@ -52,12 +52,12 @@ def test_check5_joint_solve_case_b():
     assert clamped.phi2 == pytest.approx(1.7025472, abs=1e-7)
 
 
-def test_check6_single_client():
+def test_joint_solve_of_a_single_client_by_hand():
     sol = joint_solve([1.0], 2.0, [1.0], [1.0], FedEntSettings(beta=0.5))
     assert sol.eta[0] == pytest.approx(0.4301597, abs=1e-7) and sol.phi2 == pytest.approx(1.3247180, abs=1e-7)
 
 
-def test_check7_deep_net_regime_and_the_spurious_root():
+def test_deep_net_regime_flags_the_first_order_root_that_is_not_a_minimum():
     args = ([0.25] * 4, 200.0, [1, -1, -3, 0.5], [2, 2, 8, 30])
     foc = joint_solve(*args, FedEntSettings())
     np.testing.assert_allclose(foc.eta, [0, 0.052993, 0.225222, 0.054643], atol=1e-6)
@@ -74,7 +74,7 @@ def _quadratic_toy():
 
 
 @pytest.mark.parametrize("gauss_seidel,sweeps", [(True, 13), (False, 31)])
-def test_check8_algorithm1_on_the_quadratic_toy(gauss_seidel, sweeps):
+def test_algorithm1_on_the_quadratic_toy(gauss_seidel, sweeps):
     grad, schedule, thetas = _quadratic_toy()
     w0 = torch.tensor([2.0, 2.0], dtype=torch.float64)
     mf = mean_field_offline(grad, w0, schedule, thetas, FedEntSettings(beta=0.5), gauss_seidel=gauss_seidel)
@@ -84,7 +84,7 @@ def test_check8_algorithm1_on_the_quadratic_toy(gauss_seidel, sweeps):
                                atol=5e-3, rtol=0)
 
 
-def test_check12_online_mode_on_the_offline_trajectory_reproduces_algorithm1():
+def test_online_mode_on_the_offline_trajectory_reproduces_algorithm1():
     grad, schedule, thetas = _quadratic_toy()
     cfg = FedEntSettings(beta=0.5)
     mf = mean_field_offline(grad, torch.tensor([2.0, 2.0], dtype=torch.float64), schedule, thetas, cfg)
@@ -119,7 +119,7 @@ def _run(env, policy, seed=0, rounds=None):
     return infos
 
 
-def test_check9_decay_only_is_gamma_to_the_participations():
+def test_decay_only_is_gamma_to_the_participations():
     env = gym.make("FLLearningRate-v0", rounds_per_episode=8)
     infos = _run(env, DecayOnlyPolicy(env, gamma=0.9))
     u = env.unwrapped
@@ -154,7 +154,7 @@ def test_the_step_schedule_multiplies_the_rate_by_gamma_every_step_size_rounds_b
             ConstantLRPolicy(env, lr=bad)
 
 
-def test_check9_fedent_with_gamma_one_is_constant_lr_bit_for_bit():
+def test_fedent_with_gamma_one_is_constant_lr_bit_for_bit():
     env = gym.make("FLLearningRate-v0", rounds_per_episode=4)
     _run(env, FedEntPolicy(env, gamma=1.0))
     fedent = env.unwrapped.federation.global_models[0].clone()
@@ -162,7 +162,7 @@ def test_check9_fedent_with_gamma_one_is_constant_lr_bit_for_bit():
     assert torch.equal(fedent, env.unwrapped.federation.global_models[0])
 
 
-def test_check10_constant_lr_is_a_standalone_fedavg_loop_and_probes_do_not_move_training():
+def test_constant_lr_is_a_standalone_fedavg_loop_and_probes_do_not_move_training():
     env = gym.make("FLLearningRate-v0", rounds_per_episode=3)
     _run(env, ConstantLRPolicy(env), seed=7)
     cfg = RateConfig.from_kwargs(rounds_per_episode=3)

@@ -132,7 +132,8 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
     require(rounds is None or is_int_at_least(rounds, 1), "--rounds", rounds, "an integer >= 1")
     require(target is None or 0 < target <= 1, "--target", target, "None or a float in (0, 1]")
     require(len(seeds) >= 1, "--seeds", seeds, "at least one seed")
-    parsed = [policy_spec(spec, env_id, tuple(seeds)) for spec in specs]  # bad specs fail before any work
+    # bad policy specs fail before any work
+    parsed = [policy_spec(spec, env_id, tuple(seeds)) for spec in specs]
     labels = [p.label for p in parsed]
     require(len(set(labels)) == len(labels), "--policies", specs, "distinct policies")
     for p in parsed:  # bad env kwargs and rounds fail before any work

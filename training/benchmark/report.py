@@ -231,7 +231,7 @@ def plot_profiles(report: Mapping[str, Any], split: str, path: Path) -> Path:
 
 def write_report(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str,
                  specs: Mapping[str, str], out: Path) -> list[Path]:
-    """``report.md``, ``.csv``, ``.json`` (with the hardware and each task's env spec), profile PNGs."""
+    """``report.md``, ``.csv``, ``.json`` (with the hardware and each task's ``EnvSpec``), profile PNGs."""
     data = {**report, "suite": suite_name, "hardware": hardware(), "env_specs": dict(specs)}
     written = [write_text(out / "report.md", markdown(report, refs, suite_name)),
                write_text(out / "report.csv", table_csv(report)), write_json(out / "report.json", data)]
