@@ -77,12 +77,14 @@ class ConstantLRPolicy(RatePolicy):
 
     def rate(self) -> float:
         """This round's rate of the schedule."""
-        t, horizon = self.env.rounds_played, self.env.rounds_per_episode
         if self.schedule == "constant":
             return self.lr
+        t, horizon = self.env.rounds_played, self.env.rounds_per_episode
         if self.schedule == "step":
-            return max(self.cfg.lr_min, self.lr * self.gamma ** (t // self.step_size))
-        return max(self.cfg.lr_min, self.lr * (1.0 + math.cos(math.pi * t / horizon)) / 2.0)
+            factor = self.gamma ** (t // self.step_size)
+        else:
+            factor = (1.0 + math.cos(math.pi * t / horizon)) / 2.0
+        return max(self.cfg.lr_min, self.lr * factor)
 
     def rates(self, st):
         return np.full(len(st.clients), self.rate())
