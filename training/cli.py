@@ -342,6 +342,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
     import time
 
     from fl_gym.integrations.flower import EnvSpec
+    from fl_gym.training.compare import check_rounds
     from fl_gym.training.flower_app import (
         comparison,
         env_episode,
@@ -354,6 +355,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.rounds, 1), "--rounds", args.rounds, "an integer >= 1")
     spec = EnvSpec(args.env_id, parse_kv(args.env_kwargs, "--env-kwargs"), args.scenario_seed)
     strategy = strategy_for(spec, args.policy, args.seed)
+    check_rounds(args.rounds, strategy.env)  # the env's episode bounds the run: refused, not cut short
     out = output_folder(args, "flower")
     start = time.perf_counter()
     with exit_on_interrupt("\nfl-gym flower: interrupted; nothing was written"):

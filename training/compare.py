@@ -117,6 +117,13 @@ def _warn_seed_overlap(run_dir: Path, run: dict[str, Any], eval_seeds: tuple[int
             warnings.warn(f"evaluation seeds {sorted(used)} were used to train {run_dir}", stacklevel=3)
 
 
+def check_rounds(rounds: int | None, env: gym.Env) -> None:
+    """``--rounds`` within ``env``'s episode (None: the whole episode), else a ValueError naming the flag."""
+    horizon = env.unwrapped.rounds_per_episode
+    require(rounds is None or rounds <= horizon, "--rounds", rounds,
+            f"at most the episode's {horizon} rounds (raise rounds_per_episode with --env-kwargs)")
+
+
 def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEEDS,
             env_kwargs: dict | None = None,
             rounds: int | None = None, out_dir: str | Path | None = None, progress: bool = True,
@@ -138,10 +145,8 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
     require(len(set(labels)) == len(labels), "--policies", specs, "distinct policies")
     for p in parsed:  # bad env kwargs and rounds fail before any work
         env = gym.make(env_id, **{**(env_kwargs or {}), **p.env_kwargs})
-        horizon = env.unwrapped.rounds_per_episode
+        check_rounds(rounds, env)
         env.close()
-        require(rounds is None or rounds <= horizon, "--rounds", rounds,
-                f"at most the episode's {horizon} rounds (raise rounds_per_episode with --env-kwargs)")
     episodes: dict[str, list[Episode]] = {}
     bar = tqdm(total=len(parsed) * len(seeds), desc=f"compare {env_id}", unit="episode",
                disable=None if progress else True)  # None: off when not writing to a terminal
