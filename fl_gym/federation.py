@@ -216,7 +216,8 @@ class Federation:
 
     def _test_request(self, arch: Architecture, vector: torch.Tensor, indices: torch.Tensor) -> EvalRequest:
         """One model on the test-set samples ``indices``."""
-        return EvalRequest(Stack.from_rows(arch, vector.unsqueeze(0)), self.x_test, self.y_test, [indices],
+        # one row: the stack's parameter-major layout is the vector's own, so it is a view, not a copy
+        return EvalRequest(Stack(arch, vector.contiguous()), self.x_test, self.y_test, [indices],
                            self.config.eval_batch_size)
 
     def _evaluate_all(self, requests: list[EvalRequest]) -> list[EvalResult]:
