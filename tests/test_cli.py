@@ -92,6 +92,18 @@ def test_resume_of_a_damaged_config_is_one_line(tmp_path, capsys, text, message)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("text,message", [("env_id: [unclosed", "does not parse as YAML"),
+                                          ("", "config.yml is damaged; expected a mapping")])
+def test_compare_of_a_run_with_a_damaged_config_is_one_line(tmp_path, capsys, text, message):
+    """The run's config is read as ``train --resume`` reads it, before the model loads."""
+    (tmp_path / "config.yml").write_text(text)
+    (tmp_path / "model.zip").write_bytes(b"not read")
+    code, _, err = run_cli(["compare", "FLHeteroAlloc-v0", "--policies", f"ppo:{tmp_path}", "--rounds", 2,
+                            "--out", tmp_path / "cmp", "--no-progress"], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "cmp").exists()
+
+
 @pytest.mark.parametrize("env_id,algo,extra", [
     ("FLHetero-v0", "recurrent-ppo", []), ("FLHeteroAlloc-v0", "maskable-ppo", []),
     ("FLSelect-v0", "ppo", []), ("FLSelectPick-v0", "maskable-ppo", []),

@@ -18,6 +18,7 @@ warning names any overlap with a loaded run's seeds.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import warnings
@@ -28,7 +29,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import yaml
 from tqdm import tqdm
 
 from fl_gym.agents.ppo import ALGOS
@@ -105,9 +105,10 @@ def _with_kwargs(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 def _run_config(run_dir: Path) -> dict[str, Any]:
-    """A run folder's ``config.yml`` (empty when the model is not in one)."""
-    config = run_dir / "config.yml"
-    return yaml.safe_load(config.read_text()) if config.is_file() else {}
+    """A run folder's ``config.yml``, checked as ``train --resume`` checks it ({} when the model is alone)."""
+    from fl_gym.training.runs import load_run  # runs trains with imitation, which reads compare's specs
+
+    return dataclasses.asdict(load_run(run_dir)) if (run_dir / "config.yml").is_file() else {}
 
 
 def _warn_seed_overlap(run_dir: Path, run: dict[str, Any], eval_seeds: tuple[int, ...]) -> None:
