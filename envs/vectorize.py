@@ -25,7 +25,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from fl_gym.envs.sharded import ShardedVecEnv
 from fl_gym.envs.vector import BatchedVecEnv
-from fl_gym.validation import is_int_at_least, require
+from fl_gym.validation import is_int_at_least, require, require_copies, require_seed
 
 SB3_KEYS = ("terminal_observation", "TimeLimit.truncated")
 COPIES_PER_WORKER = 8  # below this a worker's pipe round trip costs more than its core gains (performance.md)
@@ -69,9 +69,10 @@ def make_vec(env_id: str, n_envs: int, seed: int | None = None, monitor: bool = 
         env_kwargs: constructor arguments of every copy.
         kwargs: more constructor arguments (merged over ``env_kwargs``).
     """
-    require(is_int_at_least(n_envs, 1), "n_envs", n_envs, "an integer >= 1")
+    require_copies("n_envs", n_envs)
     require(isinstance(env_id, str) and env_id in gym.registry, "env_id", env_id, "a registered env id")
-    require(seed is None or is_int_at_least(seed, 0), "seed", seed, "None or an integer >= 0")
+    if seed is not None:
+        require_seed("seed", seed)
     arguments = {**(env_kwargs or {}), **kwargs}
 
     def build() -> gym.Env:

@@ -58,12 +58,26 @@ MAX_THREADS = 256  # torch threads; far more exhaust memory (libgomp aborts the 
 MAX_LR = 100.0  # a local or server learning rate above this only produces NaN
 MAX_ROUNDS = 100_000  # rounds per episode (the papers use at most 1,000); more never returns from a reset
 MAX_EPOCHS = 1_000.0  # local epochs per round
+MAX_SEED = 2**31 - 1  # NumPy's legacy seeding (SB3's) takes seeds below 2**32; room is left for seed + copy
+MAX_COPIES = 4_096  # vector-env copies; each holds a federation, so far more exhaust memory before a step
 
 
 def require_threads(name: str, value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is None or an integer in ``[1, MAX_THREADS]``."""
     ok = value is None or (is_int_at_least(value, 1) and int(value) <= MAX_THREADS)
     require(ok, name, value, f"None or an integer in [1, {MAX_THREADS}]")
+
+
+def require_seed(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer seed in ``[0, MAX_SEED]``."""
+    ok = is_int_at_least(value, 0) and int(value) <= MAX_SEED
+    require(ok, name, value, f"an integer in [0, {MAX_SEED}]")
+
+
+def require_copies(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a number of vector-env copies in ``[1, MAX_COPIES]``."""
+    require(is_int_at_least(value, 1) and int(value) <= MAX_COPIES, name, value,
+            f"an integer in [1, {MAX_COPIES}]")
 
 
 def require_rate(name: str, value: object) -> None:

@@ -476,6 +476,14 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     (["fedavg", "--lr", "-1"], "--lr=-1.0 is out of range"),
     (["compare", "FLAggregate-v0", "--policies", "fedavg", "--seeds", "-1"], "--seeds='-1' is out of range"),
     (["bench", "--sections", "vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),
+    # '' is a mistake, not the default (the whole suite, the default folder)
+    (["benchmark", "run", "--tasks", ""], "--tasks='' is out of range"),
+    (["benchmark", "run", "--out", ""], "--out='' is out of range"),
+    (["benchmark", "report", "--runs", ""], "--runs='' is out of range"),
+    # a count or a median of runs that would never finish, or exhaust memory, before any work
+    (["bench", "--sections", "vec", "--vec-envs", "5000"], "allowed: copy counts in [1, 4096]"),
+    (["bench", "--sections", "ppo", "--ppo-envs", "10000"], "--ppo-envs=10000 is out of range"),
+    (["bench", "--sections", "engine", "--repeats", "1001"], "allowed: an integer in [1, 1000]"),
     # before the engine
     (["bench", "--sections", "engine,vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),
     (["bench", "--sections", "engine,memory", "--memory-envs", "FLNope-v0"], "--memory-envs=['FLNope-v0']"),
@@ -700,3 +708,21 @@ def test_every_numeric_flag_of_every_command_refuses_a_word_in_one_line(capsys):
             main([*path, flag, "abc"])
         err = capsys.readouterr().err.strip().splitlines()
         assert exit_.value.code == 2 and len(err) == 1 and flag in err[0], (path, flag, err)
+
+
+@pytest.mark.parametrize("flag,value", [("--seed", 2**32), ("--n-envs", 10**12)])
+def test_train_refuses_a_seed_or_copy_count_out_of_range_before_a_run_folder_exists(flag, value, tmp_path,
+                                                                                     capsys):
+    """A seed past 2**32 failed inside SB3's seeding; 10**12 copies built envs until memory ran out."""
+    code, _, err = run_cli(["train", "FLHeteroAlloc-v0", flag, value, "--runs-dir", tmp_path, *TINY], capsys)
+    assert code == 2 and f"{flag}={value} is out of range; allowed: an integer in [" in err
+    assert len(err.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", [["compare", "FLHeteroAlloc-v0", "--policies", "fedavg"],
+                                     ["generalise", "FLHeteroAlloc-v0", "--policies", "fedavg"],
+                                     ["flower", "FLLearningRate-v0", "--policy", "fedavg"]])
+@pytest.mark.parametrize("flag", ["--out", "--runs-dir"])
+def test_an_empty_output_path_is_refused_not_read_as_the_working_folder(command, flag, capsys):
+    code, _, err = run_cli([*command, flag, ""], capsys)
+    assert code == 2 and err.strip() == f"fl-gym: error: {flag}='' is out of range; allowed: a folder path"

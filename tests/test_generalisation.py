@@ -54,6 +54,8 @@ def test_generalise_cli_writes_tables_and_names_a_bad_reference(tmp_path, capsys
 @pytest.mark.parametrize("argv,message", [
     (["--zero-shot", "preset=nosuch"], "variant 'preset=nosuch': preset='nosuch' is out of range"),
     (["--scenario-seeds", "-1"], "--scenario-seeds='-1' is out of range"),
+    (["--scenario-seeds", ""], "--scenario-seeds='' is out of range"),  # not the default seeds
+    (["--metrics", ""], "--metrics='' is out of range"),  # not the default metrics
 ])
 def test_bad_variants_and_scenario_seeds_are_named_before_any_episode(env_id, policies, argv, message, capsys,
                                                                        monkeypatch, tmp_path):

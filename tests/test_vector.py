@@ -445,3 +445,13 @@ def test_each_copy_takes_its_own_seed_through_the_public_vector_protocol():
         np.testing.assert_array_equal(obs[i], gym.make("FLHetero-v0").reset(seed=seed)[0])
     with pytest.raises(ValueError, match="seeds=\\[1\\] is out of range; allowed: 3 seeds, one per copy"):
         fl_gym.make_vec("FLHetero-v0", 3).seed_copies([1])
+
+
+@pytest.mark.parametrize("kwargs,name", [({"n_envs": 0}, "n_envs"), ({"n_envs": 10**12}, "n_envs"),
+                                         ({"seed": -1}, "seed"), ({"seed": 2**32}, "seed")])
+def test_make_vec_refuses_copies_and_seeds_out_of_range_before_building_any(kwargs, name):
+    """10**12 copies would build envs until memory ran out; a seed past 2**32 fails inside SB3's seeding."""
+    arguments = {"env_id": "FLAggregate-v0", "n_envs": 2, **kwargs}
+    message = rf"{name}={kwargs[name]!r} is out of range; allowed: an integer in \["
+    with pytest.raises(ValueError, match=message):
+        fl_gym.make_vec(**arguments)

@@ -24,11 +24,13 @@ from typing import Any
 from fl_gym.data.datasets import DatasetNotFoundError
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
 from fl_gym.validation import (
+    MAX_COPIES,
     MAX_THREADS,
     MissingExtraError,
     UserError,
     is_int_at_least,
     require,
+    require_copies,
     require_device,
     require_epochs,
     require_rate,
@@ -45,6 +47,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+MAX_REPEATS = 1_000  # timed runs of a benchmark
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)")
 
 
@@ -54,6 +57,7 @@ MADE: list[Path] = []
 
 def writable(folder: str | Path, flag: str) -> Path:
     """``folder``, created, after a test write: an unwritable output fails before any work."""
+    require(str(folder) != "", flag, "", "a folder path")  # '' would quietly mean the working folder
     folder = Path(folder)
     MADE.extend(p for p in (folder, *folder.parents) if not p.exists())
     try:
@@ -71,8 +75,11 @@ def output_folder(args: argparse.Namespace, verb: str) -> Path:
     """``--out``, or ``RUNS_DIR/ENV_ID/VERB-TIMESTAMP``, checked writable before the command works."""
     import datetime
 
-    return writable(args.out or Path(args.runs_dir) / args.env_id
-                    / f"{verb}-{datetime.datetime.now():%Y%m%d-%H%M%S}", "--out")
+    if args.out is not None:
+        return writable(args.out, "--out")
+    writable(args.runs_dir, "--runs-dir")
+    return writable(Path(args.runs_dir) / args.env_id / f"{verb}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
+                    "--out")
 
 
 @contextlib.contextmanager
@@ -309,9 +316,11 @@ def cmd_generalise(args: argparse.Namespace) -> int:
     _threads(args.threads)
     specs = split_policies(args.policies)
     variants = {"held-out": {}, **{v: parse_kv(v.split(","), "--zero-shot") for v in args.zero_shot or []}}
+    scenarios = (HELD_OUT if args.scenario_seeds is None  # '' is a mistake, not the default
+                 else parse_seed_list(args.scenario_seeds, "--scenario-seeds"))
+    metrics = METRICS if args.metrics is None else [m for m in args.metrics.split(",") if m]
+    require(bool(metrics), "--metrics", args.metrics, "one or more info keys, comma-separated")
     out = output_folder(args, "generalise")
-    scenarios = parse_seed_list(args.scenario_seeds, "--scenario-seeds") if args.scenario_seeds else HELD_OUT
-    metrics = [m for m in args.metrics.split(",") if m] if args.metrics else METRICS
     results = generalisation(args.env_id, specs, scenarios, variants, parse_seed_list(args.seeds, "--seeds"),
                              parse_kv(args.env_kwargs, "--env-kwargs"), args.reference, metrics, out,
                              progress=not args.no_progress)
@@ -395,7 +404,7 @@ def _benchmark_parser(sub: Any) -> None:
         b = bench_sub.add_parser(name, help=text)
         b.add_argument("--suite", default="core-v1", help="core-v1; smoke (a pipeline check)")
         if name != "report":  # a report covers the whole suite
-            b.add_argument("--tasks", default="",
+            b.add_argument("--tasks", default=None,
                            help="comma-separated task names (default: the whole suite)")
         b.add_argument("--out", default=None,
                        help="run: the run folder (default runs/benchmark-SUITE); report: where "
@@ -419,7 +428,9 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     from fl_gym.training import benchmark
 
     _threads(args.threads)
-    tasks = [t for t in getattr(args, "tasks", "").split(",") if t] or None
+    given = getattr(args, "tasks", None)  # a report has no --tasks: it covers the whole suite
+    tasks = None if given is None else [t for t in given.split(",") if t]
+    require(tasks is None or bool(tasks), "--tasks", given, "one or more task names, comma-separated")
     chosen = benchmark.suite_tasks(args.suite, tasks)  # a ValueError naming an unknown suite or task
     if args.benchmark_command == "tasks":
         for task in chosen:
@@ -428,16 +439,16 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     default = Path(args.runs_dir) / f"benchmark-{args.suite}"
     if args.benchmark_command == "run":
         seeds = parse_seed_list(args.seeds, "--seeds")
-        out = writable(args.out or default, "--out")
+        out = writable(default if args.out is None else args.out, "--out")
         benchmark.run(args.suite, args.algo, seeds, out, tasks, progress=not args.no_progress)
         print(f"done; fl-gym benchmark report --suite {args.suite} --runs {out}")
         return 0
     require(is_int_at_least(args.reps, 100), "--reps", args.reps, "an integer >= 100")
-    runs_folder = Path(args.runs or default)
-    require(runs_folder.is_dir(), "--runs", str(runs_folder),
-            "a folder of benchmark runs (fl-gym benchmark run "
-            f"--suite {args.suite} makes {default})")
-    if args.out:
+    runs = str(default) if args.runs is None else args.runs
+    runs_folder = Path(runs)
+    require(runs != "" and runs_folder.is_dir(), "--runs", runs,
+            f"a folder of benchmark runs (fl-gym benchmark run --suite {args.suite} makes {default})")
+    if args.out is not None:
         writable(args.out, "--out")
     content = benchmark.report(args.suite, runs_folder, args.out, reps=args.reps)
     print(content["markdown"])
@@ -496,10 +507,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if unknown:
         raise UserError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
     require(is_int_at_least(args.ppo_steps, 1), "--ppo-steps", args.ppo_steps, "an integer >= 1")
-    require(is_int_at_least(args.ppo_envs, 1), "--ppo-envs", args.ppo_envs, "an integer >= 1")
+    require_copies("--ppo-envs", args.ppo_envs)
     require(is_int_at_least(args.memory_steps, 1), "--memory-steps", args.memory_steps, "an integer >= 1")
-    require(is_int_at_least(args.repeats, 1), "--repeats", args.repeats, "an integer >= 1")
-    require(is_int_at_least(args.loop_repeats, 1), "--loop-repeats", args.loop_repeats, "an integer >= 1")
+    for flag, repeats in (("--repeats", args.repeats), ("--loop-repeats", args.loop_repeats)):
+        ok = is_int_at_least(repeats, 1) and repeats <= MAX_REPEATS  # a median of more moves no figure
+        require(ok, flag, repeats, f"an integer in [1, {MAX_REPEATS}]")
     threads = list(parse_ints(args.threads))
     require(all(1 <= n <= MAX_THREADS for n in threads), "--threads", args.threads,
             f"comma-separated integers in [1, {MAX_THREADS}]")
@@ -509,7 +521,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if missing:
         raise UserError(f"--scenarios={missing} is out of range; allowed: {', '.join(bench.SCENARIOS)}")
     counts = tuple(parse_ints(args.vec_envs))
-    require(bool(counts) and all(n >= 1 for n in counts), "--vec-envs", args.vec_envs, "copy counts >= 1")
+    require(bool(counts) and all(1 <= n <= MAX_COPIES for n in counts), "--vec-envs", args.vec_envs,
+            f"copy counts in [1, {MAX_COPIES}]")
     vec_ids = _registered_ids(args.vec_ids, "--vec-ids") if args.vec_ids else None
     memory_ids = _registered_ids(args.memory_envs, "--memory-envs") if args.memory_envs else None
     require(len(_registered_ids(args.ppo_env, "--ppo-env")) == 1, "--ppo-env", args.ppo_env,

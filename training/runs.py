@@ -39,7 +39,7 @@ from fl_gym.atomic import read_json, save_atomic, write_json, write_text
 from fl_gym.envs.registry import Stage, family_of, recipes_for
 from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
 from fl_gym.training.imitation import DEFAULTS, demonstrations, fixed_policy, imitate
-from fl_gym.validation import UserError, is_int_at_least, require
+from fl_gym.validation import UserError, is_int_at_least, require, require_copies, require_seed
 
 
 @dataclasses.dataclass
@@ -79,9 +79,10 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None,
     if algo not in (*ALGOS, *recipes):
         raise UserError(f"--algo={algo!r} is out of range for {env_id}; allowed: "
                         f"{', '.join((*ALGOS, *recipes))}")
-    for name, value in (("--n-timesteps", total_timesteps), ("--n-envs", n_envs), ("--save-freq", save_freq)):
+    for name, value in (("--n-timesteps", total_timesteps), ("--save-freq", save_freq)):
         require(value is None or is_int_at_least(value, 1), name, value, "an integer >= 1")
-    require(is_int_at_least(seed, 0), "--seed", seed, "an integer >= 0")
+    require(n_envs is None or is_int_at_least(n_envs, 1), "--n-envs", n_envs, "an integer >= 1")
+    require_seed("--seed", seed)
     if vec_env == "ray":
         from fl_gym.integrations.ray import check_address
 
@@ -102,6 +103,7 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None,
         steps = total_timesteps if total_timesteps is not None else int(hyperparams.get("n_timesteps", 20000))
         envs = n_envs if n_envs is not None else int(hyperparams.get("n_envs", 1))
         agents = [(env_id, hyperparams, algo)]
+    require_copies("--n-envs", envs)  # given, or the YAML block's
     for target, block, name in agents:
         _probe_agent(target, block, name, env_kwargs or {}, envs)
     return RunConfig(env_id, algo, preset, hyperparams, dict(env_kwargs or {}), seed, envs, vec_env,
