@@ -81,7 +81,7 @@ class BatchDraw:
 
     @classmethod
     def draw(cls, parts: list[Tensor], steps: np.ndarray, batch_size: int, gen: torch.Generator) -> BatchDraw:
-        """One uniform key per sample and epoch, one vectorised draw per epoch for the whole cohort."""
+        """One uniform key per sample and epoch, one vectorised draw for the whole cohort."""
         steps = np.asarray(steps)
         if len(parts) == 0 or steps.min() < 1:
             raise ValueError(f"make_schedule: expected a non-empty cohort with steps >= 1, got {steps}")
@@ -90,8 +90,8 @@ class BatchDraw:
         nb = -(-n // batch_size)
         epochs = int((-(-steps // nb)).max())
         pad = torch.arange(int(n.max()), device=device) >= torch.as_tensor(n, device=device).unsqueeze(1)
-        keys = torch.stack([torch.rand(pad.shape, generator=gen, device=device).masked_fill_(pad, 2.0)
-                            for _ in range(epochs)])
+        # one draw for every epoch: on the CPU the same numbers as a draw per epoch, in one call
+        keys = torch.rand((epochs, *pad.shape), generator=gen, device=device).masked_fill_(pad, 2.0)
         return cls(parts, steps, keys)
 
     @staticmethod
