@@ -20,13 +20,13 @@ from fl_gym.data.noise import LABEL_NOISE
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, PartitionScheme, partition_scheme, scheme_fields
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.validation import (
-    MAX_ROUNDS,
     UserError,
     is_int_at_least,
     require,
     require_choice,
     require_device,
     require_rate,
+    require_rounds,
     require_share,
     require_threads,
     require_types,
@@ -158,8 +158,7 @@ class ScenarioConfig:
         require_rate("lr", self.lr)
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
         OptimizerConfig(self.optimizer, self.momentum)
-        require(is_int_at_least(self.rounds_per_episode, 1) and self.rounds_per_episode <= MAX_ROUNDS,
-                "rounds_per_episode", self.rounds_per_episode, f"an integer in [1, {MAX_ROUNDS}]")
+        require_rounds("rounds_per_episode", self.rounds_per_episode)
         require(is_int_at_least(self.eval_every, 1), "eval_every", self.eval_every, "an integer >= 1")
         require_device("device", self.device)
         require_threads("num_threads", self.num_threads)

@@ -484,6 +484,10 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     (["bench", "--sections", "vec", "--vec-envs", "5000"], "allowed: copy counts in [1, 4096]"),
     (["bench", "--sections", "ppo", "--ppo-envs", "10000"], "--ppo-envs=10000 is out of range"),
     (["bench", "--sections", "engine", "--repeats", "1001"], "allowed: an integer in [1, 1000]"),
+    (["fedavg", "--clients", str(10**12)], "num_clients=1000000000000 is out of range"),  # 931 GiB asked
+    (["fedavg", "--rounds", "100001"], "--rounds=100001 is out of range; allowed: an integer in [1, 100000]"),
+    (["demo", "--out", ""], "--out='' is out of range"),
+    (["demo", "--episodes", str(10**12)], "--episodes=1000000000000 is out of range"),  # a MemoryError
     # before the engine
     (["bench", "--sections", "engine,vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),
     (["bench", "--sections", "engine,memory", "--memory-envs", "FLNope-v0"], "--memory-envs=['FLNope-v0']"),
@@ -710,10 +714,11 @@ def test_every_numeric_flag_of_every_command_refuses_a_word_in_one_line(capsys):
         assert exit_.value.code == 2 and len(err) == 1 and flag in err[0], (path, flag, err)
 
 
-@pytest.mark.parametrize("flag,value", [("--seed", 2**32), ("--n-envs", 10**12)])
+@pytest.mark.parametrize("flag,value", [("--seed", 2**32), ("--n-envs", 10**12), ("--n-timesteps", 10**12)])
 def test_train_refuses_a_seed_or_copy_count_out_of_range_before_a_run_folder_exists(flag, value, tmp_path,
                                                                                      capsys):
-    """A seed past 2**32 failed inside SB3's seeding; 10**12 copies built envs until memory ran out."""
+    """A seed past 2**32 failed inside SB3's seeding; 10**12 copies built envs until memory ran out;
+    10**12 steps would train for years."""
     code, _, err = run_cli(["train", "FLHeteroAlloc-v0", flag, value, "--runs-dir", tmp_path, *TINY], capsys)
     assert code == 2 and f"{flag}={value} is out of range; allowed: an integer in [" in err
     assert len(err.strip().splitlines()) == 1 and not list(tmp_path.iterdir())

@@ -34,6 +34,7 @@ from fl_gym.validation import (
     require_device,
     require_epochs,
     require_rate,
+    require_rounds,
 )
 
 USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
@@ -647,7 +648,7 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     from fl_gym.data import Dirichlet
 
     _threads(args.threads)
-    require(is_int_at_least(args.rounds, 1), "--rounds", args.rounds, "an integer >= 1")
+    require_rounds("--rounds", args.rounds)
     require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
                            partition=Dirichlet(alpha=args.alpha), batch_size=args.batch_size)
@@ -683,10 +684,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from fl_gym.envs.registry import FAMILIES, resolve
 
     _threads(args.threads)
-    require(is_int_at_least(args.steps, 1), "--steps", args.steps, "an integer >= 1")
-    require(is_int_at_least(args.episodes, 1), "--episodes", args.episodes, "an integer >= 1")
-    require(is_int_at_least(args.accuracy_rounds, 1), "--accuracy-rounds", args.accuracy_rounds,
-            "an integer >= 1")
+    # the demo is a short job: far more asks for hours of training or a list of episodes that fills memory
+    for flag, value, most in (("--steps", args.steps, 10_000_000), ("--episodes", args.episodes, 1_000)):
+        require(is_int_at_least(value, 1) and value <= most, flag, value, f"an integer in [1, {most}]")
+    require_rounds("--accuracy-rounds", args.accuracy_rounds)
+    writable(args.out, "--out")  # '' refused, not read as the working folder
     for family in (f for f in FAMILIES.values() if f.demo):
         print(f"== {family.name}: {family.paper}")
         resolve(family.demo)(writable(Path(args.out) / family.name, "--out"), args.steps, args.episodes,

@@ -104,6 +104,8 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None,
         envs = n_envs if n_envs is not None else int(hyperparams.get("n_envs", 1))
         agents = [(env_id, hyperparams, algo)]
     require_copies("--n-envs", envs)  # given, or the YAML block's
+    # a billion steps is days at this package's fastest; more is a typo that would train for years
+    require(steps <= 10**9, "--n-timesteps", steps, "an integer in [1, 1000000000]")
     for target, block, name in agents:
         _probe_agent(target, block, name, env_kwargs or {}, envs)
     return RunConfig(env_id, algo, preset, hyperparams, dict(env_kwargs or {}), seed, envs, vec_env,
