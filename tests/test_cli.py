@@ -480,6 +480,8 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     (["benchmark", "run", "--tasks", ""], "--tasks='' is out of range"),
     (["benchmark", "run", "--out", ""], "--out='' is out of range"),
     (["benchmark", "report", "--runs", ""], "--runs='' is out of range"),
+    (["bench", "--sections", "vec", "--vec-ids", ""], "--vec-ids=['']"),
+    (["benchmark", "run", "--runs-dir", ""], "--runs-dir='' is out of range"),
     # a count or a median of runs that would never finish, or exhaust memory, before any work
     (["bench", "--sections", "vec", "--vec-envs", "5000"], "allowed: copy counts in [1, 4096]"),
     (["bench", "--sections", "ppo", "--ppo-envs", "10000"], "--ppo-envs=10000 is out of range"),

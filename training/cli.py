@@ -437,6 +437,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         for task in chosen:
             print(f"{task.name}: {task.env_id}, {task.budget} steps, score {task.score}; {task.doc}")
         return 0
+    require(args.runs_dir != "", "--runs-dir", "", "a folder path")  # '' would mean the working folder
     default = Path(args.runs_dir) / f"benchmark-{args.suite}"
     if args.benchmark_command == "run":
         seeds = parse_seed_list(args.seeds, "--seeds")
@@ -480,10 +481,10 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
     p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
     p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
-    p.add_argument("--vec-ids", default="",
+    p.add_argument("--vec-ids", default=None,
                    help="env ids of the vec section (default: the default id of every "
                    "family)")
-    p.add_argument("--memory-envs", default="",
+    p.add_argument("--memory-envs", default=None,
                    help="env ids of the memory section (default: the default id of "
                    "every family that trains)")
     p.add_argument("--memory-steps", type=int, default=3, help="vector steps before the memory section reads "
@@ -524,8 +525,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     counts = tuple(parse_ints(args.vec_envs))
     require(bool(counts) and all(1 <= n <= MAX_COPIES for n in counts), "--vec-envs", args.vec_envs,
             f"copy counts in [1, {MAX_COPIES}]")
-    vec_ids = _registered_ids(args.vec_ids, "--vec-ids") if args.vec_ids else None
-    memory_ids = _registered_ids(args.memory_envs, "--memory-envs") if args.memory_envs else None
+    # '' names no id (refused), not the defaults
+    vec_ids = None if args.vec_ids is None else _registered_ids(args.vec_ids, "--vec-ids")
+    memory_ids = None if args.memory_envs is None else _registered_ids(args.memory_envs, "--memory-envs")
     require(len(_registered_ids(args.ppo_env, "--ppo-env")) == 1, "--ppo-env", args.ppo_env,
             "one registered id")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
