@@ -482,6 +482,9 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     (["benchmark", "report", "--runs", ""], "--runs='' is out of range"),
     (["bench", "--sections", "vec", "--vec-ids", ""], "--vec-ids=['']"),
     (["benchmark", "run", "--runs-dir", ""], "--runs-dir='' is out of range"),
+    (["train", "--resume", ""], "--resume='' is out of range"),
+    (["train", "FLAggregate-v0", "--run-id", ""], "--run-id='' is out of range"),
+    (["train", "FLAggregate-v0", "--tensorboard-log", ""], "--tensorboard-log='' is out of range"),
     # a count or a median of runs that would never finish, or exhaust memory, before any work
     (["bench", "--sections", "vec", "--vec-envs", "5000"], "allowed: copy counts in [1, 4096]"),
     (["bench", "--sections", "ppo", "--ppo-envs", "10000"], "--ppo-envs=10000 is out of range"),

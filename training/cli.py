@@ -219,7 +219,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from fl_gym.training import runs
 
     _threads(args.threads)
-    if args.resume:
+    if args.resume is not None:  # '' is a mistake, not a new run
+        require(args.resume != "", "--resume", "", "a run folder")
         folder = Path(args.resume)
         _refuse_with_resume(args)
         runs.load_run(folder)
@@ -227,7 +228,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not args.env_id:
             raise UserError("train: give an ENV_ID, or --resume RUN_DIR")
         writable(args.runs_dir, "--runs-dir")
-        if args.tensorboard_log:
+        if args.tensorboard_log is not None:
             writable(args.tensorboard_log, "--tensorboard-log")
         cfg = runs.resolve(args.env_id, args.algo, args.preset, parse_kv(args.hyperparams, "--hyperparams"),
                            parse_kv(args.env_kwargs, "--env-kwargs"), args.seed, args.n_envs, args.vec_env,

@@ -150,7 +150,8 @@ def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict
 
 def new_run_dir(cfg: RunConfig, runs_dir: str | Path = "runs", run_id: str | None = None) -> Path:
     """Create ``runs/<env-id>/<run-id>/`` and write its ``config.yml``."""
-    run_id = run_id or f"{cfg.algo}-seed{cfg.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    if run_id is None:
+        run_id = f"{cfg.algo}-seed{cfg.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id) is not None, "--run-id", run_id,
             "a folder name of letters, digits, '.', '_' and '-' (it stays inside the runs folder)")
     return create_run_dir(cfg, Path(runs_dir) / cfg.env_id / run_id)
