@@ -483,6 +483,7 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     (["bench", "--sections", "vec", "--vec-ids", ""], "--vec-ids=['']"),
     (["benchmark", "run", "--runs-dir", ""], "--runs-dir='' is out of range"),
     (["train", "--resume", ""], "--resume='' is out of range"),
+    (["train", "FLHetero-v0", "--algo", "hapfl", "--n-envs", "0"], "--n-envs=0 is out of range"),  # a recipe
     (["train", "FLAggregate-v0", "--run-id", ""], "--run-id='' is out of range"),
     (["train", "FLAggregate-v0", "--tensorboard-log", ""], "--tensorboard-log='' is out of range"),
     # a count or a median of runs that would never finish, or exhaust memory, before any work

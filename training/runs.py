@@ -81,7 +81,6 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None,
                         f"{', '.join((*ALGOS, *recipes))}")
     for name, value in (("--n-timesteps", total_timesteps), ("--save-freq", save_freq)):
         require(value is None or is_int_at_least(value, 1), name, value, "an integer >= 1")
-    require(n_envs is None or is_int_at_least(n_envs, 1), "--n-envs", n_envs, "an integer >= 1")
     require_seed("--seed", seed)
     if vec_env == "ray":
         from fl_gym.integrations.ray import check_address
@@ -96,7 +95,7 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None,
         hyperparams: dict[str, Any] = _recipe_blocks(stage_hyperparams(recipe, preset), overrides,
                                                      total_timesteps)
         steps = sum(int(b["n_timesteps"]) for b in hyperparams.values())
-        envs = n_envs or int(next(iter(hyperparams.values())).get("n_envs", 1))
+        envs = n_envs if n_envs is not None else int(next(iter(hyperparams.values())).get("n_envs", 1))
         agents = [(s.env_id, hyperparams[s.name], "ppo") for s in recipe.stages]
     else:
         hyperparams = {**load_hyperparams(env_id, preset), **overrides}
@@ -104,7 +103,7 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None,
         envs = n_envs if n_envs is not None else int(hyperparams.get("n_envs", 1))
         agents = [(env_id, hyperparams, algo)]
     require_copies("--n-envs", envs)  # given, or the YAML block's
-    # a billion steps is days at this package's fastest; more is a typo that would train for years
+    # a billion steps takes hours on the fastest env here and weeks on the others: more is a typo
     require(steps <= 10**9, "--n-timesteps", steps, "an integer in [1, 1000000000]")
     for target, block, name in agents:
         _probe_agent(target, block, name, env_kwargs or {}, envs)
