@@ -1,7 +1,8 @@
 """Every flag of every command given a bad value, each in its own process: one line and exit 2, or success.
 
-The whole grid (365 cases, 11 minutes on a 2-core CPU) is marked slow; the default suite
-checks words in numeric flags in-process (``test_cli.py``). A case passes when the command exits 0,
+The whole grid (365 cases, 11 minutes on a 2-core CPU) is marked slow; the default suite plays
+a fresh sample of the quick commands' cases each run (hypothesis), and checks words in numeric
+flags in-process (``test_cli.py``). A case passes when the command exits 0,
 or exits 2 with one line on stderr, with no traceback, within :data:`SECONDS` (an accepted value
 must not hang or start work that would run for hours).
 """
@@ -14,6 +15,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_cli import _leaf_commands  # tests/ is on sys.path
 
 from fl_gym.training.cli import build_parser
@@ -38,15 +41,18 @@ BASE = {
     "fedavg": ["fedavg", "--rounds", "2", "--clients", "4"],
     "demo": ["demo", "--steps", "64", "--episodes", "1", "--accuracy-rounds", "1"],
 }
+# commands whose cases answer in seconds (Flower, a benchmark run, train and the demo take longer)
+QUICK = ("compare", "generalise", "bench", "benchmark report", "benchmark tasks", "data describe", "fedavg")
 BAD = {int: ["-1", "0", "1000000000000"], float: ["-1", "0", "nan", "inf", "1e12"],
        str: ["", "../escape", "/proc/nope/x", "nosuch"]}
 
 
-def _cases() -> list[list[str]]:
+def _cases(commands: tuple[str, ...] = tuple(BASE)) -> list[list[str]]:
+    """Every flag of ``commands`` with each bad value of its type, the rest of the command as in BASE."""
     cases = []
     for path, parser in _leaf_commands(build_parser()):
         command = " ".join(path)
-        if command not in BASE:  # envs, data prepare and reproduce take no flags worth sweeping
+        if command not in commands:  # envs, data prepare and reproduce take no flags worth sweeping
             continue
         for action in parser._actions:
             if not action.option_strings or action.nargs == 0 or action.dest == "help":
@@ -94,3 +100,10 @@ def test_every_flag_of_every_command_with_a_bad_value_is_one_line_or_works(tmp_p
     with ThreadPoolExecutor(2) as pool:
         found = list(pool.map(lambda c: _misbehaves(*c), zip(cases, map(str, folders), strict=True)))
     assert [(" ".join(c), f) for c, f in zip(cases, found, strict=True) if f] == []
+
+
+@settings(max_examples=10, deadline=None)
+@given(case=st.sampled_from(_cases(QUICK)))
+def test_a_sample_of_the_grid_is_one_line_or_works(case, tmp_path_factory):
+    """About a minute of the slow grid, a different sample each run."""
+    assert _misbehaves(case, str(tmp_path_factory.mktemp("case"))) is None, " ".join(case)
