@@ -1,10 +1,10 @@
 """Every flag of every command given a bad value, each in its own process: one line and exit 2, or success.
 
-The whole grid (365 cases, 11 minutes on a 2-core CPU) is marked slow; the default suite plays
-a fresh sample of the quick commands' cases each run (hypothesis), and checks words in numeric
-flags in-process (``test_cli.py``). A case passes when the command exits 0,
-or exits 2 with one line on stderr, with no traceback, within :data:`SECONDS` (an accepted value
-must not hang or start work that would run for hours).
+The whole grid (365 cases, 11 minutes on a 2-core CPU) is marked slow; the default suite plays a
+fresh sample of the quick commands' cases each run (hypothesis), and checks words in numeric flags
+in-process (``test_cli.py``). A case passes when the command exits 0, or exits 2 with one line on
+stderr, with no traceback, within :data:`SECONDS` (an accepted value must not hang or start work
+that would run for hours).
 """
 
 from __future__ import annotations
