@@ -13,7 +13,8 @@ observation or a batch.
 
 On ``FLSelectPick-v0`` (who trains, before training): :class:`PoolSamplerPolicy` (FedEntropy's
 epsilon-greedy draw, read from the observation's pool column), :class:`RandomPickPolicy` and
-:class:`StalestPickPolicy`.
+:class:`StalestPickPolicy`; the system-aware FedCS, power-of-choice and Oort are in
+:mod:`fl_gym.baselines.system_aware`.
 """
 
 from __future__ import annotations
@@ -163,6 +164,9 @@ class CleanKeepPolicy(SelectPolicy):
 class PickPolicy(RowPolicy):
     """Base of the ``FLSelectPick-v0`` policies: a pick-mask per observation (client rows).
 
+    Every policy picks among the clients the observation shows reachable (all of them without
+    device behaviour), as a server would.
+
     Args:
         env: a pick env (or its :class:`~fl_gym.envs.select.spaces.PickLayout`, then ``m``).
         seed: the policy's own generator (it never touches the env's).
@@ -186,10 +190,16 @@ class PickPolicy(RowPolicy):
         mask[ids] = True
         return mask
 
-    def _draw_among(self, good: np.ndarray) -> np.ndarray:
-        """``m`` clients drawn uniformly where ``good``, topped up uniformly from the rest."""
-        first, rest = self.rng.permutation(np.flatnonzero(good)), self.rng.permutation(np.flatnonzero(~good))
+    def _draw_among(self, good: np.ndarray, available: np.ndarray) -> np.ndarray:
+        """``m`` available clients drawn uniformly where ``good``, topped up uniformly from the rest."""
+        first = self.rng.permutation(np.flatnonzero(good & available))
+        rest = self.rng.permutation(np.flatnonzero(~good & available))
         return self._mask(np.concatenate([first, rest])[: self.m])
+
+    def _lowest(self, key: np.ndarray, available: np.ndarray) -> np.ndarray:
+        """The ``m`` available clients of lowest ``key`` (lowest id on ties)."""
+        ranked = np.argsort(key, kind="stable")
+        return self._mask(ranked[available[ranked]][: self.m])
 
 
 class PoolSamplerPolicy(PickPolicy):
@@ -207,19 +217,23 @@ class PoolSamplerPolicy(PickPolicy):
 
     def pick(self, observation):
         negative = self.layout.column(observation, "negative") > 0.5
+        available = self.layout.available(observation)
         positive = self.rng.random() < self.p_positive
-        primary, secondary = (np.flatnonzero(~negative), np.flatnonzero(negative))[:: 1 if positive else -1]
-        if len(primary) >= self.m:
-            return self._mask(self.rng.choice(primary, self.m, replace=False))
-        return self._mask(np.concatenate([primary,
-                                          self.rng.choice(secondary, self.m - len(primary), replace=False)]))
+        pools = (np.flatnonzero(~negative & available), np.flatnonzero(negative & available))
+        primary, secondary = pools[:: 1 if positive else -1]
+        m = min(self.m, int(available.sum()))
+        if len(primary) >= m:
+            return self._mask(self.rng.choice(primary, m, replace=False))
+        topped = self.rng.choice(secondary, m - len(primary), replace=False)
+        return self._mask(np.concatenate([primary, topped]))
 
 
 class RandomPickPolicy(PickPolicy):
     """``m`` clients uniformly: FedAvg's client sampling."""
 
     def pick(self, observation):
-        return self._mask(self.rng.choice(self.layout.num_clients, self.m, replace=False))
+        available = np.flatnonzero(self.layout.available(observation))
+        return self._mask(self.rng.choice(available, min(self.m, len(available)), replace=False))
 
 
 class StalestPickPolicy(PickPolicy):
@@ -227,7 +241,7 @@ class StalestPickPolicy(PickPolicy):
 
     def pick(self, observation):
         stale = self.layout.column(observation, "staleness")
-        return self._mask(np.argsort(-stale, kind="stable")[: self.m])
+        return self._lowest(-stale, self.layout.available(observation))
 
 
 class ConfidentPickPolicy(PickPolicy):
@@ -246,7 +260,7 @@ class ConfidentPickPolicy(PickPolicy):
         soft = self.layout.rows(observation)[:, : self.layout.num_classes]
         uncertain = uncertainty(soft, self.layout.num_classes)
         score = uncertain - self.w * self.layout.column(observation, "staleness")
-        return self._mask(np.argsort(score, kind="stable")[: self.m])
+        return self._lowest(score, self.layout.available(observation))
 
 
 class EntropyCutPickPolicy(PickPolicy):
@@ -263,7 +277,8 @@ class EntropyCutPickPolicy(PickPolicy):
 
     def pick(self, observation):
         soft = self.layout.rows(observation)[:, : self.layout.num_classes]
-        return self._draw_among(uncertainty(soft, self.layout.num_classes) < self.h)
+        return self._draw_among(uncertainty(soft, self.layout.num_classes) < self.h,
+                                self.layout.available(observation))
 
 
 class CleanPickPolicy(PickPolicy):
@@ -280,7 +295,7 @@ class CleanPickPolicy(PickPolicy):
         self.env = env.unwrapped
 
     def pick(self, observation):
-        return self._draw_among(~self.env.federation.noisy)
+        return self._draw_among(~self.env.federation.noisy, self.layout.available(observation))
 
 
 class TopLambdaEntropyPolicy(RowPolicy):
@@ -373,6 +388,7 @@ class CleanQueuePolicy(RowPolicy):
 UNIFORM, PROX, MOON = {"sampler": "uniform"}, {"local_algorithm": "fedprox"}, {"local_algorithm": "moon"}
 SCAFFOLD = {"local_algorithm": "scaffold", "momentum": 0.0}  # option II needs plain SGD
 SELECT, PICK, QUEUE = ("FLSelect-v0",), ("FLSelectPick-v0",), ("FLSelectQueue-v0",)
+SYSTEM, SYSTEM_ROWS = "fl_gym.baselines.system_aware", {"post_filter": "all", "system_rows": True}
 SERVER_DATA = {"server_data_fraction": 0.1, "allow_server_data": True, "aggregation_weights": "entropy"}
 POLICIES = {
     "fedentropy": PolicyEntry(MaxEntropyJudgePolicy, "FedEntropy: maximum entropy judgement, pools sampler",
@@ -429,6 +445,16 @@ POLICIES = {
     "clean-pick": PolicyEntry(CleanPickPolicy,
                               "privileged: m clean-label clients uniformly (reads federation.noisy): "
                               "an upper reference", {"post_filter": "all"}, PICK),
+    "fedcs": PolicyEntry(f"{SYSTEM}:FedCSPickPolicy",
+                         "FedCS (Nishio and Yonetani): the fastest reachable clients whose reported time "
+                         "fits the deadline, up to m; every one uploads", SYSTEM_ROWS, PICK),
+    "pow-d": PolicyEntry(f"{SYSTEM}:PowerOfChoicePickPolicy",
+                         "power-of-choice rpow-d (Cho et al.): d size-weighted candidates (kwargs "
+                         "d=2m, seed), the m of highest last loss; every one uploads", SYSTEM_ROWS, PICK),
+    "oort": PolicyEntry(f"{SYSTEM}:OortPickPolicy",
+                        "Oort (Lai et al.): loss and staleness utility, penalised past the preferred "
+                        "duration, with exploration (kwargs alpha=2, epsilon=0.9, seed); every one uploads",
+                        SYSTEM_ROWS, PICK),
     "ddfl": PolicyEntry(TopLambdaEntropyPolicy,
                         "DDFL: 10 % server data streamed to the devices, top 90 % by label "
                         "entropy, entropy weights (kwargs lam, seed)", SERVER_DATA, QUEUE),

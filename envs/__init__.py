@@ -35,6 +35,7 @@ HAPFL = Family(
     tasks="fl_gym.training.hetero.tasks:TASKS",
 )
 
+SELECTION = ("FLSelect-v0", "FLSelectPick-v0")  # the ids that select clients (not the queue's devices)
 SELECT = Family(
     name="select",
     paper="FedEntropy (Ling et al.) and DDFL (Herath et al.): who trains and which trained clients are "
@@ -45,7 +46,9 @@ SELECT = Family(
     policies="fl_gym.baselines.select:POLICIES",
     metrics=(Metric("select/val_accuracy", "validation acc.", final=True),
              Metric("select/kept_share", "kept share"), Metric("select/entropy_kept", "kept entropy"),
-             Metric("select/cum_uplink_bytes", "uplink bytes", final=True)),
+             Metric("select/cum_uplink_bytes", "uplink bytes", final=True),
+             Metric("select/cum_lost", "lost updates", final=True, env_ids=SELECTION),
+             Metric("select/fairness", "selection fairness (Jain)", final=True, env_ids=SELECTION)),
     accuracy_label="global model acc.",
     demo="fl_gym.training.select.demo:run_demo",
     reproduce="fl_gym.training.select.results:reproduce",

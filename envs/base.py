@@ -50,7 +50,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from fl_gym.envs.scenario import EnvConfig
+from fl_gym.behaviour import BehaviourConfig
+from fl_gym.envs.scenario import BEHAVIOUR_FIELDS, EnvConfig
 from fl_gym.federation import Federation
 from fl_gym.records import RoundReport, TrainedRound
 from fl_gym.validation import UserError, is_int_at_least, require
@@ -102,6 +103,8 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         family: the family's name, the namespace of its ``info`` keys.
         any_client_count: the spaces do not depend on ``num_clients``, so an episode may draw it
             (``num_clients_range``).
+        device_behaviour: the family plays rounds whose clients may be unavailable, drop out or
+            miss a deadline (:mod:`fl_gym.behaviour`); elsewhere those settings are refused.
         client_rows: how the observation lists per-client rows (set by ``_setup``; None where
             it does not), read by :class:`fl_gym.agents.sets.SetPolicy`.
     """
@@ -110,6 +113,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     config_class: ClassVar[type[EnvConfig]] = EnvConfig
     family: ClassVar[str] = ""
     any_client_count: ClassVar[bool] = False
+    device_behaviour: ClassVar[bool] = False
     client_rows: ClientRows | None = None
 
     def __init__(self, config: EnvConfig | None = None, *, scenario_seed: int = 0, **kwargs: Any) -> None:
@@ -118,6 +122,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         span = self.config.scenario.num_clients_range
         require(span is None or self.any_client_count, "num_clients_range", span,
                 f"None ({type(self).__name__}'s spaces depend on num_clients)")
+        self._check_behaviour()
         self.scenario_seed = int(scenario_seed)
         self.federation = Federation(self.config.federation_config(), self.scenario_seed)
         self._round, self._uploads, self._ended = 0, 0, False
@@ -125,6 +130,15 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         self._pending_builder: Callable[[], Any] | None = None
         self._played_ahead: tuple | None = None  # a step a vector env played as arrays (envs/vector.py)
         self._setup()
+
+    def _check_behaviour(self) -> None:
+        """Refuse device behaviour where the family does not play it (the first setting changed, named)."""
+        scenario, default = self.config.scenario, BehaviourConfig()
+        for name in BEHAVIOUR_FIELDS if not self.device_behaviour else ():
+            value = getattr(scenario, name)
+            require(value == getattr(default, name), name, value,
+                    f"{getattr(default, name)!r} ({type(self).__name__} does not play device behaviour, "
+                    "fl_gym.behaviour)")
 
     def _build_config(self, config: EnvConfig | None, kwargs: dict[str, Any]) -> EnvConfig:
         if config is not None and not isinstance(config, self.config_class):

@@ -94,11 +94,13 @@ class Metric:
         label: column label.
         final: an episode is summarised by its last value (cumulative or accuracy metrics)
             rather than its mean over rounds.
+        env_ids: the ids that report it (empty = every id of the family).
     """
 
     key: str
     label: str
     final: bool = False
+    env_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -204,4 +206,4 @@ def metrics_for(env_id: str) -> tuple[Metric, ...]:
     family = family_of(env_id)
     generic = tuple(Metric(m.key, family.accuracy_label, m.final) if m.key == "accuracy" else m
                     for m in GENERIC_METRICS)
-    return generic + family.metrics
+    return generic + tuple(m for m in family.metrics if not m.env_ids or env_id in m.env_ids)

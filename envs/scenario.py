@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from fl_gym.behaviour import BehaviourConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.config import FederationConfig
 from fl_gym.data.datasets import DATASETS
@@ -34,6 +35,7 @@ from fl_gym.validation import (
 
 SelfConfig = TypeVar("SelfConfig", bound="EnvConfig")
 CLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(ClockConfig))
+BEHAVIOUR_FIELDS = tuple(f.name for f in dataclasses.fields(BehaviourConfig))
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,13 @@ class ScenarioConfig:
         bandwidth_heterogeneity: ratio of the best to the worst link (log-uniform between).
         download_ratio: download bandwidth as a multiple of upload bandwidth.
         aggregation_time: server seconds per round.
+        availability: long-run share of rounds a client is reachable, in ``(0, 1]`` (1 = always;
+            :mod:`fl_gym.behaviour`, for families whose ``device_behaviour`` is set).
+        availability_persistence: round-to-round autocorrelation of a client's availability.
+        dropout: chance that a selected client drops out before it uploads, however short its round.
+        dropout_rate: growth of that chance per simulated second of the client's round.
+        deadline: the server's timeout per round in simulated seconds (``inf`` = none).
+        late: a client past the deadline: ``drop`` (lost) or ``partial`` (uploads the steps it finished).
         lr: local learning rate.
         batch_size: local minibatch size.
         optimizer: local optimiser, ``sgd`` or ``adam``.
@@ -129,6 +138,12 @@ class ScenarioConfig:
     bandwidth_heterogeneity: float = 1.0
     download_ratio: float = 1.0
     aggregation_time: float = 0.0
+    availability: float = 1.0
+    availability_persistence: float = 0.0
+    dropout: float = 0.0
+    dropout_rate: float = 0.0
+    deadline: float = float("inf")
+    late: str = "drop"
     lr: float = 0.05
     batch_size: int = 10
     optimizer: str = "sgd"
@@ -155,6 +170,7 @@ class ScenarioConfig:
         require(isinstance(self.randomize_scenario, bool), "randomize_scenario", self.randomize_scenario,
                 "True or False")
         self.clock_config()
+        self.behaviour_config()
         require_rate("lr", self.lr)
         require(is_int_at_least(self.batch_size, 1), "batch_size", self.batch_size, "an integer >= 1")
         OptimizerConfig(self.optimizer, self.momentum)
@@ -198,11 +214,16 @@ class ScenarioConfig:
         """The device cost model: every field of :class:`~fl_gym.clock.ClockConfig`, by its own name."""
         return ClockConfig(**{name: getattr(self, name) for name in CLOCK_FIELDS})
 
+    def behaviour_config(self) -> BehaviourConfig:
+        """The devices' behaviour: every field of :class:`~fl_gym.behaviour.BehaviourConfig` by its name."""
+        return BehaviourConfig(**{name: getattr(self, name) for name in BEHAVIOUR_FIELDS})
+
     def federation_config(self, **family: Any) -> FederationConfig:
         """The simulator's config: this scenario plus the family's fields (models, algorithm, ...)."""
         return FederationConfig(
             dataset=self.dataset, data_root=self.data_root, num_clients=self.num_clients,
-            partition=self.partition_config(), clock=self.clock_config(), batch_size=self.batch_size,
+            partition=self.partition_config(), clock=self.clock_config(), behaviour=self.behaviour_config(),
+            batch_size=self.batch_size,
             optimizer=OptimizerConfig(self.optimizer, self.momentum), eval_every=self.eval_every,
             device=self.device,
             num_threads=self.num_threads, noisy_clients=self.noisy_clients, label_noise=self.label_noise,

@@ -7,6 +7,7 @@ RL library; :func:`make_vec` (an SB3 ``VecEnv``) loads stable-baselines3 when fi
 from typing import Any
 
 from fl_gym.aggregation import ServerConfig
+from fl_gym.behaviour import BehaviourConfig
 from fl_gym.clock import ClockConfig, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
 from fl_gym.data import PartitionScheme, load_dataset, partition_scheme
@@ -19,8 +20,8 @@ __version__ = "0.1.0"
 register_envs()
 
 __all__ = [
-    "ClockConfig", "DeviceProfiles", "Federation", "FederationConfig", "MutualDistillation",
-    "OptimizerConfig",
+    "BehaviourConfig", "ClockConfig", "DeviceProfiles", "Federation", "FederationConfig",
+    "MutualDistillation", "OptimizerConfig",
     "PFedMeConfig", "PartitionScheme", "RoundLoad", "RoundPlan", "RoundReport", "ServerConfig",
     "load_dataset", "make_vec", "partition_scheme",
 ]

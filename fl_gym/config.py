@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fl_gym.aggregation import WEIGHT_RULES, ServerConfig
+from fl_gym.behaviour import BehaviourConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.data.datasets import DATASETS
 from fl_gym.data.noise import LABEL_NOISE
@@ -93,6 +94,8 @@ class FederationConfig:
         aggregation: default weight rule (:data:`fl_gym.aggregation.WEIGHT_RULES`).
         server: the server update (plain average or FedAdam).
         clock: the device cost model.
+        behaviour: the devices' availability, dropout and the round deadline
+            (:mod:`fl_gym.behaviour`; off by default).
         train: run real training; False = timing only (the clock and data statistics).
         eval_every: evaluate the global models on the test set every this many rounds.
         eval_local: evaluate trained local models on local test splits every round (forced on
@@ -136,6 +139,7 @@ class FederationConfig:
     aggregation: str = "datasize"
     server: ServerConfig = field(default_factory=ServerConfig)
     clock: ClockConfig = field(default_factory=ClockConfig)
+    behaviour: BehaviourConfig = field(default_factory=BehaviourConfig)
     train: bool = True
     eval_every: int = 1
     eval_local: bool = False

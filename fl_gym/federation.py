@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from fl_gym.aggregation import ServerOptimizer, aggregation_weights, weighted_average
+from fl_gym.behaviour import dropout_probability, finished_share, next_availability
 from fl_gym.clock import Clock, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
 from fl_gym.data.dataset import Dataset
@@ -65,6 +66,7 @@ from fl_gym.records import (
 from fl_gym.validation import UserError, is_int_at_least, require
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
+BEHAVIOUR_STREAM = 1 << 20  # the spawn key of the behaviour stream: far from the children reset spawns
 
 
 class GlobalEvaluation(NamedTuple):
@@ -188,6 +190,10 @@ class Federation:
         # lasting per-round state (cohorts, global models, probe gradients) at the same addresses each round
         self.buffers = BufferPool()
         self.remote: RemoteClients | None = None
+        self._everyone = np.ones(cfg.num_clients, bool)  # who is reachable while behaviour is off
+        self._everyone.flags.writeable = False
+        self._nobody = np.zeros(cfg.num_clients, bool)  # whose update is lost while behaviour is off
+        self._nobody.flags.writeable = False
         self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes,
                                              self.companion_arch is not None, read_only=True)
         self.reset(scenario_seed)
@@ -335,6 +341,11 @@ class Federation:
         self._companion_server = ServerOptimizer(cfg.server)
         self._round, self._elapsed = 0, 0.0
         self._last_load: RoundLoad | None = None
+        # its own stream, apart from every other (fl_gym.behaviour); none while behaviour is off
+        behaves = cfg.behaviour.active
+        self._behaviour_rng = np.random.default_rng(
+            np.random.SeedSequence(seeds.entropy, spawn_key=(BEHAVIOUR_STREAM,))) if behaves else None
+        self._available: np.ndarray | None = None  # the chain starts from its stationary law
 
     @property
     def round(self) -> int:
@@ -421,19 +432,25 @@ class Federation:
             load: a fixed device load instead of a draw (tests and what-if analyses).
         """
         k_all = self.num_clients
+        available = self._next_availability()
         if candidates is None:
-            mask = np.ones(k_all, bool)
+            mask = available.copy()
         elif isinstance(candidates, (int, np.integer)):
             if not 1 <= candidates <= k_all:
                 raise UserError(f"candidates={candidates} is out of range; allowed: 1..{k_all}")
             order, mask = np.arange(k_all), np.zeros(k_all, bool)
             self.draw_candidates(order)
-            mask[np.sort(order[:candidates])] = True
+            mask[np.sort(order[available[order]][:candidates])] = True  # fewer if fewer are available
         else:
             mask = np.asarray(candidates, bool)
             if mask.shape != (k_all,) or not mask.any():
                 raise UserError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an "
                                  f"int, or a bool mask of shape ({k_all},) with at least one client")
+            mask = mask & available
+            if not mask.any():
+                raise UserError(f"candidates={np.flatnonzero(candidates).tolist()} are all unavailable this "
+                                f"round; allowed: a mask with an available client "
+                                f"({np.flatnonzero(available).tolist()})")
         if load is None:
             z = np.empty((3, k_all))
             self.draw_load(z)
@@ -441,6 +458,30 @@ class Federation:
         self._last_load = load
         probe = self.clock.epoch_time(self.sizes, self.probe_cost, load)
         return OpenedRound(self.round + 1, mask, load, probe)
+
+    def _next_availability(self) -> np.ndarray:
+        """``(K,)`` bool: who is reachable this round (the availability chain's next step; all while off)."""
+        behaviour = self.config.behaviour
+        if not behaviour.intermittent:
+            return self._everyone
+        self._available = next_availability(self._available, self._behaviour_rng.random(self.num_clients),
+                                            behaviour)
+        return self._available
+
+    def expected_times(self, opened: OpenedRound, epochs: float, model: int = 0) -> np.ndarray:
+        """``(K,)`` what the server expects each client's round to take under ``opened``'s load.
+
+        Download, ``epochs`` local epochs of ``model`` (and the companion) and the upload, as a
+        client reports its resources before it is picked (FedCS's resource request); the drift
+        the round brings after it opens is not known yet.
+        """
+        cost = self.model_costs[model] + self.companion_cost
+        train = epochs * self.clock.epoch_time(self.sizes, cost, opened.load)
+        if self.config.clock.free_communication:
+            return train
+        nbytes = np.full(self.num_clients, self.model_bytes[model] + self.companion_bytes)
+        upload = self.clock.upload_time(nbytes * self.algorithm.upload_factor)
+        return self.clock.download_time(nbytes) + train + upload
 
     def draw_candidates(self, order: np.ndarray) -> None:
         """Shuffle ``order`` (``arange(K)``) with :attr:`sampler`, a round's first draw.
@@ -469,8 +510,34 @@ class Federation:
                              f"{opened.round}'s candidates {allowed}")
         steps = np.where(plan.selected, local_steps(self.sizes, plan.epochs, self.config.batch_size), 0)
         times = self._compute_times(opened, plan, steps)
+        lost = partial = self._nobody
+        if self.config.behaviour.losing:
+            steps, times, lost, partial = self._lose(plan, steps, times)
         stats, cohort = (self._learn(plan, steps) if self.config.train else (self._no_learning, None))
-        return TrainedRound(opened, plan, steps, *times, stats, cohort)
+        return TrainedRound(opened, plan, steps, *times, lost, partial, stats, cohort)
+
+    def _lose(self, plan: RoundPlan, steps: np.ndarray, times: tuple[np.ndarray, ...]
+              ) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+        """Dropout and the deadline (:mod:`fl_gym.behaviour`): steps and times left, who is lost, who is cut.
+
+        A lost client trains nothing here (its update would never arrive); a cut one runs the
+        local steps it finished by the deadline, and the clock charges that share of its training.
+        """
+        behaviour, sel = self.config.behaviour, plan.selected
+        epochs, probe, train, compute, download = times
+        fixed = download + probe + self._upload_seconds(plan)  # as if it uploads
+        share = finished_share(fixed, train, behaviour)
+        done = np.where(sel, np.floor(steps * np.nan_to_num(share)), 0).astype(steps.dtype)
+        late = sel & (share < 1)
+        partial = late & (done > 0) if behaviour.late == "partial" else self._nobody
+        time = np.minimum(fixed + train, behaviour.deadline)
+        u = self._behaviour_rng.random(self.num_clients)  # every client's, so who drew what never shifts
+        lost = (late & ~partial) | (sel & (u < dropout_probability(time, behaviour)))
+        partial = partial & ~lost
+        done_share = np.divide(done, steps, out=np.ones(len(steps)), where=partial)
+        steps = np.where(lost, 0, np.where(partial, done, steps))
+        epochs, train = epochs * done_share, train * done_share
+        return steps, (epochs, probe, train, probe + train, download), lost, partial
 
     def finish_round(self, trained: TrainedRound, aggregate: np.ndarray | None = None,
                      weight: np.ndarray | None = None) -> RoundReport:
@@ -537,12 +604,22 @@ class Federation:
     def _bytes(self, plan: RoundPlan) -> np.ndarray:
         return self.model_bytes[plan.model] + self.companion_bytes
 
+    def _upload_bytes(self, plan: RoundPlan) -> np.ndarray:
+        """``(K,)`` bytes each client sends when it uploads (e.g. SCAFFOLD's control variate too)."""
+        return self._bytes(plan) * self.algorithm.upload_factor
+
+    def _upload_seconds(self, plan: RoundPlan) -> np.ndarray:
+        """``(K,)`` seconds each client's upload takes (0 with free communication)."""
+        free = self.config.clock.free_communication
+        return np.zeros(self.num_clients) if free else self.clock.upload_time(self._upload_bytes(plan))
+
     def _communication(self, trained: TrainedRound, aggregate: np.ndarray) -> dict:
         sel = trained.plan.selected
-        nbytes = self._bytes(trained.plan) * self.algorithm.upload_factor  # e.g. SCAFFOLD's control variate
-        free = self.config.clock.free_communication
-        upload = np.where(sel, 0.0 if free else self.clock.upload_time(nbytes) * aggregate, math.nan)
-        client = trained.download_time + trained.compute_time + upload
+        nbytes = self._upload_bytes(trained.plan)
+        upload = np.where(sel, self._upload_seconds(trained.plan) * aggregate, math.nan)
+        # the server waits for no one past the deadline (a lost client: its time or the deadline)
+        deadline = self.config.behaviour.deadline
+        client = np.minimum(trained.download_time + trained.compute_time + upload, deadline)
         active = client[sel]
         slowest, fastest = float(active.max()), float(active.min())
         return dict(upload_time=upload, client_time=client,

@@ -231,6 +231,10 @@ class TrainedRound:
         train_time: ``(K,)`` local training.
         compute_time: ``(K,)`` probe + training.
         download_time: ``(K,)`` receiving the model(s).
+        lost: ``(K,)`` bool: selected clients whose update is lost (dropout, or late past the
+            deadline; :mod:`fl_gym.behaviour`): they train nothing and can enter no model.
+        partial: ``(K,)`` bool: selected clients that upload only the local steps they finished
+            by the deadline (``steps`` and the times are theirs).
         stats: the local training statistics.
         cohort: the trained stacks (None when nothing trained or timing only).
     """
@@ -243,6 +247,8 @@ class TrainedRound:
     train_time: np.ndarray
     compute_time: np.ndarray
     download_time: np.ndarray
+    lost: np.ndarray
+    partial: np.ndarray
     stats: LocalStats
     cohort: Cohort | None = None
 
@@ -261,6 +267,8 @@ class RoundReport(ClientResults):
         round: 1-based round index.
         selected: clients that trained.
         aggregated: clients whose update entered the global model(s).
+        lost: selected clients whose update was lost (dropout or the deadline).
+        partial: selected clients that uploaded part of their local work (the deadline).
         model: model index per client.
         epochs: local epochs charged by the clock (the plan's; training runs the nearest whole
             number of steps, at least one).
@@ -269,7 +277,7 @@ class RoundReport(ClientResults):
         compute_time: probe + training.
         download_time: receiving the model(s).
         upload_time: sending the model(s) (0 for clients not aggregated).
-        client_time: download + compute + upload.
+        client_time: download + compute + upload, at most the round's deadline.
         round_time: slowest client plus server aggregation time.
         straggling_latency: ``max - min`` of ``client_time`` over the selected clients.
         clock: simulated seconds since the episode began, this round included.
@@ -286,6 +294,8 @@ class RoundReport(ClientResults):
     round: int
     selected: np.ndarray
     aggregated: np.ndarray
+    lost: np.ndarray
+    partial: np.ndarray
     model: np.ndarray
     epochs: np.ndarray
     probe_time: np.ndarray

@@ -437,12 +437,14 @@ def test_rounds_to_target_by_hand():
     from fl_gym.training.compare import _to_target
     from fl_gym.training.evaluation import Episode
 
-    def episode(accs):
-        return Episode(0, rewards=[0.0] * len(accs), rounds=[{"accuracy": a} for a in accs])
+    def episode(accs, seconds=1.0):
+        return Episode(0, rewards=[0.0] * len(accs),
+                       rounds=[{"accuracy": a, "sim_time": seconds * (t + 1)} for t, a in enumerate(accs)])
 
-    stats = _to_target([episode([0.2, 0.6, 0.7]), episode([0.1, math.nan, 0.55]),
+    stats = _to_target([episode([0.2, 0.6, 0.7], 2.0), episode([0.1, math.nan, 0.55], 0.5),
                         episode([0.1, 0.2, 0.3])], 0.5)
     assert stats["rounds_to_target"][0] == 3.0  # median of 2, 3 and a miss (censored: infinite)
+    assert stats["time_to_target"][0] == 4.0  # median of 2 x 2 s, 3 x 0.5 s and a miss
     assert stats["reached"][0] == pytest.approx(2 / 3)
     stats = _to_target([episode([0.6]), episode([0.1]), episode([0.2])], 0.5)
     # under half

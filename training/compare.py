@@ -133,9 +133,10 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
 
     ``env_kwargs`` apply to every policy; a baseline's own env variant is applied on top. With a
     ``target`` accuracy the table adds ``rounds_to_target``, the median over episodes of the first
-    round whose ``accuracy`` reaches it (misses censored, :func:`_to_target`), and ``reached``, the
-    share of episodes that did. ``series`` keeps each metric per round: its mean, its std and
-    every episode's curve (``per_seed``, in seed order), so a new target or statistic needs no rerun.
+    round whose ``accuracy`` reaches it (misses censored, :func:`_to_target`), ``time_to_target``,
+    the median simulated seconds until then, and ``reached``, the share of episodes that did.
+    ``series`` keeps each metric per round: its mean, its std and every episode's curve
+    (``per_seed``, in seed order), so a new target or statistic needs no rerun.
     """
     require(rounds is None or is_int_at_least(rounds, 1), "--rounds", rounds, "an integer >= 1")
     require(target is None or 0 < target <= 1, "--target", target, "None or a float in (0, 1]")
@@ -168,7 +169,7 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
 
 
 def _to_target(episodes: list[Episode], target: float | None) -> dict[str, tuple[float, float]]:
-    """``rounds_to_target`` (median, NaN) and ``reached`` (mean, std) over episodes; empty without a target.
+    """``rounds_to_target``, ``time_to_target`` (median, NaN), ``reached`` (mean, std); {} without a target.
 
     An episode that never reaches the target is censored at its horizon: its rounds to the target
     are unknown but more than it played, so they count as infinite in the median (the Kaplan-Meier
@@ -177,15 +178,22 @@ def _to_target(episodes: list[Episode], target: float | None) -> dict[str, tuple
     """
     if target is None:
         return {}
-    hits = []
+    hits, times = [], []
     for e in episodes:
         acc = np.asarray(e.series("accuracy"), dtype=float)
         reached = np.flatnonzero(acc >= target)
         hits.append(float(reached[0] + 1) if len(reached) else math.inf)
-    median = float(np.median(hits))
+        times.append(float(e.series("sim_time")[reached[0]]) if len(reached) else math.inf)
     share = [0.0 if math.isinf(h) else 1.0 for h in hits]
-    return {"rounds_to_target": (median if math.isfinite(median) else math.nan, math.nan),
+    return {"rounds_to_target": (_censored_median(hits), math.nan),
+            "time_to_target": (_censored_median(times), math.nan),
             "reached": (float(np.mean(share)), float(np.std(share, ddof=1)) if len(hits) > 1 else 0.0)}
+
+
+def _censored_median(values: list[float]) -> float:
+    """The median of values where a miss is infinite; NaN where fewer than half are finite."""
+    median = float(np.median(values))
+    return median if math.isfinite(median) else math.nan
 
 
 def _series(episodes: list[Episode], metric: str) -> dict[str, list[float]]:
@@ -204,7 +212,7 @@ def markdown_table(results: dict[str, Any]) -> str:
     """Mean ± std of the family's metrics, one row per policy (columns no policy reports are left out)."""
     summary = results["summary"]
     names = {**results["columns"], "rounds_to_target": "rounds to target (median)",
-             "reached": "reached target"}
+             "time_to_target": "time to target (median, s)", "reached": "reached target"}
     columns = [(k, name) for k, name in names.items() if any(k in s for s in summary.values())]
     lines = ["| policy | " + " | ".join(name for _, name in columns) + " |",
              "|---" * (len(columns) + 1) + "|"]

@@ -153,12 +153,16 @@ class PickConfig(SelectionConfig):
         target_accuracy: the ``favor`` reward's target.
         pick_action: ``bits`` (``MultiBinary(N)``, up to ``m`` set) or ``scores`` (``Box(-1, 1,
             (N,))``, the ``m`` highest pick: what a Gaussian policy learns well, starting uniform).
+        system_rows: each client row also carries what a system-aware selector reads (reachable,
+            share of updates arrived, reported round time, last loss; Oort and FedCS). Always on
+            with device behaviour (``availability``, ``dropout``, ``deadline``).
     """
 
     post_filter: str = "judge"
     reward: str = "accuracy"
     target_accuracy: float = 0.9
     pick_action: str = "bits"
+    system_rows: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

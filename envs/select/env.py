@@ -39,8 +39,9 @@ class SelectRound:
         draw: how the candidates were drawn.
         trained: the federation's trained round.
         slots: ``(m,)`` candidate ids, ascending (row order).
-        soft_labels: ``(m, c)`` float32, as observed.
-        entropy: ``H(mix(S))`` in nats.
+        soft_labels: ``(m, c)`` float32, as observed (zeros where the update was lost).
+        entropy: ``H(mix(S))`` in nats, over the updates that arrived.
+        arrived: ``(m,)`` bool: the candidate's update arrived (not lost to dropout or the deadline).
     """
 
     draw: Draw
@@ -48,6 +49,7 @@ class SelectRound:
     slots: np.ndarray
     soft_labels: np.ndarray
     entropy: float
+    arrived: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class Selection:
             (:func:`~fl_gym.envs.base.loss_vs_all`; NaN unless ``reward_signal="loss_vs_all"``).
         fallback: (``FLSelectPick-v0``) no client was picked: FedEntropy's draw trained instead.
         trimmed: (``FLSelectPick-v0``) more than ``m`` clients were picked: ``m`` of them trained.
+        unavailable: (``FLSelectPick-v0``) picked clients that were unreachable this round.
     """
 
     slots: np.ndarray
@@ -83,6 +86,7 @@ class Selection:
     loss_vs_all: float = math.nan
     fallback: bool = False
     trimmed: bool = False
+    unavailable: int = 0
 
 
 class _SelectionEnv(FLEnv):
@@ -106,6 +110,7 @@ class _SelectionEnv(FLEnv):
         self._validation = ValidationGain(self.federation, self.rounds_per_episode)
         self._last_kept = 1.0
         self._uplink_bytes = 0.0
+        self._lost = 0  # updates lost this episode (dropout, the deadline)
 
     def _train(self, opened: OpenedRound, draw: Draw) -> SelectRound:
         """Train the drawn clients of ``opened``; their soft labels as observed (float32)."""
@@ -114,8 +119,10 @@ class _SelectionEnv(FLEnv):
                               epochs=self.config.local_epochs)
         trained = fed.train_round(opened, plan)
         slots = np.flatnonzero(draw.candidates)
-        soft = trained.stats.soft_labels[slots].astype(np.float32)
-        return SelectRound(draw, trained, slots, soft, entropy(mixture(soft, fed.sizes[slots])))
+        soft, arrived = trained.stats.soft_labels[slots].astype(np.float32), ~trained.lost[slots]
+        soft[~arrived] = 0.0  # a lost update's soft label never reaches the server
+        mixed = mixed_entropy(soft[arrived], fed.sizes[slots][arrived])
+        return SelectRound(draw, trained, slots, soft, mixed, arrived)
 
     def _global_features(self, entropy_now: float, positive_branch: bool) -> list[float]:
         return [self._round / self.rounds_per_episode, self._validation.observed, entropy_now / self._log_c,
@@ -123,7 +130,7 @@ class _SelectionEnv(FLEnv):
 
     def _keep(self, played: SelectRound, keep: np.ndarray, repaired: bool) -> tuple[RoundReport, Selection]:
         """Aggregate the kept rows of ``played``, update pools and bookkeeping."""
-        fed, slots = self.federation, played.slots
+        fed, slots, keep = self.federation, played.slots, keep & played.arrived  # a lost update cannot enter
         aggregate = np.zeros(fed.num_clients, bool)
         aggregate[slots[keep]] = True
         what_if = self.config.reward_signal == "loss_vs_all"
@@ -131,12 +138,13 @@ class _SelectionEnv(FLEnv):
         report = fed.finish_round(played.trained, aggregate=aggregate)
         self.pools.update(slots[keep], slots[~keep])
         self._selections[slots] += 1
-        kept_entropy = entropy(mixture(played.soft_labels[keep], fed.sizes[slots][keep])) / self._log_c
+        kept_entropy = mixed_entropy(played.soft_labels[keep], fed.sizes[slots][keep]) / self._log_c
         selection = Selection(slots, played.draw.positive_branch, played.entropy,
                               played.trained.steps[slots], keep,
                               repaired, self._validation.update(report), kept_entropy, saved)
         self._last_kept = float(keep.mean())
         self._uplink_bytes += report.upload_bytes + self._soft_label_bytes(len(slots))
+        self._lost += int(report.lost.sum())
         return report, selection
 
     def _soft_label_bytes(self, candidates: int) -> int:
@@ -167,7 +175,20 @@ class _SelectionEnv(FLEnv):
                 "select/downlink_models": len(slots), "select/cum_uplink_bytes": self._uplink_bytes,
                 "select/entropy_candidates": outcome.entropy / self._log_c,
                 "select/entropy_kept": outcome.kept_entropy,
-                "select/val_accuracy": report.val_accuracy, "select/local_steps": outcome.local_steps}
+                "select/val_accuracy": report.val_accuracy, "select/local_steps": outcome.local_steps,
+                "select/lost": np.flatnonzero(report.lost), "select/partial": np.flatnonzero(report.partial),
+                "select/cum_lost": self._lost, "select/fairness": jain_index(self._selections)}
+
+
+def jain_index(counts: np.ndarray) -> float:
+    """Jain's fairness index of the clients' selection counts, ``(sum x)^2 / (N sum x^2)`` (1: all equal)."""
+    total = float((counts**2).sum())
+    return float(counts.sum() ** 2 / (len(counts) * total)) if total > 0 else 1.0
+
+
+def mixed_entropy(soft_labels: np.ndarray, sizes: np.ndarray) -> float:
+    """``H(mix(rows))`` in nats; 0 without a row (every update of the round lost)."""
+    return entropy(mixture(soft_labels, sizes)) if len(sizes) else 0.0
 
 
 class FLSelectEnv(_SelectionEnv):
@@ -264,12 +285,21 @@ class FLSelectPickEnv(_SelectionEnv):
     ``MultiBinary(N)``. No client picked: FedEntropy's epsilon-greedy draw of ``m`` from the pools
     (``info["select/fallback"]``, so the all-zero action *is* FedEntropy with the judge filter).
     More than ``m``: ``m`` of them uniformly (``info["select/trimmed"]``, penalised as a repair).
-    ``action_masks()`` gives the available clients (all of them) for sb3-contrib's ``MaskablePPO``.
+    ``action_masks()`` gives the clients reachable this round for sb3-contrib's ``MaskablePPO``.
     With ``pick_action="scores"``, ``Box(-1, 1, (N,))``: the ``m`` highest scores pick, so every
     action picks exactly ``m`` (a PPO agent on bits learns to pick none, the unpenalised fallback).
 
     ## Observation Space
     ``Box(0, 1, (N (c + 5) + 6,))``: :class:`~fl_gym.envs.select.spaces.PickLayout`.
+
+    ## Device behaviour
+    With ``availability < 1`` (:mod:`fl_gym.behaviour`) a client is reachable in some rounds
+    only: an unreachable pick is dropped (``info["select/unavailable_picks"]``), scores pick the
+    ``m`` best reachable clients, the fallback draws among the reachable, and ``action_masks()``
+    forbids setting an unreachable client's bit. With dropout or a ``deadline``, picked clients'
+    updates may be lost or cut short (``info["select/lost"]``, ``info["select/partial"]``). Each
+    row then also carries the client's reachability, the share of its updates that arrived, the
+    round time it reports and its last loss (``system_rows=True`` adds them without behaviour).
 
     ## Rewards
     ``reward="accuracy"``: as ``FLSelect-v0``. ``reward="favor"``: ``64^(acc - target) - 1`` on the
@@ -291,11 +321,13 @@ class FLSelectPickEnv(_SelectionEnv):
 
     config_class = PickConfig
     config: PickConfig
+    device_behaviour = True
 
     def _setup(self) -> None:
         super()._setup()
-        self.layout = PickLayout(self.federation.num_clients, self.federation.num_classes,
-                                 self.config.pick_action == "scores")
+        fed = self.federation
+        self.layout = PickLayout(fed.num_clients, fed.num_classes, self.config.pick_action == "scores",
+                                 self.config.system_rows or fed.config.behaviour.active)
         self.client_rows = ClientRows(self.layout.row_width, len(GLOBAL))
         self.observation_space = self.layout.observation_space()
         self.action_space = self.layout.action_space()
@@ -306,10 +338,14 @@ class FLSelectPickEnv(_SelectionEnv):
         self._soft = np.zeros((n, c), np.float32)
         self._last_round = np.full(n, -1)
         self._last_entropy, self._last_branch = math.log(c), True
+        self._picked, self._arrived = np.zeros(n), np.zeros(n)  # this episode's picks, and updates arrived
+        self._loss = np.zeros(n)  # each client's last reported mean training loss / log c
 
     def action_masks(self) -> np.ndarray:
-        """``(2N,)``: both values of every client's bit are allowed (every client is available)."""
-        return np.ones(2 * self.federation.num_clients, dtype=bool)
+        """``(2N,)``: per client, whether its bit may be 0 (always) and 1 (the client is reachable)."""
+        allowed = np.ones((self.federation.num_clients, 2), bool)
+        allowed[:, 1] = self._pending.candidates
+        return allowed.ravel()
 
     def _prepare(self) -> OpenedRound:
         """Open the round with every client a candidate; nothing trains before the agent picks."""
@@ -319,16 +355,32 @@ class FLSelectPickEnv(_SelectionEnv):
         fed, horizon = self.federation, self.rounds_per_episode
         seen = self._last_round >= 0
         stale = np.where(seen, (self._round - self._last_round) / horizon, 1.0)
-        rows = np.column_stack([self._soft, seen, np.clip(stale, 0, 1), fed.sizes / self._size_scale,
-                                self.pools.negative, self._selections / horizon])
+        columns = [self._soft, seen, np.clip(stale, 0, 1), fed.sizes / self._size_scale, self.pools.negative,
+                   self._selections / horizon]
+        if self.layout.system:
+            columns += self._system_columns(pending)
+        rows = np.column_stack(columns)
         glob = self._global_features(self._last_entropy, self._last_branch)
         return np.concatenate([rows.ravel(), glob]).astype(np.float32)
 
+    def _system_columns(self, pending: OpenedRound) -> list[np.ndarray]:
+        """Reachability, reliability, reported duration and last loss (:class:`PickLayout`)."""
+        fed = self.federation
+        picked = self._picked
+        reliability = np.divide(self._arrived, picked, out=np.ones(fed.num_clients), where=picked > 0)
+        duration = fed.expected_times(pending, self.config.local_epochs)
+        deadline = fed.config.behaviour.deadline
+        scale = deadline if math.isfinite(deadline) else np.median(duration)
+        return [pending.candidates, reliability, duration / (duration + scale), self._loss]
+
     def _play(self, pending: OpenedRound, action: np.ndarray) -> tuple[RoundReport, Selection]:
-        picked = self.layout.decode(action, self.m)
+        available = pending.candidates  # every client unless some are unreachable this round
+        picked = self.layout.decode(action, self.m, available)
+        reachable = available[picked]
+        unavailable, picked = int(len(picked) - reachable.sum()), picked[reachable]
         fallback, trimmed = len(picked) == 0, len(picked) > self.m
         if fallback:
-            draw = self.pools.draw(self.m, self.np_random)
+            draw = self.pools.draw(self.m, self.np_random, available)
         else:
             if trimmed:
                 picked = self.np_random.choice(picked, self.m, replace=False)
@@ -336,15 +388,21 @@ class FLSelectPickEnv(_SelectionEnv):
             mask[picked] = True
             draw = Draw(mask, True, self.pools.negative.copy())
         played = self._train(pending, draw)
-        self._soft[played.slots] = played.soft_labels
-        self._last_round[played.slots] = self._round
+        rows = np.flatnonzero(played.arrived)
+        arrived = played.slots[rows]
+        self._soft[arrived] = played.soft_labels[rows]
+        loss = played.trained.stats.loss[arrived] / self._log_c
+        self._loss[arrived] = np.minimum(np.nan_to_num(loss, nan=1.0), 1.0)  # a diverged model: the cap
+        self._last_round[played.slots] = self._round  # picked: seen, even where its update was lost
+        self._picked[played.slots] += 1
+        self._arrived[arrived] += 1
         self._last_entropy, self._last_branch = played.entropy, draw.positive_branch
-        keep = np.ones(len(played.slots), bool)
-        if self.config.post_filter == "judge":
+        keep = played.arrived.copy()
+        if self.config.post_filter == "judge" and len(rows):
             keep[:] = False
-            keep[judge(played.soft_labels, self.federation.sizes[played.slots])[0]] = True
+            keep[rows[judge(played.soft_labels[rows], self.federation.sizes[arrived])[0]]] = True
         report, selection = self._keep(played, keep, trimmed)
-        return report, replace(selection, fallback=fallback, trimmed=trimmed)
+        return report, replace(selection, fallback=fallback, trimmed=trimmed, unavailable=unavailable)
 
     def _reward_terms(self, report: RoundReport, outcome: Selection) -> dict[str, float]:
         terms = super()._reward_terms(report, outcome)
@@ -357,4 +415,4 @@ class FLSelectPickEnv(_SelectionEnv):
     def _family_info(self, report: RoundReport, outcome: Selection,
                      terms: Mapping[str, float]) -> dict[str, Any]:
         return {**super()._family_info(report, outcome, terms), "select/fallback": outcome.fallback,
-                "select/trimmed": outcome.trimmed}
+                "select/trimmed": outcome.trimmed, "select/unavailable_picks": outcome.unavailable}

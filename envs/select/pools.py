@@ -41,11 +41,17 @@ class Pools:
         self.p_positive = p_positive
         self.negative = np.zeros(num_clients, bool)
 
-    def draw(self, m: int, rng: np.random.Generator) -> Draw:
-        """Epsilon-greedy: ``m`` candidates from the primary pool, topped up from the other."""
+    def draw(self, m: int, rng: np.random.Generator, available: np.ndarray | None = None) -> Draw:
+        """Epsilon-greedy: ``m`` candidates from the primary pool, topped up from the other.
+
+        ``available``: ``(N,)`` bool, the clients that can be drawn (default all; fewer than
+        ``m`` available: all of them).
+        """
         positive = bool(rng.random() < self.p_positive)
-        primary = np.flatnonzero(~self.negative if positive else self.negative)
-        secondary = np.flatnonzero(self.negative if positive else ~self.negative)
+        reachable = np.ones(len(self.negative), bool) if available is None else available
+        m = min(m, int(reachable.sum()))
+        primary = np.flatnonzero((~self.negative if positive else self.negative) & reachable)
+        secondary = np.flatnonzero((self.negative if positive else ~self.negative) & reachable)
         if len(primary) >= m:
             chosen = rng.choice(primary, m, replace=False)
         else:

@@ -81,6 +81,8 @@ class SelectLayout:
 
 
 PICK_ROW_EXTRAS = ("seen", "staleness", "size", "negative", "selections")
+# what a system-aware selector (Oort, FedCS) reads: with device behaviour on, or system_rows=True
+SYSTEM_ROW_EXTRAS = ("available", "reliability", "duration", "loss")
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,17 @@ class PickLayout:
     """``FLSelectPick-v0``'s observation: one row per client (client id order), then the globals.
 
     A row is the client's last-known soft label (``c``; zeros if never trained), ``seen`` (1 once
-    it has trained), staleness ``(t - t_last) / T`` (1 if never), size as in
+    it has been picked), staleness ``(t - t_last) / T`` since it was last picked (1 if never;
+    without device behaviour every pick trains, so both date its soft label), size as in
     :class:`SelectLayout`, 1 if in the negative pool, and times selected / T, all in ``[0, 1]``.
     The global features are :data:`GLOBAL` (entropy: of the last round's trained clients).
+    With :attr:`system` rows (device behaviour on, :mod:`fl_gym.behaviour`, or
+    ``system_rows=True``), a row ends with :data:`SYSTEM_ROW_EXTRAS`: 1 if the client is
+    reachable this round; the share of its updates this episode that arrived (1 before it is
+    first picked); the round time ``t`` it reports (``Federation.expected_times``) as
+    ``t / (t + T)``, ``T`` the deadline or without one the median reported time (so 0.5 is
+    exactly ``T``, and ``t / T = x / (1 - x)``); and its last reported mean training loss over
+    ``log c``, capped at 1 (0 before it first trains).
 
     The action is ``MultiBinary(N)`` (bit ``i`` picks client ``i``), or with ``scores`` a
     ``Box(-1, 1, (N,))`` of which the ``m`` highest pick (a Gaussian policy starting at zero then
@@ -100,19 +110,26 @@ class PickLayout:
         num_clients: ``N``.
         num_classes: ``c``.
         scores: the action is a score per client.
+        system: rows carry :data:`SYSTEM_ROW_EXTRAS`.
     """
 
     num_clients: int
     num_classes: int
     scores: bool = False
+    system: bool = False
+
+    @property
+    def extras(self) -> tuple[str, ...]:
+        """The names of a row's values after the soft label."""
+        return PICK_ROW_EXTRAS + (SYSTEM_ROW_EXTRAS if self.system else ())
 
     @property
     def row_width(self) -> int:
         """Values per client row."""
-        return self.num_classes + len(PICK_ROW_EXTRAS)
+        return self.num_classes + len(self.extras)
 
     def observation_space(self) -> spaces.Box:
-        """``Box(0, 1, (N (c + 5) + 6,))``."""
+        """``Box(0, 1, (N (c + 5) + 6,))`` (``c + 9`` per row with system rows)."""
         return spaces.Box(0.0, 1.0, (self.num_clients * self.row_width + len(GLOBAL),), np.float32)
 
     def action_space(self) -> spaces.MultiBinary | spaces.Box:
@@ -126,20 +143,32 @@ class PickLayout:
         pick = np.asarray(pick, bool)
         return np.where(pick, 1.0, -1.0).astype(np.float32) if self.scores else pick.astype(np.int8)
 
-    def decode(self, action: np.ndarray, m: int) -> np.ndarray:
-        """The picked client ids: the set bits, or the ``m`` highest scores (lowest id on ties)."""
+    def decode(self, action: np.ndarray, m: int, available: np.ndarray | None = None) -> np.ndarray:
+        """The picked client ids: the set bits, or the ``m`` highest scores (lowest id on ties).
+
+        ``available``: ``(N,)`` bool, the clients scores may pick (bits pick what they set).
+        """
         if self.scores:
-            return np.sort(np.argsort(-np.asarray(action, np.float64), kind="stable")[:m])
+            scores = np.asarray(action, np.float64)
+            if available is not None:
+                scores, m = np.where(available, scores, -np.inf), min(m, int(available.sum()))
+            return np.sort(np.argsort(-scores, kind="stable")[:m])
         return np.flatnonzero(action)
 
     def rows(self, observation: np.ndarray) -> np.ndarray:
-        """The ``(N, c + 5)`` client rows of one flat observation."""
+        """The ``(N, row_width)`` client rows of one flat observation."""
         table = np.asarray(observation, np.float64)[: self.num_clients * self.row_width]
         return table.reshape(self.num_clients, self.row_width)
 
     def column(self, observation: np.ndarray, name: str) -> np.ndarray:
-        """One of :data:`PICK_ROW_EXTRAS` for every client."""
-        return self.rows(observation)[:, self.num_classes + PICK_ROW_EXTRAS.index(name)]
+        """One of :attr:`extras` for every client."""
+        return self.rows(observation)[:, self.num_classes + self.extras.index(name)]
+
+    def available(self, observation: np.ndarray) -> np.ndarray:
+        """``(N,)`` bool: the clients reachable this round (every client without system rows)."""
+        if not self.system:
+            return np.ones(self.num_clients, bool)
+        return self.column(observation, "available") > 0.5
 
 
 QUEUE_ROW = ("entropy", "size", "bias", "selected", "selection_rate", "server_share")
