@@ -92,6 +92,8 @@ class ScenarioConfig:
         bandwidth_heterogeneity: ratio of the best to the worst link (log-uniform between).
         download_ratio: download bandwidth as a multiple of upload bandwidth.
         aggregation_time: server seconds per round.
+        capacity_trace: None, or the path of a FedScale capacity trace whose devices the clients
+            play (their relative speeds and links; :mod:`fl_gym.traces`).
         availability: long-run share of rounds a client is reachable, in ``(0, 1]`` (1 = always;
             :mod:`fl_gym.behaviour`, for families whose ``device_behaviour`` is set).
         availability_persistence: round-to-round autocorrelation of a client's availability.
@@ -99,6 +101,8 @@ class ScenarioConfig:
         dropout_rate: growth of that chance per simulated second of the client's round.
         deadline: the server's timeout per round in simulated seconds (``inf`` = none).
         late: a client past the deadline: ``drop`` (lost) or ``partial`` (uploads the steps it finished).
+        availability_trace: None, or the path of a FedScale availability trace: a client is
+            reachable while its device is online (instead of ``availability``'s chain).
         lr: local learning rate.
         batch_size: local minibatch size.
         optimizer: local optimiser, ``sgd`` or ``adam``.
@@ -138,12 +142,14 @@ class ScenarioConfig:
     bandwidth_heterogeneity: float = 1.0
     download_ratio: float = 1.0
     aggregation_time: float = 0.0
+    capacity_trace: str | None = None
     availability: float = 1.0
     availability_persistence: float = 0.0
     dropout: float = 0.0
     dropout_rate: float = 0.0
     deadline: float = float("inf")
     late: str = "drop"
+    availability_trace: str | None = None
     lr: float = 0.05
     batch_size: int = 10
     optimizer: str = "sgd"

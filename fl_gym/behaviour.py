@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fl_gym.traces import load_availability
 from fl_gym.validation import is_non_negative, is_positive, require, require_choice, require_field_types
 
 LATE = ("drop", "partial")
@@ -57,6 +58,10 @@ class BehaviourConfig:
         deadline: the server's timeout in simulated seconds (``inf``: it waits for everyone).
         late: what a client past the deadline does: ``drop`` (its update is lost) or ``partial``
             (it uploads the local steps it finished).
+        availability_trace: None, or the path of a FedScale availability trace
+            (:mod:`fl_gym.traces`), which replaces the chain: each client plays one of its
+            devices and is reachable when the device is online at the round's simulated time
+            (from an offset each episode draws uniformly within the trace's longest period).
     """
 
     availability: float = 1.0
@@ -65,6 +70,7 @@ class BehaviourConfig:
     dropout_rate: float = 0.0
     deadline: float = math.inf
     late: str = "drop"
+    availability_trace: str | None = None
 
     def __post_init__(self) -> None:
         require_field_types(self)
@@ -78,11 +84,15 @@ class BehaviourConfig:
                 self.dropout_rate, "a finite float >= 0 (per simulated second)")
         require(self.deadline > 0, "deadline", self.deadline, "a float > 0 (inf = no deadline)")
         require_choice("late", self.late, LATE)
+        if self.availability_trace is not None:
+            require(self.availability == 1, "availability", self.availability,
+                    "1.0 with an availability_trace (the trace decides who is online)")
+            load_availability(self.availability_trace)  # a missing or malformed file fails here, by name
 
     @property
     def intermittent(self) -> bool:
         """Whether clients are ever unavailable."""
-        return self.availability < 1
+        return self.availability < 1 or self.availability_trace is not None
 
     @property
     def losing(self) -> bool:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fl_gym.traces import assign_devices, load_capacity
 from fl_gym.validation import is_non_negative, is_positive, require, require_field_types
 
 MAX_SIGMA = 5.0  # log-std of a device's load: a factor of e^20 at four sigmas
@@ -46,6 +47,10 @@ class ClockConfig:
         bandwidth_heterogeneity: ratio of the best to the worst link (log-uniform between).
         download_ratio: download bandwidth as a multiple of upload bandwidth.
         aggregation_time: server seconds per round.
+        capacity_trace: None, or the path of a FedScale capacity trace (:mod:`fl_gym.traces`):
+            each client plays one of its devices, whose speed relative to the fastest played
+            replaces the log-uniform draw (and ``heterogeneity``), whose link relative to the
+            best played scales ``bandwidth`` (and replaces ``bandwidth_heterogeneity``).
     """
 
     seconds_per_unit: float = 1e-3
@@ -58,6 +63,7 @@ class ClockConfig:
     bandwidth_heterogeneity: float = 1.0
     download_ratio: float = 1.0
     aggregation_time: float = 0.0
+    capacity_trace: str | None = None
 
     @property
     def free_communication(self) -> bool:
@@ -80,6 +86,8 @@ class ClockConfig:
         require(is_positive(self.bandwidth_heterogeneity) and self.bandwidth_heterogeneity >= 1,
                 "bandwidth_heterogeneity", self.bandwidth_heterogeneity, "a float >= 1")
         require(is_positive(self.download_ratio), "download_ratio", self.download_ratio, "a float > 0")
+        if self.capacity_trace is not None:
+            load_capacity(self.capacity_trace)  # a missing or malformed file fails here, by name
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,15 @@ class DeviceProfiles:
 
     @classmethod
     def draw(cls, num_clients: int, cfg: ClockConfig, rng: np.random.Generator) -> DeviceProfiles:
-        """Draw log-uniform speeds (one client pinned at 1, one at ``1/H``) and bandwidths."""
+        """Draw log-uniform speeds (one client pinned at 1, one at ``1/H``) and bandwidths.
+
+        With a capacity trace, each client's device is drawn from it instead (:mod:`fl_gym.traces`).
+        """
+        if cfg.capacity_trace is not None:
+            trace = load_capacity(cfg.capacity_trace)
+            devices = assign_devices(num_clients, len(trace.ids), rng)
+            seconds, link = trace.seconds_per_sample[devices], trace.bandwidth[devices]
+            return cls(seconds.min() / seconds, cfg.bandwidth * link / link.max())
         speed = _log_uniform(num_clients, cfg.heterogeneity, rng)
         bandwidth = cfg.bandwidth * _log_uniform(num_clients, cfg.bandwidth_heterogeneity, rng)
         return cls(speed, bandwidth)

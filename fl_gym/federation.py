@@ -63,6 +63,7 @@ from fl_gym.records import (
     TrainedRound,
     check_aggregation,
 )
+from fl_gym.traces import PlayedDevices, assign_devices, load_availability
 from fl_gym.validation import UserError, is_int_at_least, require
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
@@ -176,6 +177,7 @@ class Federation:
         self.probe_cost = self.companion_cost if cfg.probe_cost is None else cfg.probe_cost
         self._split_validation(scenario)
         self.noisy = self._draw_noisy(scenario)
+        self._online = self._trace_devices(scenario)
         self._train_x, self._train_y = (noisy_view(self.x_train, self.y_train, self.num_classes,
                                                    cfg.label_noise)
                                         if self.noisy.any()
@@ -206,6 +208,17 @@ class Federation:
             noisy[rng.choice(self.num_clients, count, replace=False)] = True
         noisy.flags.writeable = False
         return noisy
+
+    def _trace_devices(self, rng: np.random.Generator) -> PlayedDevices | None:
+        """The availability trace's devices the clients play (None without a trace).
+
+        Drawn after every other scenario draw, so a federation without a trace is unchanged.
+        """
+        path = self.config.behaviour.availability_trace
+        if path is None:
+            return None
+        trace = load_availability(path)
+        return PlayedDevices(trace, assign_devices(self.num_clients, len(trace.ids), rng))
 
     def _split_validation(self, rng: np.random.Generator) -> None:
         """Global evaluation sets (test-set indices): the test set, or its rest beside a validation split."""
@@ -346,6 +359,9 @@ class Federation:
         self._behaviour_rng = np.random.default_rng(
             np.random.SeedSequence(seeds.entropy, spawn_key=(BEHAVIOUR_STREAM,))) if behaves else None
         self._available: np.ndarray | None = None  # the chain starts from its stationary law
+        # a trace's episode starts at a time drawn within its longest period
+        longest = self._online.trace.period.max() if self._online else 0.0
+        self._trace_start = self._behaviour_rng.uniform(0, longest) if self._online else 0.0
 
     @property
     def round(self) -> int:
@@ -464,6 +480,8 @@ class Federation:
         behaviour = self.config.behaviour
         if not behaviour.intermittent:
             return self._everyone
+        if self._online is not None:
+            return self._online.online(self._trace_start + self.elapsed)
         self._available = next_availability(self._available, self._behaviour_rng.random(self.num_clients),
                                             behaviour)
         return self._available

@@ -281,6 +281,17 @@ def test_bench_ppo_section(capsys):
         assert share and 0 < int(share.group(1)) < 100
 
 
+def test_bench_behaviour_section_on_a_tiny_case():
+    from fl_gym.training.behaviour_bench import behaviour_benchmark, behaviour_table
+
+    results = behaviour_benchmark(progress=lambda _: None, clients=300, copies=2, repeats=1)
+    assert [r.behaviour.split(" ")[0] for r in results[:3]] == ["off", "availability", "availability"]
+    assert results[0].ratio == 1.0 and all(r.rate > 0 and r.ratio > 0 for r in results)
+    assert [r.case.split(",")[0] for r in results[3:]] == ["FLSelectPick-v0"] * 2
+    assert results[4].ratio == pytest.approx(results[4].rate / results[3].rate)  # the rate against off
+    assert "| against off |" in behaviour_table(results)
+
+
 @pytest.mark.parametrize("args,message", [
     (["train", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0' is not registered"),
     (["bench", "--sections", "ppo", "--ppo-env", "NoSuchEnv-v0"],

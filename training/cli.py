@@ -476,7 +476,9 @@ def _bench_parser(sub: Any) -> None:
                    "(resident memory of --memory-envs at one copy and the vec section's copy counts, each in "
                    "a fresh process, and the models the copies hold), ppo (PPO wall time with each vector "
                    "env: about 30 minutes at the default --ppo-steps), ray (Ray actors against processes, a "
-                   "sharded federation; needs fl-gym[ray])")
+                   "sharded federation; needs fl-gym[ray]), behaviour (device behaviour's cost: a "
+                   "10,000-client federation with an availability trace, and the envs that play it at 16 "
+                   "copies)")
     p.add_argument("--ppo-env", default="FLLearningRate-v0",
                    help="env id of the ppo section (its ppo.yml block)")
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
@@ -505,7 +507,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fl_gym.training import bench, vec_bench
 
     sections = args.sections.split(",")
-    known = ("engine", "envs", "recipes", "vec", "memory", "ppo", "ray")
+    known = ("engine", "envs", "recipes", "vec", "memory", "ppo", "ray", "behaviour")
     unknown = sorted(set(sections) - set(known))
     if unknown:
         raise UserError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
@@ -555,6 +557,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from fl_gym.training import ray_bench  # optional: fl-gym[ray]
 
         print(ray_bench.ray_benchmark(progress=say) + "\n")
+    if "behaviour" in sections:
+        from fl_gym.training import behaviour_bench
+
+        print(behaviour_bench.behaviour_table(behaviour_bench.behaviour_benchmark(progress=say)) + "\n")
     return 0
 
 

@@ -1,0 +1,208 @@
+"""Device traces in FedScale's format: each device's compute and network speed, and when it is online.
+
+FedScale (Lai et al., ICML 2022) describes real devices with two pickled dicts keyed by client id
+(its ``client_device_capacity`` and ``client_behave_trace`` files):
+
+* capacity: ``{id: {"computation": ms per sample, "communication": kbit/s}}``, the time of one
+  sample's forward pass and the link's speed;
+* availability: ``{id: {"active": [t, ...], "inactive": [t, ...], "finish_time": t, ...}}``: the
+  device is online from ``active[j]`` until ``inactive[j]`` (seconds), the whole trace repeating
+  every ``finish_time`` seconds.
+
+fl-gym ships none of them (FedScale's traces are for research use only): give their paths
+(:class:`~fl_gym.behaviour.BehaviourConfig`). A trace sets the shape of a federation's devices,
+the clock its scale: client ``i`` plays device ``d_i`` (drawn with the scenario), its speed is
+the device's relative to the fastest device played (``psi``, as the log-uniform draw it
+replaces), its link the best link (``bandwidth``) times the device's relative to the best.
+Unpickling runs code from the file: load only traces you trust.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fl_gym.validation import UserError
+
+CAPACITY_FORMAT = ("a pickled dict {client id: {'computation': ms per sample > 0, "
+                   "'communication': kbit/s > 0}}")
+AVAILABILITY_FORMAT = ("a pickled dict {client id: {'active': [start s, ...], 'inactive': [end s, ...], "
+                       "'finish_time': period s > 0}}")
+
+
+@dataclass(frozen=True)
+class DeviceCapacity:
+    """Devices' compute and network speeds (``(D,)`` each, in the trace's order of client ids).
+
+    Attributes:
+        ids: the trace's client ids.
+        seconds_per_sample: forward and backward of one sample (FedScale counts three forward passes).
+        bandwidth: bytes per second.
+    """
+
+    ids: np.ndarray
+    seconds_per_sample: np.ndarray
+    bandwidth: np.ndarray
+
+
+@dataclass(frozen=True)
+class DeviceAvailability:
+    """Devices' online intervals, repeating every ``period`` seconds.
+
+    Every device's intervals are one block of the flat arrays, in time order, so one binary search
+    finds the interval a device is in for all devices at once (a 10,000-client round reads it).
+
+    Attributes:
+        ids: the trace's client ids.
+        starts: every interval's start, device by device (device ``d``'s block from ``first[d]``).
+        ends: every interval's end.
+        first: ``(D,)`` where each device's block begins.
+        count: ``(D,)`` its intervals.
+        period: ``(D,)`` seconds after which a device's trace repeats.
+    """
+
+    ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    first: np.ndarray
+    count: np.ndarray
+    period: np.ndarray
+
+    @functools.cached_property
+    def _span(self) -> float:
+        """A device's block's share of a time line that lays the blocks end to end."""
+        return float(max(self.ends.max(), self.period.max())) + 1.0
+
+    @functools.cached_property
+    def _keys(self) -> np.ndarray:
+        """The starts on that time line: ascending, so ``searchsorted`` finds each device's interval."""
+        return self.starts + np.repeat(np.arange(len(self.first)), self.count) * self._span
+
+    def online(self, devices: np.ndarray, time: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Whether each of ``devices`` (trace rows) is online at ``time`` seconds, and for how long.
+
+        Returns ``(K,)`` bool, ``(K,)`` the seconds until each next comes online (0 if it is), and
+        the seconds until the first of them goes on or off. The search is four times faster over
+        ascending ``devices`` (:class:`PlayedDevices` sorts them).
+        """
+        period, first = self.period[devices], self.first[devices]
+        now = time % period
+        last = np.searchsorted(self._keys, devices * self._span + now, side="right") - 1  # latest start
+        inside = last >= first
+        end = self.ends[np.maximum(last, 0)]
+        on = inside & (now < end)
+        following = np.where(inside, last + 1, first)
+        later = following < first + self.count[devices]
+        upcoming = self.starts[np.minimum(following, len(self.starts) - 1)]
+        wait = np.where(later, upcoming - now, self.starts[first] + period - now)  # until the next start
+        change = np.minimum(np.where(on, end - now, wait), period - now)  # or until the trace repeats
+        return on, np.where(on, 0.0, wait), float(change.min())
+
+
+@functools.cache
+def load_capacity(path: str) -> DeviceCapacity:
+    """FedScale's capacity trace at ``path`` (cached per path: the copies of a vector env share it)."""
+    table = _load("capacity_trace", path, CAPACITY_FORMAT)
+    ids, rows = list(table), []
+    for key in ids:
+        entry = table[key]
+        values = [entry.get(name) if isinstance(entry, dict) else None
+                  for name in ("computation", "communication")]
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values):
+            raise UserError(f"capacity_trace={path!r}: client {key!r} has {entry!r}; allowed: "
+                            f"{CAPACITY_FORMAT}")
+        rows.append(values)
+    values = np.asarray(rows, np.float64)
+    # FedScale: 3 forward passes per trained sample, in ms; kbit/s to bytes/s
+    return DeviceCapacity(np.asarray(ids), 3e-3 * values[:, 0], values[:, 1] * 1e3 / 8)
+
+
+@functools.cache
+def load_availability(path: str) -> DeviceAvailability:
+    """FedScale's availability trace at ``path`` (cached per path)."""
+    table = _load("availability_trace", path, AVAILABILITY_FORMAT)
+    ids = list(table)
+    intervals = [_intervals(path, key, table[key]) for key in ids]
+    count = np.array([len(s) for s, _, _ in intervals])
+    first = np.concatenate([[0], np.cumsum(count)[:-1]])
+    starts = np.concatenate([s for s, _, _ in intervals])
+    ends = np.concatenate([e for _, e, _ in intervals])
+    period = np.array([p for _, _, p in intervals])
+    return DeviceAvailability(np.asarray(ids), starts, ends, first, count, period)
+
+
+def _intervals(path: str, key: object, entry: object) -> tuple[np.ndarray, np.ndarray, float]:
+    """One device's interval starts, ends and period, checked."""
+    try:
+        starts = np.asarray(entry["active"], np.float64)
+        ends = np.asarray(entry["inactive"], np.float64)
+        period = float(entry["finish_time"])
+    except (TypeError, KeyError, ValueError) as err:
+        raise UserError(f"availability_trace={path!r}: client {key!r} has {entry!r} ({err}); allowed: "
+                        f"{AVAILABILITY_FORMAT}") from None
+    ok = (starts.ndim == 1 and starts.shape == ends.shape and len(starts) >= 1 and math.isfinite(period)
+          and period > 0 and np.isfinite(ends).all() and (0 <= starts).all() and (starts < ends).all())
+    order = np.argsort(starts, kind="stable") if ok else None
+    if not ok or (ends[order][:-1] > starts[order][1:]).any():
+        raise UserError(f"availability_trace={path!r}: client {key!r}'s intervals are malformed (need as "
+                        f"many starts as ends, each start >= 0, before its end and before the next "
+                        f"interval, a finite period > 0); allowed: {AVAILABILITY_FORMAT}")
+    return starts[order], ends[order], period
+
+
+def _load(name: str, path: str, allowed: str) -> dict:
+    """The non-empty dict pickled at ``path``; a ``ValueError`` naming ``name`` for anything else."""
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"{name}={path!r} is not a file; allowed: the path of {allowed}")
+    try:
+        with file.open("rb") as f:
+            table = pickle.load(f)
+    except Exception as err:  # any unpickling failure is a malformed file
+        raise UserError(f"{name}={path!r} does not unpickle ({type(err).__name__}: {err}); allowed: "
+                        f"{allowed}") from None
+    if not isinstance(table, dict) or not table:
+        raise UserError(f"{name}={path!r} holds a {type(table).__name__}; allowed: {allowed}")
+    return table
+
+
+class PlayedDevices:
+    """Which devices of an availability trace a federation's clients play, online when theirs are.
+
+    Args:
+        trace: the availability trace.
+        devices: ``(K,)`` the trace row each client plays.
+    """
+
+    def __init__(self, trace: DeviceAvailability, devices: np.ndarray) -> None:
+        self.trace = trace
+        self._order = np.argsort(devices, kind="stable")  # the search runs over ascending devices
+        self._sorted = devices[self._order]
+        self._on, self._since, self._until = np.zeros(len(devices), bool), math.inf, -math.inf
+
+    def online(self, time: float) -> np.ndarray:
+        """``(K,)`` bool, read-only: the clients whose devices are online at ``time``.
+
+        A round needs a client: where none is online, the one back soonest is (the lowest id on
+        ties). Devices change state only at their intervals' ends, so rounds shorter than the
+        time to the next change reuse the last answer.
+        """
+        if not self._since <= time < self._until:
+            on, wait, steady = self.trace.online(self._sorted, time)
+            self._on, back = np.empty(len(on), bool), np.empty(len(on))
+            self._on[self._order], back[self._order] = on, wait
+            if not on.any():
+                self._on[np.argmin(back)] = True
+            self._on.flags.writeable = False
+            self._since, self._until = time, time + steady
+        return self._on
+
+
+def assign_devices(num_clients: int, num_devices: int, rng: np.random.Generator) -> np.ndarray:
+    """``(K,)`` the trace row each client plays: distinct while the trace has enough devices."""
+    return rng.choice(num_devices, num_clients, replace=num_clients > num_devices)
