@@ -442,6 +442,10 @@ class Federation:
                    ) -> OpenedRound:
         """Phase 1: draw what the server knows before it decides.
 
+        With device behaviour (:mod:`fl_gym.behaviour`) only the clients reachable this round can
+        be candidates: every one of them, ``k`` of them (fewer if fewer are reachable), or those
+        of a mask that are reachable.
+
         Args:
             candidates: None = every client; an int ``k`` = ``k`` clients drawn uniformly without
                 replacement from :attr:`sampler`; a ``(K,)`` bool mask = those clients.
@@ -542,7 +546,7 @@ class Federation:
         local steps it finished by the deadline, and the clock charges that share of its training.
         """
         behaviour, sel = self.config.behaviour, plan.selected
-        epochs, probe, train, compute, download = times
+        epochs, probe, train, _, download = times
         fixed = download + probe + self._upload_seconds(plan)  # as if it uploads
         share = finished_share(fixed, train, behaviour)
         done = np.where(sel, np.floor(steps * np.nan_to_num(share)), 0).astype(steps.dtype)

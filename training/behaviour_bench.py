@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fl_gym.agents.ppo import make_env
 from fl_gym.behaviour import BehaviourConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.config import FederationConfig
@@ -31,6 +30,7 @@ from fl_gym.envs.registry import env_ids, family_of, resolve
 from fl_gym.federation import Federation
 from fl_gym.records import RoundPlan
 from fl_gym.training.bench import interleaved_medians, torch_threads
+from fl_gym.training.vec_bench import stepper
 
 TWO_DAYS = 2 * 86_400.0
 # intermittent devices, 5 % dropout and a deadline of 8 simulated seconds (docs/behaviour.md's task)
@@ -104,26 +104,15 @@ def behaving_ids() -> list[str]:
     return [i for i in env_ids() if getattr(resolve(family_of(i).envs[i]), "device_behaviour", False)]
 
 
-def _steps(env_id: str, copies: int, steps: int, env_kwargs: dict) -> Callable[[], None]:
-    vec = make_env(env_id, copies, seed=0, vec_env="batched", env_kwargs={"num_threads": 1, **env_kwargs},
-                   workers=1)
-    vec.action_space.seed(0)
-    actions = np.stack([vec.action_space.sample() for _ in range(copies)])
-    vec.reset()
-
-    def run() -> None:
-        for _ in range(steps):
-            vec.step(actions)
-
-    return run
-
-
 def vec_behaviour_benchmark(copies: int = 16, steps: int = 6, repeats: int = 5) -> list[BehaviourResult]:
     """Steps per second of each behaving id's batched env (one process), behaviour off and on."""
     results = []
     for env_id in behaving_ids():
-        runs = [_steps(env_id, copies, steps, {}), _steps(env_id, copies, steps, BEHAVING)]
-        off, on = interleaved_medians(runs, [repeats] * 2, torch.device("cpu"))
+        (off_run, off_vec), (on_run, on_vec) = (stepper(env_id, "batched-1", copies, steps, env_kwargs=kwargs)
+                                                for kwargs in ({}, BEHAVING))
+        off, on = interleaved_medians([off_run, on_run], [repeats] * 2, torch.device("cpu"))
+        off_vec.close()
+        on_vec.close()
         label = f"{env_id}, {copies} copies, batched, 1 process"
         results += [BehaviourResult(label, "off", copies * steps / off, "steps/s", 1.0),
                     BehaviourResult(label, ", ".join(f"{k}={v}" for k, v in BEHAVING.items()),

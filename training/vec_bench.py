@@ -70,16 +70,17 @@ def _trains(env_id: str) -> bool:
     return trains
 
 
-def stepper(env_id: str, kind: str, n: int, steps: int, workers: int | None = None, device: str = "cpu"
-            ) -> tuple[Callable[[], None], VecEnv]:
+def stepper(env_id: str, kind: str, n: int, steps: int, workers: int | None = None, device: str = "cpu",
+            env_kwargs: dict | None = None) -> tuple[Callable[[], None], VecEnv]:
     """A timed run of ``steps`` vector steps of a ``make_env`` kind, and the vector env.
 
     ``kind`` ``batched-1`` is the batched env in one process; ``workers`` (None = the kind's
-    default) sets the shards of ``batched`` and ``ray``; ``device`` is every copy's torch device.
+    default) sets the shards of ``batched`` and ``ray``; ``device`` is every copy's torch device;
+    ``env_kwargs`` go to every copy.
     """
     workers = 1 if kind == "batched-1" else workers
     vec = make_env(env_id, n, seed=0, vec_env=kind.removesuffix("-1"),
-                   env_kwargs={"num_threads": 1, "device": device}, workers=workers)
+                   env_kwargs={"num_threads": 1, "device": device, **(env_kwargs or {})}, workers=workers)
     vec.action_space.seed(0)
     actions = np.stack([vec.action_space.sample() for _ in range(n)])
     vec.reset()
