@@ -83,12 +83,12 @@ class DeviceAvailability:
         """The starts on that time line: ascending, so ``searchsorted`` finds each device's interval."""
         return self.starts + np.repeat(np.arange(len(self.first)), self.count) * self._span
 
-    def online(self, devices: np.ndarray, time: float) -> tuple[np.ndarray, np.ndarray, float]:
-        """Whether each of ``devices`` (trace rows) is online at ``time`` seconds, and for how long.
+    def online(self, devices: np.ndarray, time: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Whether each of ``devices`` (trace rows) is online at ``time`` seconds, and until when.
 
-        Returns ``(K,)`` bool, ``(K,)`` the seconds until each next comes online (0 if it is), and
-        the seconds until the first of them goes on or off. The search is four times faster over
-        ascending ``devices`` (:class:`PlayedDevices` sorts them).
+        Returns ``(K,)`` each: online, the seconds until each next comes online (0 if it is), and
+        the seconds until each goes on or off. The search is four times faster over ascending
+        ``devices`` (:class:`PlayedDevices` sorts them).
         """
         period, first = self.period[devices], self.first[devices]
         now = time % period
@@ -101,7 +101,7 @@ class DeviceAvailability:
         upcoming = self.starts[np.minimum(following, len(self.starts) - 1)]
         wait = np.where(later, upcoming - now, self.starts[first] + period - now)  # until the next start
         change = np.minimum(np.where(on, end - now, wait), period - now)  # or until the trace repeats
-        return on, np.where(on, 0.0, wait), float(change.min())
+        return on, np.where(on, 0.0, wait), change
 
 
 @functools.cache
@@ -183,24 +183,36 @@ class PlayedDevices:
         self.trace = trace
         self._order = np.argsort(devices, kind="stable")  # the search runs over ascending devices
         self._sorted = devices[self._order]
-        self._on, self._since, self._until = np.zeros(len(devices), bool), math.inf, -math.inf
+        n = len(devices)
+        # per client in ascending device order: online, when it next comes online, when it next changes
+        self._on, self._back, self._next = np.zeros(n, bool), np.zeros(n), np.zeros(n)
+        self._time, self._out = math.inf, np.zeros(n, bool)
 
     def online(self, time: float) -> np.ndarray:
         """``(K,)`` bool, read-only: the clients whose devices are online at ``time``.
 
         A round needs a client: where none is online, the one back soonest is (the lowest id on
-        ties). Devices change state only at their intervals' ends, so rounds shorter than the
-        time to the next change reuse the last answer.
+        ties). Devices change state only at their intervals' ends, so a later time searches
+        only the devices whose next change it has passed (a new episode, earlier, all of them).
         """
-        if not self._since <= time < self._until:
-            on, wait, steady = self.trace.online(self._sorted, time)
-            self._on, back = np.empty(len(on), bool), np.empty(len(on))
-            self._on[self._order], back[self._order] = on, wait
-            if not on.any():
-                self._on[np.argmin(back)] = True
-            self._on.flags.writeable = False
-            self._since, self._until = time, time + steady
-        return self._on
+        rows = np.arange(len(self._sorted)) if time < self._time else np.flatnonzero(self._next <= time)
+        self._time = time
+        if len(rows):
+            on, back, change = self.trace.online(self._sorted[rows], time)
+            self._on[rows], self._back[rows], self._next[rows] = on, time + back, time + change
+            self._out = self._clients()
+        return self._out
+
+    def _clients(self) -> np.ndarray:
+        """The online flags in client order, one client forced on where none is."""
+        on = np.empty(len(self._on), bool)
+        on[self._order] = self._on
+        if not on.any():
+            back = np.empty(len(on))
+            back[self._order] = self._back
+            on[np.argmin(back)] = True
+        on.flags.writeable = False
+        return on
 
 
 def assign_devices(num_clients: int, num_devices: int, rng: np.random.Generator) -> np.ndarray:
