@@ -290,3 +290,16 @@ def test_jain_fairness_by_hand_and_the_lost_updates_add_up():
         picks[info["clients"]] += 1
         assert info["select/cum_lost"] == lost
         assert info["select/fairness"] == pytest.approx(jain_index(picks))
+
+
+def test_evaluation_gives_a_maskable_agent_the_envs_masks():
+    """An untrained MaskablePPO sets about half its bits: unmasked, it would pick unreachable clients."""
+    from sb3_contrib import MaskablePPO
+
+    from fl_gym.training.evaluation import evaluate
+
+    kwargs = dict(availability=0.4, rounds_per_episode=3)
+    model = MaskablePPO("MlpPolicy", fl_gym.make_vec(PICK, 1, seed=0, **kwargs), seed=0)
+    episodes = evaluate(lambda: gym.make(PICK, **kwargs), lambda env: model, seeds=[7, 8])
+    picks = [r["select/unavailable_picks"] for e in episodes for r in e.rounds]
+    assert len(picks) == 6 and picks == [0] * 6

@@ -8,6 +8,7 @@ registry marks ``final`` (cumulative time, uploads, accuracy).
 
 from __future__ import annotations
 
+import inspect
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
@@ -74,6 +75,7 @@ class _Runner:
         self.episode = Episode(seed, final=final)
         self.state, self.start, self.done = None, np.ones((1,), dtype=bool), False
         self.trajectory: list[tuple[np.ndarray, Any]] | None = [] if record else None  # (observation, action)
+        self.masks = _mask_source(env, policy)
 
     def reset(self) -> None:
         reseed = getattr(self.policy, "reseed", None)  # a fixed policy's own draws follow the episode seed
@@ -85,8 +87,9 @@ class _Runner:
     def step(self) -> None:
         if self.done:
             return
+        masks = {} if self.masks is None else {"action_masks": self.masks()}
         action, self.state = self.policy.predict(self.obs, state=self.state, episode_start=self.start,
-                                                 deterministic=self.deterministic)
+                                                 deterministic=self.deterministic, **masks)
         if self.trajectory is not None:
             self.trajectory.append((self.obs, action))
         self.obs, reward, terminated, truncated, info = self.env.step(action)
@@ -94,6 +97,12 @@ class _Runner:
         self.episode.rewards.append(float(reward))
         self.episode.rounds.append(flatten_info(info))
         self.done = terminated or truncated or len(self.episode.rewards) == self.max_rounds
+
+
+def _mask_source(env: gym.Env, policy: Any) -> Callable[[], np.ndarray] | None:
+    """The env's ``action_masks`` where the policy's ``predict`` takes them (sb3-contrib's MaskablePPO)."""
+    takes = "action_masks" in inspect.signature(policy.predict).parameters
+    return getattr(env.unwrapped, "action_masks", None) if takes else None
 
 
 def run_episode(env: gym.Env, policy: Any, seed: int, max_rounds: int | None = None,
