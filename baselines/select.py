@@ -41,11 +41,20 @@ class SelectPolicy(RowPolicy):
         self.layout = env if isinstance(env, SelectLayout) else env.unwrapped.layout
 
     def act(self, observation: np.ndarray) -> np.ndarray:
-        """The keep-mask of the observation's rows, encoded for the action space."""
-        return self.layout.encode(self.keep(*self.layout.rows(observation)))
+        """The keep-mask of the observation's rows, encoded for the action space.
+
+        Rows of size 0 (an update lost to device behaviour, or no candidate) are never kept and
+        never passed to :meth:`keep`.
+        """
+        soft_labels, sizes = self.layout.rows(observation)
+        present = sizes > 0
+        keep = np.zeros(len(sizes), bool)
+        if present.any():
+            keep[present] = self.keep(soft_labels[present], sizes[present])
+        return self.layout.encode(keep)
 
     def keep(self, soft_labels: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-        """``(m,)`` bool: the candidates to aggregate."""
+        """``(k,)`` bool: which of the candidates' rows to aggregate."""
         raise NotImplementedError
 
 
@@ -157,8 +166,13 @@ class CleanKeepPolicy(SelectPolicy):
         super().__init__(env)
         self.env = env.unwrapped
 
-    def keep(self, soft_labels, sizes):
-        return clean_or_all(self.env.federation.noisy[self.env.candidate_ids])
+    def act(self, observation):
+        """The clean candidates whose update arrived (rows of size > 0); all of those if none is clean."""
+        present = self.layout.rows(observation)[1] > 0
+        ids = self.env.candidate_ids
+        clean = present.copy()
+        clean[: len(ids)] &= ~self.env.federation.noisy[ids]
+        return self.layout.encode(clean if clean.any() else present)
 
 
 class PickPolicy(RowPolicy):

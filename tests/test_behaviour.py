@@ -220,44 +220,53 @@ def test_the_pick_policies_pick_only_reachable_clients(policy):
         assert len(info["clients"]) == min(env.unwrapped.m, available.sum())
 
 
-def test_copies_with_behaviour_play_their_standalone_episodes():
+@pytest.mark.parametrize("env_id,lost", [(PICK, "select/lost"), ("FLSelect-v0", "select/lost"),
+                                         ("FLAggregate-v0", "aggregate/lost")])
+def test_copies_with_behaviour_play_their_standalone_episodes(env_id, lost):
     n = 3
-    vec = fl_gym.make_vec(PICK, n, seed=5, monitor=False, **BEHAVING)
-    solo = [gym.make(PICK, **BEHAVING) for _ in range(n)]
+    vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, **BEHAVING)
+    solo = [gym.make(env_id, **BEHAVING) for _ in range(n)]
     obs = vec.reset()
     for i, env in enumerate(solo):
         np.testing.assert_allclose(obs[i], env.reset(seed=5 + i)[0], rtol=0, atol=1e-5)
-    rng = np.random.default_rng(0)
+    vec.action_space.seed(0)
+    seen_lost = False
     for _ in range(5):
-        actions = rng.integers(0, 2, (n, 20)).astype(np.int8)
+        actions = np.stack([vec.action_space.sample() for _ in range(n)])
         obs, rewards, dones, infos = vec.step(actions)
         for i, env in enumerate(solo):
             o, r, terminated, truncated, info = env.step(actions[i])
+            np.testing.assert_array_equal(infos[i][lost], info[lost])
+            seen_lost |= len(info[lost]) > 0
             if dones[i]:
                 o, _ = env.reset()
-            else:
-                np.testing.assert_array_equal(infos[i]["select/lost"], info["select/lost"])
             np.testing.assert_allclose(obs[i], o, rtol=0, atol=1e-5)
             assert rewards[i] == pytest.approx(r, abs=1e-5)
+    assert seen_lost
     vec.close()
 
 
-def test_maskable_ppo_never_picks_an_unreachable_client():
-    from sb3_contrib import MaskablePPO
+def test_select_candidates_are_drawn_among_the_reachable_and_lost_rows_show_no_data():
+    env = gym.make("FLSelect-v0", **{**BEHAVING, "availability": 0.15})
+    obs, _ = env.reset(seed=1)
+    inner = env.unwrapped
+    short = lost_rows = False
+    for _ in range(4):
+        slots, available = inner.candidate_ids, inner.pending.trained.opened.candidates
+        assert available[slots].all()
+        soft, sizes = inner.layout.rows(obs)
+        arrived = sizes > 0  # a lost update's row, and a row past the candidates, show no data
+        short |= len(slots) < inner.m
+        lost_rows |= not arrived[: len(slots)].all()
+        assert not arrived[len(slots):].any() and (soft[~arrived] == 0).all()
+        obs, _, _, _, info = env.step(np.ones(inner.m, np.int8))
+        np.testing.assert_array_equal(info["clients"], slots)
+        np.testing.assert_array_equal(info["select/kept"], slots[arrived[: len(slots)]])  # lost: not kept
+        np.testing.assert_array_equal(info["select/lost"], slots[~arrived[: len(slots)]])
+    assert short and lost_rows
 
-    vec = fl_gym.make_vec(PICK, 2, seed=0, availability=0.5, rounds_per_episode=4)
-    model = MaskablePPO("MlpPolicy", vec, n_steps=8, batch_size=16, n_epochs=1, seed=0)
-    model.learn(32)
-    obs = vec.reset()
-    for _ in range(6):
-        masks = np.stack(vec.env_method("action_masks"))
-        actions, _ = model.predict(obs, action_masks=masks, deterministic=False)
-        obs, _, _, infos = vec.step(actions)
-        assert [info["select/unavailable_picks"] for info in infos] == [0, 0]
-    vec.close()
 
-
-@pytest.mark.parametrize("env_id", ["FLSelect-v0", "FLHetero-v0", "FLAggregate-v0", "FLLearningRate-v0"])
+@pytest.mark.parametrize("env_id", ["FLHetero-v0", "FLLearningRate-v0", "FLSelectQueue-v0"])
 def test_families_that_do_not_play_behaviour_refuse_it_by_name(env_id):
     with pytest.raises(ValueError, match="deadline=5.0 is out of range; allowed: inf"):
         gym.make(env_id, deadline=5.0)

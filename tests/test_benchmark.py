@@ -153,7 +153,7 @@ def test_privileged_policies_leave_out_exactly_the_noisy_clients():
 
     env = gym.make("FLSelect-v0", noisy_clients=0.3, rounds_per_episode=2)
     obs, _ = env.reset(seed=0)
-    keep = CleanKeepPolicy(env).keep(*env.unwrapped.layout.rows(obs))
+    keep = CleanKeepPolicy(env).predict(obs)[0].astype(bool)
     clean = ~env.unwrapped.federation.noisy[env.unwrapped.candidate_ids]
     assert np.array_equal(keep, clean) or (not clean.any() and keep.all())
 

@@ -61,6 +61,12 @@ class FLAggregateEnv(TargetRewardEnv):
     update norm / mean norm (clipped at 3), last-epoch loss / ln C (clipped at 3); then
     (:data:`GLOBAL`) round / rounds, last validation accuracy, learning rate / initial.
 
+    ## Device behaviour
+    With ``availability < 1``, dropout or a ``deadline`` (:mod:`fl_gym.behaviour`) only the
+    reachable clients train, and an update lost to dropout or the deadline does not arrive: its
+    row shows it not participating, its weight is ignored, and ``info["aggregate/lost"]`` and
+    ``info["aggregate/partial"]`` name the lost and cut updates.
+
     ## Rewards
     ``reward``: validation accuracy gain (default), ``rounds`` (-1 per round) or ``favor``
     (:mod:`fl_gym.envs.learning`).
@@ -83,6 +89,7 @@ class FLAggregateEnv(TargetRewardEnv):
     family = "aggregate"
     config_class = AggregateConfig
     config: AggregateConfig
+    device_behaviour = True
 
     def _setup(self) -> None:
         n = self.federation.num_clients
@@ -102,11 +109,12 @@ class FLAggregateEnv(TargetRewardEnv):
         return self.config.lr_decay ** self._round
 
     def _prepare(self) -> TrainedRound:
-        """Train every client from the global model; fold the angles into the tracker."""
+        """Train every (reachable) client from the global model; fold the angles into the tracker."""
         fed = self.federation
+        opened = fed.open_round()
         plan = RoundPlan.make(fed.num_clients, lr=self.config.scenario.lr * self._lr_ratio(),
-                              epochs=self.config.local_epochs)
-        trained = fed.train_round(fed.open_round(), plan)
+                              epochs=self.config.local_epochs, selected=opened.candidates)
+        trained = fed.train_round(opened, plan)
         clients = np.flatnonzero(trained.steps > 0)
         self.tracker.update(clients, trained.stats.update_angle[clients])
         return trained
@@ -115,11 +123,12 @@ class FLAggregateEnv(TargetRewardEnv):
         fed, stats = self.federation, pending.stats
         part = pending.steps > 0
         norm = np.nan_to_num(stats.update_norm)
+        mean_norm = norm[part].mean() if part.any() else 1.0  # every update lost: no norm to compare
         rows = np.column_stack([
             part, np.where(part, np.cos(np.nan_to_num(stats.update_angle)), 0.0),
             self.tracker.smoothed / np.pi,
             gompertz(self.tracker.smoothed, self.config.gompertz_alpha) / self.config.gompertz_alpha,
-            fed.sizes / fed.sizes.sum(), np.clip(norm / max(norm[part].mean(), 1e-12), 0, 3),
+            fed.sizes / fed.sizes.sum(), np.clip(norm / max(mean_norm, 1e-12), 0, 3),
             np.clip(np.nan_to_num(stats.last_epoch_loss) / self._log_c, 0, 3)])
         glob = [self._round / self.rounds_per_episode, self._target.validation.observed, self._lr_ratio()]
         return np.clip(np.concatenate([rows.ravel(), glob]), self.observation_space.low,
@@ -140,4 +149,6 @@ class FLAggregateEnv(TargetRewardEnv):
         return {"aggregate/weights": report.weights, "aggregate/angles": outcome.angles,
                 "aggregate/smoothed_angles": self.tracker.smoothed.copy(),
                 "aggregate/val_accuracy": report.val_accuracy,
-                "aggregate/rounds_to_target": self._target.rounds_to_target}
+                "aggregate/rounds_to_target": self._target.rounds_to_target,
+                "aggregate/lost": np.flatnonzero(report.lost),
+                "aggregate/partial": np.flatnonzero(report.partial)}

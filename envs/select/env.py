@@ -210,6 +210,13 @@ class FLSelectEnv(_SelectionEnv):
     ``Box(-1, 1, (m (c + 4) + 6,))``: per candidate its soft label, size, pool flag, selection
     count and leave-one-out entropy gain, then six global features (``envs/select/spaces.py``).
 
+    ## Device behaviour
+    With ``availability < 1`` (:mod:`fl_gym.behaviour`) the candidates are drawn among the
+    reachable clients; fewer than ``m`` reachable: the rows after theirs are zeros and their bits
+    are ignored. With dropout or a ``deadline``, a candidate's update may be lost: its row shows
+    size 0 and a zero soft label (so no mixture counts it), it cannot be kept, and
+    ``info["select/lost"]`` and ``info["select/partial"]`` name the lost and cut updates.
+
     ## Rewards
     ``acc_gain`` (validation accuracy now minus last round's; with ``reward_signal="loss"`` the
     drop of the validation cross-entropy, ``loss_drop``, with ``"loss_area"`` that drop times
@@ -232,6 +239,7 @@ class FLSelectEnv(_SelectionEnv):
     """
 
     any_client_count = True  # rows and bits cover the round's m candidates, not all K
+    device_behaviour = True
     config_class = SelectConfig
     config: SelectConfig
 
@@ -249,25 +257,31 @@ class FLSelectEnv(_SelectionEnv):
         return self._pending.slots
 
     def _prepare(self) -> SelectRound:
-        """Draw the candidates and train them."""
+        """Draw the candidates among the reachable clients and train them."""
+        opened = self.federation.open_round()  # every reachable client: the draw picks from them
         sample = self.pools.draw if self.config.sampler == "pools" else self.pools.uniform
-        draw = sample(self.m, self.np_random)
-        return self._train(self.federation.open_round(draw.candidates), draw)
+        return self._train(opened, sample(self.m, self.np_random, opened.candidates))
 
     def _observe(self, pending: SelectRound) -> np.ndarray:
         fed, slots = self.federation, pending.slots
-        gain = leave_one_out_gain(pending.soft_labels, fed.sizes[slots]) / self._log_c
-        rows = np.column_stack([pending.soft_labels, fed.sizes[slots] / self._size_scale,
+        arrived = pending.arrived
+        sizes = fed.sizes[slots] * arrived  # a lost update shows no data: no mixture counts it
+        gain = np.zeros(len(slots))
+        if arrived.any():
+            gain[arrived] = leave_one_out_gain(pending.soft_labels[arrived], sizes[arrived]) / self._log_c
+        rows = np.column_stack([pending.soft_labels, sizes / self._size_scale,
                                 pending.draw.was_negative[slots],
                                 self._selections[slots] / self.rounds_per_episode, np.clip(gain, -1, 1)])
+        table = np.zeros((self.m, rows.shape[1]))  # fewer reachable candidates than m: zero rows after them
+        table[: len(rows)] = rows
         glob = self._global_features(pending.entropy, pending.draw.positive_branch)
-        return np.concatenate([rows.ravel(), glob]).astype(np.float32)
+        return np.concatenate([table.ravel(), glob]).astype(np.float32)
 
     def _play(self, pending: SelectRound, action: np.ndarray) -> tuple[RoundReport, Selection]:
-        keep = self.layout.decode(action)
-        repaired = not keep.any()
-        if repaired:  # at least one upload: the largest candidate (lowest id on ties)
-            keep[int(np.argmax(self.federation.sizes[pending.slots]))] = True
+        keep = self.layout.decode(action)[: len(pending.slots)] & pending.arrived
+        repaired = not keep.any() and pending.arrived.any()
+        if repaired:  # at least one upload: the largest candidate that arrived (lowest id on ties)
+            keep[int(np.argmax(self.federation.sizes[pending.slots] * pending.arrived))] = True
         return self._keep(pending, keep, repaired)
 
 

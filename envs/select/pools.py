@@ -58,9 +58,10 @@ class Pools:
             chosen = np.concatenate([primary, rng.choice(secondary, m - len(primary), replace=False)])
         return Draw(_mask(len(self.negative), chosen), positive, self.negative.copy())
 
-    def uniform(self, m: int, rng: np.random.Generator) -> Draw:
-        """``m`` candidates uniformly from every client (the pool-free ablation); no coin is drawn."""
-        chosen = rng.choice(len(self.negative), m, replace=False)
+    def uniform(self, m: int, rng: np.random.Generator, available: np.ndarray | None = None) -> Draw:
+        """``m`` candidates uniformly from every (available) client, the pool-free ablation; no coin."""
+        ids = np.arange(len(self.negative)) if available is None else np.flatnonzero(available)
+        chosen = rng.choice(ids, min(m, len(ids)), replace=False)
         return Draw(_mask(len(self.negative), chosen), True, self.negative.copy())
 
     def update(self, kept: np.ndarray, removed: np.ndarray) -> None:
