@@ -101,6 +101,8 @@ class ScenarioConfig:
         dropout_rate: growth of that chance per simulated second of the client's round.
         deadline: the server's timeout per round in simulated seconds (``inf`` = none).
         late: a client past the deadline: ``drop`` (lost) or ``partial`` (uploads the steps it finished).
+        link_sigma: log-std of each client's per-round bandwidth factor (0 = static links).
+        link_persistence: round-to-round autocorrelation in ``[0, 1)`` of that factor's log.
         availability_trace: None, or the path of a FedScale availability trace: a client is
             reachable while its device is online (instead of ``availability``'s chain).
         lr: local learning rate.
@@ -149,6 +151,8 @@ class ScenarioConfig:
     dropout_rate: float = 0.0
     deadline: float = float("inf")
     late: str = "drop"
+    link_sigma: float = 0.0
+    link_persistence: float = 0.0
     availability_trace: str | None = None
     lr: float = 0.05
     batch_size: int = 10

@@ -20,6 +20,9 @@ copies' ``(N, K)`` take one path.
 * **Dropout** (:func:`dropout_probability`): a selected client goes offline before it uploads
   with probability ``1 - (1 - dropout) exp(-dropout_rate t)``, ``t`` its time this round
   (download, compute, upload): a longer round loses more devices.
+* **Links** (:func:`next_link`): each client's bandwidth this round is its static bandwidth times
+  ``exp(l_r)``, a log-AR(1) process ``l_r = lam l_{r-1} + sqrt(1 - lam^2) sigma z_r`` with the
+  stationary law ``N(0, sigma^2)``: a congested link tends to stay congested.
 * **Deadline** (:func:`finished_share`): the server stops waiting ``deadline`` seconds into the
   round. A client that would finish later is lost (``late="drop"``), or uploads the local steps
   it finished by then (``late="partial"``; none finished: lost).
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fl_gym.clock import MAX_SIGMA
 from fl_gym.traces import load_availability
 from fl_gym.validation import is_non_negative, is_positive, require, require_choice, require_field_types
 
@@ -58,6 +62,8 @@ class BehaviourConfig:
         deadline: the server's timeout in simulated seconds (``inf``: it waits for everyone).
         late: what a client past the deadline does: ``drop`` (its update is lost) or ``partial``
             (it uploads the local steps it finished).
+        link_sigma: log-std of each client's per-round bandwidth factor (0: static links).
+        link_persistence: ``lam`` in ``[0, 1)``, the round-to-round autocorrelation of its log.
         availability_trace: None, or the path of a FedScale availability trace
             (:mod:`fl_gym.traces`), which replaces the chain: each client plays one of its
             devices and is reachable when the device is online at the round's simulated time
@@ -70,6 +76,8 @@ class BehaviourConfig:
     dropout_rate: float = 0.0
     deadline: float = math.inf
     late: str = "drop"
+    link_sigma: float = 0.0
+    link_persistence: float = 0.0
     availability_trace: str | None = None
 
     def __post_init__(self) -> None:
@@ -84,6 +92,10 @@ class BehaviourConfig:
                 self.dropout_rate, "a finite float >= 0 (per simulated second)")
         require(self.deadline > 0, "deadline", self.deadline, "a float > 0 (inf = no deadline)")
         require_choice("late", self.late, LATE)
+        require(is_non_negative(self.link_sigma) and self.link_sigma <= MAX_SIGMA, "link_sigma",
+                self.link_sigma, f"a float in [0, {MAX_SIGMA:g}]")
+        require(is_non_negative(self.link_persistence) and self.link_persistence < 1, "link_persistence",
+                self.link_persistence, "a float in [0, 1)")
         if self.availability_trace is not None:
             require(self.availability == 1, "availability", self.availability,
                     "1.0 with an availability_trace (the trace decides who is online)")
@@ -102,7 +114,7 @@ class BehaviourConfig:
     @property
     def active(self) -> bool:
         """Whether any behaviour is on."""
-        return self.intermittent or self.losing
+        return self.intermittent or self.losing or self.link_sigma > 0
 
 
 def next_availability(previous: np.ndarray | None, u: np.ndarray, cfg: BehaviourConfig) -> np.ndarray:
@@ -122,6 +134,15 @@ def next_availability(previous: np.ndarray | None, u: np.ndarray, cfg: Behaviour
         np.put_along_axis(on, closest[..., None], (np.take_along_axis(on, closest[..., None], -1)
                                                    | empty[..., None]), axis=-1)
     return on
+
+
+def next_link(previous: np.ndarray | None, z: np.ndarray, cfg: BehaviourConfig) -> np.ndarray:
+    """This round's bandwidth factors ``exp(l_r)`` from the last (None: the first round) and normals ``z``."""
+    log = cfg.link_sigma * z
+    if previous is not None:
+        lam = cfg.link_persistence
+        log = lam * np.log(previous) + math.sqrt(1.0 - lam * lam) * log
+    return np.exp(log)
 
 
 def dropout_probability(time: np.ndarray, cfg: BehaviourConfig) -> np.ndarray:

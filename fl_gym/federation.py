@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from fl_gym.aggregation import ServerOptimizer, aggregation_weights, weighted_average
-from fl_gym.behaviour import dropout_probability, finished_share, next_availability
+from fl_gym.behaviour import dropout_probability, finished_share, next_availability, next_link
 from fl_gym.clock import Clock, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
 from fl_gym.data.dataset import Dataset
@@ -359,6 +359,7 @@ class Federation:
         self._behaviour_rng = np.random.default_rng(
             np.random.SeedSequence(seeds.entropy, spawn_key=(BEHAVIOUR_STREAM,))) if behaves else None
         self._available: np.ndarray | None = None  # the chain starts from its stationary law
+        self._link = np.ones(self.num_clients)  # this round's bandwidth factors (static links: 1)
         # a trace's episode starts at a time drawn within its longest period
         longest = self._online.trace.period.max() if self._online else 0.0
         self._trace_start = self._behaviour_rng.uniform(0, longest) if self._online else 0.0
@@ -453,6 +454,7 @@ class Federation:
         """
         k_all = self.num_clients
         available = self._next_availability()
+        self._next_link()
         if candidates is None:
             mask = available.copy()
         elif isinstance(candidates, (int, np.integer)):
@@ -490,6 +492,13 @@ class Federation:
                                             behaviour)
         return self._available
 
+    def _next_link(self) -> None:
+        """Step the links' bandwidth factors (:func:`~fl_gym.behaviour.next_link`; 1 while static)."""
+        behaviour = self.config.behaviour
+        if behaviour.link_sigma > 0:
+            z = self._behaviour_rng.standard_normal(self.num_clients)
+            self._link = next_link(self._link if self.round else None, z, behaviour)  # round 1: stationary
+
     def expected_times(self, opened: OpenedRound, epochs: float, model: int = 0) -> np.ndarray:
         """``(K,)`` what the server expects each client's round to take under ``opened``'s load.
 
@@ -502,8 +511,8 @@ class Federation:
         if self.config.clock.free_communication:
             return train
         nbytes = np.full(self.num_clients, self.model_bytes[model] + self.companion_bytes)
-        upload = self.clock.upload_time(nbytes * self.algorithm.upload_factor)
-        return self.clock.download_time(nbytes) + train + upload
+        upload = self.clock.upload_time(nbytes * self.algorithm.upload_factor) / self._link
+        return self.clock.download_time(nbytes) / self._link + train + upload
 
     def draw_candidates(self, order: np.ndarray) -> None:
         """Shuffle ``order`` (``arange(K)``) with :attr:`sampler`, a round's first draw.
@@ -620,7 +629,7 @@ class Federation:
         probe = opened.probe_time if self.companion_arch else np.zeros(self.num_clients)
         train = self.clock.train_time(self.sizes, epochs, cost, opened.load)
         free = self.config.clock.free_communication
-        download = np.zeros_like(train) if free else self.clock.download_time(self._bytes(plan))
+        download = np.zeros_like(train) if free else self.clock.download_time(self._bytes(plan)) / self._link
         return tuple(np.where(sel, np.stack([epochs, probe, train, probe + train, download]), math.nan))
 
     def _bytes(self, plan: RoundPlan) -> np.ndarray:
@@ -633,7 +642,9 @@ class Federation:
     def _upload_seconds(self, plan: RoundPlan) -> np.ndarray:
         """``(K,)`` seconds each client's upload takes (0 with free communication)."""
         free = self.config.clock.free_communication
-        return np.zeros(self.num_clients) if free else self.clock.upload_time(self._upload_bytes(plan))
+        if free:
+            return np.zeros(self.num_clients)
+        return self.clock.upload_time(self._upload_bytes(plan)) / self._link
 
     def _communication(self, trained: TrainedRound, aggregate: np.ndarray) -> dict:
         sel = trained.plan.selected

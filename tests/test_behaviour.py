@@ -17,7 +17,13 @@ from fl_gym.baselines.select import (
     RandomPickPolicy,
     StalestPickPolicy,
 )
-from fl_gym.behaviour import BehaviourConfig, dropout_probability, finished_share, next_availability
+from fl_gym.behaviour import (
+    BehaviourConfig,
+    dropout_probability,
+    finished_share,
+    next_availability,
+    next_link,
+)
 from fl_gym.clock import ClockConfig, RoundLoad
 from fl_gym.config import FederationConfig
 from fl_gym.engine.schedule import local_steps
@@ -43,6 +49,42 @@ def test_the_availability_chain_has_its_stationary_share_and_autocorrelation(pi,
     centred = x - x.mean()
     autocorrelation = (centred[1:] * centred[:-1]).mean() / centred.var()
     assert autocorrelation == pytest.approx(lam, abs=5 / math.sqrt(x.size))
+
+
+@pytest.mark.parametrize("sigma,lam", [(0.5, 0.0), (1.0, 0.9)])
+def test_link_factors_have_their_log_std_and_autocorrelation(sigma, lam):
+    cfg, rng = BehaviourConfig(link_sigma=sigma, link_persistence=lam), np.random.default_rng(1)
+    link, logs = None, []
+    for _ in range(300):
+        link = next_link(link, rng.standard_normal(2_000), cfg)
+        logs.append(np.log(link))
+    x = np.array(logs)
+    assert x.std() == pytest.approx(sigma, rel=0.05)
+    assert x.mean() == pytest.approx(0.0, abs=5 * sigma * math.sqrt((1 + lam) / (1 - lam) / x.size))
+    centred = x - x.mean()
+    autocorrelation = (centred[1:] * centred[:-1]).mean() / centred.var()
+    assert autocorrelation == pytest.approx(lam, abs=5 / math.sqrt(x.size))
+
+
+def test_a_rounds_link_factors_divide_its_communication_times_by_hand():
+    """The first round's factors are exp(sigma z), z the behaviour stream's first normals."""
+    from fl_gym.federation import BEHAVIOUR_STREAM
+
+    def federation(**behaviour):
+        clock = ClockConfig(bandwidth=1e6, bandwidth_heterogeneity=4.0)
+        cfg = FederationConfig(num_clients=4, clock=clock, behaviour=BehaviourConfig(**behaviour))
+        return Federation(cfg, 0)
+
+    static, linked = federation(), federation(link_sigma=0.5)
+    plan = RoundPlan.make(4, lr=0.05)
+    still = RoundLoad.still(4)
+    base = static.finish_round(static.train_round(static.open_round(load=still), plan))
+    report = linked.finish_round(linked.train_round(linked.open_round(load=still), plan))
+    z = np.random.default_rng(np.random.SeedSequence(0, spawn_key=(BEHAVIOUR_STREAM,))).standard_normal(4)
+    link = np.exp(0.5 * z)
+    np.testing.assert_allclose(report.download_time, base.download_time / link, rtol=1e-12)
+    np.testing.assert_allclose(report.upload_time, base.upload_time / link, rtol=1e-12)
+    np.testing.assert_array_equal(report.train_time, base.train_time)
 
 
 def test_every_row_keeps_one_client_on_the_closest_to_staying_on():
@@ -147,7 +189,8 @@ def test_pools_draw_among_the_available_and_alike_when_all_are():
 
 
 BEHAVING = dict(availability=0.6, availability_persistence=0.7, dropout=0.1, dropout_rate=50.0,
-                deadline=0.01, late="partial", rounds_per_episode=4)
+                deadline=0.01, late="partial", link_sigma=0.5, link_persistence=0.5, bandwidth=5e7,
+                rounds_per_episode=4)
 
 
 def _episode(env: gym.Env, seed: int) -> list:
@@ -282,6 +325,14 @@ def test_bad_behaviour_settings_name_the_parameter(kwargs, name):
         BehaviourConfig(**kwargs)
     with pytest.raises(ValueError, match=f"{name}="):
         gym.make(PICK, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,name", [({"link_sigma": -0.1}, "link_sigma"),
+                                         ({"link_sigma": 6.0}, "link_sigma"),
+                                         ({"link_persistence": 1.0}, "link_persistence")])
+def test_bad_link_settings_name_the_parameter(kwargs, name):
+    with pytest.raises(ValueError, match=f"^{name}="):
+        BehaviourConfig(**kwargs)
 
 
 def test_jain_fairness_by_hand_and_the_lost_updates_add_up():
