@@ -363,3 +363,18 @@ def test_evaluation_gives_a_maskable_agent_the_envs_masks():
     episodes = evaluate(lambda: gym.make(PICK, **kwargs), lambda env: model, seeds=[7, 8])
     picks = [r["select/unavailable_picks"] for e in episodes for r in e.rounds]
     assert len(picks) == 6 and picks == [0] * 6
+
+
+def test_the_time_reward_charges_each_round_its_time_over_the_deadline():
+    kwargs = {**BEHAVING, "rounds_per_episode": 3}
+    free, timed = gym.make(PICK, **kwargs), gym.make(PICK, lambda_time=2.0, **kwargs)
+    free.reset(seed=0)
+    timed.reset(seed=0)
+    for _ in range(3):
+        action = np.ones(20, np.int8)
+        _, r_free, *_, info = free.step(action)
+        _, r_timed, *_, info_timed = timed.step(action)
+        assert info_timed["reward_terms"]["time"] == pytest.approx(info["round_time"] / BEHAVING["deadline"])
+        assert r_timed == pytest.approx(r_free - 2.0 / 3 * info["round_time"] / BEHAVING["deadline"])
+    with pytest.raises(ValueError, match="lambda_time=-1.0 is out of range"):
+        gym.make(PICK, lambda_time=-1.0)

@@ -156,6 +156,9 @@ class PickConfig(SelectionConfig):
         system_rows: each client row also carries what a system-aware selector reads (reachable,
             share of updates arrived, reported round time, last loss; Oort and FedCS). Always on
             with device behaviour (``availability``, ``dropout``, ``deadline``).
+        lambda_time: weight of the round time in the ``accuracy`` reward (per episode: rounds that
+            each take ``T``, the deadline or the round's median reported time, cost
+            ``lambda_time``); 0 = time is free.
     """
 
     post_filter: str = "judge"
@@ -163,6 +166,7 @@ class PickConfig(SelectionConfig):
     target_accuracy: float = 0.9
     pick_action: str = "bits"
     system_rows: bool = False
+    lambda_time: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -173,6 +177,8 @@ class PickConfig(SelectionConfig):
                 f"one of {', '.join(s for s in SIGNALS if s != 'loss_vs_all')} (every picked client is "
                 "aggregated, so there is no choice of uploads to compare with keeping all)")
         require(0 < self.target_accuracy <= 1, "target_accuracy", self.target_accuracy, "a float in (0, 1]")
+        require(is_non_negative(self.lambda_time) and math.isfinite(self.lambda_time), "lambda_time",
+                self.lambda_time, "a finite float >= 0")
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ class Selection:
         fallback: (``FLSelectPick-v0``) no client was picked: FedEntropy's draw trained instead.
         trimmed: (``FLSelectPick-v0``) more than ``m`` clients were picked: ``m`` of them trained.
         unavailable: (``FLSelectPick-v0``) picked clients that were unreachable this round.
+        time_scale: (``FLSelectPick-v0``) ``T``, the seconds its time reward divides the round's by.
     """
 
     slots: np.ndarray
@@ -87,6 +88,7 @@ class Selection:
     fallback: bool = False
     trimmed: bool = False
     unavailable: int = 0
+    time_scale: float = math.nan
 
 
 class _SelectionEnv(FLEnv):
@@ -316,8 +318,9 @@ class FLSelectPickEnv(_SelectionEnv):
     round time it reports and its last loss (``system_rows=True`` adds them without behaviour).
 
     ## Rewards
-    ``reward="accuracy"``: as ``FLSelect-v0``. ``reward="favor"``: ``64^(acc - target) - 1`` on the
-    validation accuracy (FAVOR's reward).
+    ``reward="accuracy"``: as ``FLSelect-v0``, minus ``lambda_time / T_ep * round_time / T`` (``T``
+    the deadline, or the round's median reported time; 0 by default). ``reward="favor"``:
+    ``64^(acc - target) - 1`` on the validation accuracy (FAVOR's reward).
 
     ## Episode End
     Truncated after ``rounds_per_episode`` rounds.
@@ -383,9 +386,13 @@ class FLSelectPickEnv(_SelectionEnv):
         picked = self._picked
         reliability = np.divide(self._arrived, picked, out=np.ones(fed.num_clients), where=picked > 0)
         duration = fed.expected_times(pending, self.config.local_epochs)
-        deadline = fed.config.behaviour.deadline
-        scale = deadline if math.isfinite(deadline) else np.median(duration)
+        scale = self._time_scale(duration)
         return [pending.candidates, reliability, duration / (duration + scale), self._loss]
+
+    def _time_scale(self, duration: np.ndarray) -> float:
+        """``T``: the deadline, or without one the median of the round's reported times ``duration``."""
+        deadline = self.federation.config.behaviour.deadline
+        return deadline if math.isfinite(deadline) else float(np.median(duration))
 
     def _play(self, pending: OpenedRound, action: np.ndarray) -> tuple[RoundReport, Selection]:
         available = pending.candidates  # every client unless some are unreachable this round
@@ -416,15 +423,20 @@ class FLSelectPickEnv(_SelectionEnv):
             keep[:] = False
             keep[rows[judge(played.soft_labels[rows], self.federation.sizes[arrived])[0]]] = True
         report, selection = self._keep(played, keep, trimmed)
-        return report, replace(selection, fallback=fallback, trimmed=trimmed, unavailable=unavailable)
+        scale = self._time_scale(self.federation.expected_times(pending, self.config.local_epochs))
+        return report, replace(selection, fallback=fallback, trimmed=trimmed, unavailable=unavailable,
+                               time_scale=scale)
 
     def _reward_terms(self, report: RoundReport, outcome: Selection) -> dict[str, float]:
         terms = super()._reward_terms(report, outcome)
         terms["favor"] = favor(report.val_accuracy, self.config.target_accuracy)
+        terms["time"] = report.round_time / outcome.time_scale
         return terms
 
     def _reward_weights(self) -> dict[str, float]:
-        return {"favor": 1.0} if self.config.reward == "favor" else super()._reward_weights()
+        if self.config.reward == "favor":
+            return {"favor": 1.0}
+        return {**super()._reward_weights(), "time": -self.config.lambda_time / self.rounds_per_episode}
 
     def _family_info(self, report: RoundReport, outcome: Selection,
                      terms: Mapping[str, float]) -> dict[str, Any]:
