@@ -27,10 +27,10 @@ copies' ``(N, K)`` take one path.
   round. A client that would finish later is lost (``late="drop"``), or uploads the local steps
   it finished by then (``late="partial"``; none finished: lost).
 
-A lost update never enters the global model; the server waited for it until its time or the
-deadline, whichever came first, and its download counts. All draws come from the episode's
-behaviour stream, apart from every other stream, so equal seeds give equal episodes and turning
-behaviour on leaves the candidates, loads and batches as they were.
+A lost update never enters the global model and uploads no bytes; the server waited for it
+until its time or the deadline, whichever came first. An availability trace in FedScale's format
+(:mod:`fl_gym.traces`) may replace the chain. All draws come from the episode's behaviour
+stream, apart from every other stream, so equal seeds give equal episodes.
 """
 
 from __future__ import annotations
