@@ -69,22 +69,24 @@ def require_threads(name: str, value: object) -> None:
     require(ok, name, value, f"None or an integer in [1, {MAX_THREADS}]")
 
 
+def require_int_in(name: str, value: object, low: int, high: int) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer in ``[low, high]`` (a count or a seed)."""
+    require(is_int_at_least(value, low) and int(value) <= high, name, value, f"an integer in [{low}, {high}]")
+
+
 def require_seed(name: str, value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is an integer seed in ``[0, MAX_SEED]``."""
-    ok = is_int_at_least(value, 0) and int(value) <= MAX_SEED
-    require(ok, name, value, f"an integer in [0, {MAX_SEED}]")
+    require_int_in(name, value, 0, MAX_SEED)
 
 
 def require_copies(name: str, value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is a number of vector-env copies in ``[1, MAX_COPIES]``."""
-    require(is_int_at_least(value, 1) and int(value) <= MAX_COPIES, name, value,
-            f"an integer in [1, {MAX_COPIES}]")
+    require_int_in(name, value, 1, MAX_COPIES)
 
 
 def require_rounds(name: str, value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is a number of rounds in ``[1, MAX_ROUNDS]``."""
-    ok = is_int_at_least(value, 1) and int(value) <= MAX_ROUNDS
-    require(ok, name, value, f"an integer in [1, {MAX_ROUNDS}]")
+    require_int_in(name, value, 1, MAX_ROUNDS)
 
 
 def require_rate(name: str, value: object) -> None:

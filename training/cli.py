@@ -33,6 +33,7 @@ from fl_gym.validation import (
     require_copies,
     require_device,
     require_epochs,
+    require_int_in,
     require_rate,
     require_rounds,
 )
@@ -140,7 +141,7 @@ def parse_ints(text: str) -> tuple[int, ...]:
 def _threads(n: int) -> None:
     import torch
 
-    require(is_int_at_least(n, 1) and n <= MAX_THREADS, "--threads", n, f"an integer in [1, {MAX_THREADS}]")
+    require_int_in("--threads", n, 1, MAX_THREADS)
     torch.set_num_threads(n)
 
 
@@ -515,8 +516,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     require_copies("--ppo-envs", args.ppo_envs)
     require(is_int_at_least(args.memory_steps, 1), "--memory-steps", args.memory_steps, "an integer >= 1")
     for flag, repeats in (("--repeats", args.repeats), ("--loop-repeats", args.loop_repeats)):
-        ok = is_int_at_least(repeats, 1) and repeats <= MAX_REPEATS  # a median of more moves no figure
-        require(ok, flag, repeats, f"an integer in [1, {MAX_REPEATS}]")
+        require_int_in(flag, repeats, 1, MAX_REPEATS)  # a median of more moves no figure
     threads = list(parse_ints(args.threads))
     require(all(1 <= n <= MAX_THREADS for n in threads), "--threads", args.threads,
             f"comma-separated integers in [1, {MAX_THREADS}]")
@@ -694,8 +694,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     _threads(args.threads)
     # the demo is a short job: far more asks for hours of training or a list of episodes that fills memory
-    for flag, value, most in (("--steps", args.steps, 10_000_000), ("--episodes", args.episodes, 1_000)):
-        require(is_int_at_least(value, 1) and value <= most, flag, value, f"an integer in [1, {most}]")
+    require_int_in("--steps", args.steps, 1, 10_000_000)
+    require_int_in("--episodes", args.episodes, 1, 1_000)
     require_rounds("--accuracy-rounds", args.accuracy_rounds)
     writable(args.out, "--out")  # '' refused, not read as the working folder
     for family in (f for f in FAMILIES.values() if f.demo):

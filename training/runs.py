@@ -39,7 +39,14 @@ from fl_gym.atomic import read_json, save_atomic, write_json, write_text
 from fl_gym.envs.registry import Stage, family_of, recipes_for
 from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
 from fl_gym.training.imitation import DEFAULTS, demonstrations, fixed_policy, imitate
-from fl_gym.validation import UserError, is_int_at_least, require, require_copies, require_seed
+from fl_gym.validation import (
+    UserError,
+    is_int_at_least,
+    require,
+    require_copies,
+    require_int_in,
+    require_seed,
+)
 
 
 @dataclasses.dataclass
@@ -104,7 +111,7 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None,
         agents = [(env_id, hyperparams, algo)]
     require_copies("--n-envs", envs)  # given, or the YAML block's
     # a billion steps takes hours on the fastest env here and weeks on the others: more is a typo
-    require(steps <= 10**9, "--n-timesteps", steps, "an integer in [1, 1000000000]")
+    require_int_in("--n-timesteps", steps, 1, 10**9)
     for target, block, name in agents:
         _probe_agent(target, block, name, env_kwargs or {}, envs)
     return RunConfig(env_id, algo, preset, hyperparams, dict(env_kwargs or {}), seed, envs, vec_env,
