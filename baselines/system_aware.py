@@ -113,13 +113,13 @@ class OortPickPolicy(SystemPickPolicy):
         self.epsilon, self.decay, self.min_epsilon = epsilon, decay, min_epsilon
 
     def utility(self, observation: np.ndarray) -> np.ndarray:
-        """``(N,)`` each client's utility this round (clients never trained: their bonus only)."""
+        """``(N,)`` each client's utility this round (a client that reported no loss: its bonus only)."""
         _, duration, loss, size, _, stale = self.columns(observation)
         r = self.round_of(observation)
-        last = np.maximum(r - stale * self.horizon, 1.0)  # the round it last trained
+        last = np.maximum(r - stale * self.horizon, 1.0)  # the round it was last picked
         statistical = size * loss + np.sqrt(0.1 * math.log(r) / last)
-        over = duration / (1.0 - duration)  # t / T
-        penalty = np.where(over > 1.0, np.minimum(1.0 / over, 1.0) ** self.alpha, 1.0)
+        over = duration / np.maximum(1.0 - duration, 1e-12)  # t / T (float32 rounds a huge t to 1)
+        penalty = np.where(over > 1.0, over ** -self.alpha, 1.0)
         return statistical * penalty
 
     def pick(self, observation):
