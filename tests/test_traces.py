@@ -171,3 +171,27 @@ def test_an_availability_trace_replaces_the_chain(tmp_path):
         BehaviourConfig(availability=0.5, availability_trace=path)
     with pytest.raises(ValueError, match="availability_trace="):
         gym.make("FLHetero-v0", availability_trace=path)
+
+
+def test_the_timing_backends_vector_clock_plays_a_capacity_trace_as_the_standalone_envs(tmp_path):
+    """Every env takes a capacity trace: HAPFL's clock over copies reads the traced devices bit for bit."""
+    rng = np.random.default_rng(0)
+    table = {i: {"computation": float(rng.uniform(10, 200)), "communication": float(rng.uniform(500, 5e4))}
+             for i in range(50)}
+    kwargs = {"capacity_trace": _write(tmp_path, "capacity.pkl", table), "rounds_per_episode": 3}
+    vec = fl_gym.make_vec("FLHetero-v0", 2, seed=5, monitor=False, **kwargs)
+    solo = [gym.make("FLHetero-v0", **kwargs) for _ in range(2)]
+    obs = vec.reset()
+    for i, env in enumerate(solo):
+        np.testing.assert_array_equal(obs[i], env.reset(seed=5 + i)[0])
+    assert sorted(solo[0].unwrapped.federation.profiles.speed)[-1] == 1.0  # the fastest device played
+    vec.action_space.seed(0)
+    for _ in range(4):  # through an auto-reset
+        actions = np.stack([vec.action_space.sample() for _ in range(2)])
+        obs, rewards, dones, _ = vec.step(actions)
+        for i, env in enumerate(solo):
+            o, r, *_ = env.step(actions[i])
+            o = env.reset()[0] if dones[i] else o
+            np.testing.assert_array_equal(obs[i], o)
+            assert rewards[i] == np.float32(r)
+    vec.close()
