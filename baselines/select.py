@@ -332,13 +332,14 @@ class TopLambdaEntropyPolicy(RowPolicy):
         self._seed_rng(seed)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
-        """``(K,)`` int8: the top ``floor(lam K)`` by entropy."""
-        k = self.layout.num_clients
+        """``(K,)`` int8: the top ``floor(lam K)`` by entropy (``K`` the devices whose update arrived)."""
+        arrived = self.layout.arrived(observation)
+        k = int(arrived.sum())
         m = max(1, min(k, int(np.floor(self.lam * k + 1e-9))))
-        entropy = self.layout.column(observation, "entropy")
-        tie = self.rng.permutation(k)
+        entropy = np.where(arrived, self.layout.column(observation, "entropy"), -np.inf)
+        tie = self.rng.permutation(self.layout.num_clients)
         order = np.lexsort((tie, -entropy))  # entropy descending, ties by the random permutation
-        mask = np.zeros(k, np.int8)
+        mask = np.zeros(self.layout.num_clients, np.int8)
         mask[order[:m]] = 1
         return mask
 
@@ -377,9 +378,11 @@ class CosTrimPolicy(RowPolicy):
         self.k = k
 
     def act(self, observation: np.ndarray) -> np.ndarray:
-        """All ones but the ``k`` lowest (ties to the lower id)."""
-        keep = np.ones(self.layout.num_clients, np.int8)
-        keep[np.argsort(self.layout.column(observation, self.column), kind="stable")[: self.k]] = 0
+        """Every device whose update arrived but the ``k`` lowest (ties to the lower id)."""
+        arrived = self.layout.arrived(observation)
+        keep = arrived.astype(np.int8)
+        ranked = np.argsort(self.layout.column(observation, self.column), kind="stable")
+        keep[ranked[arrived[ranked]][: self.k]] = 0
         return keep
 
 

@@ -264,7 +264,8 @@ def test_the_pick_policies_pick_only_reachable_clients(policy):
 
 
 @pytest.mark.parametrize("env_id,lost", [(PICK, "select/lost"), ("FLSelect-v0", "select/lost"),
-                                         ("FLAggregate-v0", "aggregate/lost")])
+                                         ("FLAggregate-v0", "aggregate/lost"),
+                                         ("FLSelectQueue-v0", "select/lost")])
 def test_copies_with_behaviour_play_their_standalone_episodes(env_id, lost):
     n = 3
     vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, **BEHAVING)
@@ -309,7 +310,7 @@ def test_select_candidates_are_drawn_among_the_reachable_and_lost_rows_show_no_d
     assert short and lost_rows
 
 
-@pytest.mark.parametrize("env_id", ["FLHetero-v0", "FLLearningRate-v0", "FLSelectQueue-v0"])
+@pytest.mark.parametrize("env_id", ["FLHetero-v0", "FLLearningRate-v0"])
 def test_families_that_do_not_play_behaviour_refuse_it_by_name(env_id):
     with pytest.raises(ValueError, match="deadline=5.0 is out of range; allowed: inf"):
         gym.make(env_id, deadline=5.0)
@@ -333,6 +334,26 @@ def test_bad_behaviour_settings_name_the_parameter(kwargs, name):
 def test_bad_link_settings_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=f"^{name}="):
         BehaviourConfig(**kwargs)
+
+
+def test_queue_rows_say_which_updates_arrived_and_ddfl_ranks_only_those():
+    from fl_gym.baselines.select import TopLambdaEntropyPolicy
+
+    env = gym.make("FLSelectQueue-v0", **BEHAVING)
+    obs, _ = env.reset(seed=0)
+    layout, lost_seen = env.unwrapped.layout, False
+    policy = TopLambdaEntropyPolicy(env, lam=0.5)
+    for _ in range(4):
+        arrived = layout.arrived(obs)
+        np.testing.assert_array_equal(arrived, env.unwrapped.pending.trained.steps > 0)
+        action = policy.predict(obs)[0].astype(bool)
+        assert not (action & ~arrived).any() and action.sum() == max(1, int(0.5 * arrived.sum()))
+        entropy = layout.column(obs, "entropy")
+        assert entropy[action].min() >= entropy[arrived & ~action].max(initial=-1.0)
+        obs, _, _, _, info = env.step(np.ones(layout.num_clients, np.int8))
+        np.testing.assert_array_equal(info["select/kept"], np.flatnonzero(arrived))  # lost: never aggregated
+        lost_seen |= len(info["select/lost"]) > 0
+    assert lost_seen
 
 
 def test_jain_fairness_by_hand_and_the_lost_updates_add_up():

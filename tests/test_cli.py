@@ -287,7 +287,7 @@ def test_bench_behaviour_section_on_a_tiny_case():
     results = behaviour_benchmark(progress=lambda _: None, clients=300, copies=2, repeats=1)
     assert [r.behaviour.split(" ")[0] for r in results[:3]] == ["off", "availability", "availability"]
     assert results[0].ratio == 1.0 and all(r.rate > 0 and r.ratio > 0 for r in results)
-    behaving = ["FLSelect-v0", "FLSelectPick-v0", "FLAggregate-v0"]
+    behaving = ["FLSelect-v0", "FLSelectPick-v0", "FLSelectQueue-v0", "FLAggregate-v0"]
     assert [r.case.split(",")[0] for r in results[3:]] == [i for i in behaving for _ in "on"]  # off, then on
     assert results[4].ratio == pytest.approx(results[4].rate / results[3].rate)  # the rate against off
     assert "| against off |" in behaviour_table(results)

@@ -27,7 +27,7 @@ from fl_gym.data.report import label_entropy
 from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain, ValidationTerms, loss_vs_all
 from fl_gym.envs.select.config import QueueConfig, what_if_term
 from fl_gym.envs.select.queue import DataQueue, bias, segment_size
-from fl_gym.envs.select.spaces import QUEUE_GLOBAL, QUEUE_ROW, UPDATE_ROW, QueueLayout
+from fl_gym.envs.select.spaces import ARRIVED_ROW, QUEUE_GLOBAL, QUEUE_ROW, UPDATE_ROW, QueueLayout
 from fl_gym.records import RoundPlan, RoundReport, TrainedRound
 
 
@@ -91,6 +91,12 @@ class FLSelectQueueEnv(FLEnv):
     ``Box(0, 1, (6K + 3,))``, or ``(8K + 3,)`` with ``update_stats``:
     :class:`~fl_gym.envs.select.spaces.QueueLayout`.
 
+    ## Device behaviour
+    With ``availability < 1``, dropout or a ``deadline`` (:mod:`fl_gym.behaviour`) only the
+    reachable devices train, and an update lost to dropout or the deadline never arrives: each
+    row ends with ``arrived``, a lost update cannot be aggregated, and ``info["select/lost"]`` and
+    ``info["select/partial"]`` name the lost and cut updates. Queue segments reach every device.
+
     ## Rewards
     Validation accuracy gain (``reward_signal="loss"``: the drop of the validation cross-entropy;
     ``"loss_area"``: that drop times ``(T - t + 1) / T``; ``"loss_vs_all"``: the cross-entropy of
@@ -113,10 +119,13 @@ class FLSelectQueueEnv(FLEnv):
     family = "select"
     config_class = QueueConfig
     config: QueueConfig
+    device_behaviour = True
 
     def _setup(self) -> None:
         cfg, fed = self.config, self.federation
-        self.layout = QueueLayout(fed.num_clients, QUEUE_ROW + UPDATE_ROW if cfg.update_stats else QUEUE_ROW)
+        behaves = fed.config.behaviour.active
+        row = QUEUE_ROW + (UPDATE_ROW if cfg.update_stats else ()) + (ARRIVED_ROW if behaves else ())
+        self.layout = QueueLayout(fed.num_clients, row)
         self.client_rows = ClientRows(len(self.layout.row), len(QUEUE_GLOBAL))
         self.observation_space = self.layout.observation_space()
         self.action_space = self.layout.action_space()
@@ -150,8 +159,10 @@ class FLSelectQueueEnv(FLEnv):
             grown = self.queue.advance()
             if grown:
                 fed.assign_many(grown)
-        plan = RoundPlan.make(fed.num_clients, lr=self._lr, epochs=self.config.local_epochs)
-        trained = fed.train_round(fed.open_round(), plan)
+        opened = fed.open_round()  # every reachable device
+        plan = RoundPlan.make(fed.num_clients, lr=self._lr, epochs=self.config.local_epochs,
+                              selected=opened.candidates)
+        trained = fed.train_round(opened, plan)
         cos = (1.0 + np.cos(np.nan_to_num(trained.stats.update_angle, nan=np.pi / 2))) / 2.0
         return QueueRound(trained, label_entropy(fed.histogram), bias(fed.histogram, self._population), cos)
 
@@ -162,16 +173,19 @@ class FLSelectQueueEnv(FLEnv):
                 self._selected_prev, rate, self.queue.received() / fed.sizes]
         if self.config.update_stats:
             rows += [pending.update_cos, (self._cos_sum + pending.update_cos) / (self._round + 1)]
+        if ARRIVED_ROW[0] in self.layout.row:
+            rows.append(pending.trained.steps > 0)
         rows = np.column_stack(rows)
         glob = [self._round / self.rounds_per_episode, self._validation.observed, self.queue.undelivered()]
         return np.concatenate([rows.ravel(), glob]).astype(np.float32)
 
     def _play(self, pending: QueueRound, action: np.ndarray) -> tuple[RoundReport, QueueOutcome]:
         fed = self.federation
-        keep = np.asarray(action).astype(bool)
+        arrived = pending.trained.steps > 0  # a lost update cannot be aggregated
+        keep = np.asarray(action).astype(bool) & arrived
         empty = not keep.any()
         if empty and self.config.empty_action == "all":
-            keep[:] = True
+            keep = arrived.copy()
         by_entropy = self.config.aggregation_weights == "entropy"
         weight = pending.entropy.copy() if by_entropy else fed.sizes.astype(float)
         fallback = bool(keep.any() and weight[keep].sum() <= 1e-12)
@@ -208,6 +222,7 @@ class FLSelectQueueEnv(FLEnv):
                 "select/mean_bias": float(bias.mean()), "select/weights": report.weights,
                 "select/fallback_weights": outcome.fallback, "select/empty_selection": outcome.empty,
                 "select/val_accuracy": report.val_accuracy, "select/samples_sent": int(self.queue.sent),
+                "select/lost": np.flatnonzero(report.lost), "select/partial": np.flatnonzero(report.partial),
                 "select/privacy": {"server_data_fraction": self.config.server_data_fraction,
                                    "raw_samples_sent_total": int(self.queue.sent),
                                    "label_stats_exposed": "entropy"}}

@@ -173,6 +173,7 @@ class PickLayout:
 
 QUEUE_ROW = ("entropy", "size", "bias", "selected", "selection_rate", "server_share")
 UPDATE_ROW = ("update_cos", "mean_update_cos")  # with update_stats=True
+ARRIVED_ROW = ("arrived",)  # with device behaviour on
 QUEUE_GLOBAL = ("progress", "val_accuracy", "undelivered")
 
 
@@ -186,7 +187,8 @@ class QueueLayout:
     (:data:`UPDATE_ROW`) also ``(1 + cos) / 2`` of the angle between its update and the round's
     mean update, and the mean of that value over the episode's rounds so far. Globals
     (:data:`QUEUE_GLOBAL`): round / rounds, last validation accuracy, mean undelivered share of
-    the server data. All in ``[0, 1]``.
+    the server data. All in ``[0, 1]``. With device behaviour on (:mod:`fl_gym.behaviour`) a row
+    ends with ``arrived``: 1 if the device's update reached the server this round.
 
     Attributes:
         num_clients: ``K``.
@@ -215,3 +217,9 @@ class QueueLayout:
         """One of :attr:`row` for every device."""
         table = np.asarray(observation, np.float64)[: self.num_clients * len(self.row)]
         return table.reshape(self.num_clients, len(self.row))[:, self.index(name)]
+
+    def arrived(self, observation: np.ndarray) -> np.ndarray:
+        """``(K,)`` bool: the devices whose update arrived (every device without device behaviour)."""
+        if ARRIVED_ROW[0] not in self.row:
+            return np.ones(self.num_clients, bool)
+        return self.column(observation, "arrived") > 0.5
