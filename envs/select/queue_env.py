@@ -88,8 +88,8 @@ class FLSelectQueueEnv(FLEnv):
     keeps the global model (flagged), ``"all"`` aggregates everyone.
 
     ## Observation Space
-    ``Box(0, 1, (6K + 3,))``, or ``(8K + 3,)`` with ``update_stats``:
-    :class:`~fl_gym.envs.select.spaces.QueueLayout`.
+    ``Box(0, 1, (6K + 3,))``, or ``(8K + 3,)`` with ``update_stats``, ``K`` more with device
+    behaviour: :class:`~fl_gym.envs.select.spaces.QueueLayout`.
 
     ## Device behaviour
     With ``availability < 1``, dropout or a ``deadline`` (:mod:`fl_gym.behaviour`) only the
