@@ -360,9 +360,9 @@ class Federation:
             np.random.SeedSequence(seeds.entropy, spawn_key=(BEHAVIOUR_STREAM,))) if behaves else None
         self._available: np.ndarray | None = None  # the chain starts from its stationary law
         self._link = np.ones(self.num_clients)  # this round's bandwidth factors (static links: 1)
-        # a trace's episode starts at a time drawn within its longest period
-        longest = self._online.trace.period.max() if self._online else 0.0
-        self._trace_start = self._behaviour_rng.uniform(0, longest) if self._online else 0.0
+        self._trace_start = 0.0  # a trace's episode starts at a time drawn within its longest period
+        if self._online is not None:
+            self._trace_start = self._behaviour_rng.uniform(0, self._online.trace.period.max())
 
     @property
     def round(self) -> int:
@@ -508,11 +508,8 @@ class Federation:
         """
         cost = self.model_costs[model] + self.companion_cost
         train = epochs * self.clock.epoch_time(self.sizes, cost, opened.load)
-        if self.config.clock.free_communication:
-            return train
-        nbytes = np.full(self.num_clients, self.model_bytes[model] + self.companion_bytes)
-        upload = self.clock.upload_time(nbytes * self.algorithm.upload_factor) / self._link
-        return self.clock.download_time(nbytes) / self._link + train + upload
+        models = np.full(self.num_clients, model)
+        return self._download_seconds(models) + train + self._upload_seconds(models)
 
     def draw_candidates(self, order: np.ndarray) -> None:
         """Shuffle ``order`` (``arange(K)``) with :attr:`sampler`, a round's first draw.
@@ -556,7 +553,7 @@ class Federation:
         """
         behaviour, sel = self.config.behaviour, plan.selected
         epochs, probe, train, _, download = times
-        fixed = download + probe + self._upload_seconds(plan)  # as if it uploads
+        fixed = download + probe + self._upload_seconds(plan.model)  # as if it uploads
         share = finished_share(fixed, train, behaviour)
         done = np.where(sel, np.floor(steps * np.nan_to_num(share)), 0).astype(steps.dtype)
         late = sel & (share < 1)
@@ -628,28 +625,33 @@ class Federation:
         cost = self.model_costs[plan.model] + self.companion_cost
         probe = opened.probe_time if self.companion_arch else np.zeros(self.num_clients)
         train = self.clock.train_time(self.sizes, epochs, cost, opened.load)
-        free = self.config.clock.free_communication
-        download = np.zeros_like(train) if free else self.clock.download_time(self._bytes(plan)) / self._link
+        download = self._download_seconds(plan.model)
         return tuple(np.where(sel, np.stack([epochs, probe, train, probe + train, download]), math.nan))
 
-    def _bytes(self, plan: RoundPlan) -> np.ndarray:
-        return self.model_bytes[plan.model] + self.companion_bytes
+    def _bytes(self, model: np.ndarray) -> np.ndarray:
+        """``(K,)`` bytes each client receives: its ``model`` (indices, ``(K,)``) and the companion."""
+        return self.model_bytes[model] + self.companion_bytes
 
-    def _upload_bytes(self, plan: RoundPlan) -> np.ndarray:
+    def _upload_bytes(self, model: np.ndarray) -> np.ndarray:
         """``(K,)`` bytes each client sends when it uploads (e.g. SCAFFOLD's control variate too)."""
-        return self._bytes(plan) * self.algorithm.upload_factor
+        return self._bytes(model) * self.algorithm.upload_factor
 
-    def _upload_seconds(self, plan: RoundPlan) -> np.ndarray:
-        """``(K,)`` seconds each client's upload takes (0 with free communication)."""
-        free = self.config.clock.free_communication
-        if free:
+    def _download_seconds(self, model: np.ndarray) -> np.ndarray:
+        """``(K,)`` seconds each client's download of ``model`` takes this round (0: free communication)."""
+        if self.config.clock.free_communication:
             return np.zeros(self.num_clients)
-        return self.clock.upload_time(self._upload_bytes(plan)) / self._link
+        return self.clock.download_time(self._bytes(model)) / self._link
+
+    def _upload_seconds(self, model: np.ndarray) -> np.ndarray:
+        """``(K,)`` seconds each client's upload of ``model`` takes this round (0: free communication)."""
+        if self.config.clock.free_communication:
+            return np.zeros(self.num_clients)
+        return self.clock.upload_time(self._upload_bytes(model)) / self._link
 
     def _communication(self, trained: TrainedRound, aggregate: np.ndarray) -> dict:
-        sel = trained.plan.selected
-        nbytes = self._upload_bytes(trained.plan)
-        upload = np.where(sel, self._upload_seconds(trained.plan) * aggregate, math.nan)
+        sel, model = trained.plan.selected, trained.plan.model
+        nbytes = self._upload_bytes(model)
+        upload = np.where(sel, self._upload_seconds(model) * aggregate, math.nan)
         # the server waits for no one past the deadline (a lost client: its time or the deadline)
         deadline = self.config.behaviour.deadline
         client = np.minimum(trained.download_time + trained.compute_time + upload, deadline)
