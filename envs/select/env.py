@@ -355,7 +355,7 @@ class FLSelectPickEnv(_SelectionEnv):
         self._soft = np.zeros((n, c), np.float32)
         self._last_round = np.full(n, -1)
         self._last_entropy, self._last_branch = math.log(c), True
-        self._picked, self._arrived = np.zeros(n), np.zeros(n)  # this episode's picks, and updates arrived
+        self._arrived = np.zeros(n)  # this episode's updates that arrived (of its _selections)
         self._loss = np.zeros(n)  # each client's last reported mean training loss / log c
 
     def action_masks(self) -> np.ndarray:
@@ -383,16 +383,24 @@ class FLSelectPickEnv(_SelectionEnv):
     def _system_columns(self, pending: OpenedRound) -> list[np.ndarray]:
         """Reachability, reliability, reported duration and last loss (:class:`PickLayout`)."""
         fed = self.federation
-        picked = self._picked
+        picked = self._selections
         reliability = np.divide(self._arrived, picked, out=np.ones(fed.num_clients), where=picked > 0)
         duration = fed.expected_times(pending, self.config.local_epochs)
-        scale = self._time_scale(duration)
+        scale = self._time_scale(pending, duration)
         return [pending.candidates, reliability, duration / (duration + scale), self._loss]
 
-    def _time_scale(self, duration: np.ndarray) -> float:
-        """``T``: the deadline, or without one the median of the round's reported times ``duration``."""
+    def _time_scale(self, pending: OpenedRound, duration: np.ndarray | None = None) -> float:
+        """``T``: the deadline, or without one the median of the round's reported times ``duration``.
+
+        ``duration``: ``Federation.expected_times`` of ``pending``, computed here if not given
+        (and only without a deadline).
+        """
         deadline = self.federation.config.behaviour.deadline
-        return deadline if math.isfinite(deadline) else float(np.median(duration))
+        if math.isfinite(deadline):
+            return deadline
+        if duration is None:
+            duration = self.federation.expected_times(pending, self.config.local_epochs)
+        return float(np.median(duration))
 
     def _play(self, pending: OpenedRound, action: np.ndarray) -> tuple[RoundReport, Selection]:
         available = pending.candidates  # every client unless some are unreachable this round
@@ -415,7 +423,6 @@ class FLSelectPickEnv(_SelectionEnv):
         loss = played.trained.stats.loss[arrived] / self._log_c
         self._loss[arrived] = np.minimum(np.nan_to_num(loss, nan=1.0), 1.0)  # a diverged model: the cap
         self._last_round[played.slots] = self._round  # picked: seen, even where its update was lost
-        self._picked[played.slots] += 1
         self._arrived[arrived] += 1
         self._last_entropy, self._last_branch = played.entropy, draw.positive_branch
         keep = played.arrived.copy()
@@ -423,9 +430,8 @@ class FLSelectPickEnv(_SelectionEnv):
             keep[:] = False
             keep[rows[judge(played.soft_labels[rows], self.federation.sizes[arrived])[0]]] = True
         report, selection = self._keep(played, keep, trimmed)
-        scale = self._time_scale(self.federation.expected_times(pending, self.config.local_epochs))
         return report, replace(selection, fallback=fallback, trimmed=trimmed, unavailable=unavailable,
-                               time_scale=scale)
+                               time_scale=self._time_scale(pending))
 
     def _reward_terms(self, report: RoundReport, outcome: Selection) -> dict[str, float]:
         terms = super()._reward_terms(report, outcome)
