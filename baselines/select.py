@@ -26,6 +26,7 @@ from fl_gym.baselines.base import RowPolicy
 from fl_gym.data.report import label_entropy
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
+from fl_gym.envs.select.pools import Pools
 from fl_gym.envs.select.spaces import PickLayout, QueueLayout, SelectLayout
 from fl_gym.validation import UserError, is_int_at_least, is_non_negative, is_positive, require
 
@@ -230,16 +231,9 @@ class PoolSamplerPolicy(PickPolicy):
         self.p_positive = p_positive if p_positive is not None else env.unwrapped.config.p_positive
 
     def pick(self, observation):
-        negative = self.layout.column(observation, "negative") > 0.5
-        available = self.layout.available(observation)
-        positive = self.rng.random() < self.p_positive
-        pools = (np.flatnonzero(~negative & available), np.flatnonzero(negative & available))
-        primary, secondary = pools[:: 1 if positive else -1]
-        m = min(self.m, int(available.sum()))
-        if len(primary) >= m:
-            return self._mask(self.rng.choice(primary, m, replace=False))
-        topped = self.rng.choice(secondary, m - len(primary), replace=False)
-        return self._mask(np.concatenate([primary, topped]))
+        pools = Pools(self.layout.num_clients, self.p_positive)
+        pools.negative = self.layout.column(observation, "negative") > 0.5
+        return pools.draw(self.m, self.rng, self.layout.available(observation)).candidates
 
 
 class RandomPickPolicy(PickPolicy):
