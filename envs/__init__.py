@@ -53,6 +53,7 @@ SELECT = Family(
     demo="fl_gym.training.select.demo:run_demo",
     reproduce="fl_gym.training.select.results:reproduce",
     docs="docs/envs/flselect.md",
+    agent_kwargs=("pick_action",),
     tasks="fl_gym.training.select.tasks:TASKS",
 )
 

@@ -30,6 +30,9 @@ from fl_gym.training.cli import main, parse_seed_list
 from fl_gym.training.compare import policy_spec
 
 CORE = suite("core-v1")
+# the tasks of the suites with stored references
+BENCHMARKED = [t for t in all_tasks().values() if "smoke" not in t.suites]
+STORED = sorted({s for t in BENCHMARKED for s in t.suites})
 
 
 def test_core_suite_has_a_task_on_every_registered_env_but_the_one_lever_views():
@@ -47,7 +50,7 @@ def test_seed_sets_are_disjoint(task):
     assert not set(task.eval_seeds) & set(TUNING_SEEDS)
 
 
-@pytest.mark.parametrize("task", CORE, ids=lambda t: t.name)
+@pytest.mark.parametrize("task", BENCHMARKED, ids=lambda t: t.name)
 def test_every_task_builds_passes_check_env_and_names_known_policies(task):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -61,7 +64,7 @@ def test_every_task_builds_passes_check_env_and_names_known_policies(task):
         policy_spec(spec, task.env_id)  # a ValueError for a name the family does not know
 
 
-@pytest.mark.parametrize("task", CORE, ids=lambda t: t.name)
+@pytest.mark.parametrize("task", BENCHMARKED, ids=lambda t: t.name)
 def test_every_tasks_hyperparameter_blocks_build_an_agent_that_acts(task):
     """The block of each algorithm a task names (``ppo`` and its ``algo_hyperparams``) trains on its env."""
     from fl_gym.agents.ppo import build_agent, load_hyperparams
@@ -87,9 +90,10 @@ def test_normalized_score_reads_the_references():
         benchmark.normalized_score("aggregate-noisy", 0.5, split="train", refs=refs)
 
 
-def test_stored_references_cover_the_suite_and_normalise_their_own_policies():
-    refs = benchmark.stored_references("core-v1")
-    assert set(refs) == {t.name for t in CORE}
+@pytest.mark.parametrize("suite_name", STORED)
+def test_stored_references_cover_the_suite_and_normalise_their_own_policies(suite_name):
+    refs = benchmark.stored_references(suite_name)
+    assert set(refs) == {t.name for t in suite(suite_name)}
     for name, record in refs.items():
         ref = record["refs"]["test"]
         best = np.mean(record["policies"][ref["best"]]["test"])
@@ -329,3 +333,13 @@ def test_pinning_refuses_a_split_where_no_fixed_policy_beats_the_reference():
                        match="task='smoke-aggregate': on its test split no fixed policy beats the "
                              "reference 'fedavg'"):
         task_references(lone, say=lambda _: None)
+
+
+def test_pick_devices_agent_picks_by_scores_while_the_fixed_policies_pick_sets():
+    """FedCS may pick fewer than m clients: only the agent is bound to the scores' exactly m."""
+    task = all_tasks()["pick-devices"]
+    agent = gym.make(task.env_id, **task.train_kwargs())
+    fixed = gym.make(task.env_id, **task.test_kwargs(task.test_scenarios[0]))
+    assert isinstance(agent.action_space, gym.spaces.Box)
+    assert isinstance(fixed.action_space, gym.spaces.MultiBinary)
+    assert fixed.unwrapped.federation.config.behaviour.deadline == 8.0

@@ -405,7 +405,7 @@ def _benchmark_parser(sub: Any) -> None:
                         "references"), ("report", "tables, intervals and profiles of a run folder"),
                        ("tasks", "list a suite's tasks")):
         b = bench_sub.add_parser(name, help=text)
-        b.add_argument("--suite", default="core-v1", help="core-v1; smoke (a pipeline check)")
+        b.add_argument("--suite", default="core-v1", help="core-v1, devices-v1; smoke (a pipeline check)")
         if name != "report":  # a report covers the whole suite
             b.add_argument("--tasks", default=None,
                            help="comma-separated task names (default: the whole suite)")

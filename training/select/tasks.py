@@ -16,6 +16,13 @@ the validation loss the kept devices save against aggregating all of them
 (``reward_signal="loss_vs_all"``): on the plain drop PPO's seeds spread from below FedAvg to near
 the best fixed policy. ``queue-flip``'s devices flip their labels (``label_noise="flip"``), so
 their models look as confident as anyone's.
+
+``pick-devices`` (suite ``devices-v1``) is the selection task of intermittent devices: clients go
+offline in spells, drop out, and miss an 8-second deadline, and the reward charges each round's
+time (``lambda_time``). On Dirichlet 0.1 data the fast devices FedCS keeps picking hold too few
+classes, so being fast and being accurate pull apart: FedCS is quickest and Oort most accurate.
+The agent picks by scores (``pick_action``, an agent argument), the fixed policies by sets, so
+FedCS may pick fewer than ``m``.
 """
 
 from __future__ import annotations
@@ -32,6 +39,13 @@ _QUEUE_TASK = dict(
     heuristics=("queue-all", "ddfl", "ddfl-0.8", "cos-trim"),
     tuned={"cos-trim-k": tuple(f"cos-trim[k={k},smooth={m}]" for k in (3, 6, 9) for m in (True, False))},
     upper="clean-queue", hyperparams="FLSelectQueue-v0/bench")
+
+# intermittent devices (on 70 % of rounds, in spells), 5 % dropout, an 8-second deadline, a quarter of the
+# round's time over the deadline charged; every picked client uploads; the system columns (on anyway with
+# behaviour) named, as the system-aware policies an agent may imitate name them
+_DEVICES = {"availability": 0.7, "availability_persistence": 0.8, "dropout": 0.05, "deadline": 8.0,
+            "seconds_per_unit": 1.0, "lambda_time": 0.25, "alpha": 0.1, "post_filter": "all",
+            "system_rows": True}
 
 TASKS = (
     Task(name="select-noisy", env_id="FLSelect-v0",
@@ -69,4 +83,13 @@ TASKS = (
              "directions.",
          env_kwargs={**_QUEUE, "noisy_clients": 0.3, "label_noise": "flip"},
          extrapolation={"noisy_clients": 0.4}, **_QUEUE_TASK),
+    Task(name="pick-devices", env_id="FLSelectPick-v0", suites=("devices-v1",),
+         doc="Who of 20 intermittent devices trains, 5 a round, against an 8-second deadline and a charge "
+             "for time (digits, Dirichlet 0.1): the fast devices miss classes, the slow ones the deadline.",
+         env_kwargs=_DEVICES, budget=100_000, score="return",
+         reference="random-pick", heuristics=("random-pick", "pools", "fedcs", "pow-d", "oort"),
+         tuned={"oort-alpha": tuple(f"oort[alpha={a}]" for a in (0.5, 1, 2, 5)),
+                "pow-d-d": tuple(f"pow-d[d={d}]" for d in (5, 10, 20))},
+         extrapolation={"availability": 0.5}, hyperparams="FLSelectPick-v0/bench-devices",
+         agent_kwargs={"pick_action": "scores"}),
 )
