@@ -343,3 +343,9 @@ def test_pick_devices_agent_picks_by_scores_while_the_fixed_policies_pick_sets()
     assert isinstance(agent.action_space, gym.spaces.Box)
     assert isinstance(fixed.action_space, gym.spaces.MultiBinary)
     assert fixed.unwrapped.federation.config.behaviour.deadline == 8.0
+
+
+def test_a_task_header_names_its_upper_reference_or_says_it_has_none():
+    from fl_gym.training.benchmark.report import _upper
+
+    assert _upper(1.375) == "upper reference at 1.38" and _upper(float("nan")) == "no upper reference"

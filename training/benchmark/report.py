@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import platform
 from collections.abc import Mapping, Sequence
@@ -174,8 +175,8 @@ def markdown(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str
             lines += ["", f"### {task} ({split})", "",
                       f"ref_min {ref['ref_min']:.4f} ({refs[task]['reference']}), ref_max "
                       f"{ref['ref_max']:.4f} ({ref['best']}); score: {refs[task]['score']}. Spread "
-                      f"{room['spread']:.4f} = {room['spread_in_se']:.1f} s.e.; upper reference at "
-                      f"{room['upper']:.2f}; one episode's seed-to-seed s.d. {room['seed_sd']:.4f}; reward "
+                      f"{room['spread']:.4f} = {room['spread_in_se']:.1f} s.e.; {_upper(room['upper'])}; "
+                      f"one episode's seed-to-seed s.d. {room['seed_sd']:.4f}; reward "
                       f"signal-to-noise (best fixed - reference, per episode) {room['reward_snr']:.2f}.", "",
                       "| method | role | runs | raw ± s.e. | normalised (an agent's runs) |",
                       "|---|---|---|---|---|"]
@@ -185,6 +186,11 @@ def markdown(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str
                              f"{row['se']:.4f} | {row['normalised']:.2f}{each} |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _upper(normalised: float) -> str:
+    """Where a task's upper reference stands, in the task header (NaN: the task has none)."""
+    return "no upper reference" if math.isnan(normalised) else f"upper reference at {normalised:.2f}"
 
 
 def _ci(triple: Sequence[float]) -> str:
