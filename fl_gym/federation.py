@@ -105,6 +105,21 @@ class RemoteClients(Protocol):
         """The round's outcome (which updates entered, with which weights), for the clients' logs."""
 
 
+def first_available(order: np.ndarray, available: np.ndarray, k: int) -> np.ndarray:
+    """The first ``k`` ids of ``order`` that are ``available`` (fewer if fewer are).
+
+    It reads a head of ``order`` a few times ``k`` long, widened only when too few there are
+    available, so a round of ``k`` among many clients costs ``O(k)``, not ``O(K)``.
+    """
+    span = 2 * k
+    while True:
+        head = order[:span]
+        found = head[available[head]]
+        if len(found) >= k or span >= len(order):
+            return found[:k]
+        span *= 4
+
+
 class Federation:
     """A simulated federation built from one :class:`~fl_gym.config.FederationConfig`.
 
@@ -462,7 +477,7 @@ class Federation:
                 raise UserError(f"candidates={candidates} is out of range; allowed: 1..{k_all}")
             order, mask = np.arange(k_all), np.zeros(k_all, bool)
             self.draw_candidates(order)
-            mask[np.sort(order[available[order]][:candidates])] = True  # fewer if fewer are available
+            mask[np.sort(first_available(order, available, candidates))] = True
         else:
             mask = np.asarray(candidates, bool)
             if mask.shape != (k_all,) or not mask.any():

@@ -184,8 +184,9 @@ class PlayedDevices:
         self._order = np.argsort(devices, kind="stable")  # the search runs over ascending devices
         self._sorted = devices[self._order]
         n = len(devices)
-        # per client in ascending device order: online, when it next comes online, when it next changes
-        self._on, self._back, self._next = np.zeros(n, bool), np.zeros(n), np.zeros(n)
+        # per client in ascending device order: when it next comes online, when it next changes
+        self._back, self._next = np.zeros(n), np.zeros(n)
+        self._on = np.zeros(n, bool)  # per client in client order: its device online
         self._time, self._out = math.inf, np.zeros(n, bool)
 
     def online(self, time: float) -> np.ndarray:
@@ -199,14 +200,13 @@ class PlayedDevices:
         self._time = time
         if len(rows):
             on, back, change = self.trace.online(self._sorted[rows], time)
-            self._on[rows], self._back[rows], self._next[rows] = on, time + back, time + change
+            self._on[self._order[rows]], self._back[rows], self._next[rows] = on, time + back, time + change
             self._out = self._clients()
         return self._out
 
     def _clients(self) -> np.ndarray:
-        """The online flags in client order, one client forced on where none is."""
-        on = np.empty(len(self._on), bool)
-        on[self._order] = self._on
+        """The online flags, one client forced on where none is."""
+        on = self._on.copy()
         if not on.any():
             back = np.empty(len(on))
             back[self._order] = self._back

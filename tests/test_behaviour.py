@@ -28,7 +28,7 @@ from fl_gym.clock import ClockConfig, RoundLoad
 from fl_gym.config import FederationConfig
 from fl_gym.engine.schedule import local_steps
 from fl_gym.envs.select.pools import Pools
-from fl_gym.federation import Federation
+from fl_gym.federation import Federation, first_available
 from fl_gym.records import RoundPlan
 
 PICK = "FLSelectPick-v0"
@@ -399,3 +399,11 @@ def test_the_time_reward_charges_each_round_its_time_over_the_deadline():
         assert r_timed == pytest.approx(r_free - 2.0 / 3 * info["round_time"] / BEHAVING["deadline"])
     with pytest.raises(ValueError, match="lambda_time=-1.0 is out of range"):
         gym.make(PICK, lambda_time=-1.0)
+
+
+@pytest.mark.parametrize("share", [1.0, 0.7, 0.05, 0.0])
+def test_first_available_takes_the_first_k_available_in_order_as_a_whole_scan_does(share):
+    rng = np.random.default_rng(3)
+    for k_all, k in ((10_000, 100), (50, 5), (20, 20), (7, 1)):
+        order, available = rng.permutation(k_all), rng.random(k_all) < share
+        assert first_available(order, available, k).tolist() == order[available[order]][:k].tolist()
