@@ -101,6 +101,7 @@ class ScenarioConfig:
         dropout_rate: growth of that chance per simulated second of the client's round.
         deadline: the server's timeout per round in simulated seconds (``inf`` = none).
         late: a client past the deadline: ``drop`` (lost) or ``partial`` (uploads the steps it finished).
+        fednova: the server normalises each aggregated update by the local steps it ran (FedNova).
         link_sigma: log-std of each client's per-round bandwidth factor (0 = static links).
         link_persistence: round-to-round autocorrelation in ``[0, 1)`` of that factor's log.
         availability_trace: None, or the path of a FedScale availability trace: a client is
@@ -151,6 +152,7 @@ class ScenarioConfig:
     dropout_rate: float = 0.0
     deadline: float = float("inf")
     late: str = "drop"
+    fednova: bool = False
     link_sigma: float = 0.0
     link_persistence: float = 0.0
     availability_trace: str | None = None

@@ -25,7 +25,12 @@ copies' ``(N, K)`` take one path.
   stationary law ``N(0, sigma^2)``: a congested link tends to stay congested.
 * **Deadline** (:func:`finished_share`): the server stops waiting ``deadline`` seconds into the
   round. A client that would finish later is lost (``late="drop"``), or uploads the local steps
-  it finished by then (``late="partial"``; none finished: lost).
+  it finished by then (``late="partial"``; none finished: lost). With ``fednova`` the server
+  averages as FedNova does with plain local SGD (Wang et al., NeurIPS 2020): each update
+  ``w_i - w`` is divided by the ``tau_i`` local steps it ran and the weighted mean is scaled by
+  ``tau_eff = sum_i p_i tau_i``, so ``w <- w + tau_eff sum_i p_i (w_i - w) / tau_i``: a client
+  cut short counts as a direction, not as a short step, and uneven steps no longer bias the
+  average towards the clients that ran most.
 
 A lost update never enters the global model and uploads no bytes; the server waited for it
 until its time or the deadline, whichever came first. An availability trace in FedScale's format
@@ -62,6 +67,8 @@ class BehaviourConfig:
         deadline: the server's timeout in simulated seconds (``inf``: it waits for everyone).
         late: what a client past the deadline does: ``drop`` (its update is lost) or ``partial``
             (it uploads the local steps it finished).
+        fednova: the server normalises each aggregated update by the local steps it ran
+            (FedNova; module docstring), the remedy for partial work's uneven steps.
         link_sigma: log-std of each client's per-round bandwidth factor (0: static links).
         link_persistence: ``lam`` in ``[0, 1)``, the round-to-round autocorrelation of its log.
         availability_trace: None, or the path of a FedScale availability trace
@@ -76,6 +83,7 @@ class BehaviourConfig:
     dropout_rate: float = 0.0
     deadline: float = math.inf
     late: str = "drop"
+    fednova: bool = False
     link_sigma: float = 0.0
     link_persistence: float = 0.0
     availability_trace: str | None = None

@@ -816,10 +816,9 @@ class Federation:
             acc = stats.companion.accuracy if lite else stats.local_accuracy
             w = self._weights(weight, clients[keep], acc)
             (lite_weights if lite else weights)[clients[keep]] = w
-            rows = member.stack.rows()
-            average = weighted_average(rows[torch.as_tensor(keep, device=self.device)],
-                                       torch.as_tensor(w, device=self.device))
             old = self._start_vector(member, plan, clients)
+            average = self._average(member.stack.rows()[torch.as_tensor(keep, device=self.device)], w,
+                                    trained.steps[clients[keep]], old)
             if lite:
                 self.companion_model = self.buffers.keep(self._companion_server.apply(old, average))
             else:
@@ -827,6 +826,21 @@ class Federation:
                 average = self.algorithm.server_correction(member.stack.arch.name, average)
                 self.global_models[m] = self.buffers.keep(self._servers[m].apply(old, average))
         return weights
+
+    def _average(self, rows: torch.Tensor, w: np.ndarray, steps: np.ndarray, start: torch.Tensor
+                 ) -> torch.Tensor:
+        """The aggregated clients' models ``rows`` averaged with weights ``w``, or as FedNova averages.
+
+        FedNova (``behaviour.fednova``, :mod:`fl_gym.behaviour`): ``start + tau_eff sum_i w_i
+        (rows_i - start) / steps_i`` with ``tau_eff = sum_i w_i steps_i``, i.e. the rows weighted
+        ``w_i tau_eff / steps_i`` and ``start`` the rest (which equal steps make 0).
+        """
+        if not self.config.behaviour.fednova:
+            return weighted_average(rows, torch.as_tensor(w, device=self.device))
+        steps = np.asarray(steps, np.float64)
+        scale = w * float(w @ steps) / steps
+        return (weighted_average(rows, torch.as_tensor(scale, device=self.device))
+                + (1.0 - float(scale.sum())) * start)
 
     def validate_averages(self, trained: TrainedRound, subsets: np.ndarray, weight: np.ndarray | None = None
                           ) -> np.ndarray:
@@ -851,8 +865,9 @@ class Federation:
                 averages.append(self.global_models[0])
                 continue
             w = self._weights(weight, clients[keep], trained.stats.local_accuracy)
-            averages.append(weighted_average(rows[torch.as_tensor(keep, device=self.device)],
-                                             torch.as_tensor(w, device=self.device)))
+            averages.append(self._average(rows[torch.as_tensor(keep, device=self.device)], w,
+                                          trained.steps[clients[keep]],
+                                          self._start_vector(member, trained.plan, clients)))
         stack = Stack.from_rows(self.archs[0], torch.stack(averages))
         result = self._evaluate(stack, self.x_test, self.y_test, [self.val_indices] * len(subsets))
         return torch.stack([result.accuracy, result.loss], dim=1).double().cpu().numpy()

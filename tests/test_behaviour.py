@@ -8,6 +8,7 @@ import math
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 import fl_gym
 from fl_gym.baselines.select import (
@@ -263,13 +264,14 @@ def test_the_pick_policies_pick_only_reachable_clients(policy):
         assert len(info["clients"]) == min(env.unwrapped.m, available.sum())
 
 
-@pytest.mark.parametrize("env_id,lost", [(PICK, "select/lost"), ("FLSelect-v0", "select/lost"),
-                                         ("FLAggregate-v0", "aggregate/lost"),
-                                         ("FLSelectQueue-v0", "select/lost")])
-def test_copies_with_behaviour_play_their_standalone_episodes(env_id, lost):
-    n = 3
-    vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, **BEHAVING)
-    solo = [gym.make(env_id, **BEHAVING) for _ in range(n)]
+@pytest.mark.parametrize("env_id,lost,fednova", [(PICK, "select/lost", False),
+                                                 ("FLSelect-v0", "select/lost", True),
+                                                 ("FLAggregate-v0", "aggregate/lost", False),
+                                                 ("FLSelectQueue-v0", "select/lost", True)])
+def test_copies_with_behaviour_play_their_standalone_episodes(env_id, lost, fednova):
+    n, kwargs = 3, {**BEHAVING, "fednova": fednova}
+    vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, **kwargs)
+    solo = [gym.make(env_id, **kwargs) for _ in range(n)]
     obs = vec.reset()
     for i, env in enumerate(solo):
         np.testing.assert_allclose(obs[i], env.reset(seed=5 + i)[0], rtol=0, atol=1e-5)
@@ -407,3 +409,36 @@ def test_first_available_takes_the_first_k_available_in_order_as_a_whole_scan_do
     for k_all, k in ((10_000, 100), (50, 5), (20, 20), (7, 1)):
         order, available = rng.permutation(k_all), rng.random(k_all) < share
         assert first_available(order, available, k).tolist() == order[available[order]][:k].tolist()
+
+
+@pytest.mark.parametrize("fednova", [False, True])
+def test_fednova_averages_updates_normalised_by_the_steps_a_cut_client_ran_by_hand(fednova):
+    fed = _three_clients(deadline=1.0)
+    deadline = float(1e-3 * 2 * np.sort(fed.sizes)[1])  # two epochs: the largest client is cut short
+    fed = _three_clients(deadline=deadline, late="partial", fednova=fednova)
+    trained = fed.train_round(fed.open_round(load=RoundLoad.still(3)), RoundPlan.make(3, lr=0.05, epochs=2.0))
+    member = trained.cohort.members[0]
+    clients, rows = trained.cohort.clients(member), member.stack.rows().double().clone()
+    start = fed.global_models[0].double().clone()
+    tau = trained.steps[clients].astype(np.float64)
+    assert trained.partial.any() and len(set(tau)) > 1  # uneven steps
+    p = fed.sizes[clients] / fed.sizes[clients].sum()
+    plain = torch.as_tensor(p) @ rows
+    nova = start + float(p @ tau) * (torch.as_tensor(p / tau) @ (rows - start))  # FedNova, by hand
+    fed.finish_round(trained)
+    expected, other = (nova, plain) if fednova else (plain, nova)
+    torch.testing.assert_close(fed.global_models[0].double(), expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(fed.global_models[0].double(), other, rtol=1e-5, atol=1e-6)
+
+
+def test_fednova_with_even_steps_is_the_plain_average():
+    fed = _three_clients(fednova=True)
+    batches = np.ceil(fed.sizes / fed.config.batch_size)
+    plan = RoundPlan.make(3, lr=0.05, epochs=12 / batches)  # 12 local steps each
+    trained = fed.train_round(fed.open_round(load=RoundLoad.still(3)), plan)
+    member = trained.cohort.members[0]
+    clients, rows = trained.cohort.clients(member), member.stack.rows().double().clone()
+    assert trained.steps.tolist() == [12, 12, 12]
+    p = fed.sizes[clients] / fed.sizes[clients].sum()
+    fed.finish_round(trained)
+    torch.testing.assert_close(fed.global_models[0].double(), torch.as_tensor(p) @ rows, rtol=1e-5, atol=1e-6)
