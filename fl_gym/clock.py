@@ -150,6 +150,10 @@ class RoundLoad:
         last = None if previous is None else np.stack([previous.availability, previous.drift])
         return cls(*load_factors(z, cfg, last))
 
+    def at(self, clients: np.ndarray) -> RoundLoad:
+        """The load of ``clients`` (ids) alone."""
+        return RoundLoad(self.availability[clients], self.drift[clients], self.noise[clients])
+
     @classmethod
     def still(cls, num_clients: int) -> RoundLoad:
         """No dynamics: every factor 1."""
@@ -176,6 +180,10 @@ class Clock:
 
     def __init__(self, cfg: ClockConfig, profiles: DeviceProfiles) -> None:
         self.cfg, self.profiles = cfg, profiles
+
+    def at(self, clients: np.ndarray) -> Clock:
+        """The clock of ``clients`` (ids) alone: a round's few selected clients among many."""
+        return Clock(self.cfg, DeviceProfiles(self.profiles.speed[clients], self.profiles.bandwidth[clients]))
 
     def epoch_time(self, samples: np.ndarray, cost: np.ndarray | float, load: RoundLoad) -> np.ndarray:
         """One epoch of a model of ``cost`` over ``samples`` per client, before drift (the probe)."""

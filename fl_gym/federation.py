@@ -551,8 +551,10 @@ class Federation:
             allowed = np.flatnonzero(opened.candidates).tolist()
             raise UserError(f"plan.selected={chosen} is out of range; allowed: a subset of round "
                              f"{opened.round}'s candidates {allowed}")
-        steps = np.where(plan.selected, local_steps(self.sizes, plan.epochs, self.config.batch_size), 0)
-        times = self._compute_times(opened, plan, steps)
+        chosen = np.flatnonzero(plan.selected)  # the round's arithmetic runs over these clients only
+        steps = np.zeros(self.num_clients, np.int64)
+        steps[chosen] = local_steps(self.sizes[chosen], plan.epochs[chosen], self.config.batch_size)
+        times = self._compute_times(opened, plan, steps, chosen)
         lost = partial = self._nobody
         if self.config.behaviour.losing:
             steps, times, lost, partial = self._lose(plan, steps, times)
@@ -632,16 +634,17 @@ class Federation:
                              f"{self.round} rounds since reset); allowed: the round of the latest "
                              "open_round()")
 
-    def _compute_times(self, opened: OpenedRound, plan: RoundPlan,
-                       steps: np.ndarray) -> tuple[np.ndarray, ...]:
-        """``(epochs, probe, train, compute, download)`` per client, NaN where not selected."""
-        sel = plan.selected
-        epochs = np.where(steps > 0, plan.epochs, 0.0)  # the clock charges the epochs asked for
-        cost = self.model_costs[plan.model] + self.companion_cost
-        probe = opened.probe_time if self.companion_arch else np.zeros(self.num_clients)
-        train = self.clock.train_time(self.sizes, epochs, cost, opened.load)
-        download = self._download_seconds(plan.model)
-        return tuple(np.where(sel, np.stack([epochs, probe, train, probe + train, download]), math.nan))
+    def _compute_times(self, opened: OpenedRound, plan: RoundPlan, steps: np.ndarray,
+                       chosen: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(epochs, probe, train, compute, download)`` per client, NaN but for the ``chosen`` ids."""
+        epochs = np.where(steps[chosen] > 0, plan.epochs[chosen], 0.0)  # the epochs asked for are charged
+        cost = self.model_costs[plan.model[chosen]] + self.companion_cost
+        probe = opened.probe_time[chosen] if self.companion_arch else np.zeros(len(chosen))
+        train = self.clock.at(chosen).train_time(self.sizes[chosen], epochs, cost, opened.load.at(chosen))
+        download = self._download_seconds(plan.model[chosen], chosen)
+        times = np.full((5, self.num_clients), math.nan)
+        times[:, chosen] = [epochs, probe, train, probe + train, download]
+        return tuple(times)
 
     def _bytes(self, model: np.ndarray) -> np.ndarray:
         """``(K,)`` bytes each client receives: its ``model`` (indices, ``(K,)``) and the companion."""
@@ -651,31 +654,41 @@ class Federation:
         """``(K,)`` bytes each client sends when it uploads (e.g. SCAFFOLD's control variate too)."""
         return self._bytes(model) * self.algorithm.upload_factor
 
-    def _download_seconds(self, model: np.ndarray) -> np.ndarray:
-        """``(K,)`` seconds each client's download of ``model`` takes this round (0: free communication)."""
-        if self.config.clock.free_communication:
-            return np.zeros(self.num_clients)
-        return self.clock.download_time(self._bytes(model)) / self._link
+    def _download_seconds(self, model: np.ndarray, clients: np.ndarray | None = None) -> np.ndarray:
+        """Seconds each client's download of its ``model`` takes this round (0: free communication).
 
-    def _upload_seconds(self, model: np.ndarray) -> np.ndarray:
-        """``(K,)`` seconds each client's upload of ``model`` takes this round (0: free communication)."""
+        ``clients``: the ids ``model`` is given for (None: every client).
+        """
         if self.config.clock.free_communication:
-            return np.zeros(self.num_clients)
-        return self.clock.upload_time(self._upload_bytes(model)) / self._link
+            return np.zeros(len(model))
+        clock, link = self._links(clients)
+        return clock.download_time(self._bytes(model)) / link
+
+    def _upload_seconds(self, model: np.ndarray, clients: np.ndarray | None = None) -> np.ndarray:
+        """Seconds each client's upload of its ``model`` takes this round (as :meth:`_download_seconds`)."""
+        if self.config.clock.free_communication:
+            return np.zeros(len(model))
+        clock, link = self._links(clients)
+        return clock.upload_time(self._upload_bytes(model)) / link
+
+    def _links(self, clients: np.ndarray | None) -> tuple[Clock, np.ndarray]:
+        """The clock and this round's bandwidth factors of ``clients`` (None: every client)."""
+        return (self.clock, self._link) if clients is None else (self.clock.at(clients), self._link[clients])
 
     def _communication(self, trained: TrainedRound, aggregate: np.ndarray) -> dict:
-        sel, model = trained.plan.selected, trained.plan.model
-        nbytes = self._upload_bytes(model)
-        upload = np.where(sel, self._upload_seconds(model) * aggregate, math.nan)
+        chosen = np.flatnonzero(trained.plan.selected)
+        model, uploads = trained.plan.model[chosen], aggregate[chosen]
+        upload, client = np.full((2, self.num_clients), math.nan)
+        upload[chosen] = self._upload_seconds(model, chosen) * uploads
         # the server waits for no one past the deadline (a lost client: its time or the deadline)
-        deadline = self.config.behaviour.deadline
-        client = np.minimum(trained.download_time + trained.compute_time + upload, deadline)
-        active = client[sel]
+        active = np.minimum(trained.download_time[chosen] + trained.compute_time[chosen] + upload[chosen],
+                            self.config.behaviour.deadline)
+        client[chosen] = active
         slowest, fastest = float(active.max()), float(active.min())
         return dict(upload_time=upload, client_time=client,
                     round_time=slowest + self.config.clock.aggregation_time,
                     straggling_latency=slowest - fastest,
-                    upload_bytes=float(nbytes @ (aggregate & (trained.steps > 0))))
+                    upload_bytes=float(self._upload_bytes(model) @ (uploads & (trained.steps[chosen] > 0))))
 
     # ---- learning -------------------------------------------------------------------------------
 
