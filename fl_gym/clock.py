@@ -182,7 +182,7 @@ class Clock:
         self.cfg, self.profiles = cfg, profiles
 
     def at(self, clients: np.ndarray) -> Clock:
-        """The clock of ``clients`` (ids) alone: a round's few selected clients among many."""
+        """The clock of ``clients`` alone (ids, or an index of copies' rows): a round's few among many."""
         return Clock(self.cfg, DeviceProfiles(self.profiles.speed[clients], self.profiles.bandwidth[clients]))
 
     def epoch_time(self, samples: np.ndarray, cost: np.ndarray | float, load: RoundLoad) -> np.ndarray:

@@ -201,7 +201,7 @@ class HeteroClock:
         neither train nor upload), as ``Federation.train_round`` and ``finish_round`` time a round.
         """
         fed, sampled = self.feds[0], (self.rows, self.slots)
-        clock = Clock(fed.config.clock, DeviceProfiles(self.speed[sampled], self.bandwidth[sampled]))
+        clock = self.clock.at(sampled)
         load = RoundLoad(*self.load[:, self.rows, self.slots])
         train = clock.train_time(self.samples[sampled], tau, self.costs[sizes], load)
         probe = self.probe[sampled] if fed.companion_arch else np.zeros(train.shape)
