@@ -647,11 +647,11 @@ class Federation:
         return tuple(times)
 
     def _bytes(self, model: np.ndarray) -> np.ndarray:
-        """``(K,)`` bytes each client receives: its ``model`` (indices, ``(K,)``) and the companion."""
+        """Bytes each client receives: its ``model`` (an index per client) and the companion."""
         return self.model_bytes[model] + self.companion_bytes
 
     def _upload_bytes(self, model: np.ndarray) -> np.ndarray:
-        """``(K,)`` bytes each client sends when it uploads (e.g. SCAFFOLD's control variate too)."""
+        """Bytes each client sends when it uploads its ``model`` (e.g. SCAFFOLD's control variate too)."""
         return self._bytes(model) * self.algorithm.upload_factor
 
     def _download_seconds(self, model: np.ndarray, clients: np.ndarray | None = None) -> np.ndarray:
