@@ -47,7 +47,7 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ent_coef": (is_non_negative, "a float >= 0"),
     "vf_coef": (is_non_negative, "a float >= 0"),
     "max_grad_norm": (is_positive, "a float > 0"),
-    "imitate": (lambda v: isinstance(v, str) and bool(v), "a fixed policy spec of the env"),
+    "imitate": (lambda v: isinstance(v, str) and bool(v), "a fixed policy of the env, by name"),
     "imitate_episodes": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
     "imitate_epochs": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
     "imitate_lr": (is_positive, "a float > 0"),

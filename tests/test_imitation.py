@@ -80,7 +80,7 @@ def test_bad_imitation_settings_name_the_key(block, algo, message):
 
 @pytest.mark.parametrize("spec, message", [
     ("nope", "policy 'nope' is not known for FLSelect-v0"),
-    ("ppo:runs/x", "imitate='ppo:runs/x' is out of range; allowed: a fixed policy spec of FLSelect-v0"),
+    ("ppo:runs/x", "imitate='ppo:runs/x' is out of range; allowed: a fixed policy of FLSelect-v0 by name"),
 ])
 def test_only_a_fixed_policy_of_the_env_is_imitated(spec, message):
     with pytest.raises(ValueError, match=message):

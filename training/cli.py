@@ -107,7 +107,7 @@ def exit_on_interrupt(line: str) -> Iterator[None]:
 
 
 def split_policies(text: str) -> list[str]:
-    """``--policies`` as policy specs: commas inside ``[...]`` separate a policy's kwargs, not policies."""
+    """``--policies`` as policy strings: commas inside ``[...]`` separate a policy's kwargs, not policies."""
     return [s for s in re.split(r",(?![^\[]*\])", text) if s]
 
 

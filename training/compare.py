@@ -1,6 +1,6 @@
 """``fl-gym compare``: fixed and learned policies on the same evaluation seeds, tables and plots.
 
-Policy specs:
+Policy strings:
 
 * a fixed policy's name for the env's family (``fl-gym envs`` lists them), optionally with its
   keyword arguments in brackets (``random-drop[q=0.84,seed=1]``); a baseline that is an env
@@ -10,7 +10,7 @@ Policy specs:
   folder of ``fl-gym train``; a folder holding a training recipe (``fl-gym train --algo NAME``)
   becomes the recipe's composed policy, also as ``NAME:PATH``.
 
-Rows are labelled by the policy spec, with a run path shortened to its last component. The default
+Rows are labelled by the policy string, with a run path shortened to its last component. The default
 evaluation seeds (10000 on) are apart from the training seeds ``fl-gym train`` uses (0 on); a
 warning names any overlap with a loaded run's seeds.
 """
@@ -53,7 +53,7 @@ class PolicySpec:
 
 
 def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SEEDS) -> PolicySpec:
-    """Parse a policy spec (warning if ``eval_seeds`` trained a loaded run).
+    """Parse a policy string (warning if ``eval_seeds`` trained a loaded run).
 
     Raises:
         ValueError: an unknown name or algorithm.
@@ -141,7 +141,7 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
     require(rounds is None or is_int_at_least(rounds, 1), "--rounds", rounds, "an integer >= 1")
     require(target is None or 0 < target <= 1, "--target", target, "None or a float in (0, 1]")
     require(len(seeds) >= 1, "--seeds", seeds, "at least one seed")
-    # bad policy specs fail before any work
+    # bad policy strings fail before any work
     parsed = [policy_spec(spec, env_id, tuple(seeds)) for spec in specs]
     labels = [p.label for p in parsed]
     require(len(set(labels)) == len(labels), "--policies", specs, "distinct policies")

@@ -39,7 +39,7 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def strategy_for(spec: EnvSpec, policy: str, seed: int = 0) -> PolicyStrategy:
-    """The strategy playing ``policy`` (a ``compare`` policy spec) on the env ``spec`` (or its variant)."""
+    """The strategy playing ``policy`` (a ``compare`` policy string) on the env ``spec`` (or its variant)."""
     chosen = policy_spec(policy, spec.env_id, eval_seeds=(seed,))
     spec = replace(spec, env_kwargs={**chosen.env_kwargs, **spec.env_kwargs})
     return PolicyStrategy(spec, chosen.factory, seed=seed, label=chosen.label)
@@ -92,7 +92,7 @@ def _quiet_deprecation() -> Iterator[None]:
 
 
 def env_episode(strategy: PolicyStrategy, num_rounds: int) -> list[dict[str, Any]]:
-    """The rounds ``strategy``'s policy plays in the fl-gym env itself (same spec and seeds), to compare."""
+    """The rounds ``strategy``'s policy plays in the fl-gym env itself (same arguments, seeds), to compare."""
     env = strategy.spec.make()
     return list(play(env, strategy.policy, strategy.seed, num_rounds, strategy.deterministic))
 

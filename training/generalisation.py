@@ -38,12 +38,12 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
 
     Args:
         env_id: the env every policy plays.
-        specs: policy specs, as ``fl-gym compare`` takes them.
+        specs: policy strings, as ``fl-gym compare`` takes them.
         scenario_seeds: the held-out scenarios.
         variants: name -> env arguments on top of ``env_kwargs``; default one, ``held-out``, with none.
         seeds: evaluation seeds, played on every scenario.
         env_kwargs: env arguments of every episode.
-        reference: the policy spec whose metrics the ratios divide by (one of ``specs``; None: the first).
+        reference: the policy string whose metrics the ratios divide by (one of ``specs``; None: the first).
         metrics: summary keys of ``fl-gym compare`` to tabulate.
         out_dir: where ``results.json`` and ``results.md`` go (None: nowhere).
         progress: print each scenario as it starts.

@@ -11,7 +11,7 @@ actions would shrink it to nothing, and PPO could no longer move from its start.
 then improves on its start is the test of learning: each run keeps the imitated model
 (``imitated.zip``) to be scored beside the trained one.
 
-A ``ppo.yml`` block asks for it with ``imitate`` (a fixed policy spec of the env, as in
+A ``ppo.yml`` block asks for it with ``imitate`` (a fixed policy of the env by name, as in
 ``fl-gym compare``), ``imitate_episodes`` (the rule's episodes on the training federations),
 ``imitate_epochs`` (passes over them) and ``imitate_lr`` (the optimiser's rate meanwhile);
 :data:`DEFAULTS` holds the values a block leaves out.
@@ -65,7 +65,7 @@ def fixed_policy(spec: Any, env_id: str, env_kwargs: dict[str, Any]) -> PolicySp
         ValueError: not a fixed policy of the env, or one that plays another variant of it.
     """
     require(isinstance(spec, str) and ":" not in spec, "imitate", spec,
-            f"a fixed policy spec of {env_id} (NAME or NAME[key=value,...]), not a trained model")
+            f"a fixed policy of {env_id} by name (NAME or NAME[key=value,...]), not a trained model")
     chosen = policy_spec(spec, env_id)
     other = {k: v for k, v in chosen.env_kwargs.items() if env_kwargs.get(k) != v}
     require(not other, "imitate", spec,

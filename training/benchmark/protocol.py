@@ -1,6 +1,6 @@
 """The benchmark protocol: score a policy on a task's federations, pin the references, train and test agents.
 
-* :func:`score_policy`: one policy spec (``fl-gym compare`` syntax: a fixed policy's name, or
+* :func:`score_policy`: one policy string (``fl-gym compare`` syntax: a fixed policy's name, or
   ``ALGO:RUN_DIR``) on every test federation and evaluation seed of a task, as a
   ``(seeds, federations)`` matrix of episode scores (:func:`play` gives the episodes). All the
   episodes run side by side as the copies of one batched vector env.
@@ -42,7 +42,7 @@ def play(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
 
     Args:
         task: the task.
-        spec: a policy spec (``fl-gym compare`` syntax), or ``make_policy(env)`` returning anything
+        spec: a policy string (``fl-gym compare`` syntax), or ``make_policy(env)`` returning anything
             with SB3's ``predict`` (a new method, evaluated exactly as the fixed policies are).
         split: ``test`` or ``extrapolation``.
         scenarios: the federations (default: the task's test federations).

@@ -73,12 +73,12 @@ class Task:
         doc: what the agent decides and what makes the task hard, in a sentence or two.
         env_kwargs: the env's arguments, for training and test alike.
         budget: training env steps of an agent.
-        reference: the policy spec of the score's zero (``ref_min``): the no-decision default.
-        heuristics: fixed policy specs (``fl-gym compare`` syntax): the papers' heuristics and
+        reference: the policy string of the score's zero (``ref_min``): the no-decision default.
+        heuristics: fixed policy strings (``fl-gym compare`` syntax): the papers' heuristics and
             simple baselines.
-        tuned: name -> candidate specs: a baseline whose setting is chosen on the tuning
+        tuned: name -> candidate strings: a baseline whose setting is chosen on the tuning
             federations (the best candidate there), then tested like the others.
-        upper: a privileged policy spec (it sees what the server cannot), above the fixed
+        upper: a privileged policy string (it sees what the server cannot), above the fixed
             policies: the headroom shown beside the scores; or a tuple of specs, whose best on
             each test federation is the upper reference (a per-federation search, chosen on the
             episodes it is scored on, so slightly optimistic); None if the task has none.
@@ -127,7 +127,7 @@ class Task:
 
     @property
     def uppers(self) -> tuple[str, ...]:
-        """The upper reference's candidate specs (one, or the searched ones)."""
+        """The upper reference's candidate strings (one, or the searched ones)."""
         return (self.upper,) if isinstance(self.upper, str) else tuple(self.upper or ())
 
     @property
