@@ -784,19 +784,19 @@ class Federation:
 
     def _update_stats(self, plan: RoundPlan, cohort: Cohort, stats: LocalStats) -> None:
         """Each update's norm and angle to its population's mean update; each model's cosine to the global."""
+        norm = torch.linalg.vector_norm  # Tensor.norm dispatches in Python: slower than the kernel here
         for member in cohort.members:
             if member.role == LITE:
                 continue
             clients = cohort.clients(member)
             start, rows = self._start_vector(member, plan, clients), member.stack.rows()
             delta = rows - start
-            norm = delta.norm(dim=1)
-            model_norm = rows.norm(dim=1)
-            model_cosine = (rows @ start) / (model_norm * start.norm()).clamp_min(1e-12)
-            share = torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(), device=self.device)
-            mean_update = weighted_average(delta, share)
-            cos = (delta @ mean_update) / (norm * mean_update.norm()).clamp_min(1e-12)
-            values = torch.stack([model_cosine, model_norm, norm,
+            update_norm, model_norm = norm(delta, dim=1), norm(rows, dim=1)
+            model_cosine = (rows @ start) / (model_norm * norm(start)).clamp_min(1e-12)
+            sizes = self.sizes[clients]
+            mean_update = weighted_average(delta, torch.as_tensor(sizes / sizes.sum(), device=self.device))
+            cos = (delta @ mean_update) / (update_norm * norm(mean_update)).clamp_min(1e-12)
+            values = torch.stack([model_cosine, model_norm, update_norm,
                                   torch.arccos(cos.clamp(-1, 1))]).cpu().numpy()
             columns = (stats.model_cosine, stats.model_norm, stats.update_norm, stats.update_angle)
             for column, value in zip(columns, values, strict=True):  # one transfer from the device, not four
@@ -830,8 +830,10 @@ class Federation:
             w = self._weights(weight, clients[keep], acc)
             (lite_weights if lite else weights)[clients[keep]] = w
             old = self._start_vector(member, plan, clients)
-            average = self._average(member.stack.rows()[torch.as_tensor(keep, device=self.device)], w,
-                                    trained.steps[clients[keep]], old)
+            rows = member.stack.rows()
+            if not keep.all():
+                rows = rows.index_select(0, torch.as_tensor(np.flatnonzero(keep), device=self.device))
+            average = self._average(rows, w, trained.steps[clients[keep]], old)
             if lite:
                 self.companion_model = self.buffers.keep(self._companion_server.apply(old, average))
             else:

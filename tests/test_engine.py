@@ -20,6 +20,7 @@ from fl_gym.engine import (
     make_schedule,
     train_cohort,
 )
+from fl_gym.engine.losses import log_softmax
 from fl_gym.engine.pool import BufferPool
 from fl_gym.engine.probe import gradients_at
 from fl_gym.engine.reference import reference_train
@@ -143,6 +144,15 @@ def test_cross_entropy_and_its_gradient_match_autograd():
     ref.sum().backward()
     torch.testing.assert_close(losses["model"], ref.detach())
     torch.testing.assert_close(grads["model"], leaf.grad)
+
+
+@pytest.mark.parametrize("classes", [2, 10, 15, 16, 100])
+def test_log_softmax_over_few_or_many_classes_is_torchs_and_contiguous(classes):
+    z = torch.randn(3, 7, classes, generator=torch.Generator().manual_seed(classes)) * 20
+    out = log_softmax(z)
+    torch.testing.assert_close(out, z.log_softmax(-1), rtol=0, atol=1e-5)
+    assert out.is_contiguous() and out.shape == z.shape
+    torch.testing.assert_close(out.exp().sum(-1), torch.ones(3, 7))
 
 
 def test_mutual_distillation_matches_hand_computation():

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fl_gym.engine.losses import log_softmax
 from fl_gym.engine.optim import OptimizerConfig, StackOptimizer
 from fl_gym.models.architecture import Stack, prefix
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require
@@ -453,7 +454,7 @@ class Moon(LocalAlgorithm):
         with torch.enable_grad():
             sims = torch.stack([torch.cosine_similarity(z, z_glob, dim=-1),
                                 torch.cosine_similarity(z, z_prev, dim=-1)], dim=-1) / self.tau
-            loss = -(sims.log_softmax(-1)[..., 0] * w).sum()
+            loss = -(log_softmax(sims)[..., 0] * w).sum()
             (grad,) = torch.autograd.grad(self.mu * loss, z)
         return grad
 

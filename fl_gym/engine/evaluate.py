@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fl_gym.engine.losses import log_softmax
 from fl_gym.engine.schedule import padded
 from fl_gym.models.architecture import Stack
 
@@ -43,7 +44,7 @@ def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor],
         idx = table[:, lo: lo + batch_size]
         valid = (torch.arange(lo, lo + idx.shape[1], device=device) < n.unsqueeze(1)).float()
         logits, _ = arch.forward(stack.blocks, arch.gather(x, idx), False)
-        logp = logits.log_softmax(-1)
+        logp = log_softmax(logits)
         yb = y[idx]
         loss -= (logp.gather(-1, yb.unsqueeze(-1)).squeeze(-1) * valid).sum(1)
         correct += ((logits.argmax(-1) == yb).float() * valid).sum(1)

@@ -89,7 +89,7 @@ class BatchDraw:
         n = np.array([p.shape[0] for p in parts])
         nb = -(-n // batch_size)
         epochs = int((-(-steps // nb)).max())
-        pad = torch.arange(int(n.max()), device=device) >= torch.as_tensor(n, device=device).unsqueeze(1)
+        pad = torch.as_tensor(np.arange(n.max()) >= n[:, None], device=device)
         # one draw for every epoch: on the CPU the same numbers as a draw per epoch, in one call
         keys = torch.rand((epochs, *pad.shape), generator=gen, device=device).masked_fill_(pad, 2.0)
         return cls(parts, steps, keys)
