@@ -163,7 +163,7 @@ class Stack:
 
     def views(self, buffer: Tensor) -> list[Tensor]:
         """Split a buffer of this stack's layout into ``(K, *shape)`` blocks."""
-        return self._blocks_of(buffer.split([self.k * size for size in self.arch.sizes]))
+        return self._blocks_of(buffer.split_with_sizes([self.k * size for size in self.arch.sizes]))
 
     @classmethod
     def from_rows(cls, arch: Architecture, rows: Tensor | Sequence[Tensor]) -> Stack:
@@ -175,7 +175,7 @@ class Stack:
         k = sum(part.shape[0] for part in parts)
         stack = cls(arch, parts[0].new_empty(k * arch.num_params))
         # per block, every part's
-        columns = zip(*(part.split(arch.sizes, dim=1) for part in parts), strict=True)
+        columns = zip(*(part.split_with_sizes(arch.sizes, dim=1) for part in parts), strict=True)
         for block, size, pieces in zip(stack.blocks, arch.sizes, columns, strict=True):
             torch.cat(pieces, out=block.view(k, size))
         return stack
@@ -184,13 +184,13 @@ class Stack:
     def broadcast(cls, arch: Architecture, vector: Tensor, k: int, buffer: Tensor | None = None) -> Stack:
         """K copies of one ``(P,)`` vector (written into ``buffer``, ``(K*P,)``, if given)."""
         stack = cls(arch, vector.new_empty(k * arch.num_params) if buffer is None else buffer)
-        for block, piece in zip(stack.blocks, vector.split(arch.sizes), strict=True):
+        for block, piece in zip(stack.blocks, vector.split_with_sizes(arch.sizes), strict=True):
             block.copy_(piece.view(block.shape[1:]))  # broadcast over the K rows
         return stack
 
     def row_views(self, rows: Tensor) -> list[Tensor]:
         """Split a ``(K, P)`` row buffer into ``(K, *shape)`` blocks (strided views that fill the rows)."""
-        return self._blocks_of(rows.split(self.arch.sizes, dim=1))
+        return self._blocks_of(rows.split_with_sizes(self.arch.sizes, dim=1))
 
     def _blocks_of(self, pieces: Sequence[Tensor]) -> list[Tensor]:
         return [piece.view(self.k, *shape)
