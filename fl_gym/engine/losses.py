@@ -22,8 +22,8 @@ from torch import Tensor
 from fl_gym.validation import is_non_negative, require
 
 LossFn = Callable[[dict[str, Tensor], Tensor, Tensor], tuple[dict[str, Tensor], dict[str, Tensor]]]
-# torch's CPU log-softmax over a last dim narrower than this (10 classes) loops over the rows one at
-# a time, about 10x slower than the same reduction over a leading dim, which it vectorises across rows
+# torch's CPU log-softmax over a last dim narrower than this (10 classes) is 7-12x slower than the same
+# reduction over a leading dim, which it vectorises across the rows (docs/performance.md)
 NARROW_CLASSES = 16
 
 
