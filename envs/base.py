@@ -218,10 +218,10 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
             raise gym.error.ResetNeeded("step() before reset(); call reset() first")
         if self._ended:
             raise gym.error.ResetNeeded("step() after the episode ended; call reset()")
-        report, outcome = self._play(self._pending, self._check_action(action))
+        report, outcome = self._play(self._pending, self.check_action(action))
         last = self.count_round(int(report.aggregated.sum()))
         terms = self._reward_terms(report, outcome)
-        reward = self._reward(terms)
+        reward = self.reward_of(terms)
         terminated = self._is_terminated(report)
         truncated = last and not terminated
         info = self._info(report, outcome, terms)
@@ -264,7 +264,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
                                 randomize_scenario=False)
         old = self.federation
         scenario_seed = seed if span is not None else int(rng.integers(2**63 - 1))
-        self.federation = Federation(config.federation_config(), scenario_seed, dataset=old._dataset)
+        self.federation = Federation(config.federation_config(), scenario_seed, dataset=old.dataset)
         # a batched vector env's copy stays merged, its lasting state in the copies' shared pool
         self.federation.batcher, self.federation.buffers = old.batcher, old.buffers
         spaces_before = self.observation_space, self.action_space
@@ -276,7 +276,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
 
     # ---- actions -----------------------------------------------------------------------------
 
-    def _check_action(self, action: Any) -> np.ndarray:
+    def check_action(self, action: Any) -> np.ndarray:
         """The action as an array of the action space's shape, or a ``ValueError`` naming both."""
         a = np.asarray(action)
         space, kind = self.action_space, a.dtype.kind
@@ -318,7 +318,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     def _reward_weights(self) -> Mapping[str, float]:
         raise NotImplementedError
 
-    def _reward(self, terms: Mapping[str, Any]) -> Any:
+    def reward_of(self, terms: Mapping[str, Any]) -> Any:
         """The terms' weighted sum (a term of weight 0 need not be measured; rows of terms give rows)."""
         return sum(weight * terms[name] for name, weight in self._reward_weights().items() if weight)
 

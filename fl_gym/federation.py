@@ -318,6 +318,11 @@ class Federation:
         self._set_train_parts(parts)
 
     @property
+    def dataset(self) -> Dataset:
+        """The data set the clients' partitions index (shared by a federation rebuilt on it)."""
+        return self._dataset
+
+    @property
     def num_clients(self) -> int:
         """``K``."""
         return self.config.num_clients

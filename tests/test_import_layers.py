@@ -109,6 +109,43 @@ def test_no_module_writes_another_objects_private_attributes():
     assert [w for path in _files() for w in _private_writes(path)] == []
 
 
+# torch's own privates that the engine reads: a storage's handle (its reference count) and an aten op
+THIRD_PARTY_PRIVATE = {"_cdata", "_adaptive_avg_pool2d_backward"}
+NAMED_TUPLE_API = {"_asdict", "_fields", "_replace", "_make"}
+
+
+def _private_reads(path: Path) -> list[str]:
+    """``obj._name`` read where ``obj`` is not ``self``, ``cls`` or a module, and the file has no ``_name``.
+
+    A name the file defines (a method, a class, an attribute it assigns) is read within its own
+    module, as a class reads its own instances' state.
+    """
+    tree = ast.parse(path.read_text())
+    modules = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+               if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    own = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    own |= {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+    allowed = own | THIRD_PARTY_PRIVATE | NAMED_TUPLE_API
+    return [f"{path.name}:{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+            and node.attr.startswith("_") and not node.attr.startswith("__") and node.attr not in allowed
+            and getattr(node.value, "id", None) not in ("self", "cls", *modules)]
+
+
+def test_no_module_reads_another_modules_private_attributes():
+    """What a module keeps private, only it reads: others go through public methods and properties."""
+    assert [r for path in _files() for r in _private_reads(path)] == []
+
+
+def test_the_private_read_check_finds_one(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("import torch\n\nclass A:\n    def _mine(self, other):\n"
+                      "        return other._mine()\n\n\ndef f(env, row):\n"
+                      "    return env._policies, self._ok, torch._C, row._asdict(), env.public\n")
+    assert [r.split(": ")[1] for r in _private_reads(sample)] == ["env._policies"]
+
+
 def test_the_private_write_check_finds_one(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("def f(env, self):\n    env._round += 1\n    env._seen[0] = 2\n    self._ok = 1\n"

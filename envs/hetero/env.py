@@ -150,7 +150,8 @@ class _HeteroEnv(FLEnv):
     def __init__(self, config: HeteroConfig | None = None, *, scenario_seed: int = 0,
                  allocation_policy: Predictor | str | None = None,
                  intensity_policy: Predictor | str | None = None, **kwargs: Any) -> None:
-        self._injected = {"alloc": allocation_policy or "greedy", "intensity": intensity_policy or "uniform"}
+        # what was injected for each role (a fixed policy's name or a predictor)
+        self.injected = {"alloc": allocation_policy or "greedy", "intensity": intensity_policy or "uniform"}
         super().__init__(config, scenario_seed=scenario_seed, **kwargs)
 
     def _setup(self) -> None:
@@ -186,7 +187,7 @@ class _HeteroEnv(FLEnv):
         return self.hetero.encode(sizes, sigma)
 
     def _inner(self, view: str) -> Predictor:
-        policy = self._injected[view]
+        policy = self.injected[view]
         if not isinstance(policy, str):
             return policy
         fixed = family_of(self.spec_id(view)).fixed_policies(self.spec_id(view))
@@ -215,6 +216,19 @@ class _HeteroEnv(FLEnv):
     def share_records(self, records: ClientRecords) -> None:
         """Keep the client records in ``records`` (a row of a vector clock's, which writes every copy's)."""
         self.records = records
+
+    def policy(self, role: str) -> Predictor:
+        """The injected policy of ``role`` (``"alloc"`` or ``"intensity"``), built for this scenario."""
+        return self._policies[role]
+
+    def ask(self, role: str, obs: np.ndarray) -> np.ndarray:
+        """The injected ``role`` policy's deterministic action on ``obs``."""
+        return self._predict(self._policies[role], obs)
+
+    @property
+    def residual(self) -> Predictor | None:
+        """The fixed policy the agent's action corrects (``residual_policy``), or None."""
+        return self._residual
 
     # ---- the round ---------------------------------------------------------------------------
 
@@ -264,13 +278,13 @@ class _HeteroEnv(FLEnv):
         action, _ = policy.predict(obs, deterministic=True)
         return np.asarray(action)
 
-    def _decide(self, pending: HeteroRound, action: np.ndarray) -> HeteroDecision:
+    def decide_round(self, pending: HeteroRound, action: np.ndarray) -> HeteroDecision:
         """The decision of one checked action (:meth:`decide` of one row), the residual's base added."""
         if self._residual is not None:
             action = np.clip(self._predict(self._residual, self._observe(pending)) + action, -1.0, 1.0)
 
         def ask(role: str, ratio: np.ndarray) -> np.ndarray:
-            return self._predict(self._policies[role], self._features(pending, ratio[0]))[None]
+            return self.ask(role, self._features(pending, ratio[0]))[None]
 
         sizes = None if pending.sizes is None else pending.sizes[None]
         rows = self.decide(np.asarray(action)[None], sizes, pending.probe_ratio[None], ask)
@@ -292,7 +306,7 @@ class _HeteroEnv(FLEnv):
         return HeteroDecision(sizes, sigma, tau)
 
     def _play(self, pending: HeteroRound, action: np.ndarray) -> tuple[RoundReport, HeteroOutcome]:
-        decision = self._decide(pending, action)
+        decision = self.decide_round(pending, action)
         n, slots = self.federation.num_clients, pending.slots
         model, epochs = np.zeros(n, np.int64), np.zeros(n)
         model[slots], epochs[slots] = decision.sizes, decision.epochs
@@ -473,5 +487,5 @@ class FLHeteroIntensityEnv(_HeteroEnv):
     def _prepare(self) -> HeteroRound:
         """The round opened, with the sizes ``allocation_policy`` gives it (the agent sees and splits it)."""
         pending = super()._prepare()
-        sizes = self._predict(self._policies["alloc"], self._features(pending, pending.probe_ratio))
+        sizes = self.ask("alloc", self._features(pending, pending.probe_ratio))
         return replace(pending, sizes=sizes)

@@ -69,9 +69,9 @@ class HeteroClock:
         acts_sizes = envs[0].hetero.action.acts_sizes
         self.sizes = None if acts_sizes else np.zeros((n, self.k), np.int64)  # injected, per round
         # per role, whether every copy was given one injected policy (fixed for the copies' lives)
-        self.one_choice = {role: all(_same_choice(env._injected[role], envs[0]._injected[role])
+        self.one_choice = {role: all(_same_choice(env.injected[role], envs[0].injected[role])
                                      for env in envs)
-                           for role in envs[0]._injected}
+                           for role in envs[0].injected}
         # what each copy holds while its pending round is the clock's rows (FLEnv._pending)
         self.builders = [partial(self._pending_of, i) for i in range(n)]
         for i in range(n):
@@ -125,7 +125,7 @@ class HeteroClock:
         for i in [i for i, env in enumerate(self.envs) if not env.pending_deferred_to(self.builders[i])]:
             self.refresh(i)
         first = self.envs[0]
-        decision = self._decide(np.asarray(actions))
+        decision = self._decisions(np.asarray(actions))
         sizes, tau = decision.sizes, decision.epochs
         train, probe, client, uploaded = self._times(sizes, tau)
         slowest, fastest = client.max(axis=1), client.min(axis=1)
@@ -135,7 +135,7 @@ class HeteroClock:
         columns = first.timing_info(decision, epochs, self.probe[self.rows, self.slots],
                                     train, probe + train, self.probe_ratio,
                                     self.entropy[self.rows, self.slots], terms["r1"])
-        reward = first._reward(terms).tolist()  # the env's own rule, over the copies' rows of terms
+        reward = first.reward_of(terms).tolist()  # the env's own rule, over the copies' rows of terms
         seconds = round_time.tolist()
         self._commit(seconds)
         history = first.config.obs_mode == "history"  # the only records that need the rounds
@@ -159,13 +159,13 @@ class HeteroClock:
                      strict=True)
         return [dict(zip(keys, row, strict=True)) for row in values]
 
-    def _decide(self, actions: np.ndarray) -> HeteroDecision:
+    def _decisions(self, actions: np.ndarray) -> HeteroDecision:
         """Every copy's decision, as rows (``_HeteroEnv.decide``)."""
         first = self.envs[0]
         a = self._checked(actions)
-        if a is None or first._residual is not None:
+        if a is None or first.residual is not None:
             # per copy: each checks its own action (and raises its own error), a residual asks its base policy
-            decisions = [env._decide(self._pending_of(i), env._check_action(a))
+            decisions = [env.decide_round(self._pending_of(i), env.check_action(a))
                          for i, (env, a) in enumerate(zip(self.envs, actions, strict=True))]
             return HeteroDecision(*(np.stack([getattr(d, name) for d in decisions])
                                     for name in ("sizes", "sigma", "epochs")))
@@ -173,7 +173,7 @@ class HeteroClock:
                             lambda role, ratio: self._ask(role, self._features(ratio)))
 
     def _checked(self, actions: np.ndarray) -> np.ndarray | None:
-        """The copies' actions as their ``_check_action`` returns them, or None if any would refuse."""
+        """The copies' actions as their ``check_action`` returns them, or None if any would refuse."""
         space, a = self.envs[0].action_space, np.asarray(actions)
         kind = a.dtype.kind
         if kind not in "biuf" or a.shape != (len(self.envs), *space.shape):
@@ -188,11 +188,11 @@ class HeteroClock:
 
     def _ask(self, role: str, features: np.ndarray) -> np.ndarray:
         """Every copy's injected ``role`` policy's action on its row of ``features`` (module docstring)."""
-        policy = self.envs[0]._policies[role]  # read each time: a scenario redrawn at reset rebuilds it
+        policy = self.envs[0].policy(role)  # read each time: a scenario redrawn at reset rebuilds it
         if self.one_choice[role] and getattr(policy, "batchable", False):
             return np.asarray(policy.predict(features, deterministic=True)[0])
         rows = zip(self.envs, features, strict=True)
-        return np.stack([env._predict(env._policies[role], row) for env, row in rows])
+        return np.stack([env.ask(role, row) for env, row in rows])
 
     def _times(self, sizes: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, ...]:
         """Training, probe and client times of the ``(copies, k)`` sampled clients, bytes uploaded per copy.
