@@ -78,9 +78,11 @@ class StackOptimizer:
         n_state = 2 if cfg.name == "adam" else int(cfg.momentum > 0)
         self._state = [torch.zeros_like(stack.flat) for _ in range(n_state)]
         self._shared = float(lr[0]) if bool((lr == lr[0]).all()) else None
-        # (gradient buffer, the groups of _groups per active count): a run steps with one gradient buffer,
-        # and slicing every block anew at each step costs more than updating it
-        self._pieces: tuple[Tensor, dict[int, list[tuple[list[Tensor], Tensor]]]] | None = None
+        # the block views of (the gradient buffer they were made with, and the rest), and _groups' pieces per
+        # active count: a run steps with one gradient buffer, and slicing the blocks anew at each step costs
+        # more than updating them
+        self._views: tuple[Tensor, list[list[Tensor]]] | None = None
+        self._pieces: dict[int, list[tuple[list[Tensor], Tensor]]] = {}
 
     def set_active(self, active: int) -> None:
         """Update only the first ``active`` clients from now on (the rest finished their steps)."""
@@ -93,14 +95,13 @@ class StackOptimizer:
         if a == self.stack.k and self._shared is not None:
             yield flats, self._shared
             return
-        if self._pieces is None or self._pieces[0] is not grad:
-            self._pieces = (grad, {})
-        pieces = self._pieces[1]
-        if a not in pieces:
-            views = [self.stack.views(t) for t in flats]
-            pieces[a] = [([v[i][:a] for v in views], self.lr[:a].view(-1, *[1] * (block.dim() - 1)))
-                         for i, block in enumerate(views[0])]
-        yield from pieces[a]
+        if self._views is None or self._views[0] is not grad:
+            self._views, self._pieces = (grad, [self.stack.views(t) for t in flats]), {}
+        views = self._views[1]
+        if a not in self._pieces:
+            self._pieces[a] = [([v[i][:a] for v in views], self.lr[:a].view(-1, *[1] * (block.dim() - 1)))
+                               for i, block in enumerate(views[0])]
+        yield from self._pieces[a]
 
     def step(self, grad: Tensor) -> None:
         """Apply one update from the flat gradient buffer ``grad`` (modified in place)."""
