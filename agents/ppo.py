@@ -166,7 +166,7 @@ def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
                         "'ppo'")
     if imitation and "imitate" not in hyperparams:
         raise UserError(f"hyperparameter {imitation[0]!r} does nothing without 'imitate'; allowed: with "
-                         "imitate=POLICY_SPEC")
+                         "imitate=POLICY (a fixed policy of the env by name)")
     extractor = (hyperparams.get("policy_kwargs") or {}).get("features_extractor")
     if extractor is not None and extractor not in FEATURE_EXTRACTORS:
         raise UserError(f"features_extractor={extractor!r} is out of range; allowed: "

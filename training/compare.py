@@ -106,7 +106,8 @@ def _with_kwargs(spec: str) -> tuple[str, dict[str, Any]]:
 
 def _run_config(run_dir: Path) -> dict[str, Any]:
     """A run folder's ``config.yml``, checked as ``train --resume`` checks it ({} when the model is alone)."""
-    from fl_gym.training.runs import load_run  # runs trains with imitation, which reads compare's specs
+    # runs trains with imitation, which reads compare's policy strings: imported here, not at the top
+    from fl_gym.training.runs import load_run
 
     return dataclasses.asdict(load_run(run_dir)) if (run_dir / "config.yml").is_file() else {}
 

@@ -28,7 +28,7 @@ HELD_OUT = (4242, 123, 777, 2024, 31337)
 METRICS = ("straggling_latency", "sim_time", "return")
 
 
-def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[int] = HELD_OUT,
+def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequence[int] = HELD_OUT,
                    variants: Mapping[str, Mapping[str, Any]] | None = None,
                    seeds: Sequence[int] = DEFAULT_SEEDS,
                    env_kwargs: Mapping[str, Any] | None = None, reference: str | None = None,
@@ -38,12 +38,13 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
 
     Args:
         env_id: the env every policy plays.
-        specs: policy strings, as ``fl-gym compare`` takes them.
+        policies: policy strings, as ``fl-gym compare`` takes them.
         scenario_seeds: the held-out scenarios.
         variants: name -> env arguments on top of ``env_kwargs``; default one, ``held-out``, with none.
         seeds: evaluation seeds, played on every scenario.
         env_kwargs: env arguments of every episode.
-        reference: the policy string whose metrics the ratios divide by (one of ``specs``; None: the first).
+        reference: the policy string whose metrics the ratios divide by (one of ``policies``; None:
+            the first).
         metrics: summary keys of ``fl-gym compare`` to tabulate.
         out_dir: where ``results.json`` and ``results.md`` go (None: nowhere).
         progress: print each scenario as it starts.
@@ -56,23 +57,23 @@ def generalisation(env_id: str, specs: Sequence[str], scenario_seeds: Sequence[i
             gym.make(env_id, **{**(env_kwargs or {}), **extra, "scenario_seed": scenario_seeds[0]}).close()
         except ValueError as exc:
             raise UserError(f"variant {name!r}: {exc}") from exc
-    reference = specs[0] if reference is None and specs else reference
-    require(reference in specs, "reference", reference, f"one of the policies {list(specs)}")
+    reference = policies[0] if reference is None and policies else reference
+    require(reference in policies, "reference", reference, f"one of the policies {list(policies)}")
     rows: list[dict[str, Any]] = []
     unable: dict[str, dict[str, str]] = {}  # variant -> policy -> why it cannot act there
     # loads each model once here
-    labels = {spec: policy_spec(spec, env_id, tuple(seeds)).label for spec in specs}
-    require(len(set(labels.values())) == len(specs), "specs", list(specs), "distinct policies")
+    labels = {name: policy_spec(name, env_id, tuple(seeds)).label for name in policies}
+    require(len(set(labels.values())) == len(policies), "policies", list(policies), "distinct policies")
     for name, extra in variants.items():
-        for spec, label in labels.items():
+        for policy, label in labels.items():
             for scenario in scenario_seeds:
                 if progress:
                     print(f"{name}, {label}, scenario_seed={scenario}", flush=True)
                 kwargs = {**(env_kwargs or {}), **extra, "scenario_seed": scenario}
                 try:
-                    stats = compare(env_id, [spec], tuple(seeds), kwargs, progress=False)["summary"][label]
+                    stats = compare(env_id, [policy], tuple(seeds), kwargs, progress=False)["summary"][label]
                 except ValueError as exc:  # e.g. a flat agent on another client count
-                    require(spec != reference, "reference", reference,
+                    require(policy != reference, "reference", reference,
                             f"a policy that acts on {name} ({exc})")
                     unable.setdefault(name, {})[label] = str(exc).splitlines()[0]
                     break

@@ -79,7 +79,7 @@ class Task:
         tuned: name -> candidate strings: a baseline whose setting is chosen on the tuning
             federations (the best candidate there), then tested like the others.
         upper: a privileged policy string (it sees what the server cannot), above the fixed
-            policies: the headroom shown beside the scores; or a tuple of specs, whose best on
+            policies: the headroom shown beside the scores; or a tuple of policy strings, whose best on
             each test federation is the upper reference (a per-federation search, chosen on the
             episodes it is scored on, so slightly optimistic); None if the task has none.
         extrapolation: env arguments outside the training range, played on the test federations.
