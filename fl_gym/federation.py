@@ -835,10 +835,7 @@ class Federation:
             w = self._weights(weight, clients[keep], acc)
             (lite_weights if lite else weights)[clients[keep]] = w
             old = self._start_vector(member, plan, clients)
-            rows = member.stack.rows()
-            if not keep.all():
-                rows = rows.index_select(0, torch.as_tensor(np.flatnonzero(keep), device=self.device))
-            average = self._average(rows, w, trained.steps[clients[keep]], old)
+            average = self._average(member.stack.rows(), keep, w, trained.steps[clients], old)
             if lite:
                 self.companion_model = self.buffers.keep(self._companion_server.apply(old, average))
             else:
@@ -847,17 +844,19 @@ class Federation:
                 self.global_models[m] = self.buffers.keep(self._servers[m].apply(old, average))
         return weights
 
-    def _average(self, rows: torch.Tensor, w: np.ndarray, steps: np.ndarray, start: torch.Tensor
-                 ) -> torch.Tensor:
-        """The aggregated clients' models ``rows`` averaged with weights ``w``, or as FedNova averages.
+    def _average(self, rows: torch.Tensor, keep: np.ndarray, w: np.ndarray, steps: np.ndarray,
+                 start: torch.Tensor) -> torch.Tensor:
+        """The ``keep`` rows of a cohort member's models averaged with weights ``w``, or as FedNova averages.
 
-        FedNova (``behaviour.fednova``, :mod:`fl_gym.behaviour`): ``start + tau_eff sum_i w_i
-        (rows_i - start) / steps_i`` with ``tau_eff = sum_i w_i steps_i``, i.e. the rows weighted
-        ``w_i tau_eff / steps_i`` and ``start`` the rest (which equal steps make 0).
+        ``steps`` are every row's local steps. FedNova (``behaviour.fednova``, :mod:`fl_gym.behaviour`):
+        ``start + tau_eff sum_i w_i (rows_i - start) / steps_i`` with ``tau_eff = sum_i w_i steps_i``,
+        i.e. the rows weighted ``w_i tau_eff / steps_i`` and ``start`` the rest (which equal steps make 0).
         """
+        if not keep.all():  # every row kept (the usual round): no selection
+            rows = rows.index_select(0, torch.as_tensor(np.flatnonzero(keep), device=self.device))
         if not self.config.behaviour.fednova:
             return weighted_average(rows, torch.as_tensor(w, device=self.device))
-        steps = np.asarray(steps, np.float64)
+        steps = np.asarray(steps[keep], np.float64)
         scale = w * float(w @ steps) / steps
         return (weighted_average(rows, torch.as_tensor(scale, device=self.device))
                 + (1.0 - float(scale.sum())) * start)
@@ -878,6 +877,7 @@ class Federation:
         member = next(m for m in trained.cohort.members
                       if m.role != LITE and int(trained.plan.model[trained.cohort.clients(m)[0]]) == 0)
         clients, rows = trained.cohort.clients(member), member.stack.rows()
+        start = self._start_vector(member, trained.plan, clients)
         averages = []
         for subset in subsets:
             keep = subset[clients] & (trained.steps[clients] > 0)
@@ -885,9 +885,7 @@ class Federation:
                 averages.append(self.global_models[0])
                 continue
             w = self._weights(weight, clients[keep], trained.stats.local_accuracy)
-            averages.append(self._average(rows[torch.as_tensor(keep, device=self.device)], w,
-                                          trained.steps[clients[keep]],
-                                          self._start_vector(member, trained.plan, clients)))
+            averages.append(self._average(rows, keep, w, trained.steps[clients], start))
         stack = Stack.from_rows(self.archs[0], torch.stack(averages))
         result = self._evaluate(stack, self.x_test, self.y_test, [self.val_indices] * len(subsets))
         return torch.stack([result.accuracy, result.loss], dim=1).double().cpu().numpy()
