@@ -27,6 +27,7 @@ generators; nothing random leaves it and comes back. With ``train=False`` only t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple, Protocol
 
@@ -373,7 +374,8 @@ class Federation:
         self._servers = [ServerOptimizer(cfg.server, self.algorithm.server_mix) for _ in self.archs]
         self._companion_server = ServerOptimizer(cfg.server)
         self._round, self._elapsed = 0, 0.0
-        self._last_load: RoundLoad | None = None
+        self._load: RoundLoad | None = None  # see last_load
+        self._load_source: Callable[[], RoundLoad] | None = None
         # its own stream, apart from every other (fl_gym.behaviour); none while behaviour is off
         behaves = cfg.behaviour.active
         self._behaviour_rng = np.random.default_rng(
@@ -396,8 +398,13 @@ class Federation:
 
     @property
     def last_load(self) -> RoundLoad | None:
-        """The latest round's device load, which a persistent load (``load_persistence``) continues."""
-        return self._last_load
+        """The latest round's device load, which a persistent load (``load_persistence``) continues.
+
+        After :meth:`defer_load` the first read builds it.
+        """
+        if self._load_source is not None:
+            self._load, self._load_source = self._load_source(), None
+        return self._load
 
     def advance(self, round_time: float) -> None:
         """Count a round of ``round_time`` seconds that the caller played itself.
@@ -408,9 +415,13 @@ class Federation:
         self._round += 1
         self._elapsed += round_time
 
-    def record_load(self, load: RoundLoad) -> None:
-        """The device load of a round the caller opened itself (see :meth:`advance`); the next continues."""
-        self._last_load = load
+    def defer_load(self, source: Callable[[], RoundLoad]) -> None:
+        """The device load of a round the caller opened itself (see :meth:`advance`); the next continues it.
+
+        ``source`` builds it when :attr:`last_load` is first read, so a driver that opens many
+        federations' rounds as arrays builds none of them until a federation opens its own.
+        """
+        self._load_source = source
 
     def redraw_partition(self, seed: int) -> None:
         """Split the training data afresh from ``seed`` (same kind, same clients and devices).
@@ -496,8 +507,8 @@ class Federation:
         if load is None:
             z = np.empty((3, k_all))
             self.draw_load(z)
-            load = RoundLoad.of_normals(z, self.config.clock, self._last_load)
-        self._last_load = load
+            load = RoundLoad.of_normals(z, self.config.clock, self.last_load)
+        self._load, self._load_source = load, None
         probe = self.clock.epoch_time(self.sizes, self.probe_cost, load)
         return OpenedRound(self.round + 1, mask, load, probe)
 

@@ -72,8 +72,9 @@ class HeteroClock:
         self.one_choice = {role: all(_same_choice(env.injected[role], envs[0].injected[role])
                                      for env in envs)
                            for role in envs[0].injected}
-        # what each copy holds while its pending round is the clock's rows (FLEnv._pending)
+        # what each copy holds while its round is the clock's rows (FLEnv._pending, Federation.last_load)
         self.builders = [partial(self._pending_of, i) for i in range(n)]
+        self.loads = [partial(self._load_of, i) for i in range(n)]
         for i in range(n):
             self.refresh(i)
 
@@ -109,10 +110,13 @@ class HeteroClock:
     def _pending_of(self, i: int) -> HeteroRound:
         """Copy ``i``'s pending round as its ``_prepare`` builds it, of row views of the clock's arrays."""
         k = self.counts[i]
-        opened = OpenedRound(self.feds[i].round + 1, self.masks[i, :k], RoundLoad(*self.load[:, i, :k]),
-                             self.probe[i, :k])
+        opened = OpenedRound(self.feds[i].round + 1, self.masks[i, :k], self._load_of(i), self.probe[i, :k])
         return HeteroRound(opened, self.slots[i], self.probe_ratio[i],
                            None if self.sizes is None else self.sizes[i])
+
+    def _load_of(self, i: int) -> RoundLoad:
+        """Copy ``i``'s device load of the round the clock opened last (views of its rows)."""
+        return RoundLoad(*self.load[:, i, : self.counts[i]])
 
     # ---- one step ----------------------------------------------------------------------------
 
@@ -247,17 +251,15 @@ class HeteroClock:
         self.masks[self.rows, self.slots] = True
         # as RoundLoad.of_normals; continues the last
         self.load = load_factors(z, fed.config.clock, self.load[:2])
-        load = RoundLoad(*self.load)
-        for i, f in enumerate(self.feds):
-            f.record_load(RoundLoad(*self.load[:, i]))
-        self.probe = self.clock.epoch_time(self.samples, fed.probe_cost, load)
+        self.probe = self.clock.epoch_time(self.samples, fed.probe_cost, RoundLoad(*self.load))
         probe = self.probe[self.rows, self.slots]
         self.probe_ratio = probe / probe.min(axis=1, keepdims=True)
         # the intensity view's injected allocation policy sizes each copy's round
         injected = not self.envs[0].hetero.action.acts_sizes
         self.sizes = self._ask("alloc", self._features(self.probe_ratio)) if injected else None
-        for env, builder in zip(self.envs, self.builders, strict=True):
+        for env, f, builder, load in zip(self.envs, self.feds, self.builders, self.loads, strict=True):
             env.defer_pending(builder)  # the round is these rows; a read builds its record
+            f.defer_load(load)
 
     def _rounds(self) -> np.ndarray:
         """``(copies, 1)``: the rounds each copy's federation has played."""
