@@ -141,12 +141,11 @@ class HeteroClock:
                                     self.entropy[self.rows, self.slots], terms["r1"])
         reward = first.reward_of(terms).tolist()  # the env's own rule, over the copies' rows of terms
         seconds = round_time.tolist()
-        self._commit(seconds)
+        ended = self._commit(seconds)
         history = first.config.obs_mode == "history"  # the only records that need the rounds
         slowdown = self.load[1][self.rows, self.slots] if history else None
         self.records.played(self.slots, sizes, slowdown, self._rounds() if history else None)
         infos = self._infos(seconds, (slowest - fastest).tolist(), uploaded.tolist(), terms, columns)
-        ended = [env.ended for env in self.envs]
         self._prepare()
         obs = self._observe()
         return list(zip(obs, reward, [False] * len(obs), ended, infos, strict=True))
@@ -217,15 +216,18 @@ class HeteroClock:
             download, upload = clock.download_time(nbytes), clock.upload_time(uploaded)
         return train, probe, download + (probe + train) + upload, uploaded.sum(axis=1)
 
-    def _commit(self, seconds: list[float]) -> None:
+    def _commit(self, seconds: list[float]) -> list[bool]:
         """Leave every copy's env and federation as its own step would (before the next round opens).
 
-        The size records are the clock's rows, written for every copy at once by :meth:`step`; the
-        played round and decision a scalar step keeps for its own info are not needed after it.
+        Returns whether each copy's episode ended. The size records are the clock's rows, written
+        for every copy at once by :meth:`step`; the played round and decision a scalar step keeps
+        for its own info are not needed after it.
         """
+        ended = []
         for env, fed, round_time in zip(self.envs, self.feds, seconds, strict=True):
             fed.advance(round_time)
-            env.count_round(self.k)
+            ended.append(env.count_round(self.k))
+        return ended
 
     # ---- the next round ----------------------------------------------------------------------
 
