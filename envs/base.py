@@ -279,20 +279,37 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     def check_action(self, action: Any) -> np.ndarray:
         """The action as an array of the action space's shape, or a ``ValueError`` naming both."""
         a = np.asarray(action)
+        return self.check_actions(a[None]).reshape(a.shape)
+
+    def check_actions(self, actions: Any) -> np.ndarray:
+        """Rows ``(n, *shape)`` of actions, one per copy of this env, each as :meth:`check_action` takes it.
+
+        One pass over the rows (a vector env's copies); a bad row raises the ``ValueError`` that
+        :meth:`check_action` raises for it, the first such row's.
+        """
+        a = np.asarray(actions)
         space, kind = self.action_space, a.dtype.kind
         if kind not in "biuf":
-            raise UserError(f"action={_short(a)} has dtype {a.dtype}; allowed: numbers of {space}")
-        if a.shape != space.shape:
-            raise UserError(f"action has shape {a.shape}; allowed: {space}")
-        if kind == "f" and not np.isfinite(a).all():
-            raise UserError(f"action={_short(a)} is not finite; allowed: {space}")
-        if isinstance(space, (spaces.MultiDiscrete, spaces.Discrete, spaces.MultiBinary)):
-            # SB3 samples MultiBinary actions as floats 0.0/1.0: integer values of any dtype are fine
-            whole = a.astype(space.dtype)
-            if (kind == "f" and not np.array_equal(whole, a)) or not space.contains(whole):
-                raise UserError(f"action={_short(a)} is out of range; allowed: integers of {space}")
-            return whole
-        return a
+            raise UserError(f"action={_short(a[0])} has dtype {a.dtype}; allowed: numbers of {space}")
+        if a.shape[1:] != space.shape:
+            raise UserError(f"action has shape {a.shape[1:]}; allowed: {space}")
+        flat = a.reshape(len(a), -1)
+        if kind == "f":
+            _first_bad(a, np.isfinite(flat).all(axis=1), f"is not finite; allowed: {space}")
+        if not isinstance(space, (spaces.MultiDiscrete, spaces.Discrete, spaces.MultiBinary)):
+            return a
+        # SB3 samples MultiBinary actions as floats 0.0/1.0: integer values of any dtype are fine
+        whole = a.astype(space.dtype)
+        ints = whole.reshape(len(a), -1)
+        if isinstance(space, spaces.MultiBinary):
+            fits = (ints == 0) | (ints == 1)
+        else:
+            start = np.reshape(space.start, -1)
+            fits = (start <= ints) & (ints - start < np.reshape(space.nvec if isinstance(
+                space, spaces.MultiDiscrete) else space.n, -1))
+        fits &= ints == flat  # the cast changed no value (no fraction, no overflow)
+        _first_bad(a, fits.all(axis=1), f"is out of range; allowed: integers of {space}")
+        return whole
 
     # ---- hooks -------------------------------------------------------------------------------
 
@@ -441,3 +458,9 @@ def favor(accuracy: float, target: float) -> float:
 
 def _short(a: np.ndarray) -> str:
     return repr(a.tolist()) if a.size <= 16 else f"array of shape {a.shape}"
+
+
+def _first_bad(rows: np.ndarray, good: np.ndarray, problem: str) -> None:
+    """Raise ``action=<the first row not good> <problem>`` if a row is not good."""
+    if not good.all():
+        raise UserError(f"action={_short(rows[np.argmin(good)])} {problem}")

@@ -98,6 +98,28 @@ def _bad_actions(space: gym.Space) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("env_id", IDS)
+def test_rows_of_actions_are_checked_as_each_alone_and_the_first_bad_row_is_named(env_id):
+    """``check_actions`` over a vector env's rows takes each row as ``check_action`` takes it alone,
+    and a bad row raises the error ``check_action`` raises for it (the first such row's)."""
+    env = gym.make(env_id).unwrapped
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    rows = np.stack([env.action_space.sample() for _ in range(4)])
+    checked = env.check_actions(rows)
+    for row, alone in zip(rows, checked, strict=True):
+        np.testing.assert_array_equal(alone, env.check_action(row))
+        assert alone.dtype == env.check_action(row).dtype
+    bad = rows.astype(np.float64)
+    bad[2] = np.nan
+    bad[3] = np.inf
+    with pytest.raises(ValueError) as caught:
+        env.check_actions(bad)
+    with pytest.raises(ValueError) as alone:
+        env.check_action(bad[2])
+    assert str(caught.value) == str(alone.value) and "is not finite" in str(alone.value)
+
+
+@pytest.mark.parametrize("env_id", IDS)
 @settings(max_examples=10, deadline=None)
 @given(which=st.integers(0, 4))
 def test_fuzz_bad_actions_raise_a_value_error_naming_the_space(env_id, which):

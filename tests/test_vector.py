@@ -405,6 +405,21 @@ def _assert_same_record(a, b):
             np.testing.assert_array_equal(x, y, err_msg=field.name)
 
 
+def test_a_bad_action_of_a_timing_copy_raises_that_copys_error_before_any_copy_plays():
+    """The vector clock checks the copies' actions as rows: one copy's out-of-range action raises the
+    error its own step would, and no copy has played the round."""
+    vec = fl_gym.make_vec("FLHeteroAlloc-v0", 3, seed=0, monitor=False)
+    vec.reset()
+    actions = _actions(vec.action_space, 3, np.random.default_rng(0))
+    actions[1, 0] = vec.action_space.nvec[0]  # one past the largest size
+    with pytest.raises(ValueError) as caught:
+        vec.step(actions)
+    with pytest.raises(ValueError) as alone:
+        vec.envs[1].unwrapped.check_action(actions[1])
+    assert str(caught.value) == str(alone.value) and "is out of range" in str(caught.value)
+    assert [env.unwrapped.rounds_played for env in vec.envs] == [0, 0, 0]
+
+
 @pytest.mark.parametrize("batchable,calls", [(True, [(4, 6)]), (False, [(6,)] * 4)])
 def test_timing_copies_ask_a_shared_batchable_policy_once_and_any_other_once_per_copy(batchable, calls):
     """One object injected into every copy that decides each row as alone (``batchable``) gets one

@@ -30,7 +30,6 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
 from fl_gym.clock import Clock, DeviceProfiles, RoundLoad, load_factors
 from fl_gym.envs.base import RoundInfo
@@ -163,31 +162,16 @@ class HeteroClock:
         return [dict(zip(keys, row, strict=True)) for row in values]
 
     def _decisions(self, actions: np.ndarray) -> HeteroDecision:
-        """Every copy's decision, as rows (``_HeteroEnv.decide``)."""
+        """Every copy's decision, as rows (``_HeteroEnv.decide``; a bad action raises its copy's error)."""
         first = self.envs[0]
-        a = self._checked(actions)
-        if a is None or first.residual is not None:
-            # per copy: each checks its own action (and raises its own error), a residual asks its base policy
-            decisions = [env.decide_round(self._pending_of(i), env.check_action(a))
-                         for i, (env, a) in enumerate(zip(self.envs, actions, strict=True))]
+        a = first.check_actions(actions)
+        if first.residual is not None:  # per copy: a residual asks its base policy
+            decisions = [env.decide_round(self._pending_of(i), row)
+                         for i, (env, row) in enumerate(zip(self.envs, a, strict=True))]
             return HeteroDecision(*(np.stack([getattr(d, name) for d in decisions])
                                     for name in ("sizes", "sigma", "epochs")))
         return first.decide(a, self.sizes, self.probe_ratio,
                             lambda role, ratio: self._ask(role, self._features(ratio)))
-
-    def _checked(self, actions: np.ndarray) -> np.ndarray | None:
-        """The copies' actions as their ``check_action`` returns them, or None if any would refuse."""
-        space, a = self.envs[0].action_space, np.asarray(actions)
-        kind = a.dtype.kind
-        if kind not in "biuf" or a.shape != (len(self.envs), *space.shape):
-            return None
-        if kind == "f" and not np.isfinite(a).all():
-            return None
-        if isinstance(space, spaces.MultiDiscrete):
-            whole = a.astype(space.dtype)
-            fits = ((space.start <= whole) & (whole - space.start < space.nvec)).all()
-            return whole if fits and (kind != "f" or np.array_equal(whole, a)) else None
-        return a
 
     def _ask(self, role: str, features: np.ndarray) -> np.ndarray:
         """Every copy's injected ``role`` policy's action on its row of ``features`` (module docstring)."""
