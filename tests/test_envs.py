@@ -119,6 +119,14 @@ def test_rows_of_actions_are_checked_as_each_alone_and_the_first_bad_row_is_name
     assert str(caught.value) == str(alone.value) and "is not finite" in str(alone.value)
 
 
+def test_an_integer_that_the_spaces_dtype_would_wrap_is_out_of_range():
+    """MultiBinary's dtype is int8: 257 would become 1, so it is refused, not played as a 1."""
+    env = gym.make("FLSelect-v0").unwrapped
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"action=\[257, 0, 1, 0, 0\] is out of range; allowed: integers of"):
+        env.check_action(np.array([257, 0, 1, 0, 0]))
+
+
 @pytest.mark.parametrize("env_id", IDS)
 @settings(max_examples=10, deadline=None)
 @given(which=st.integers(0, 4))
