@@ -295,7 +295,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
             raise UserError(f"action has shape {a.shape[1:]}; allowed: {space}")
         flat = a.reshape(len(a), -1)
         if kind == "f":
-            _first_bad(a, np.isfinite(flat).all(axis=1), f"is not finite; allowed: {space}")
+            _first_bad(a, np.isfinite(flat), "is not finite; allowed: {}", space)
         if not isinstance(space, (spaces.MultiDiscrete, spaces.Discrete, spaces.MultiBinary)):
             return a
         # SB3 samples MultiBinary actions as floats 0.0/1.0: integer values of any dtype are fine
@@ -308,7 +308,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
             fits = (start <= ints) & (ints - start < np.reshape(space.nvec if isinstance(
                 space, spaces.MultiDiscrete) else space.n, -1))
         fits &= ints == flat  # the cast changed no value (no fraction, no overflow)
-        _first_bad(a, fits.all(axis=1), f"is out of range; allowed: integers of {space}")
+        _first_bad(a, fits, "is out of range; allowed: integers of {}", space)
         return whole
 
     # ---- hooks -------------------------------------------------------------------------------
@@ -460,7 +460,11 @@ def _short(a: np.ndarray) -> str:
     return repr(a.tolist()) if a.size <= 16 else f"array of shape {a.shape}"
 
 
-def _first_bad(rows: np.ndarray, good: np.ndarray, problem: str) -> None:
-    """Raise ``action=<the first row not good> <problem>`` if a row is not good."""
+def _first_bad(rows: np.ndarray, good: np.ndarray, problem: str, space: spaces.Space) -> None:
+    """Raise ``action=<the first row with a value not good> <problem with the space>``, if there is one.
+
+    ``good`` is ``(rows, values)``. The message is built only then: a space's repr costs more than
+    the whole check.
+    """
     if not good.all():
-        raise UserError(f"action={_short(rows[np.argmin(good)])} {problem}")
+        raise UserError(f"action={_short(rows[np.argmin(good.all(axis=1))])} {problem.format(space)}")
