@@ -202,12 +202,12 @@ def test_bench_vec_section(capsys, monkeypatch):
     assert code == 0
     for env_id in ("FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"):
         # dummy, subproc, batched in one process, batched with its default workers (one here), two ratios,
-        # the share of the engine calls
+        # the share of the engine calls, the Python calls per copy-step
         share = re.search(rf"\| {env_id} \| 2 \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \(1\) \| [\d.]+ \| "
-                          r"[\d.]+ \| (\d+)% \|", out)
-        assert share and 0 < int(share[1]) < 100
+                          r"[\d.]+ \| (\d+)% \| ([\d,]+) \|$", out, re.M)
+        assert share and 0 < int(share[1]) < 100 and int(share[2].replace(",", "")) > 100
     # the timing backend too (its vector clock), which merges no engine calls
-    assert re.search(r"\| FLHetero-v0 \| 2 \| [\d,.]+ \|.* \| - \|$", out, re.M)
+    assert re.search(r"\| FLHetero-v0 \| 2 \| [\d,.]+ \|.* \| - \| [\d,]+ \|$", out, re.M)
 
 
 def test_engine_share_is_the_share_of_each_run_in_the_engine_calls():
@@ -230,6 +230,19 @@ def test_engine_share_is_the_share_of_each_run_in_the_engine_calls():
     # at most half: the wall time can only be longer
     assert len(shares) == 2 and all(0.2 < s <= 0.5 for s in shares)
     assert engine_share(run, object(), shares) is run  # nothing merged: the run itself
+
+
+def test_python_calls_count_each_call_of_a_run_per_copy_step():
+    from fl_gym.training.vec_bench import python_calls
+
+    def leaf() -> None:
+        pass
+
+    def run() -> None:  # 30 calls of leaf (range is a type: cProfile counts no call)
+        for _ in range(30):
+            leaf()
+
+    assert python_calls(run, 10) == 3.0
 
 
 def test_bench_vec_section_of_chosen_ids(capsys):

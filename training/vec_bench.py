@@ -15,8 +15,10 @@ with each vector env.
 
 from __future__ import annotations
 
+import cProfile
 import math
 import multiprocessing as mp
+import pstats
 import statistics
 import sys
 import time
@@ -48,6 +50,7 @@ class VecResult:
     one-process batched run's wall time spent in its merged engine calls (local training,
     evaluation, probes): the rest is per-copy Python, so ``steps/s / engine_share`` is what the
     engine alone would allow (NaN where nothing is merged: copies that train nothing).
+    ``calls`` is the one-process batched run's Python calls per copy-step (:func:`python_calls`).
     """
 
     env_id: str
@@ -55,6 +58,7 @@ class VecResult:
     steps_per_s: dict[str, float]
     workers: int = 1
     engine_share: float = math.nan
+    calls: float = math.nan
 
 
 def default_ids() -> list[str]:
@@ -112,9 +116,10 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 runs, vecs = zip(*[stepper(env_id, k, n, per_run, device=device) for k in kinds], strict=True)
                 alone = kinds.index("batched-1" if "batched-1" in kinds else "batched")  # the one-process run
                 shares: list[float] = []
-                runs = [engine_share(run, vecs[alone], shares) if i == alone else run
-                        for i, run in enumerate(runs)]
-                seconds = interleaved_medians(runs, [repeats] * len(runs), torch.device(device))
+                timed = [engine_share(run, vecs[alone], shares) if i == alone else run
+                         for i, run in enumerate(runs)]
+                seconds = interleaved_medians(timed, [repeats] * len(runs), torch.device(device))
+                calls = python_calls(runs[alone], n * per_run)  # after the timed runs: profiling slows it
                 workers = len(getattr(vecs[-1], "shards", [()]))  # the batched env's (the last kind)
                 for vec in vecs:
                     vec.close()
@@ -122,8 +127,19 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 rates.setdefault("batched-1", rates["batched"])  # auto is one process here
                 rates.setdefault("subproc", float("nan"))
                 share = statistics.median(shares[1:]) if shares[1:] else math.nan  # after the warm-up
-                results.append(VecResult(env_id, n, rates, workers, share))
+                results.append(VecResult(env_id, n, rates, workers, share, calls))
     return results
+
+
+def python_calls(run: Callable[[], None], copy_steps: int) -> float:
+    """Python calls that one ``run`` makes (functions and C builtins, as cProfile counts them) per copy-step.
+
+    A measure of the per-copy work that a busy host does not move, unlike wall time: the same
+    code, seeds and actions make the same calls.
+    """
+    profile = cProfile.Profile()
+    profile.runcall(run)
+    return (pstats.Stats(profile).total_calls - 2) / copy_steps  # not run itself, nor the profiler's disable
 
 
 def engine_share(run: Callable[[], None], vec: VecEnv, shares: list[float]) -> Callable[[], None]:
@@ -199,16 +215,16 @@ def ppo_table(env_id: str, steps: int, n_envs: int, results: dict[str, PPOResult
 
 
 def vec_table(results: list[VecResult]) -> str:
-    """Markdown: steps/s per kind, batched (default workers) / dummy and / subproc, the engine share."""
+    """Markdown: steps/s per kind, batched (workers) / dummy and / subproc, the engine share, the calls."""
     rows = ["| env id | copies | dummy (steps/s) | subproc | batched, 1 process | batched (workers) | "
-            "batched / dummy | batched / subproc | engine share, 1 process |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "batched / dummy | batched / subproc | engine share, 1 process | Python calls per copy-step |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s = r.steps_per_s
         rows.append(f"| {r.env_id} | {r.n_envs} | {s['dummy']:,.1f} | {s['subproc']:,.1f} | "
                     f"{s['batched-1']:,.1f} | {s['batched']:,.1f} ({r.workers}) | "
                     f"{s['batched'] / s['dummy']:.2f} | {s['batched'] / s['subproc']:.2f} | "
-                    f"{r.engine_share:.0%} |")
+                    f"{r.engine_share:.0%} | {r.calls:,.0f} |")
     return "\n".join(rows).replace("nan%", "-").replace("nan", "-")
 
 
