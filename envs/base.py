@@ -289,6 +289,8 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         """
         a = np.asarray(actions)
         space, kind = self.action_space, a.dtype.kind
+        if a.ndim == 0:
+            raise UserError(f"actions={_short(a)} is one value; allowed: rows of actions of {space}")
         if kind not in "biuf":
             raise UserError(f"action={_short(a[0])} has dtype {a.dtype}; allowed: numbers of {space}")
         if a.shape[1:] != space.shape:

@@ -117,6 +117,8 @@ def test_rows_of_actions_are_checked_as_each_alone_and_the_first_bad_row_is_name
     with pytest.raises(ValueError) as alone:
         env.check_action(bad[2])
     assert str(caught.value) == str(alone.value) and "is not finite" in str(alone.value)
+    with pytest.raises(ValueError, match="actions=1 is one value; allowed: rows of actions of"):
+        env.check_actions(1)
 
 
 def test_an_integer_that_the_spaces_dtype_would_wrap_is_out_of_range():
