@@ -245,6 +245,20 @@ def test_python_calls_count_each_call_of_a_run_per_copy_step():
     assert python_calls(run, 10) == 3.0
 
 
+def test_python_calls_of_a_vector_run_are_the_same_on_every_run_alike():
+    """What the vec bench's calls column rests on: two vector envs built and stepped alike make the
+    same calls, whatever the host's load."""
+    from fl_gym.training.vec_bench import python_calls, stepper
+
+    counts = []
+    for _ in range(2):
+        run, vec = stepper("FLSelect-v0", "batched-1", 2, 2)
+        run()  # past the first steps' one-off work
+        counts.append(python_calls(run, 4))
+        vec.close()
+    assert counts[0] == counts[1] > 100
+
+
 def test_bench_vec_section_of_chosen_ids(capsys):
     code, out, _ = run_cli(["bench", "--sections", "vec", "--vec-envs", "2", "--vec-ids",
                             "FLHeteroAlloc-v0"], capsys)
