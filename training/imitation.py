@@ -45,10 +45,13 @@ class Demonstrations:
     returns: np.ndarray
 
 
-def demonstrations(env_id: str, env_kwargs: dict[str, Any], spec: str, seeds: list[int], gamma: float
+def demonstrations(env_id: str, env_kwargs: dict[str, Any], policy: str, seeds: list[int], gamma: float
                    ) -> Demonstrations:
-    """Episodes of the fixed policy ``spec`` on ``env_id`` seeded ``seeds``, each step's return discounted."""
-    rule = fixed_policy(spec, env_id, env_kwargs)
+    """The fixed policy ``policy``'s episodes on ``env_id`` seeded ``seeds``, each step's return discounted.
+
+    ``policy`` is the policy's name as :func:`fixed_policy` takes it.
+    """
+    rule = fixed_policy(policy, env_id, env_kwargs)
     played = demonstrate(partial(gym.make, env_id, **env_kwargs), rule.factory, seeds)
     observations, actions, returns = [], [], []
     for episode, trajectory in played:
@@ -58,17 +61,17 @@ def demonstrations(env_id: str, env_kwargs: dict[str, Any], spec: str, seeds: li
     return Demonstrations(np.stack(observations), np.stack(actions), np.asarray(returns))
 
 
-def fixed_policy(spec: Any, env_id: str, env_kwargs: dict[str, Any]) -> PolicySpec:
+def fixed_policy(policy: Any, env_id: str, env_kwargs: dict[str, Any]) -> PolicySpec:
     """The fixed policy an agent of ``env_id`` with ``env_kwargs`` can imitate.
 
     Raises:
         ValueError: not a fixed policy of the env, or one that plays another variant of it.
     """
-    require(isinstance(spec, str) and ":" not in spec, "imitate", spec,
+    require(isinstance(policy, str) and ":" not in policy, "imitate", policy,
             f"a fixed policy of {env_id} by name (NAME or NAME[key=value,...]), not a trained model")
-    chosen = policy_spec(spec, env_id)
+    chosen = policy_spec(policy, env_id)
     other = {k: v for k, v in chosen.env_kwargs.items() if env_kwargs.get(k) != v}
-    require(not other, "imitate", spec,
+    require(not other, "imitate", policy,
             f"a fixed policy that plays the agent's env (this one plays it with {other})")
     return chosen
 

@@ -337,15 +337,15 @@ def _warm_start(folder: Path, model: BaseAlgorithm, env_id: str, hyperparams: di
     seeds (``seed + n_envs + i``).
     """
     settings = {**DEFAULTS, **hyperparams}
-    spec, episodes = settings["imitate"], int(settings["imitate_episodes"])
+    policy, episodes = settings["imitate"], int(settings["imitate_episodes"])
     epochs, lr = int(settings["imitate_epochs"]), float(settings["imitate_lr"])
-    say(f"{env_id}: imitating {spec} ({episodes} episodes, {epochs} epochs)")
+    say(f"{env_id}: imitating {policy} ({episodes} episodes, {epochs} epochs)")
     seeds = [seed + n_envs + i for i in range(episodes)]
-    demos = demonstrations(env_id, env_kwargs, spec, seeds, model.gamma)
+    demos = demonstrations(env_id, env_kwargs, policy, seeds, model.gamma)
     before, after = imitate(model, demos, epochs, lr)
-    say(f"{env_id}: log-likelihood of {spec}'s actions per step {before:.3f} -> {after:.3f}")
+    say(f"{env_id}: log-likelihood of {policy}'s actions per step {before:.3f} -> {after:.3f}")
     save_atomic(model, folder / "imitated.zip")
-    write_json(folder / "imitation.json", {"policy": spec, "episodes": episodes, "epochs": epochs, "lr": lr,
+    write_json(folder / "imitation.json", {"policy": policy, "episodes": episodes, "epochs": epochs, "lr": lr,
                                            "steps": len(demos.returns), "log_likelihood": [before, after]})
 
 

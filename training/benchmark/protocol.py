@@ -35,14 +35,14 @@ from fl_gym.validation import UserError
 Say = Callable[[str], None]
 
 
-def play(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
+def play(task: Task, policy: str | Callable[[gym.Env], Any], split: str = "test",
          scenarios: tuple[int, ...] | None = None,
          seeds: tuple[int, ...] | None = None) -> list[list[Episode]]:
     """A policy's episodes on the task's federations: ``[seed][federation]``.
 
     Args:
         task: the task.
-        spec: a policy string (``fl-gym compare`` syntax), or ``make_policy(env)`` returning anything
+        policy: a policy string (``fl-gym compare`` syntax), or ``make_policy(env)`` returning anything
             with SB3's ``predict`` (a new method, evaluated exactly as the fixed policies are).
         split: ``test`` or ``extrapolation``.
         scenarios: the federations (default: the task's test federations).
@@ -50,19 +50,21 @@ def play(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
     """
     scenarios = task.test_scenarios if scenarios is None else scenarios
     seeds = task.eval_seeds if seeds is None else seeds
-    policy = policy_spec(spec, task.env_id, tuple(seeds)) if isinstance(spec,
-                                                                        str) else PolicySpec("custom", spec)
-    makers = [functools.partial(gym.make, task.env_id, **{**task.test_kwargs(s, split), **policy.env_kwargs})
+    if isinstance(policy, str):
+        chosen = policy_spec(policy, task.env_id, tuple(seeds))
+    else:
+        chosen = PolicySpec("custom", policy)
+    makers = [functools.partial(gym.make, task.env_id, **{**task.test_kwargs(s, split), **chosen.env_kwargs})
               for s in scenarios for _ in seeds]
-    episodes = evaluate(makers, policy.factory, [seed for _ in scenarios for seed in seeds])
+    episodes = evaluate(makers, chosen.factory, [seed for _ in scenarios for seed in seeds])
     return [[episodes[f * len(seeds) + k] for f in range(len(scenarios))] for k in range(len(seeds))]
 
 
-def score_policy(task: Task, spec: str | Callable[[gym.Env], Any], split: str = "test",
+def score_policy(task: Task, policy: str | Callable[[gym.Env], Any], split: str = "test",
                  scenarios: tuple[int, ...] | None = None,
                  seeds: tuple[int, ...] | None = None) -> np.ndarray:
     """``(seeds, federations)`` episode scores of a policy (arguments as :func:`play`)."""
-    return _scores(task, play(task, spec, split, scenarios, seeds))
+    return _scores(task, play(task, policy, split, scenarios, seeds))
 
 
 def _scores(task: Task, episodes: list[list[Episode]]) -> np.ndarray:
@@ -78,9 +80,10 @@ def tune(task: Task, say: Say = print) -> dict[str, dict[str, Any]]:
     out = {}
     for name, candidates in task.tuned.items():
         means = {}
-        for spec in candidates:
-            means[spec] = float(score_policy(task, spec, "test", TUNING_SCENARIOS, TUNING_SEEDS).mean())
-            say(f"  {task.name}: tuning {name}: {spec} {means[spec]:.4f}")
+        for candidate in candidates:
+            scores = score_policy(task, candidate, "test", TUNING_SCENARIOS, TUNING_SEEDS)
+            means[candidate] = float(scores.mean())
+            say(f"  {task.name}: tuning {name}: {candidate} {means[candidate]:.4f}")
         out[name] = {"chosen": max(means, key=means.get), "means": means}
     return out
 
@@ -92,13 +95,13 @@ def task_references(task: Task, say: Say = print) -> dict[str, Any]:
     fixed = list(dict.fromkeys([*task.heuristics, *(t["chosen"] for t in tuned.values())]))
     policies: dict[str, dict[str, list[list[float]]]] = {}
     returns: dict[str, dict[str, list[list[float]]]] = {}
-    for spec in fixed + list(task.uppers):
-        policies[spec], returns[spec] = {}, {}
+    for policy in fixed + list(task.uppers):
+        policies[policy], returns[policy] = {}, {}
         for split in SPLITS:
-            episodes = play(task, spec, split)
+            episodes = play(task, policy, split)
             scores = _scores(task, episodes)
-            policies[spec][split], returns[spec][split] = scores.tolist(), _returns(episodes).tolist()
-            say(f"  {task.name}: {spec} on {split}: {scores.mean():.4f}")
+            policies[policy][split], returns[policy][split] = scores.tolist(), _returns(episodes).tolist()
+            say(f"  {task.name}: {policy} on {split}: {scores.mean():.4f}")
     if len(task.uppers) > 1:
         name = task.upper_name
         policies[name], returns[name] = {}, {}
@@ -108,7 +111,7 @@ def task_references(task: Task, say: Say = print) -> dict[str, Any]:
         say(f"  {task.name}: {name}: {np.mean(policies[name]['test']):.4f} on test")
     refs = {}
     for split in SPLITS:
-        means = {spec: float(np.mean(policies[spec][split])) for spec in fixed}
+        means = {policy: float(np.mean(policies[policy][split])) for policy in fixed}
         best = max(means, key=means.get)
         if means[best] == means[task.reference]:
             raise UserError(f"task={task.name!r}: on its {split} split no fixed policy beats the reference "
@@ -155,9 +158,9 @@ def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = 
     return record
 
 
-def _tested(task: Task, spec: str) -> dict[str, dict[str, list[list[float]]]]:
+def _tested(task: Task, policy: str) -> dict[str, dict[str, list[list[float]]]]:
     """A policy's scores and returns on every split, each ``(seeds, federations)``."""
-    episodes = {split: play(task, spec, split) for split in SPLITS}
+    episodes = {split: play(task, policy, split) for split in SPLITS}
     return {"scores": {split: _scores(task, e).tolist() for split, e in episodes.items()},
             "returns": {split: _returns(e).tolist() for split, e in episodes.items()}}
 
