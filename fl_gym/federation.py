@@ -45,13 +45,14 @@ from fl_gym.data.partition import holdout_split, matched_test_split, partition, 
 from fl_gym.data.report import PartitionReport
 from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.allocator import keep_freed_memory
-from fl_gym.engine.batcher import CohortBatcher, EvalRequest, ProbeRequest, TrainRequest
+from fl_gym.engine.batcher import CohortBatcher, EvalRequest, ProbeRequest, StatsRequest, TrainRequest
 from fl_gym.engine.evaluate import EvalResult
 from fl_gym.engine.losses import cross_entropy
 from fl_gym.engine.pool import BufferPool
 from fl_gym.engine.probe import Probe
 from fl_gym.engine.schedule import BatchDraw, local_steps
 from fl_gym.engine.trainer import Member, TrainResult
+from fl_gym.engine.updates import STATISTICS
 from fl_gym.models.architecture import Architecture, Stack
 from fl_gym.models.zoo import build_model
 from fl_gym.records import (
@@ -714,7 +715,7 @@ class Federation:
         key = int(self.rng.integers(2**62))  # the round's batch stream, drawn alike here or remote
         train = self.train_clients if self.remote is None else partial(self.remote.train_clients, self)
         stats, cohort = train(plan, steps, key)
-        self._update_stats(plan, cohort, stats)
+        self._update_stats(cohort, stats)
         return stats, cohort
 
     def train_clients(self, plan: RoundPlan, steps: np.ndarray, key: int) -> tuple[LocalStats, Cohort | None]:
@@ -743,22 +744,27 @@ class Federation:
         return LOCAL if self.companion_arch else MODEL
 
     def members(self, plan: RoundPlan, order: np.ndarray) -> list[Member]:
-        """The stacks a cohort trains (one per model size, and the companion), each row its global model."""
+        """The stacks a cohort trains (one per model size, and the companion), each from its global model.
+
+        The rows are pooled buffers (a cohort's models may outlive the round), written from each
+        member's ``start`` when its training runs (:meth:`~fl_gym.engine.trainer.Member.write_start`).
+        """
         role = self._role
         members = []
         for m in np.unique(plan.model[order]):
             slots = np.flatnonzero(plan.model[order] == m)
-            stack = self._broadcast(self.archs[m], self.global_models[m], len(slots))
             full = len(slots) == len(order)
-            members.append(Member(role, stack, None if full else torch.as_tensor(slots, device=self.device)))
+            members.append(Member(role, self._stack(self.archs[m], len(slots)),
+                                  None if full else torch.as_tensor(slots, device=self.device),
+                                  start=self.global_models[m]))
         if self.companion_arch:
-            members.append(Member(LITE,
-                                  self._broadcast(self.companion_arch, self.companion_model, len(order))))
+            members.append(Member(LITE, self._stack(self.companion_arch, len(order)),
+                                  start=self.companion_model))
         return members
 
-    def _broadcast(self, arch: Architecture, vector: torch.Tensor, k: int) -> Stack:
-        """``k`` copies of ``vector`` in a pooled buffer: a cohort's models may outlive the round."""
-        return Stack.broadcast(arch, vector, k, self.buffers.take(k * arch.num_params, vector))
+    def _stack(self, arch: Architecture, k: int) -> Stack:
+        """``k`` rows of ``arch`` in a pooled buffer, not yet written."""
+        return Stack(arch, self.buffers.take(k * arch.num_params, self.global_models[0]))
 
     def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats,
                gen: torch.Generator) -> list[Member]:
@@ -794,29 +800,20 @@ class Federation:
                                      [self._rows[i] for i in clients])
                 stats.soft_labels[clients] = res.soft_labels.cpu().numpy()
 
-    def _start_vector(self, member: Member, plan: RoundPlan, clients: np.ndarray) -> torch.Tensor:
-        """The global model a member started the round from."""
-        return self.companion_model if member.role == LITE else self.global_models[plan.model[clients[0]]]
+    def _update_stats(self, cohort: Cohort, stats: LocalStats) -> None:
+        """Each update's norm and angle to its population's mean update; each model's cosine to the global.
 
-    def _update_stats(self, plan: RoundPlan, cohort: Cohort, stats: LocalStats) -> None:
-        """Each update's norm and angle to its population's mean update; each model's cosine to the global."""
-        norm = torch.linalg.vector_norm  # Tensor.norm dispatches in Python: slower than the kernel here
-        for member in cohort.members:
-            if member.role == LITE:
-                continue
-            clients = cohort.clients(member)
-            start, rows = self._start_vector(member, plan, clients), member.stack.rows()
-            delta = rows - start
-            update_norm, model_norm = norm(delta, dim=1), norm(rows, dim=1)
-            model_cosine = (rows @ start) / (model_norm * norm(start)).clamp_min(1e-12)
-            sizes = self.sizes[clients]
-            mean_update = weighted_average(delta, torch.as_tensor(sizes / sizes.sum(), device=self.device))
-            cos = (delta @ mean_update) / (update_norm * norm(mean_update)).clamp_min(1e-12)
-            values = torch.stack([model_cosine, model_norm, update_norm,
-                                  torch.arccos(cos.clamp(-1, 1))]).cpu().numpy()
-            columns = (stats.model_cosine, stats.model_norm, stats.update_norm, stats.update_angle)
-            for column, value in zip(columns, values, strict=True):  # one transfer from the device, not four
-                column[clients] = value
+        Through the batcher, the copies' statistics are one call (:mod:`fl_gym.engine.updates`).
+        """
+        members = [(m, cohort.clients(m)) for m in cohort.members if m.role != LITE]
+        requests = [StatsRequest(m.stack, m.start,
+                                 torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(),
+                                                 dtype=torch.float32, device=self.device))
+                    for m, clients in members]
+        results = self.batcher.statistics(requests) if self.batcher else [r.run() for r in requests]
+        for (_, clients), values in zip(members, results, strict=True):
+            for name, value in zip(STATISTICS, values, strict=True):
+                getattr(stats, name)[clients] = value
 
     def _weights(self, weight: np.ndarray | None, clients: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
         if weight is not None:
@@ -845,7 +842,7 @@ class Federation:
             acc = stats.companion.accuracy if lite else stats.local_accuracy
             w = self._weights(weight, clients[keep], acc)
             (lite_weights if lite else weights)[clients[keep]] = w
-            old = self._start_vector(member, plan, clients)
+            old = member.start
             average = self._average(member.stack.rows(), keep, w, trained.steps[clients], old)
             if lite:
                 self.companion_model = self.buffers.keep(self._companion_server.apply(old, average))
@@ -888,7 +885,6 @@ class Federation:
         member = next(m for m in trained.cohort.members
                       if m.role != LITE and int(trained.plan.model[trained.cohort.clients(m)[0]]) == 0)
         clients, rows = trained.cohort.clients(member), member.stack.rows()
-        start = self._start_vector(member, trained.plan, clients)
         averages = []
         for subset in subsets:
             keep = subset[clients] & (trained.steps[clients] > 0)
@@ -896,7 +892,7 @@ class Federation:
                 averages.append(self.global_models[0])
                 continue
             w = self._weights(weight, clients[keep], trained.stats.local_accuracy)
-            averages.append(self._average(rows, keep, w, trained.steps[clients], start))
+            averages.append(self._average(rows, keep, w, trained.steps[clients], member.start))
         stack = Stack.from_rows(self.archs[0], torch.stack(averages))
         result = self._evaluate(stack, self.x_test, self.y_test, [self.val_indices] * len(subsets))
         return torch.stack([result.accuracy, result.loss], dim=1).double().cpu().numpy()

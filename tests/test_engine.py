@@ -20,10 +20,12 @@ from fl_gym.engine import (
     make_schedule,
     train_cohort,
 )
+from fl_gym.engine.batcher import _MERGED, StatsRequest
 from fl_gym.engine.losses import log_softmax
 from fl_gym.engine.pool import BufferPool
 from fl_gym.engine.probe import gradients_at
 from fl_gym.engine.reference import reference_train
+from fl_gym.engine.updates import update_statistics
 from fl_gym.models import Stack, build_model
 
 
@@ -399,3 +401,43 @@ def test_keep_copies_a_fresh_result_into_a_pooled_buffer_of_its_shape():
     pool, value = BufferPool(), torch.arange(6.0).view(2, 3)
     kept = pool.keep(value)
     assert kept.shape == (2, 3) and torch.equal(kept, value) and _address(kept) != _address(value)
+
+
+def _statistics_by_hand(rows: np.ndarray, start: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """One cohort's statistics in float64, a row at a time."""
+    out = []
+    mean = sum(w * (r - start) for w, r in zip(weights, rows, strict=True))
+    for r in rows:
+        d = r - start
+        cos = d @ mean / max(np.linalg.norm(d) * np.linalg.norm(mean), 1e-12)
+        out.append([r @ start / (np.linalg.norm(r) * np.linalg.norm(start)), np.linalg.norm(r),
+                    np.linalg.norm(d), np.arccos(np.clip(cos, -1, 1))])
+    return np.array(out).T
+
+
+def test_update_statistics_of_several_cohorts_are_each_cohorts_by_hand():
+    """Cohorts of 3, 1 and 2 rows reduced in one call; the one-row cohort's update is its mean (angle 0)."""
+    rng = np.random.default_rng(0)
+    counts, p = [3, 1, 2], 7
+    rows, starts = rng.normal(size=(6, p)), rng.normal(size=(3, p))
+    weights = np.concatenate([rng.dirichlet(np.ones(c)) for c in counts])
+    got = update_statistics(torch.as_tensor(rows), torch.as_tensor(starts), torch.as_tensor(weights), counts)
+    lo = 0
+    for j, c in enumerate(counts):
+        np.testing.assert_allclose(got[:, lo: lo + c].numpy(),
+                                   _statistics_by_hand(rows[lo: lo + c], starts[j], weights[lo: lo + c]),
+                                   rtol=1e-10, atol=1e-7)
+        lo += c
+    assert got[3, 3] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_merged_statistics_requests_equal_each_run_alone():
+    """A vector env's copies get from one merged call, up to float rounding, what each computes alone."""
+    arch = build_model("mlp-small", (1, 8, 8), 10)
+    g = torch.Generator().manual_seed(0)
+    requests = [StatsRequest(Stack.from_rows(arch, torch.randn(k, arch.num_params, generator=g)),
+                             torch.randn(arch.num_params, generator=g), torch.full((k,), 1.0 / k))
+                for k in (4, 2, 5)]
+    merged = _MERGED[StatsRequest](requests)
+    for request, values in zip(requests, merged, strict=True):
+        np.testing.assert_allclose(values, request.run(), rtol=1e-6, atol=1e-6)

@@ -98,10 +98,10 @@ def test_training_copies_of_different_client_counts_stepped_and_reset_alone_play
 
 
 @pytest.mark.parametrize("turn,flushes", [
-    (None, 2),  # one merged training, then one merged evaluation (every copy's test and validation sets)
-    (3, 4),  # turns of 3 and 1 copies: a training and an evaluation each
+    (None, 3),  # one training, update statistics, then evaluation (every copy's test and validation sets)
+    (3, 6),  # turns of 3 and 1 copies: a training, statistics and an evaluation each
 ])
-def test_training_and_evaluation_are_merged_across_the_copies_of_a_turn(turn, flushes, monkeypatch):
+def test_training_statistics_and_evaluation_merge_across_the_copies_of_a_turn(turn, flushes, monkeypatch):
     if turn is not None:
         monkeypatch.setattr("fl_gym.engine.batcher.MERGED_COPIES", turn)
     vec = fl_gym.make_vec("FLAggregate-v0", 4, seed=0, rounds_per_episode=2)

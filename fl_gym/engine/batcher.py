@@ -1,10 +1,11 @@
 """Many federations' cohorts as one stacked batch: the engine side of a native vector env.
 
 A vector env steps its ``N`` copies through one :class:`CohortBatcher`. Each copy's federation
-hands its local training and its evaluations to the batcher instead of running them; when every
-copy still stepping is waiting on it, the batcher runs all compatible requests as one engine call
-(``N x k`` clients in one cohort, ``N`` global models in one evaluation, every copy's probe
-gradients in one pass; past ``MERGED_TRAIN_CLIENTS`` clients or ``MERGED_EVAL_ROWS`` pairs of
+hands its local training, its evaluations and its update statistics to the batcher instead of
+running them; when every copy still stepping is waiting on it, the batcher runs all compatible
+requests as one engine call (``N x k`` clients in one cohort, ``N`` global models in one
+evaluation, every copy's probe gradients in one pass, every trained model's update statistics in
+one reduction; past ``MERGED_TRAIN_CLIENTS`` clients or ``MERGED_EVAL_ROWS`` pairs of
 model and sample, in chunks that bound its memory) and hands each copy its share. More than
 ``MERGED_COPIES`` copies step in turns of that many, one turn after the other. The copies'
 Python runs one after the other (the GIL would serialise it anyway); what gains is the engine,
@@ -37,6 +38,7 @@ from fl_gym.engine.losses import cross_entropy
 from fl_gym.engine.probe import Probe, gradients_at
 from fl_gym.engine.schedule import BatchDraw, layout
 from fl_gym.engine.trainer import Member, TrainResult, train_cohort
+from fl_gym.engine.updates import update_statistics
 from fl_gym.models.architecture import Architecture, Stack
 
 
@@ -57,17 +59,23 @@ class TrainRequest:
     gen: torch.Generator | None
 
     def key(self) -> tuple | None:
-        """Requests with equal keys merge; None = run alone."""
-        if len(self.members) != 1 or self.members[0].slots is not None or self.loss_fn is not cross_entropy:
+        """Requests with equal keys merge; None = run alone.
+
+        A merged request's rows are written from its member's ``start``, in the merged cohort.
+        """
+        member = self.members[0]
+        if len(self.members) != 1 or member.slots is not None or member.start is None:
             return None
         algo = self.algorithm
-        if not algo.stateless:
+        if self.loss_fn is not cross_entropy or not algo.stateless:
             return None
-        return ("train", self.members[0].stack.arch.name, self.members[0].role, self.optimizer,
+        return ("train", member.stack.arch.name, member.role, self.optimizer,
                 getattr(algo, "mu", 0.0), id(self.x), id(self.y), self.batch_size)
 
     def run(self) -> TrainResult:
         """Alone."""
+        for member in self.members:
+            member.write_start()
         return train_cohort(self.members, self.x, self.y, layout(self.draw, self.batch_size), self.lr,
                             self.optimizer, loss_fn=self.loss_fn, algorithm=self.algorithm,
                             clients=self.clients, gen=self.gen)
@@ -113,13 +121,41 @@ class ProbeRequest:
         return _probe(self.arch, self.models, self.x, self.y, self.draw, self.batch_size, self.into)
 
 
+@dataclass(eq=False)
+class StatsRequest:
+    """One trained stack's :func:`~fl_gym.engine.updates.update_statistics`, read back as ``(4, k)``."""
+
+    stack: Stack
+    start: Tensor
+    weights: Tensor
+
+    def key(self) -> tuple:
+        """Stacks of one architecture merge."""
+        return ("stats", self.stack.arch.name)
+
+    def run(self) -> np.ndarray:
+        """Alone."""
+        return _statistics([self])[0]
+
+
+def _statistics(requests: list[StatsRequest]) -> list[np.ndarray]:
+    """Every request's rows reduced in one call and read back to the host in one transfer."""
+    counts = [r.stack.k for r in requests]
+    rows = requests[0].start.new_empty(sum(counts), len(requests[0].start))
+    for r, out in zip(requests, rows.split(counts), strict=True):
+        r.stack.rows(out=out)
+    values = update_statistics(rows, torch.stack([r.start for r in requests]),
+                               torch.cat([r.weights for r in requests]), counts)
+    return np.split(values.cpu().numpy(), np.cumsum(counts)[:-1], axis=1)
+
+
 def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, draw: BatchDraw, batch_size: int,
            into: Tensor | None = None) -> Probe:
     schedule = layout(draw, batch_size)
     return gradients_at(arch, models, x, y, schedule.idx[0], schedule.weight[0], into)
 
 
-Request = TrainRequest | EvalRequest | ProbeRequest
+Request = TrainRequest | EvalRequest | ProbeRequest | StatsRequest
 # A merged evaluation's working set (inputs, activations, logits) grows with models x samples per
 # chunk. This cap bounds it whatever the copies (8192 pairs of 64 input features are 2 MiB of
 # inputs); at the default 512 samples per chunk, merged evaluations of more than 16 models are cut
@@ -150,13 +186,13 @@ class CohortBatcher:
 
     :meth:`run` steps every copy in a greenlet of its own (a coroutine with its own stack, all
     on the caller's thread): a copy runs its Python until it submits a request (:meth:`train`,
-    :meth:`evaluate_all`, :meth:`probe`) or finishes, then switches back, and the next copy runs, in
-    copy order. When no copy is left to run, every pending request runs, merged by key and ordered
-    by copy, and the waiting copies resume in copy order. All on one thread, a batched run is
-    reproducible bit for bit, and it holds no per-copy thread stacks or allocator arenas (which a
-    thread per copy, as the earlier designs had, did). The copies step in turns of
-    ``MERGED_COPIES`` consecutive copies (read when the batcher is built), each turn run to its
-    end before the next starts, so only one turn's mid-step state is alive at a time.
+    :meth:`evaluate_all`, :meth:`probe`, :meth:`statistics`) or finishes, then switches back, and
+    the next copy runs, in copy order. When no copy is left to run, every pending request runs,
+    merged by key and ordered by copy, and the waiting copies resume in copy order. All on one
+    thread, a batched run is reproducible bit for bit, and it holds no per-copy thread stacks or
+    allocator arenas (which a thread per copy, as the earlier designs had, did). The copies step
+    in turns of ``MERGED_COPIES`` consecutive copies (read when the batcher is built), each turn
+    run to its end before the next starts, so only one turn's mid-step state is alive at a time.
 
     Args:
         copies: the vector env's copies.
@@ -217,6 +253,10 @@ class CohortBatcher:
         """Run ``request`` with the others' compatible ones; its own result."""
         return self._submit(request)
 
+    def statistics(self, requests: list[StatsRequest]) -> list[np.ndarray]:
+        """Run ``requests`` in one flush (each with the others' compatible ones); their results in order."""
+        return self._submit_all(requests)
+
     def _submit(self, request: Request) -> Any:
         return self._submit_all([request])[0]
 
@@ -254,11 +294,7 @@ class CohortBatcher:
 def _run_group(requests: list[Request]) -> list[Any]:
     if len(requests) == 1:
         return [requests[0].run()]
-    if isinstance(requests[0], EvalRequest):
-        return _evaluate_merged(requests)
-    if isinstance(requests[0], ProbeRequest):
-        return _probe_merged(requests)
-    return _train_merged(requests)
+    return _MERGED[type(requests[0])](requests)
 
 
 def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
@@ -304,13 +340,16 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
     draws, stacks = [r.draw for r in requests], [r.members[0].stack for r in requests]
     order = np.argsort(-np.concatenate([d.steps for d in draws]), kind="stable")
     place = np.argsort(order, kind="stable")  # each client's row in the order
+    starts = torch.stack([r.members[0].start for r in requests])
+    copy_of = np.repeat(np.arange(len(requests)), [s.k for s in stacks])  # each client's request
     lr = torch.cat([r.lr for r in requests])
     mean, last = torch.empty_like(lr), torch.empty_like(lr)
     for lo in range(0, len(order), MERGED_TRAIN_CLIENTS):
         chunk = order[lo: lo + MERGED_TRAIN_CLIENTS]
         rows = _RowMap(stacks, place, lo, lo + len(chunk))
-        member = Member(role, rows.gather())
         at = torch.as_tensor(chunk, device=lr.device)
+        member = Member(role, _starting(first.members[0].stack.arch, starts,
+                                        torch.as_tensor(copy_of[chunk], device=lr.device)))
         result = train_cohort([member], first.x, first.y,
                               layout(BatchDraw.concat(draws, chunk), first.batch_size),
                               lr[at], first.optimizer, loss_fn=first.loss_fn, algorithm=first.algorithm,
@@ -327,12 +366,11 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
 class _RowMap:
     """Which rows of which stacks are rows ``lo:hi`` of a merged order (``place``: each row's position).
 
-    A stack wholly inside the chunk (every stack, unless the cohort is cut) is read and written
-    whole, with no selection of its rows.
+    A stack wholly inside the chunk (every stack, unless the cohort is cut) is written whole, with
+    no selection of its rows.
     """
 
     def __init__(self, stacks: list[Stack], place: np.ndarray, lo: int, hi: int) -> None:
-        self.stacks, self.k = stacks, hi - lo
         device = stacks[0].flat.device
         # (stack, its rows or None = all, chunk rows)
         self.pairs: list[tuple[Stack, Tensor | None, Tensor]] = []
@@ -345,16 +383,6 @@ class _RowMap:
                 self.pairs.append((stack, src, torch.as_tensor(pos[inside] - lo, device=device)))
             start += stack.k
 
-    def gather(self) -> Stack:
-        """The chunk's rows as one stack, built one block at a time from each stack's rows in the chunk."""
-        arch = self.stacks[0].arch
-        merged = Stack(arch, self.stacks[0].flat.new_empty(self.k * arch.num_params))
-        for i, block in enumerate(merged.blocks):
-            for stack, src, dst in self.pairs:
-                block.index_copy_(0, dst,
-                                  stack.blocks[i] if src is None else stack.blocks[i].index_select(0, src))
-        return merged
-
     def scatter(self, merged: Stack) -> None:
         """Write the chunk's (trained) rows back to their stacks."""
         for i, block in enumerate(merged.blocks):
@@ -363,6 +391,20 @@ class _RowMap:
                     torch.index_select(block, 0, dst, out=stack.blocks[i])
                 else:
                     stack.blocks[i].index_copy_(0, src, block.index_select(0, dst))
+
+
+_MERGED: dict[type, Callable[[list[Any]], list[Any]]] = {
+    TrainRequest: _train_merged, EvalRequest: _evaluate_merged, ProbeRequest: _probe_merged,
+    StatsRequest: _statistics,
+}
+
+
+def _starting(arch: Architecture, starts: Tensor, rows: Tensor) -> Stack:
+    """A stack whose row ``j`` is ``starts[rows[j]]``, written one parameter block at a time."""
+    stack = Stack(arch, starts.new_empty(len(rows) * arch.num_params))
+    for block, column in zip(stack.blocks, starts.split_with_sizes(arch.sizes, dim=1), strict=True):
+        torch.index_select(column, 0, rows, out=block.view(len(rows), -1))
+    return stack
 
 
 def _gathered(stacks: list[Stack]) -> Stack:

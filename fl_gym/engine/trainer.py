@@ -40,12 +40,20 @@ class Member:
         slots: ``(K_m,)`` ascending cohort positions of the member clients; None = the whole cohort.
         personal: after training, the models local evaluation scores when they differ from
             ``stack`` (pFedMe's personal models ``theta``); None otherwise.
+        start: ``(P,)`` the model every row starts the round from, written into the rows when
+            the training request runs (:meth:`write_start`); None = the rows as they are.
     """
 
     role: str
     stack: Stack
     slots: Tensor | None = None
     personal: Stack | None = None
+    start: Tensor | None = None
+
+    def write_start(self) -> None:
+        """Every row set to ``start`` (a no-op without one)."""
+        if self.start is not None:
+            Stack.broadcast(self.stack.arch, self.start, self.stack.k, self.stack.flat)
 
     def active(self, cohort_active: int) -> int:
         """Member clients among the first ``cohort_active`` cohort clients."""

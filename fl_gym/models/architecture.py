@@ -196,9 +196,9 @@ class Stack:
         return [piece.view(self.k, *shape)
                 for piece, shape in zip(pieces, self.arch.param_shapes, strict=True)]
 
-    def rows(self) -> Tensor:
-        """The clients' parameters as ``(K, P)`` vectors."""
-        return torch.cat([b.reshape(self.k, -1) for b in self.blocks], dim=1)
+    def rows(self, out: Tensor | None = None) -> Tensor:
+        """The clients' parameters as ``(K, P)`` vectors (written into ``out`` if given)."""
+        return torch.cat([b.reshape(self.k, -1) for b in self.blocks], dim=1, out=out)
 
 
 def prefix(blocks: list[Tensor], a: int) -> list[Tensor]:

@@ -1,0 +1,49 @@
+"""How far each client moved in a round, for many cohorts in one call.
+
+A vector env's copies each train a cohort from their own global model. The statistics that
+compare a client's trained model with where it started (FedAdp's update angle, the update and
+model norms, the cosine to the global model) are a handful of row-wise reductions, so the copies'
+rows are reduced together: one call over every cohort's ``(k, P)`` rows, a stand-alone federation
+being the case of one cohort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+STATISTICS = ("model_cosine", "model_norm", "update_norm", "update_angle")
+
+
+def update_statistics(rows: Tensor, starts: Tensor, weights: Tensor, counts: Sequence[int]) -> Tensor:
+    """The :data:`STATISTICS` of every row, ``(4, n)``.
+
+    Args:
+        rows: ``(n, P)`` trained models, one run of rows per cohort.
+        starts: ``(len(counts), P)`` the model each cohort started from.
+        weights: ``(n,)`` each row's weight in its cohort's mean update (a cohort's sum to 1; FedAdp,
+            Wu & Wang, IEEE TCCN 2021, weighs by data size).
+        counts: each cohort's number of rows, in the order of ``rows``.
+
+    Per row: the cosine between the trained model and its start, the model's norm, the norm of its
+    update (model less start) and the angle in radians between the update and its cohort's
+    weighted mean update (a zero vector's cosines count as 0).
+    """
+    norm = torch.linalg.vector_norm  # Tensor.norm dispatches in Python: slower than the kernel here
+    runs = list(counts)
+    delta = torch.empty_like(rows)
+    means = []
+    for r, d, s, w in zip(rows.split(runs), delta.split(runs), starts, weights.split(runs), strict=True):
+        means.append(w @ torch.sub(r, s, out=d))
+    dots = torch.cat([d @ m for d, m in zip(delta.split(runs), means, strict=True)])
+    each = torch.repeat_interleave(torch.arange(len(runs), device=rows.device),
+                                   torch.as_tensor(runs, device=rows.device))
+    update_norm, model_norm = norm(delta, dim=1), norm(rows, dim=1)
+    start_norm, mean_norm = norm(starts, dim=1)[each], norm(torch.stack(means), dim=1)[each]
+    # rows . start from the three norms (the law of cosines): no pass over the rows for it
+    model_dot = (model_norm.square() + start_norm.square() - update_norm.square()) / 2
+    model_cosine = model_dot / (model_norm * start_norm).clamp_min(1e-12)
+    cos = dots / (update_norm * mean_norm).clamp_min(1e-12)
+    return torch.stack([model_cosine, model_norm, update_norm, torch.arccos(cos.clamp(-1, 1))])
