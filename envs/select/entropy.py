@@ -55,13 +55,18 @@ def judge(soft_labels: np.ndarray, sizes: np.ndarray) -> tuple[list[int], list[i
 
 
 def leave_one_out_gain(soft_labels: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """``H(mix(S - {k})) - H(mix(S))`` per row (0 for a lone candidate)."""
-    m = len(soft_labels)
-    whole = entropy(mixture(soft_labels, sizes))
-    if m == 1:
+    """``H(mix(S - {k})) - H(mix(S))`` per row (0 for a lone candidate).
+
+    Every leave-one-out mixture at once: row ``k`` of ``W p / W 1`` with ``W`` the sizes less the
+    diagonal, so an observation costs a few array calls whatever the candidates.
+    """
+    p, n = np.asarray(soft_labels, np.float64), np.asarray(sizes, np.float64)
+    if len(p) == 1:
         return np.zeros(1)
-    return np.array([entropy(mixture(soft_labels, sizes, [i for i in range(m) if i != k])) - whole
-                     for k in range(m)])
+    others = np.where(np.eye(len(n), dtype=bool), 0.0, n)
+    q = others @ p / others.sum(axis=1, keepdims=True)
+    logs = np.log(q, out=np.zeros_like(q), where=q > 0)  # 0 log 0 = 0
+    return -(q * logs).sum(axis=1) - entropy(mixture(p, n))
 
 
 def exhaustive_max_entropy(soft_labels: np.ndarray, sizes: np.ndarray) -> list[int]:
