@@ -1,10 +1,10 @@
 """How far each client moved in a round, for many cohorts in one call.
 
 A vector env's copies each train a cohort from their own global model. The statistics that
-compare a client's trained model with where it started (FedAdp's update angle, the update and
-model norms, the cosine to the global model) are a handful of row-wise reductions, so the copies'
-rows are reduced together: one call over every cohort's ``(k, P)`` rows, a stand-alone federation
-being the case of one cohort.
+compare a client's trained model with where it started (the angle of its update to the mean
+update, the update and model norms, the cosine to the global model) are a handful of row-wise
+reductions, so the copies' rows are reduced together: one call over every cohort's ``(k, P)``
+rows, a stand-alone federation being the case of one cohort.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ def update_statistics(rows: Tensor, starts: Tensor, weights: Tensor, counts: Seq
     Args:
         rows: ``(n, P)`` trained models, one run of rows per cohort.
         starts: ``(len(counts), P)`` the model each cohort started from.
-        weights: ``(n,)`` each row's weight in its cohort's mean update (a cohort's sum to 1; FedAdp,
-            Wu & Wang, IEEE TCCN 2021, weighs by data size).
+        weights: ``(n,)`` each row's weight in its cohort's mean update (a cohort's sum to 1; the
+            federation weighs by data size).
         counts: each cohort's number of rows, in the order of ``rows``.
 
     Per row: the cosine between the trained model and its start, the model's norm, the norm of its
