@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -235,6 +237,32 @@ def test_evaluate_stack_counts(digits):
     assert float(res.loss[0]) == pytest.approx(float(F.cross_entropy(out, digits.y_train[:30])), rel=1e-5)
     torch.testing.assert_close(res.soft_labels.sum(1), torch.ones(2))
     assert res.count.tolist() == [30, 5]
+
+
+def test_evaluate_stack_rows_of_any_part_lengths_are_each_row_alone(digits):
+    """Parts longer and shorter than a chunk, in no order, one empty: each row as its module scores it.
+
+    A chunk of samples runs only the rows up to the last with samples in it; the rows before
+    that whose parts ended contribute nothing.
+    """
+    arch = build_model("mlp-small", (1, 8, 8), 10)
+    g = torch.Generator().manual_seed(1)
+    stack = Stack.from_rows(arch, torch.stack([arch.init(g) for _ in range(4)]))
+    parts = [torch.arange(40, 45), torch.arange(0, 30), torch.arange(0, 0), torch.arange(50, 67)]
+    res = evaluate_stack(stack, digits.x_train, digits.y_train, parts, batch_size=8)
+    module = arch.module()
+    for i, part in enumerate(parts):
+        if not len(part):
+            assert math.isnan(float(res.loss[i])) and math.isnan(float(res.accuracy[i]))
+            continue
+        torch.nn.utils.vector_to_parameters(stack.rows()[i], module.parameters())
+        with torch.no_grad():
+            out = module(digits.x_train[part])
+        y = digits.y_train[part]
+        assert float(res.accuracy[i]) == pytest.approx(float((out.argmax(1) == y).float().mean()))
+        assert float(res.loss[i]) == pytest.approx(float(F.cross_entropy(out, y)), rel=1e-5)
+        torch.testing.assert_close(res.soft_labels[i], out.softmax(1).mean(0))
+    assert res.count.tolist() == [5, 30, 0, 17]
 
 
 def test_scaffold_matches_the_reference_and_commits_only_aggregated_clients(digits, digits_parts):

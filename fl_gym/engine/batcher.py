@@ -317,9 +317,13 @@ def _evaluate_merged(requests: list[EvalRequest]) -> list[EvalResult]:
     """One evaluation of every request's models, in chunks of at most ``MERGED_EVAL_ROWS`` pairs."""
     first = requests[0]
     parts = [p for r in requests for p in r.parts]
-    stack = _gathered([r.stack for r in requests])
+    # longest part first: a chunk of samples runs only the models with samples in it
+    order = np.argsort([-len(p) for p in parts], kind="stable")
+    stack = _gathered([r.stack for r in requests], order)
     batch_size = min(first.batch_size, max(MERGED_EVAL_ROWS // stack.k, 1))
-    res = evaluate_stack(stack, first.x, first.y, parts, batch_size)
+    res = evaluate_stack(stack, first.x, first.y, [parts[i] for i in order], batch_size)
+    back = torch.as_tensor(np.argsort(order), device=res.loss.device)
+    res = EvalResult(res.loss[back], res.accuracy[back], res.soft_labels[back], res.count[back])
     out, lo = [], 0
     for r in requests:
         k = r.stack.k
@@ -407,10 +411,11 @@ def _starting(arch: Architecture, starts: Tensor, rows: Tensor) -> Stack:
     return stack
 
 
-def _gathered(stacks: list[Stack]) -> Stack:
-    """The stacks' rows one after the other, built one block at a time (no temporary of a block's size)."""
+def _gathered(stacks: list[Stack], order: np.ndarray) -> Stack:
+    """Row ``order[j]`` of the stacks' rows (one stack's after another's) at row ``j``, a block at a time."""
     arch = stacks[0].arch
-    merged = Stack(arch, stacks[0].flat.new_empty(sum(s.k for s in stacks) * arch.num_params))
+    merged = Stack(arch, stacks[0].flat.new_empty(len(order) * arch.num_params))
+    rows = torch.as_tensor(order, device=merged.flat.device)
     for i, block in enumerate(merged.blocks):
-        torch.cat([s.blocks[i] for s in stacks], out=block)
+        torch.index_select(torch.cat([s.blocks[i] for s in stacks]), 0, rows, out=block)
     return merged

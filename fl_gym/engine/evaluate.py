@@ -10,7 +10,7 @@ from torch import Tensor
 
 from fl_gym.engine.losses import log_softmax
 from fl_gym.engine.schedule import padded
-from fl_gym.models.architecture import Stack
+from fl_gym.models.architecture import Stack, prefix
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,9 @@ def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor],
                    batch_size: int = 512) -> EvalResult:
     """Evaluate row ``i`` of ``stack`` on samples ``parts[i]`` (dropout off), all rows together.
 
-    Rows whose part is empty get NaN loss and accuracy.
+    Each chunk of ``batch_size`` samples runs the rows up to the last one with samples in it, so
+    rows ordered longest part first compute no chunk past their own part. Rows whose part is
+    empty get NaN loss and accuracy.
     """
     if len(parts) != stack.k:
         raise ValueError(f"evaluate_stack: expected {stack.k} index arrays, got {len(parts)}")
@@ -41,14 +43,15 @@ def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor],
     correct = torch.zeros(stack.k, device=device)
     soft = torch.zeros(stack.k, arch.num_classes, device=device)
     for lo in range(0, n_max, batch_size):
-        idx = table[:, lo: lo + batch_size]
-        valid = (torch.arange(lo, lo + idx.shape[1], device=device) < n.unsqueeze(1)).float()
-        logits, _ = arch.forward(stack.blocks, arch.gather(x, idx), False)
+        a = int(np.flatnonzero(sizes > lo)[-1]) + 1  # the rows up to the last with samples from lo on
+        idx = table[:a, lo: lo + batch_size]
+        valid = (torch.arange(lo, lo + idx.shape[1], device=device) < n[:a].unsqueeze(1)).float()
+        logits, _ = arch.forward(prefix(stack.blocks, a), arch.gather(x, idx), False)
         logp = log_softmax(logits)
         yb = y[idx]
-        loss -= (logp.gather(-1, yb.unsqueeze(-1)).squeeze(-1) * valid).sum(1)
-        correct += ((logits.argmax(-1) == yb).float() * valid).sum(1)
-        soft += (logp.exp() * valid.unsqueeze(-1)).sum(1)
+        loss[:a] -= (logp.gather(-1, yb.unsqueeze(-1)).squeeze(-1) * valid).sum(1)
+        correct[:a] += ((logits.argmax(-1) == yb).float() * valid).sum(1)
+        soft[:a] += (logp.exp() * valid.unsqueeze(-1)).sum(1)
     count = n.float()
     return EvalResult(loss / count, correct / count, soft / count.clamp_min(1).unsqueeze(1), n)
 
