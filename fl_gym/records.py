@@ -49,7 +49,9 @@ class RoundPlan:
         """Broadcast scalars to ``(K,)`` arrays; by default everyone trains and is aggregated."""
 
         def full(v: object, dtype: type) -> np.ndarray:
-            return np.broadcast_to(np.asarray(v, dtype=dtype), (num_clients,)).copy()
+            out = np.empty(num_clients, dtype)
+            out[...] = v  # a scalar or a (K,) array (np.broadcast_to costs several times more per plan)
+            return out
 
         sel = full(True if selected is None else selected, bool)
         agg = sel.copy() if aggregate is None else full(aggregate, bool)

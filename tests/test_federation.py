@@ -404,3 +404,15 @@ def test_another_algorithms_setting_is_refused_not_ignored(changes, message):
 def test_a_config_built_directly_checks_its_fields_types(build, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         build()
+
+
+def test_a_plan_broadcasts_scalars_copies_arrays_and_refuses_another_length():
+    lr = np.array([0.1, 0.2, 0.3])
+    plan = RoundPlan.make(3, lr=lr, epochs=2, model=np.array([0.0, 1.0, 1.0]), selected=np.array([1, 0, 1]))
+    lr[0] = 9.0  # the plan keeps its own copy
+    assert plan.lr.tolist() == [0.1, 0.2, 0.3] and plan.epochs.tolist() == [2.0, 2.0, 2.0]
+    assert plan.model.dtype == np.int64 and plan.model.tolist() == [0, 1, 1]
+    assert plan.selected.tolist() == [True, False, True] and plan.aggregate.tolist() == [True, False, True]
+    assert plan.weight is None
+    with pytest.raises(ValueError, match="broadcast"):
+        RoundPlan.make(3, lr=[0.1, 0.2])
