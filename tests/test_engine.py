@@ -23,6 +23,7 @@ from fl_gym.engine import (
     train_cohort,
 )
 from fl_gym.engine.batcher import _MERGED, StatsRequest
+from fl_gym.engine.evaluate import chunks
 from fl_gym.engine.losses import log_softmax
 from fl_gym.engine.pool import BufferPool
 from fl_gym.engine.probe import gradients_at
@@ -263,6 +264,17 @@ def test_evaluate_stack_rows_of_any_part_lengths_are_each_row_alone(digits):
         assert float(res.loss[i]) == pytest.approx(float(F.cross_entropy(out, y)), rel=1e-5)
         torch.testing.assert_close(res.soft_labels[i], out.softmax(1).mean(0))
     assert res.count.tolist() == [5, 30, 0, 17]
+
+
+@pytest.mark.parametrize("sizes,width,expected", [
+    ([209, 209, 150, 150], 256, [(0, 150), (150, 209)]),  # test and validation sets: no padding
+    ([98, 96, 74, 66, 40], 512, [(0, 98)]),  # no end a quarter of the width on: one range
+    ([1000], 256, [(0, 256), (256, 512), (512, 768), (768, 1000)]),
+    ([5, 30, 0, 17], 8, [(0, 5), (5, 13), (13, 17), (17, 25), (25, 30)]),
+    ([0, 0], 8, []),
+])
+def test_evaluation_chunks_end_where_parts_end_and_stay_within_the_width(sizes, width, expected):
+    assert chunks(np.array(sizes), width) == expected
 
 
 def test_scaffold_matches_the_reference_and_commits_only_aggregated_clients(digits, digits_parts):

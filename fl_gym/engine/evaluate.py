@@ -28,9 +28,9 @@ def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor],
                    batch_size: int = 512) -> EvalResult:
     """Evaluate row ``i`` of ``stack`` on samples ``parts[i]`` (dropout off), all rows together.
 
-    Each chunk of ``batch_size`` samples runs the rows up to the last one with samples in it, so
-    rows ordered longest part first compute no chunk past their own part. Rows whose part is
-    empty get NaN loss and accuracy.
+    The samples run in chunks of at most ``batch_size`` (:func:`chunks`), each through the rows up
+    to the last one with samples in it, so rows ordered longest part first compute little past
+    their own part. Rows whose part is empty get NaN loss and accuracy.
     """
     if len(parts) != stack.k:
         raise ValueError(f"evaluate_stack: expected {stack.k} index arrays, got {len(parts)}")
@@ -42,9 +42,9 @@ def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor],
     loss = torch.zeros(stack.k, device=device)
     correct = torch.zeros(stack.k, device=device)
     soft = torch.zeros(stack.k, arch.num_classes, device=device)
-    for lo in range(0, n_max, batch_size):
+    for lo, hi in chunks(sizes, batch_size):
         a = int(np.flatnonzero(sizes > lo)[-1]) + 1  # the rows up to the last with samples from lo on
-        idx = table[:a, lo: lo + batch_size]
+        idx = table[:a, lo: hi]
         valid = (torch.arange(lo, lo + idx.shape[1], device=device) < n[:a].unsqueeze(1)).float()
         logits, _ = arch.forward(prefix(stack.blocks, a), arch.gather(x, idx), False)
         logp = log_softmax(logits)
@@ -54,6 +54,24 @@ def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor],
         soft[:a] += (logp.exp() * valid.unsqueeze(-1)).sum(1)
     count = n.float()
     return EvalResult(loss / count, correct / count, soft / count.clamp_min(1).unsqueeze(1), n)
+
+
+def chunks(sizes: np.ndarray, width: int) -> list[tuple[int, int]]:
+    """Column ranges ``[lo, hi)`` covering the longest part, each at most ``width`` wide.
+
+    A range ends where a part ends, at the first such end at least a quarter of ``width`` past
+    its start (else ``width`` past it): a part that ends inside a range pads it, and a range costs
+    a few calls of its own, so a short part may pad the rest of a short range.
+    """
+    ends, out, lo = np.unique(sizes[sizes > 0]), [], 0
+    n_max = int(ends[-1]) if len(ends) else 0
+    while lo < n_max:
+        hi = min(lo + width, n_max)
+        later = ends[(ends >= lo + max(width // 4, 1)) & (ends <= hi)]
+        hi = int(later[0]) if len(later) else hi
+        out.append((lo, hi))
+        lo = hi
+    return out
 
 
 @torch.no_grad()
