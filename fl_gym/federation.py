@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -45,7 +45,14 @@ from fl_gym.data.partition import holdout_split, matched_test_split, partition, 
 from fl_gym.data.report import PartitionReport
 from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.allocator import keep_freed_memory
-from fl_gym.engine.batcher import CohortBatcher, EvalRequest, ProbeRequest, StatsRequest, TrainRequest
+from fl_gym.engine.batcher import (
+    CohortBatcher,
+    EvalRequest,
+    ProbeRequest,
+    Request,
+    StatsRequest,
+    TrainRequest,
+)
 from fl_gym.engine.evaluate import EvalResult
 from fl_gym.engine.losses import cross_entropy
 from fl_gym.engine.pool import BufferPool
@@ -256,15 +263,14 @@ class Federation:
         return EvalRequest(Stack(arch, vector.contiguous()), self.x_test, self.y_test, [indices],
                            self.config.eval_batch_size)
 
-    def _evaluate_all(self, requests: list[EvalRequest]) -> list[EvalResult]:
+    def _run_all(self, requests: list[Request]) -> list[Any]:
         """Run ``requests`` (through the batcher, in one of its flushes, if there is one)."""
-        return self.batcher.evaluate_all(requests) if self.batcher else [request.run()
-                                                                         for request in requests]
+        return self.batcher.run_all(requests) if self.batcher else [request.run() for request in requests]
 
     def _evaluate(self, stack: Stack, x: torch.Tensor, y: torch.Tensor,
                   parts: list[torch.Tensor]) -> EvalResult:
         """Each model of ``stack`` on its part of ``x``."""
-        return self._evaluate_all([EvalRequest(stack, x, y, parts, self.config.eval_batch_size)])[0]
+        return self._run_all([EvalRequest(stack, x, y, parts, self.config.eval_batch_size)])[0]
 
     def _validation_requests(self) -> list[EvalRequest]:
         """The first global model on the validation set (none without one)."""
@@ -279,7 +285,7 @@ class Federation:
 
     def validation(self) -> tuple[float, float]:
         """The first global model's accuracy and cross-entropy on the validation set (NaN without one)."""
-        return self._validation(self._evaluate_all(self._validation_requests()))
+        return self._validation(self._run_all(self._validation_requests()))
 
     @staticmethod
     def _load(cfg: FederationConfig) -> Dataset:
@@ -810,7 +816,7 @@ class Federation:
                                  torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(),
                                                  dtype=torch.float32, device=self.device))
                     for m, clients in members]
-        results = self.batcher.statistics(requests) if self.batcher else [r.run() for r in requests]
+        results = self._run_all(requests)
         for (_, clients), values in zip(members, results, strict=True):
             for name, value in zip(STATISTICS, values, strict=True):
                 getattr(stats, name)[clients] = value
@@ -901,7 +907,7 @@ class Federation:
         """The round's test evaluation of the global models (when due) and validation accuracy and loss."""
         due = self.config.train and (self.round % self.config.eval_every == 0 or self.round == 1)
         tests = self._global_requests() if due else []
-        results = self._evaluate_all(tests + self._validation_requests())
+        results = self._run_all(tests + self._validation_requests())
         evaluation = self._global_values(results[: len(tests)]) if due else self._not_evaluated
         return evaluation, self._validation(results[len(tests):])
 
@@ -921,4 +927,4 @@ class Federation:
 
     def evaluate(self) -> GlobalEvaluation:
         """Test accuracy and loss of every global model (``(M,)`` each), then the companion's (NaN: none)."""
-        return self._global_values(self._evaluate_all(self._global_requests()))
+        return self._global_values(self._run_all(self._global_requests()))

@@ -122,7 +122,7 @@ def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone(r
     requests = [fed._global_requests() + fed._validation_requests() for fed in feds]
     assert [len(r) for r in requests] == [2, 2]  # the test split and the validation set
     before = vec.batcher.flushes
-    merged = vec.batcher.run(lambda i: feds[i]._evaluate_all(requests[i]))
+    merged = vec.batcher.run(lambda i: feds[i]._run_all(requests[i]))
     # four requests of one architecture on one data set: one engine call
     assert vec.batcher.flushes - before == 1
     for copy_requests, results in zip(requests, merged, strict=True):

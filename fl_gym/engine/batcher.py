@@ -186,7 +186,7 @@ class CohortBatcher:
 
     :meth:`run` steps every copy in a greenlet of its own (a coroutine with its own stack, all
     on the caller's thread): a copy runs its Python until it submits a request (:meth:`train`,
-    :meth:`evaluate_all`, :meth:`probe`, :meth:`statistics`) or finishes, then switches back, and
+    :meth:`probe`, :meth:`run_all`) or finishes, then switches back, and
     the next copy runs, in copy order. When no copy is left to run, every pending request runs,
     merged by key and ordered by copy, and the waiting copies resume in copy order. All on one
     thread, a batched run is reproducible bit for bit, and it holds no per-copy thread stacks or
@@ -245,17 +245,16 @@ class CohortBatcher:
         """Run ``request`` with the others' compatible ones; its own result."""
         return self._submit(request)
 
-    def evaluate_all(self, requests: list[EvalRequest]) -> list[EvalResult]:
-        """Run ``requests`` in one flush (each with the others' compatible ones); their results in order."""
+    def run_all(self, requests: list[Request]) -> list[Any]:
+        """Run ``requests`` in one flush (each with the others' compatible ones); their results in order.
+
+        A copy's evaluations, or its update statistics (:class:`StatsRequest`).
+        """
         return self._submit_all(requests)
 
     def probe(self, request: ProbeRequest) -> Probe:
         """Run ``request`` with the others' compatible ones; its own result."""
         return self._submit(request)
-
-    def statistics(self, requests: list[StatsRequest]) -> list[np.ndarray]:
-        """Run ``requests`` in one flush (each with the others' compatible ones); their results in order."""
-        return self._submit_all(requests)
 
     def _submit(self, request: Request) -> Any:
         return self._submit_all([request])[0]

@@ -34,10 +34,10 @@ def update_statistics(rows: Tensor, starts: Tensor, weights: Tensor, counts: Seq
     norm = torch.linalg.vector_norm  # Tensor.norm dispatches in Python: slower than the kernel here
     runs = list(counts)
     delta = torch.empty_like(rows)
-    means = []
+    means, dots = [], []
     for r, d, s, w in zip(rows.split(runs), delta.split(runs), starts, weights.split(runs), strict=True):
         means.append(w @ torch.sub(r, s, out=d))
-    dots = torch.cat([d @ m for d, m in zip(delta.split(runs), means, strict=True)])
+        dots.append(d @ means[-1])
     each = torch.repeat_interleave(torch.arange(len(runs), device=rows.device),
                                    torch.as_tensor(runs, device=rows.device))
     update_norm, model_norm = norm(delta, dim=1), norm(rows, dim=1)
@@ -45,5 +45,5 @@ def update_statistics(rows: Tensor, starts: Tensor, weights: Tensor, counts: Seq
     # rows . start from the three norms (the law of cosines): no pass over the rows for it
     model_dot = (model_norm.square() + start_norm.square() - update_norm.square()) / 2
     model_cosine = model_dot / (model_norm * start_norm).clamp_min(1e-12)
-    cos = dots / (update_norm * mean_norm).clamp_min(1e-12)
+    cos = torch.cat(dots) / (update_norm * mean_norm).clamp_min(1e-12)
     return torch.stack([model_cosine, model_norm, update_norm, torch.arccos(cos.clamp(-1, 1))])
