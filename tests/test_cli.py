@@ -283,6 +283,16 @@ def test_bench_memory_section(capsys):
         assert float(ratio) == pytest.approx(float(peak) / one_peak, abs=0.01)
 
 
+def test_bench_memory_section_builds_its_envs_with_the_given_arguments(capsys):
+    code, out, _ = run_cli(["bench", "--sections", "memory", "--vec-envs", "1", "--memory-envs",
+                            "FLLearningRate-v0", "--memory-kwargs", "clients_per_round=2"], capsys)
+    assert code == 0
+    row = re.search(r"\| FLLearningRate-v0 \| 1 \| batched(?: \| [\d.]+){3} \| ([\d.]+) \|", out)
+    models = float(row.group(1))
+    # the global model and two probe gradients, not the default round's five
+    assert 3 * 4810 * 4 / 2**20 - 0.005 <= models < 6 * 4810 * 4 / 2**20
+
+
 def test_float_tensor_bytes_counts_each_float_storage_once_outside_the_excluded():
     from fl_gym.training.vec_bench import float_tensor_bytes
 
@@ -363,6 +373,7 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["fedavg", "--epochs", "1e9"], "--epochs=1000000000.0 is out of range; allowed: a float in (0, 1000]"),
     (["fedavg", "--lr", "1e9"], "--lr=1000000000.0 is out of range; allowed: a float in (0, 100]"),
     (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),
+    (["bench", "--sections", "memory", "--memory-kwargs", "preset"], "--memory-kwargs: expected key=value"),
     (["bench", "--sections", "memory", "--memory-envs", "FLSelect-v0,CartPole-v1"],
      "--memory-envs=['CartPole-v1']"),
     (["bench", "--sections", "vec", "--vec-ids", "FLHetero-v9"], "--vec-ids=['FLHetero-v9']"),

@@ -471,13 +471,23 @@ def test_update_statistics_of_several_cohorts_are_each_cohorts_by_hand():
     assert got[3, 3] == pytest.approx(0.0, abs=1e-6)
 
 
-def test_merged_statistics_requests_equal_each_run_alone():
-    """A vector env's copies get from one merged call, up to float rounding, what each computes alone."""
+# the default: one reduction; a budget of 6 models' values: the cohorts of 4 and 2 rows, then the one of 5
+@pytest.mark.parametrize("budget,calls", [(None, [11]), (6 * 4810, [6, 5])])
+def test_merged_statistics_requests_equal_each_run_alone(budget, calls, monkeypatch):
+    """A vector env's copies get from merged calls, up to float rounding, what each computes alone."""
+    from fl_gym.engine import batcher
+
+    if budget is not None:
+        monkeypatch.setattr(batcher, "MERGED_VALUES", budget)
+    reduced = []
+    monkeypatch.setattr(batcher, "update_statistics", lambda rows, *args: reduced.append(len(rows)) or
+                        update_statistics(rows, *args))
     arch = build_model("mlp-small", (1, 8, 8), 10)
     g = torch.Generator().manual_seed(0)
     requests = [StatsRequest(Stack.from_rows(arch, torch.randn(k, arch.num_params, generator=g)),
                              torch.randn(arch.num_params, generator=g), torch.full((k,), 1.0 / k))
                 for k in (4, 2, 5)]
     merged = _MERGED[StatsRequest](requests)
+    assert reduced == calls
     for request, values in zip(requests, merged, strict=True):
         np.testing.assert_allclose(values, request.run(), rtol=1e-6, atol=1e-6)

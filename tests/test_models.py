@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch.nn.utils import vector_to_parameters
@@ -33,6 +35,17 @@ def test_parameter_counts_are_pinned(name, shape, classes, count):
     arch = build_model(name, shape, classes)
     assert arch.num_params == count
     assert sum(p.numel() for p in arch.module().parameters()) == count
+
+
+@pytest.mark.parametrize("name,shape", [("mlp-small", (1, 8, 8)), ("cnn-small", (1, 8, 8)),
+                                        ("fedadp-cnn", (1, 28, 28)), ("fedent-cifar10-cnn", (3, 32, 32))])
+def test_widest_is_the_most_values_a_sample_holds_in_any_layer_of_the_torch_module(name, shape):
+    arch = build_model(name, shape, 10)
+    x, held = torch.zeros(1, *shape), [math.prod(shape)]
+    for layer in arch.module():
+        x = layer(x)
+        held.append(x[0].numel())
+    assert arch.widest == max(held)
 
 
 def test_hapfl_mac_ratios_match_the_clocks_default_costs():

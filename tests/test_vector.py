@@ -33,12 +33,33 @@ def test_each_copy_plays_the_episode_of_a_standalone_env(env_id):
 @pytest.mark.parametrize("cap,value", [
     ("MERGED_TRAIN_CLIENTS", 7),  # chunks of 7 of the copies' 30 clients in the order of their local steps
     ("MERGED_COPIES", 2),  # turns of 2 of the 3 copies: the third steps after the first two have finished
+    # 7 clients x 10 samples x MLPs 64 wide: training chunks of 7 clients, evaluation chunks of 70 pairs
+    ("MERGED_VALUES", 7 * 10 * 64),
 ])
 @pytest.mark.parametrize("env_id", ["FLAggregate-v0", "FLLearningRate-v0"])
 def test_capped_merges_play_the_standalone_episodes(env_id, cap, value, monkeypatch):
     """Copies split across chunks of a merged training, or stepped in turns, still play their own episodes."""
     monkeypatch.setattr(f"fl_gym.engine.batcher.{cap}", value)
     _assert_copies_play_standalone_episodes(env_id)
+
+
+def test_merged_calls_hold_at_most_the_activation_budget(monkeypatch):
+    """Training chunks of clients and evaluation chunks of samples whose activations fit ``MERGED_VALUES``."""
+    from fl_gym.engine import batcher
+
+    monkeypatch.setattr(batcher, "MERGED_VALUES", 7 * 10 * 64)  # 7 clients x batches of 10 x MLPs 64 wide
+    trained, evaluated = [], []
+    train, evaluate = batcher.train_cohort, batcher.evaluate_stack
+    monkeypatch.setattr(batcher, "train_cohort", lambda members, *args, **kwargs: trained.append(
+        members[0].stack.k) or train(members, *args, **kwargs))
+    monkeypatch.setattr(batcher, "evaluate_stack", lambda stack, x, y, parts, batch_size: evaluated.append(
+        (stack.k, batch_size)) or evaluate(stack, x, y, parts, batch_size))
+    vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=0, rounds_per_episode=2)
+    vec.reset()  # validates the 3 initial models (70 pairs: 23 samples each), trains the 3 x 10 clients
+    assert (trained, evaluated) == ([7, 7, 7, 7, 2], [(3, 23)])
+    vec.step(np.zeros((3, 10), np.float32))  # 3 test and 3 validation models: 11 samples each
+    assert evaluated[1:] == [(6, 11)]
+    vec.close()
 
 
 def _assert_copies_play_standalone_episodes(env_id: str, n: int = 3, rounds: int = 3) -> None:

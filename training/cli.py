@@ -493,6 +493,8 @@ def _bench_parser(sub: Any) -> None:
                    "every family that trains)")
     p.add_argument("--memory-steps", type=int, default=3, help="vector steps before the memory section reads "
                    "memory (more shows what a long run holds)")
+    p.add_argument("--memory-kwargs", nargs="*", metavar="K=V",
+                   help="constructor arguments of the memory section's envs (e.g. preset=paper_mnist_cnn)")
     p.add_argument("--scenarios", default="S3,S4,S1,S2", help="engine scenarios: S1,S2,S3,S4,S1-100,S2-100")
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (engine)")
     p.add_argument("--device", default="cpu",
@@ -531,6 +533,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # '' names no id (refused), not the defaults
     vec_ids = None if args.vec_ids is None else _registered_ids(args.vec_ids, "--vec-ids")
     memory_ids = None if args.memory_envs is None else _registered_ids(args.memory_envs, "--memory-envs")
+    memory_kwargs = parse_kv(args.memory_kwargs, "--memory-kwargs")
     require(len(_registered_ids(args.ppo_env, "--ppo-env")) == 1, "--ppo-env", args.ppo_env,
             "one registered id")
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -548,7 +551,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "memory" in sections:
         results = vec_bench.memory_benchmark(memory_ids or vec_bench.training_ids(),
                                              (1, *(n for n in counts if n > 1)), args.memory_steps,
-                                             progress=say)
+                                             memory_kwargs, progress=say)
         print(vec_bench.memory_table(results) + "\n")
     if "ppo" in sections:
         results = vec_bench.ppo_benchmark(args.ppo_env, args.ppo_steps, args.ppo_envs, progress=say)

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -280,7 +281,7 @@ def float_tensor_bytes(objects: Iterable[object], exclude: Iterable[torch.Tensor
     return total
 
 
-def _measure_memory(env_id: str, n: int, kind: str, steps: int) -> MemoryResult:
+def _measure_memory(env_id: str, n: int, kind: str, steps: int, env_kwargs: dict[str, Any]) -> MemoryResult:
     """Build, reset and step one vector env in this (fresh) process and read its memory."""
     import ctypes
     import gc
@@ -289,7 +290,7 @@ def _measure_memory(env_id: str, n: int, kind: str, steps: int) -> MemoryResult:
 
     torch.set_num_threads(1)
     before = _memory_status()
-    vec = make_env(env_id, n, seed=0, vec_env=kind, env_kwargs={"num_threads": 1}, workers=1)
+    vec = make_env(env_id, n, seed=0, vec_env=kind, env_kwargs={"num_threads": 1, **env_kwargs}, workers=1)
     vec.action_space.seed(0)
     actions = np.stack([vec.action_space.sample() for _ in range(n)])
     vec.reset()
@@ -316,10 +317,12 @@ def training_ids() -> list[str]:
 
 
 def memory_benchmark(env_ids: Sequence[str], counts: tuple[int, ...] = (1, 64), steps: int = 3,
+                     env_kwargs: dict[str, Any] | None = None,
                      progress: Callable[[str], None] = print) -> list[MemoryResult]:
     """:class:`MemoryResult` of each id and kind at each copy count, each in a fresh process.
 
-    Linux only (it reads ``/proc/self/status``).
+    ``env_kwargs``: constructor arguments of every env (a preset, say). Linux only (it reads
+    ``/proc/self/status``).
     """
     if not sys.platform.startswith("linux"):
         raise RuntimeError(f"the memory benchmark reads /proc/self/status, which {sys.platform} lacks: Linux "
@@ -330,7 +333,8 @@ def memory_benchmark(env_ids: Sequence[str], counts: tuple[int, ...] = (1, 64), 
             for kind in MEMORY_KINDS if n > 1 else ("batched",):
                 progress(f"memory of {env_id}, {n} copies, {kind}...")
                 with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as fresh:
-                    results.append(fresh.submit(_measure_memory, env_id, n, kind, steps).result())
+                    results.append(fresh.submit(_measure_memory, env_id, n, kind, steps,
+                                                env_kwargs or {}).result())
     return results
 
 

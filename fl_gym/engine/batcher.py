@@ -5,11 +5,11 @@ hands its local training, its evaluations and its update statistics to the batch
 running them; when every copy still stepping is waiting on it, the batcher runs all compatible
 requests as one engine call (``N x k`` clients in one cohort, ``N`` global models in one
 evaluation, every copy's probe gradients in one pass, every trained model's update statistics in
-one reduction; past ``MERGED_TRAIN_CLIENTS`` clients or ``MERGED_EVAL_ROWS`` pairs of
-model and sample, in chunks that bound its memory) and hands each copy its share. More than
-``MERGED_COPIES`` copies step in turns of that many, one turn after the other. The copies'
-Python runs one after the other (the GIL would serialise it anyway); what gains is the engine,
-whose per-step cost grows far slower than the clients it stacks.
+one reduction; in chunks that bound its memory past ``MERGED_TRAIN_CLIENTS`` clients,
+``MERGED_EVAL_ROWS`` pairs of model and sample or ``MERGED_VALUES`` activations) and hands each
+copy its share. More than ``MERGED_COPIES`` copies step in turns of that many, one turn after the
+other. The copies' Python runs one after the other (the GIL would serialise it anyway); what gains
+is the engine, whose per-step cost grows far slower than the clients it stacks.
 
 Requests are compatible when they train the same architecture in one role with the same local
 optimiser, batch size, loss and a stateless local algorithm (``LocalAlgorithm.stateless``: SGD,
@@ -138,6 +138,23 @@ class StatsRequest:
         return _statistics([self])[0]
 
 
+def _statistics_merged(requests: list[StatsRequest]) -> list[np.ndarray]:
+    """The requests' statistics, consecutive requests together while their rows hold ``MERGED_VALUES``.
+
+    The reduction copies every row it reads twice (the rows, the updates), so 16 cohorts of ten
+    CNNs of 1.7 M parameters at once would hold 2 GiB; a small model's cohorts still run as one.
+    """
+    out, group, held = [], [], 0
+    for r in requests:
+        size = r.stack.k * r.stack.arch.num_params
+        if group and held + size > MERGED_VALUES:
+            out += _statistics(group)
+            group, held = [], 0
+        group.append(r)
+        held += size
+    return out + _statistics(group)
+
+
 def _statistics(requests: list[StatsRequest]) -> list[np.ndarray]:
     """Every request's rows reduced in one call and read back to the host in one transfer."""
     counts = [r.stack.k for r in requests]
@@ -156,11 +173,16 @@ def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, dra
 
 
 Request = TrainRequest | EvalRequest | ProbeRequest | StatsRequest
-# A merged evaluation's working set (inputs, activations, logits) grows with models x samples per
-# chunk. This cap bounds it whatever the copies (8192 pairs of 64 input features are 2 MiB of
-# inputs); at the default 512 samples per chunk, merged evaluations of more than 16 models are cut
-# into more chunks, each still one batched call for every model.
+# A merged evaluation runs in chunks of at most this many pairs of model and sample: wider chunks
+# computed more padding for no speed (16 copies of FLSelect-v0's MLPs: 6 % more instructions, the
+# same steps/s; scratch callgrind and timing).
 MERGED_EVAL_ROWS = 8192
+# A merged call's working set (inputs, activations, their gradients in training) grows with its pairs
+# of model and sample, each holding up to the architecture's widest activation (Architecture.widest).
+# Chunks hold at most this many values of it (64 MiB of float32), so memory stays bounded whatever
+# the copies and the model: a CNN's wide feature maps cut the copies' clients into more chunks, each
+# still one batched call, while small models (an MLP of 64 units: 262,144 pairs) never reach it.
+MERGED_VALUES = 1 << 24
 # Every copy in a turn holds its mid-step state (its clients' models, probe gradients, results)
 # until the turn ends; past this many copies they step in turns, one after the other, each turn's
 # requests merged. Merging more copies than this bought little or no speed in this project's CPU
@@ -168,7 +190,7 @@ MERGED_EVAL_ROWS = 8192
 # turns of 16.
 MERGED_COPIES = 16
 # A merged training's working set (the merged models, their gradients, the activations) grows with
-# its clients; past this many it trains in chunks, each still one batched call.
+# its clients; past this many (or MERGED_VALUES) it trains in chunks, each still one batched call.
 MERGED_TRAIN_CLIENTS = 256
 T = TypeVar("T")
 
@@ -313,13 +335,14 @@ def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
 
 
 def _evaluate_merged(requests: list[EvalRequest]) -> list[EvalResult]:
-    """One evaluation of every request's models, in chunks of at most ``MERGED_EVAL_ROWS`` pairs."""
+    """One evaluation of every request's models, in chunks (``MERGED_EVAL_ROWS``, ``MERGED_VALUES``)."""
     first = requests[0]
     parts = [p for r in requests for p in r.parts]
     # longest part first: a chunk of samples runs only the models with samples in it
     order = np.argsort([-len(p) for p in parts], kind="stable")
     stack = _gathered([r.stack for r in requests], order)
-    batch_size = min(first.batch_size, max(MERGED_EVAL_ROWS // stack.k, 1))
+    rows = min(MERGED_EVAL_ROWS, MERGED_VALUES // stack.arch.widest)
+    batch_size = min(first.batch_size, max(rows // stack.k, 1))
     res = evaluate_stack(stack, first.x, first.y, [parts[i] for i in order], batch_size)
     back = torch.as_tensor(np.argsort(order), device=res.loss.device)
     res = EvalResult(res.loss[back], res.accuracy[back], res.soft_labels[back], res.count[back])
@@ -335,11 +358,13 @@ def _evaluate_merged(requests: list[EvalRequest]) -> list[EvalResult]:
 def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
     """Every request's clients as one cohort ordered by local steps (most first), split back.
 
-    Past ``MERGED_TRAIN_CLIENTS`` clients the cohort trains in chunks of consecutive clients of
-    that order, each one batched call.
+    Past ``MERGED_TRAIN_CLIENTS`` clients, or ``MERGED_VALUES`` activations of a batch, the cohort
+    trains in chunks of consecutive clients of that order, each one batched call.
     """
     first = requests[0]
     role = first.members[0].role
+    batch = first.batch_size * first.members[0].stack.arch.widest  # a client's widest activation
+    width = min(MERGED_TRAIN_CLIENTS, max(MERGED_VALUES // batch, 1))
     draws, stacks = [r.draw for r in requests], [r.members[0].stack for r in requests]
     order = np.argsort(-np.concatenate([d.steps for d in draws]), kind="stable")
     place = np.argsort(order, kind="stable")  # each client's row in the order
@@ -347,8 +372,8 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
     copy_of = np.repeat(np.arange(len(requests)), [s.k for s in stacks])  # each client's request
     lr = torch.cat([r.lr for r in requests])
     mean, last = torch.empty_like(lr), torch.empty_like(lr)
-    for lo in range(0, len(order), MERGED_TRAIN_CLIENTS):
-        chunk = order[lo: lo + MERGED_TRAIN_CLIENTS]
+    for lo in range(0, len(order), width):
+        chunk = order[lo: lo + width]
         rows = _RowMap(stacks, place, lo, lo + len(chunk))
         at = torch.as_tensor(chunk, device=lr.device)
         member = Member(role, _starting(first.members[0].stack.arch, starts,
@@ -398,7 +423,7 @@ class _RowMap:
 
 _MERGED: dict[type, Callable[[list[Any]], list[Any]]] = {
     TrainRequest: _train_merged, EvalRequest: _evaluate_merged, ProbeRequest: _probe_merged,
-    StatsRequest: _statistics,
+    StatsRequest: _statistics_merged,
 }
 
 

@@ -29,6 +29,10 @@ class Architecture:
         input_shape: one sample's shape, e.g. ``(1, 28, 28)``.
         num_classes: width of the output layer.
         layers: the layers, first to last.
+
+    Attributes:
+        widest: the most values one sample's forward pass holds at once in any layer (its input
+            included), which sizes an evaluation's working set.
     """
 
     def __init__(self, name: str, input_shape: Sequence[int], num_classes: int,
@@ -36,10 +40,11 @@ class Architecture:
         self.name, self.input_shape, self.num_classes = name, tuple(input_shape), num_classes
         self.layers = list(layers)
         shape = self.input_shape
-        self._macs = 0
+        self._macs, self.widest = 0, math.prod(shape)
         for layer in self.layers:
             self._macs += layer.macs(shape)
             shape = layer.out_shape(shape)
+            self.widest = max(self.widest, math.prod(shape))
         if shape != (num_classes,):
             raise ValueError(f"Architecture {name!r}: output shape {shape} does not match "
                              f"num_classes={num_classes}")
