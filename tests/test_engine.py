@@ -22,12 +22,13 @@ from fl_gym.engine import (
     make_schedule,
     train_cohort,
 )
-from fl_gym.engine.batcher import _MERGED, StatsRequest
+from fl_gym.engine.batcher import _MERGED, ProbeRequest, StatsRequest
 from fl_gym.engine.evaluate import chunks
 from fl_gym.engine.losses import log_softmax
 from fl_gym.engine.pool import BufferPool
 from fl_gym.engine.probe import gradients_at
 from fl_gym.engine.reference import reference_train
+from fl_gym.engine.schedule import BatchDraw
 from fl_gym.engine.updates import update_statistics
 from fl_gym.models import Stack, build_model
 
@@ -383,6 +384,37 @@ def test_moon_matches_the_reference_and_keeps_previous_models(digits, digits_par
     torch.testing.assert_close(stack.rows(), ref, rtol=0, atol=2e-5)
     torch.testing.assert_close(algo.previous[name][ids], stack.rows())  # every trained client's model is kept
     assert algo.seen[name][ids].all()
+
+
+# the default: one pass; a budget of 5 models' values (4,810 each): the requests of 3 and 2 models, then of 4
+@pytest.mark.parametrize("budget,passes", [(None, [9]), (5 * 4810, [5, 4])])
+def test_merged_probes_equal_each_run_alone(digits, digits_parts, budget, passes, monkeypatch):
+    from fl_gym.engine import batcher
+
+    if budget is not None:
+        monkeypatch.setattr(batcher, "MERGED_VALUES", budget)
+    ran = []
+
+    def counted(arch, models, *args):
+        ran.append(models.k if isinstance(models, Stack) else len(models))
+        return gradients_at(arch, models, *args)
+
+    monkeypatch.setattr(batcher, "gradients_at", counted)
+    arch = build_model("mlp-small", digits.input_shape, 10)
+    g = torch.Generator().manual_seed(2)
+    requests = []
+    for k, lo in ((3, 0), (2, 3), (4, 5)):
+        parts = [torch.as_tensor(p) for p in digits_parts[lo: lo + k]]
+        draw = BatchDraw.draw(parts, np.ones(k, np.int64), 7, torch.Generator().manual_seed(lo))
+        requests.append(ProbeRequest(arch, torch.stack([arch.init(g) for _ in range(k)]), digits.x_train,
+                                     digits.y_train, draw, 7, torch.empty(k * arch.num_params)))
+    merged = _MERGED[ProbeRequest](requests)
+    assert ran == passes  # models per pass
+    for request, probe in zip(requests, merged, strict=True):
+        alone = request.run()
+        torch.testing.assert_close(probe.loss, alone.loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(probe.grad, alone.grad, rtol=1e-4, atol=1e-6)
+        assert probe.grad.data_ptr() == request.into.data_ptr()  # into the requester's own buffer
 
 
 @pytest.mark.parametrize("name", ["mlp-small", "cnn-small"])

@@ -139,20 +139,13 @@ class StatsRequest:
 
 
 def _statistics_merged(requests: list[StatsRequest]) -> list[np.ndarray]:
-    """The requests' statistics, consecutive requests together while their rows hold ``MERGED_VALUES``.
+    """The requests' statistics, one reduction per group of requests whose rows hold ``MERGED_VALUES``.
 
-    The reduction copies every row it reads twice (the rows, the updates), so 16 cohorts of ten
-    CNNs of 1.7 M parameters at once would hold 2 GiB; a small model's cohorts still run as one.
+    A reduction copies every row it reads twice (the rows, the updates): 16 cohorts of ten CNNs of
+    1.7 M parameters at once would hold 2 GiB, while a small model's cohorts still run as one.
     """
-    out, group, held = [], [], 0
-    for r in requests:
-        size = r.stack.k * r.stack.arch.num_params
-        if group and held + size > MERGED_VALUES:
-            out += _statistics(group)
-            group, held = [], 0
-        group.append(r)
-        held += size
-    return out + _statistics(group)
+    groups = _within_budget(requests, lambda r: r.stack.k * r.stack.arch.num_params)
+    return [values for group in groups for values in _statistics(group)]
 
 
 def _statistics(requests: list[StatsRequest]) -> list[np.ndarray]:
@@ -318,7 +311,34 @@ def _run_group(requests: list[Request]) -> list[Any]:
     return _MERGED[type(requests[0])](requests)
 
 
+def _within_budget(requests: list[T], size: Callable[[T], int]) -> list[list[T]]:
+    """Consecutive requests grouped while their sizes (in values) sum to at most ``MERGED_VALUES``.
+
+    Every group has at least one request, however large.
+    """
+    groups: list[list[T]] = [[]]
+    held = 0
+    for request in requests:
+        if groups[-1] and held + size(request) > MERGED_VALUES:
+            groups.append([])
+            held = 0
+        groups[-1].append(request)
+        held += size(request)
+    return groups
+
+
 def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
+    """Every request's probe, one pass per group of requests within ``MERGED_VALUES``.
+
+    A group's models are copied into one stack and their gradients computed at once, and each
+    client's batch holds the architecture's widest activation: a request counts the larger.
+    """
+    groups = _within_budget(requests, lambda r: len(r.models) * max(r.arch.num_params,
+                                                                     r.batch_size * r.arch.widest))
+    return [probe for group in groups for probe in _probe_group(group)]
+
+
+def _probe_group(requests: list[ProbeRequest]) -> list[Probe]:
     first = requests[0]
     draws = [r.draw for r in requests]
     draw = BatchDraw.concat(draws, np.arange(sum(len(d.parts) for d in draws)))
