@@ -383,8 +383,8 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
     """
     first = requests[0]
     role = first.members[0].role
-    batch = first.batch_size * first.members[0].stack.arch.widest  # a client's widest activation
-    width = min(MERGED_TRAIN_CLIENTS, max(MERGED_VALUES // batch, 1))
+    per_client = first.batch_size * first.members[0].stack.arch.widest  # its batch's widest activation
+    width = min(MERGED_TRAIN_CLIENTS, max(MERGED_VALUES // per_client, 1))
     draws, stacks = [r.draw for r in requests], [r.members[0].stack for r in requests]
     order = np.argsort(-np.concatenate([d.steps for d in draws]), kind="stable")
     place = np.argsort(order, kind="stable")  # each client's row in the order

@@ -32,7 +32,7 @@ class Architecture:
 
     Attributes:
         widest: the most values one sample's forward pass holds at once in any layer (its input
-            included), which sizes an evaluation's working set.
+            included), which sizes a batched call's working set.
     """
 
     def __init__(self, name: str, input_shape: Sequence[int], num_classes: int,
