@@ -43,8 +43,8 @@ def test_capped_merges_play_the_standalone_episodes(env_id, cap, value, monkeypa
     _assert_copies_play_standalone_episodes(env_id)
 
 
-def test_merged_calls_hold_at_most_the_activation_budget(monkeypatch):
-    """Training chunks of clients and evaluation chunks of samples whose activations fit ``MERGED_VALUES``."""
+def test_merged_calls_hold_at_most_the_values_budget(monkeypatch):
+    """Training chunks of clients, evaluation groups of models and chunks of samples: ``MERGED_VALUES``."""
     from fl_gym.engine import batcher
 
     monkeypatch.setattr(batcher, "MERGED_VALUES", 7 * 10 * 64)  # 7 clients x batches of 10 x MLPs 64 wide
@@ -55,10 +55,11 @@ def test_merged_calls_hold_at_most_the_activation_budget(monkeypatch):
     monkeypatch.setattr(batcher, "evaluate_stack", lambda stack, x, y, parts, batch_size: evaluated.append(
         (stack.k, batch_size)) or evaluate(stack, x, y, parts, batch_size))
     vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=0, rounds_per_episode=2)
-    vec.reset()  # validates the 3 initial models (70 pairs: 23 samples each), trains the 3 x 10 clients
-    assert (trained, evaluated) == ([7, 7, 7, 7, 2], [(3, 23)])
-    vec.step(np.zeros((3, 10), np.float32))  # 3 test and 3 validation models: 11 samples each
-    assert evaluated[1:] == [(6, 11)]
+    # each model (4,810 values) is over the budget, so it evaluates alone, 70 samples a chunk
+    vec.reset()  # validates the 3 initial models, trains the 3 x 10 clients
+    assert (trained, evaluated) == ([7, 7, 7, 7, 2], [(1, 70)] * 3)
+    vec.step(np.zeros((3, 10), np.float32))  # 3 test and 3 validation models
+    assert evaluated[3:] == [(1, 70)] * 6
     vec.close()
 
 

@@ -355,7 +355,16 @@ def _probe_group(requests: list[ProbeRequest]) -> list[Probe]:
 
 
 def _evaluate_merged(requests: list[EvalRequest]) -> list[EvalResult]:
-    """One evaluation of every request's models, in chunks (``MERGED_EVAL_ROWS``, ``MERGED_VALUES``)."""
+    """Every request's evaluation, one per group of requests whose models hold ``MERGED_VALUES``.
+
+    A group's models are copied into one stack, and its samples run in chunks
+    (``MERGED_EVAL_ROWS``, ``MERGED_VALUES``).
+    """
+    groups = _within_budget(requests, lambda r: r.stack.k * r.stack.arch.num_params)
+    return [result for group in groups for result in _evaluate_group(group)]
+
+
+def _evaluate_group(requests: list[EvalRequest]) -> list[EvalResult]:
     first = requests[0]
     parts = [p for r in requests for p in r.parts]
     # longest part first: a chunk of samples runs only the models with samples in it
