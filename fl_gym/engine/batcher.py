@@ -6,10 +6,11 @@ running them; when every copy still stepping is waiting on it, the batcher runs 
 requests as one engine call (``N x k`` clients in one cohort, ``N`` global models in one
 evaluation, every copy's probe gradients in one pass, every trained model's update statistics in
 one reduction; in chunks that bound its memory past ``MERGED_TRAIN_CLIENTS`` clients,
-``MERGED_EVAL_ROWS`` pairs of model and sample or ``MERGED_VALUES`` activations) and hands each
-copy its share. More than ``MERGED_COPIES`` copies step in turns of that many, one turn after the
-other. The copies' Python runs one after the other (the GIL would serialise it anyway); what gains
-is the engine, whose per-step cost grows far slower than the clients it stacks.
+``MERGED_EVAL_ROWS`` pairs of model and sample or ``MERGED_VALUES`` values of activations or
+models) and hands each copy its share. More than ``MERGED_COPIES`` copies step in turns of that
+many, one turn after the other. The copies' Python runs one after the other (the GIL would
+serialise it anyway); what gains is the engine, whose per-step cost grows far slower than the
+clients it stacks.
 
 Requests are compatible when they train the same architecture in one role with the same local
 optimiser, batch size, loss and a stateless local algorithm (``LocalAlgorithm.stateless``: SGD,
