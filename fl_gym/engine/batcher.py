@@ -145,8 +145,7 @@ def _statistics_merged(requests: list[StatsRequest]) -> list[np.ndarray]:
     A reduction copies every row it reads twice (the rows, the updates): 16 cohorts of ten CNNs of
     1.7 M parameters at once would hold 2 GiB, while a small model's cohorts still run as one.
     """
-    groups = _within_budget(requests, lambda r: r.stack.k * r.stack.arch.num_params)
-    return [values for group in groups for values in _statistics(group)]
+    return [values for group in _within_budget(requests, _models_held) for values in _statistics(group)]
 
 
 def _statistics(requests: list[StatsRequest]) -> list[np.ndarray]:
@@ -168,8 +167,7 @@ def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, dra
 
 Request = TrainRequest | EvalRequest | ProbeRequest | StatsRequest
 # A merged evaluation runs in chunks of at most this many pairs of model and sample: wider chunks
-# computed more padding for no speed (16 copies of FLSelect-v0's MLPs: 6 % more instructions, the
-# same steps/s; scratch callgrind and timing).
+# of the default envs' MLPs computed more padding and ran no faster.
 MERGED_EVAL_ROWS = 8192
 # A merged call's working set (inputs, activations, their gradients in training) grows with its pairs
 # of model and sample, each holding up to the architecture's widest activation (Architecture.widest).
@@ -328,6 +326,11 @@ def _within_budget(requests: list[T], size: Callable[[T], int]) -> list[list[T]]
     return groups
 
 
+def _models_held(request: StatsRequest | EvalRequest) -> int:
+    """The values of the models a request brings, which its merged call copies."""
+    return request.stack.k * request.stack.arch.num_params
+
+
 def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
     """Every request's probe, one pass per group of requests within ``MERGED_VALUES``.
 
@@ -361,8 +364,7 @@ def _evaluate_merged(requests: list[EvalRequest]) -> list[EvalResult]:
     A group's models are copied into one stack, and its samples run in chunks
     (``MERGED_EVAL_ROWS``, ``MERGED_VALUES``).
     """
-    groups = _within_budget(requests, lambda r: r.stack.k * r.stack.arch.num_params)
-    return [result for group in groups for result in _evaluate_group(group)]
+    return [result for group in _within_budget(requests, _models_held) for result in _evaluate_group(group)]
 
 
 def _evaluate_group(requests: list[EvalRequest]) -> list[EvalResult]:
