@@ -202,12 +202,23 @@ def test_bench_vec_section(capsys, monkeypatch):
     assert code == 0
     for env_id in ("FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"):
         # dummy, subproc, batched in one process, batched with its default workers (one here), two ratios,
-        # the share of the engine calls, the Python calls per copy-step
+        # the share of the engine calls, the bound it sets, the Python calls per copy-step
         share = re.search(rf"\| {env_id} \| 2 \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \| [\d,.]+ \(1\) \| [\d.]+ \| "
-                          r"[\d.]+ \| (\d+)% \| ([\d,]+) \|$", out, re.M)
-        assert share and 0 < int(share[1]) < 100 and int(share[2].replace(",", "")) > 100
+                          r"[\d.]+ \| (\d+)% \| ([\d.]+) \| ([\d,]+) \|$", out, re.M)
+        assert share and 0 < int(share[1]) < 100 and float(share[2]) > 0
+        assert int(share[3].replace(",", "")) > 100
     # the timing backend too (its vector clock), which merges no engine calls
-    assert re.search(r"\| FLHetero-v0 \| 2 \| [\d,.]+ \|.* \| - \| [\d,]+ \|$", out, re.M)
+    assert re.search(r"\| FLHetero-v0 \| 2 \| [\d,.]+ \|.* \| - \| - \| [\d,]+ \|$", out, re.M)
+
+
+def test_the_engine_bound_is_the_one_process_rate_over_its_engine_share_by_the_dummy_rate():
+    from fl_gym.training.vec_bench import VecResult, vec_table
+
+    rates = {"dummy": 100.0, "subproc": 150.0, "batched-1": 300.0, "batched": 450.0}
+    result = VecResult("FLSelect-v0", 16, rates, workers=2, engine_share=0.5, calls=1000.0)
+    assert result.engine_bound == 6.0  # 300 steps/s in 50 % of the time: 600 with no per-copy Python
+    assert vec_table([result]).splitlines()[-1] == (
+        "| FLSelect-v0 | 16 | 100.0 | 150.0 | 300.0 | 450.0 (2) | 4.50 | 3.00 | 50% | 6.00 | 1,000 |")
 
 
 def test_engine_share_is_the_share_of_each_run_in_the_engine_calls():

@@ -61,6 +61,15 @@ class VecResult:
     engine_share: float = math.nan
     calls: float = math.nan
 
+    @property
+    def engine_bound(self) -> float:
+        """What one process would reach over ``DummyVecEnv`` if its per-copy Python cost nothing.
+
+        The one-process rate over its engine share, by the dummy rate: the bound a faster round
+        path approaches, which only a faster engine raises (NaN where nothing is merged).
+        """
+        return self.steps_per_s["batched-1"] / self.engine_share / self.steps_per_s["dummy"]
+
 
 def default_ids() -> list[str]:
     """The first id of every family (its default preset)."""
@@ -216,16 +225,17 @@ def ppo_table(env_id: str, steps: int, n_envs: int, results: dict[str, PPOResult
 
 
 def vec_table(results: list[VecResult]) -> str:
-    """Markdown: steps/s per kind, batched (workers) / dummy and / subproc, the engine share, the calls."""
+    """Markdown: steps/s per kind, batched (workers) / dummy and / subproc, engine share and bound, calls."""
     rows = ["| env id | copies | dummy (steps/s) | subproc | batched, 1 process | batched (workers) | "
-            "batched / dummy | batched / subproc | engine share, 1 process | Python calls per copy-step |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "batched / dummy | batched / subproc | engine share, 1 process | engine alone / dummy | "
+            "Python calls per copy-step |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s = r.steps_per_s
         rows.append(f"| {r.env_id} | {r.n_envs} | {s['dummy']:,.1f} | {s['subproc']:,.1f} | "
                     f"{s['batched-1']:,.1f} | {s['batched']:,.1f} ({r.workers}) | "
                     f"{s['batched'] / s['dummy']:.2f} | {s['batched'] / s['subproc']:.2f} | "
-                    f"{r.engine_share:.0%} | {r.calls:,.0f} |")
+                    f"{r.engine_share:.0%} | {r.engine_bound:.2f} | {r.calls:,.0f} |")
     return "\n".join(rows).replace("nan%", "-").replace("nan", "-")
 
 
