@@ -403,6 +403,17 @@ def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path
     assert not list(tmp_path.rglob("config.yml"))  # nothing half-created
 
 
+@pytest.mark.parametrize("args", [["train", "--env", "FLSelect-v0"], ["bench", "--section", "vec"]])
+def test_an_option_is_never_abbreviated(args, capsys):
+    """A prefix is an unknown option, not the option it starts: ``--env`` would bind its value to
+    ``--env-kwargs``."""
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert f"unrecognized arguments: {args[1]}" in err
+
+
 @pytest.mark.parametrize("command",
                          [["train", "FLAggregate-v0"], ["compare", "FLAggregate-v0", "--policies", "fedavg"],
                           ["fedavg"], ["benchmark", "tasks"]])

@@ -42,7 +42,16 @@ USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraE
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose mistakes are one line (``fl-gym train: error: ...``) and exit 2."""
+    """An argument parser whose mistakes are one line (``fl-gym train: error: ...``) and exit 2.
+
+    Options are never abbreviated: a prefix would bind its value to whichever option it starts
+    (``fl-gym train --env FLSelect-v0`` read as ``--env-kwargs FLSelect-v0``), where an unknown
+    option is one clear error.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:
         """One line and exit 2 (argparse's own prints the whole usage block first)."""
