@@ -469,6 +469,21 @@ def test_a_pool_keeps_its_most_recent_sizes_and_tells_its_free_buffers():
     assert pool.take(4, torch.zeros(1, dtype=torch.float64)).dtype == torch.float64
 
 
+def test_a_take_passes_a_held_buffer_once_not_at_every_take(monkeypatch):
+    """Copies stepping in turns leave the others' held buffers in front of their own free ones."""
+    from fl_gym.engine import pool as pool_module
+
+    pool, like = BufferPool(), torch.zeros(1)
+    held = [pool.take(6, like) for _ in range(10)]
+    pool.take(6, like), pool.take(6, like)  # two free ones, behind the ten held
+    checks = []
+    monkeypatch.setattr(pool_module, "_only_pooled", lambda b: checks.append(b) or _address(b) not in {
+        _address(h) for h in held})
+    taken = [pool.take(6, like) for _ in range(2)]
+    # the first take passes the ten held buffers and takes a free one; the second finds its own at once
+    assert len(checks) == 10 + 1 + 1 and len(pool) == 12 and len({_address(t) for t in taken}) == 2
+
+
 def test_keep_copies_a_fresh_result_into_a_pooled_buffer_of_its_shape():
     pool, value = BufferPool(), torch.arange(6.0).view(2, 3)
     kept = pool.keep(value)

@@ -16,6 +16,8 @@ result (a round record, a user's reference, a view, a NumPy array of it) keeps i
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 from torch import Tensor
 
@@ -40,7 +42,7 @@ class BufferPool:
 
     def __init__(self, sizes: int = 8) -> None:
         self.sizes = sizes
-        self._buffers: dict[tuple, list[Tensor]] = {}  # insertion order = least recently asked for first
+        self._buffers: dict[tuple, deque[Tensor]] = {}  # insertion order = least recently asked for first
 
     def take(self, numel: int, like: Tensor) -> Tensor:
         """A ``(numel,)`` uninitialised buffer of ``like``'s dtype and device: a free one, or a new one kept.
@@ -48,15 +50,28 @@ class BufferPool:
         What is handed out is a view, never the pool's own tensor, so holding it counts as holding the buffer.
         """
         key = (numel, like.dtype, like.device)
-        kept = self._buffers.pop(key, [])
+        kept = self._buffers.pop(key, deque())
         self._buffers[key] = kept  # now the most recent
         if len(self._buffers) > self.sizes:
             del self._buffers[next(iter(self._buffers))]
-        # least recently handed out first: the likeliest to be free, so the search stops at once
-        i = next((i for i, b in enumerate(kept) if _only_pooled(b)), None)
-        buffer = like.new_empty(numel) if i is None else kept.pop(i)
-        kept.append(buffer)
-        return buffer.view(-1)
+        buffer = self._free(kept)
+        kept.append(like.new_empty(numel) if buffer is None else buffer)
+        return kept[-1].view(-1)
+
+    @staticmethod
+    def _free(kept: deque[Tensor]) -> Tensor | None:
+        """A free buffer taken from ``kept`` (None if every one is held).
+
+        The least recently handed out first, the likeliest to be free; a held one met on the way
+        goes to the back. A vector env's copies step in turns, and each holds a buffer until its
+        next step, so the front fills with the other turns' buffers: without the rotation every
+        take would pass them again, a search as long as the copies.
+        """
+        for _ in range(len(kept)):
+            if _only_pooled(kept[0]):
+                return kept.popleft()
+            kept.rotate(-1)
+        return None
 
     def keep(self, value: Tensor) -> Tensor:
         """``value`` copied into a pooled buffer of its shape: a fresh result made lasting."""
