@@ -29,7 +29,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from fl_gym.envs.vector import BatchedVecEnv, CopySeeds
+from fl_gym.envs.vector import BatchedVecEnv, CopySeeds, one_row_per_copy
 from fl_gym.validation import is_int_at_least, require
 
 
@@ -165,6 +165,7 @@ class ShardedVecEnv(CopySeeds, VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         """Send every shard its copies' actions; they step while the caller waits in :meth:`step_wait`."""
+        actions = one_row_per_copy(actions, self.num_envs)
         for s, shard in enumerate(self.shards):
             self._send(s, "step", actions[shard])
 

@@ -32,9 +32,21 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 from fl_gym.engine.batcher import CohortBatcher
 from fl_gym.engine.pool import BufferPool
 from fl_gym.envs.registry import FAMILIES, resolve
-from fl_gym.validation import require
+from fl_gym.validation import UserError, require
 
 T = TypeVar("T")
+
+
+def one_row_per_copy(actions: np.ndarray, copies: int) -> np.ndarray:
+    """``actions`` as an array of one row per copy, or a clear error.
+
+    SB3's ``DummyVecEnv`` reads the first rows and drops the rest: a batch of the wrong size, a
+    bug in the caller's loop, would play silently.
+    """
+    actions = np.asarray(actions)
+    if actions.ndim == 0 or len(actions) != copies:
+        raise UserError(f"actions has shape {actions.shape}; allowed: {copies} rows, one per copy")
+    return actions
 
 
 class CopySeeds:
@@ -65,6 +77,8 @@ class BatchedVecEnv(CopySeeds, VecEnv):
         self.envs = [fn() for fn in env_fns]
         ids = {e.spec.id if e.spec else type(e.unwrapped).__name__ for e in self.envs}
         require(len(ids) == 1, "env_fns", sorted(ids), "constructors of a single env id")
+        require(all(hasattr(env.unwrapped, "federation") for env in self.envs), "env_fns", sorted(ids),
+                "constructors of an fl-gym env")
         feds = [env.unwrapped.federation for env in self.envs]
         trains = any(fed.config.train for fed in feds)
         # one copy, or copies that train nothing (a timing backend), have nothing to merge: step in turn
@@ -99,8 +113,8 @@ class BatchedVecEnv(CopySeeds, VecEnv):
         return np.stack([obs for obs, _ in results])
 
     def step_async(self, actions: np.ndarray) -> None:
-        """Store the actions for :meth:`step_wait`."""
-        self._actions = actions
+        """Store the actions for :meth:`step_wait` (one row per copy)."""
+        self._actions = one_row_per_copy(actions, self.num_envs)
 
     def step_wait(self) -> VecEnvStepReturn:
         """Step every copy; a finished copy resets in the same call.

@@ -23,6 +23,7 @@ from gymnasium.vector.utils import batch_space
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import VecEnv
 
+from fl_gym.envs.registry import env_ids
 from fl_gym.envs.sharded import ShardedVecEnv
 from fl_gym.envs.vector import BatchedVecEnv
 from fl_gym.validation import is_int_at_least, require, require_copies, require_seed
@@ -70,7 +71,8 @@ def make_vec(env_id: str, n_envs: int, seed: int | None = None, monitor: bool = 
         kwargs: more constructor arguments (merged over ``env_kwargs``).
     """
     require_copies("n_envs", n_envs)
-    require(isinstance(env_id, str) and env_id in gym.registry, "env_id", env_id, "a registered env id")
+    require(isinstance(env_id, str) and env_id in env_ids(), "env_id", env_id,
+            "a registered fl-gym id (fl-gym envs lists them)")
     if seed is not None:
         require_seed("seed", seed)
     arguments = {**(env_kwargs or {}), **kwargs}

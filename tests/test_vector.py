@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -306,6 +307,29 @@ def test_mixed_ids_are_refused():
 
     with pytest.raises(ValueError, match="env_fns="):
         BatchedVecEnv([lambda: gym.make("FLSelect-v0"), lambda: gym.make("FLAggregate-v0")])
+
+
+def test_envs_of_another_package_are_refused():
+    """Not an ``AttributeError`` from inside the vector env: the argument and what is allowed."""
+    from fl_gym.envs.vector import BatchedVecEnv
+
+    with pytest.raises(ValueError, match="env_id='CartPole-v1' is out of range; allowed: a registered fl"):
+        fl_gym.make_vec("CartPole-v1", 2)
+    with pytest.raises(ValueError, match=r"env_fns=\['CartPole-v1'\] .* allowed: constructors of an fl-gym"):
+        BatchedVecEnv([lambda: gym.make("CartPole-v1")] * 2)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_batch_of_actions_is_one_row_per_copy(workers):
+    """A third row for two copies would be dropped, as SB3's DummyVecEnv drops it."""
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=workers, rounds_per_episode=2)
+    vec.reset()
+    for actions in (np.zeros((3, 10), np.float32), np.zeros((1, 10), np.float32), np.float32(0)):
+        with pytest.raises(ValueError, match=rf"actions has shape {re.escape(str(actions.shape))}; "
+                                             "allowed: 2 rows, one per copy"):
+            vec.step(actions)
+    vec.step(np.zeros((2, 10), np.float32))  # still steps after the refusals
+    vec.close()
 
 
 def test_gymnasium_make_vec_uses_the_batched_env_with_same_step_autoreset():
