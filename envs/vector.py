@@ -32,7 +32,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 from fl_gym.engine.batcher import CohortBatcher
 from fl_gym.engine.pool import BufferPool
 from fl_gym.envs.registry import FAMILIES, resolve
-from fl_gym.validation import UserError, require
+from fl_gym.validation import UserError, require, require_seed
 
 T = TypeVar("T")
 
@@ -55,9 +55,18 @@ class CopySeeds:
     num_envs: int
     _seeds: list[int | None]
 
+    def seed(self, seed: int | None = None) -> Sequence[int | None]:
+        """SB3's: copy ``i`` seeded ``seed + i`` at the next reset (None: unseeded); checked now, not then."""
+        if seed is not None:
+            require_seed("seed", seed)
+        return super().seed(seed)  # VecEnv's, after this mixin in the method order
+
     def seed_copies(self, seeds: Sequence[int | None]) -> None:
         """Seed copy ``i`` with ``seeds[i]`` (None: unseeded) at the next reset."""
         require(len(seeds) == self.num_envs, "seeds", list(seeds), f"{self.num_envs} seeds, one per copy")
+        for seed in seeds:
+            if seed is not None:
+                require_seed("seeds", seed)
         self._seeds = list(seeds)
 
 

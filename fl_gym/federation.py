@@ -456,6 +456,8 @@ class Federation:
         """
         require(self.config.train, "train", False, "True (a timing-only federation takes no probes)")
         clients = np.asarray(clients, np.int64)
+        require(clients.ndim == 1 and bool(((clients >= 0) & (clients < self.num_clients)).all()), "clients",
+                clients.tolist(), f"a 1-D array of client ids in 0..{self.num_clients - 1}")
         if models is None:
             models = self.global_models[0].expand(len(clients), -1)
         if self.remote is not None:

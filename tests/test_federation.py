@@ -84,6 +84,16 @@ def test_timing_only_federation_reports_times_without_learning(tiny_config):
         fed.probe(np.array([0, 1]))
 
 
+@pytest.mark.parametrize("clients", [[4], [-1], [[0]]])
+def test_probe_refuses_client_ids_out_of_range(tiny_config, clients):
+    """Not an IndexError from the data's rows: the argument and what is allowed."""
+    fed = Federation(tiny_config, scenario_seed=0)
+    message = f"clients={clients} is out of range; allowed: a 1-D array of client ids in 0..3"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fed.probe(np.array(clients))
+    assert fed.probe(np.array([0, 3])).grad.shape == (2, fed.archs[0].num_params)
+
+
 def test_round_times_follow_the_cost_model():
     clock = ClockConfig(seconds_per_unit=1e-3, sigma_dyn=0, sigma_drift=0, bandwidth=1e5,
                         aggregation_time=0.5)

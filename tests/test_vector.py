@@ -319,6 +319,18 @@ def test_envs_of_another_package_are_refused():
         BatchedVecEnv([lambda: gym.make("CartPole-v1")] * 2)
 
 
+def test_seeds_are_checked_when_given_not_at_the_next_reset():
+    vec = fl_gym.make_vec("FLHetero-v0", 2)
+    for bad in (-1, "a"):
+        message = f"seed={bad!r} is out of range; allowed: an integer in [0, "
+        with pytest.raises(ValueError, match=re.escape(message)):
+            vec.seed(bad)
+    with pytest.raises(ValueError, match=r"seeds=-5 is out of range; allowed: an integer in \[0, "):
+        vec.seed_copies([1, -5])
+    assert vec.seed(3) == [3, 4]
+    np.testing.assert_array_equal(vec.reset()[1], gym.make("FLHetero-v0").reset(seed=4)[0])
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_batch_of_actions_is_one_row_per_copy(workers):
     """A third row for two copies would be dropped, as SB3's DummyVecEnv drops it."""
