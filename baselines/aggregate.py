@@ -24,6 +24,7 @@ class WeightsPolicy(RowPolicy):
     """Base: an action per observation from the ``(N, 7)`` client rows (:meth:`offsets`)."""
 
     def __init__(self, env: Env) -> None:
+        super().__init__(env.observation_space)
         u = env.unwrapped
         self.n, self.scale = u.federation.num_clients, u.config.action_scale
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from fl_gym.validation import UserError
 
@@ -17,6 +18,10 @@ class RowPolicy:
     :meth:`act` as float64. A policy that reads its env's exact statistics (:attr:`reads_env`)
     decides for that one env and refuses a batch of several observations.
 
+    A policy built with its env's observation space (or a layout's) refuses observations of
+    another shape, which it would otherwise misread without a word (rows of another client count,
+    another env's observation).
+
     A :attr:`batchable` policy gives every row of a batch the action it gives that row alone and
     consumes nothing doing so (no random stream, no memory), so a vector env may ask one such
     policy, injected into all its copies, once for every copy's observation
@@ -27,6 +32,9 @@ class RowPolicy:
     batchable = False
     rng: np.random.Generator | None = None
     _own_seed: int | None = None
+
+    def __init__(self, observation_space: spaces.Space | None = None) -> None:
+        self.observation_shape = None if observation_space is None else observation_space.shape
 
     def _seed_rng(self, seed: int | None) -> None:
         """Give a policy that draws its own generator (never the env's), from ``seed``."""
@@ -46,6 +54,7 @@ class RowPolicy:
                 deterministic: bool = True) -> tuple[np.ndarray, Any]:
         """Action(s) for one observation or a batch."""
         obs = np.asarray(observation, np.float64)
+        self._check_shape(obs)
         rows = obs if obs.ndim == 2 else obs[None]
         if self.reads_env and len(rows) > 1:
             raise UserError(f"{type(self).__name__}.predict: observation has {len(rows)} rows; allowed: one "
@@ -53,6 +62,14 @@ class RowPolicy:
                              "statistics)")
         actions = self.act_rows(rows)
         return (actions if obs.ndim == 2 else actions[0]), state
+
+    def _check_shape(self, obs: np.ndarray) -> None:
+        one = self.observation_shape  # (d,): every env's observation is a vector
+        if obs.ndim in (1, 2) and (one is None or obs.shape[-1:] == one):
+            return
+        d = "d" if one is None else one[0]
+        raise UserError(f"{type(self).__name__}.predict: observation has shape {obs.shape}; allowed: ({d},) "
+                        f"or (n, {d}), the observations of the env the policy was built with")
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The action for one observation."""

@@ -32,10 +32,6 @@ from fl_gym.envs.registry import PolicyEntry
 from fl_gym.validation import UserError
 
 
-def _spec(env_or_spec: Env | HeteroSpec) -> HeteroSpec:
-    return env_or_spec if isinstance(env_or_spec, HeteroSpec) else env_or_spec.unwrapped.hetero
-
-
 class HeteroPolicy(RowPolicy):
     """Base of the fixed HAPFL policies: sizes from ``S^1``, split from ``S^2``, encoded for the view.
 
@@ -49,7 +45,9 @@ class HeteroPolicy(RowPolicy):
     batchable = True
 
     def __init__(self, env: Env | HeteroSpec) -> None:
-        self.hetero = _spec(env)
+        given = isinstance(env, HeteroSpec)  # a spec alone says nothing of the observation's width
+        super().__init__(None if given else env.observation_space)
+        self.hetero = env if given else env.unwrapped.hetero
 
     def act(self, row: np.ndarray) -> np.ndarray:
         """Sizes from ``S^1``, the split from ``S^2``, encoded for the view."""
@@ -279,18 +277,18 @@ class HAPFLPolicy(HeteroPolicy):
 
 
 def _uniform(env: Env | HeteroSpec, size: str = "large") -> UniformPolicy:
-    return UniformPolicy(_spec(env), size)
+    return UniformPolicy(env, size)
 
 
 def _history_oracle(env: Env | HeteroSpec, rho: float = 0.9, fit: str = "largest") -> HistoryOraclePolicy:
     if isinstance(env, Env) and (mode := env.unwrapped.config.obs_mode) != "history":
         raise UserError(f"obs_mode={mode!r} is out of range; allowed: 'history' (history-oracle reads the "
                          f"measured slowdowns)")
-    return HistoryOraclePolicy(_spec(env), rho, fit)
+    return HistoryOraclePolicy(env, rho, fit)
 
 
 def _fixed(cls: type[HeteroPolicy]):
-    return lambda env, **kwargs: cls(_spec(env), **kwargs)
+    return lambda env, **kwargs: cls(env, **kwargs)
 
 
 POLICIES = {
@@ -299,7 +297,7 @@ POLICIES = {
     "large": PolicyEntry(lambda env: _uniform(env, "large"), "every client the large model, equal epochs"),
     "small": PolicyEntry(lambda env: _uniform(env, "small"), "every client the small model, equal epochs"),
     "medium": PolicyEntry(lambda env: _uniform(env, "medium"), "every client the medium model (num_sizes=3)"),
-    "random": PolicyEntry(lambda env, seed=0: RandomPolicy(_spec(env), seed),
+    "random": PolicyEntry(lambda env, seed=0: RandomPolicy(env, seed),
                           "uniform random sizes, Dirichlet(1) split (kwarg seed, default 0): the floor"),
     "greedy": PolicyEntry(_fixed(GreedyBySpeedPolicy), "fastest third gets the largest model, equal epochs"),
     "inverse": PolicyEntry(_fixed(InverseTimePolicy), "one size (kwarg size), epochs proportional to speed"),

@@ -31,6 +31,7 @@ class RatePolicy(RowPolicy):
     reads_env = True
 
     def __init__(self, env: Env) -> None:
+        super().__init__(env.observation_space)
         self.env = env.unwrapped
         self.cfg = self.env.config
 

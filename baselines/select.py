@@ -40,6 +40,7 @@ class SelectPolicy(RowPolicy):
 
     def __init__(self, env: Env | SelectLayout) -> None:
         self.layout = env if isinstance(env, SelectLayout) else env.unwrapped.layout
+        super().__init__(self.layout.observation_space())
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The keep-mask of the observation's rows, encoded for the action space.
@@ -189,6 +190,7 @@ class PickPolicy(RowPolicy):
 
     def __init__(self, env: Env | PickLayout, m: int | None = None, seed: int = 0) -> None:
         self.layout = env if isinstance(env, PickLayout) else env.unwrapped.layout
+        super().__init__(self.layout.observation_space())
         self.m = m if m is not None else env.unwrapped.m
         self._seed_rng(seed)
 
@@ -322,6 +324,7 @@ class TopLambdaEntropyPolicy(RowPolicy):
         if not 0 < lam <= 1:
             raise UserError(f"lam={lam!r} is out of range; allowed: a float in (0, 1]")
         self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
+        super().__init__(self.layout.observation_space())
         self.lam = lam
         self._seed_rng(seed)
 
@@ -343,6 +346,7 @@ class AggregateAllPolicy(RowPolicy):
 
     def __init__(self, env: Env | QueueLayout) -> None:
         self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
+        super().__init__(self.layout.observation_space())
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """All ones."""
@@ -364,6 +368,7 @@ class CosTrimPolicy(RowPolicy):
 
     def __init__(self, env: Env | QueueLayout, k: int = 3, smooth: bool = True) -> None:
         self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
+        super().__init__(self.layout.observation_space())
         if not (isinstance(k, int) and 0 <= k < self.layout.num_clients):
             raise UserError(f"k={k!r} is out of range; allowed: an integer in [0, "
                             f"{self.layout.num_clients - 1}]")
@@ -389,6 +394,7 @@ class CleanQueuePolicy(RowPolicy):
     reads_env = True
 
     def __init__(self, env: Env) -> None:
+        super().__init__(env.observation_space)
         self.env = env.unwrapped
 
     def act(self, observation: np.ndarray) -> np.ndarray:

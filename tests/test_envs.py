@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import re
 import signal
 import warnings
 import weakref
@@ -157,6 +158,25 @@ def test_every_id_has_a_fixed_policy_that_acts_in_its_space(env_id):
         assert env.action_space.contains(np.asarray(action).astype(env.action_space.dtype)), name
         built += 1
     assert built
+
+
+@pytest.mark.parametrize("env_id", [i for i in IDS if family_of(i).name != "toy"])  # the toy's: no RowPolicy
+def test_every_fixed_policy_refuses_an_observation_of_another_shape(env_id):
+    """Rows of another client count, or another env's observation, would be misread without a word."""
+    env = gym.make(env_id)
+    d = env.reset(seed=0)[0].shape[0]
+    checked = 0
+    for entry in family_of(env_id).fixed_policies(env_id).values():
+        try:
+            policy = entry.build(env)
+        except ValueError:  # a policy for other scenarios, as above
+            continue
+        for bad in (np.zeros(d + 1), np.zeros((2, d - 1)), np.zeros((1, 2, d)), np.float64(1.0)):
+            allowed = rf"observation has shape {re.escape(str(bad.shape))}; allowed: \({d},\) or \(n, {d}\)"
+            with pytest.raises(ValueError, match=allowed):
+                policy.predict(bad)
+        checked += 1
+    assert checked
 
 
 @pytest.mark.parametrize("env_id", IDS)
