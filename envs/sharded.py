@@ -7,11 +7,13 @@ core is the point), and steps the shards side by side. Unlike SB3's ``SubprocVec
 process per copy), the data set is loaded once per worker, not once per copy, and each worker
 still merges its shard's rounds into one engine call. Copy ``i`` plays the episode it plays in
 an unsharded ``BatchedVecEnv`` (shards differ only in which copies share a merged batch, which
-moves float rounding in the last bit).
+moves float rounding in the last bit). A worker that ends under it (killed, out of memory) raises
+:class:`WorkerLost` at the next call, and ``close()`` still closes the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -29,7 +31,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from fl_gym.envs.vector import BatchedVecEnv, CopySeeds, one_row_per_copy
+from fl_gym.envs.vector import BatchedVecEnv, CopySeeds, StepCalls, one_row_per_copy
 from fl_gym.validation import is_int_at_least, require
 
 
@@ -79,6 +81,10 @@ def _serve(remote: Connection, parent: Connection, env_fns: CloudpickleWrapper, 
             break
 
 
+class WorkerLost(RuntimeError):
+    """A shard's worker has ended (killed, out of memory), and its copies' state with it."""
+
+
 class ProcessWorker:
     """The transport to one shard in a worker process: send a call, receive its reply, join."""
 
@@ -92,18 +98,30 @@ class ProcessWorker:
 
     def send(self, call: tuple[str, tuple, dict[str, Any]]) -> None:
         """Start one call."""
-        self.remote.send(call)
+        try:
+            self.remote.send(call)
+        except (BrokenPipeError, ConnectionResetError) as err:
+            raise self._lost() from err
 
     def receive(self) -> tuple[bool, Any]:
         """The oldest call's reply."""
-        return self.remote.recv()
+        try:
+            return self.remote.recv()
+        except (EOFError, ConnectionResetError) as err:
+            raise self._lost() from err
+
+    def _lost(self) -> WorkerLost:
+        self.process.join(timeout=1)
+        return WorkerLost(f"worker process {self.process.pid} of this vector env has ended (exit code "
+                          f"{self.process.exitcode}), and its copies with it; close() the env and build a "
+                          "new one")
 
     def join(self) -> None:
         """Wait for the worker to end (after ``close``)."""
         self.process.join()
 
 
-class ShardedVecEnv(CopySeeds, VecEnv):
+class ShardedVecEnv(StepCalls, CopySeeds, VecEnv):
     """SB3 ``VecEnv``: ``N`` copies in ``workers`` processes, each a batched group (module docstring).
 
     Args:
@@ -123,7 +141,6 @@ class ShardedVecEnv(CopySeeds, VecEnv):
                                            start_method)
         observation_space, action_space = self._ask(0, "spaces")
         super().__init__(n, observation_space, action_space)
-        self.closed = False
 
     def _start_workers(self, groups: list[list[Callable[[], gym.Env]]],
                        start_method: str | None) -> list[Any]:
@@ -150,6 +167,7 @@ class ShardedVecEnv(CopySeeds, VecEnv):
 
     def _everyone(self, method: str, args: Callable[[list[int]], tuple]) -> list[Any]:
         """``method`` on every shard side by side, ``args(shard's copies)`` each; replies in shard order."""
+        self._check_idle(method)
         for s, shard in enumerate(self.shards):
             self._send(s, method, *args(shard))
         return self._receive(range(len(self.shards)))
@@ -166,18 +184,27 @@ class ShardedVecEnv(CopySeeds, VecEnv):
     def step_async(self, actions: np.ndarray) -> None:
         """Send every shard its copies' actions; they step while the caller waits in :meth:`step_wait`."""
         actions = one_row_per_copy(actions, self.num_envs)
+        self._start_step()
         for s, shard in enumerate(self.shards):
             self._send(s, "step", actions[shard])
 
     def step_wait(self) -> VecEnvStepReturn:
         """Collect the shards' steps (a finished copy has reset within its shard)."""
-        replies = self._receive(range(len(self.shards)))
+        self._check_step_sent()
+        try:
+            replies = self._receive(range(len(self.shards)))
+        except Exception:  # every shard replied (an error too): the step is over
+            self._stepping = False
+            raise
+        # over once every reply is read; cut short (Ctrl-C), the step stays in flight for the next step_wait()
+        self._stepping = False
         self.reset_infos = [info for *_, infos in replies for info in infos]
         return (np.concatenate([r[0] for r in replies]), np.concatenate([r[1] for r in replies]),
                 np.concatenate([r[2] for r in replies]), [info for r in replies for info in r[3]])
 
     def _by_shard(self, method: str, indices: VecEnvIndices, *args: Any, **kwargs: Any) -> list[Any]:
         """``method(*args, indices=local, **kwargs)`` on the shards holding ``indices``; results in order."""
+        self._check_idle(method)
         wanted = list(self._get_indices(indices))
         owner = {i: (s, j) for s, shard in enumerate(self.shards) for j, i in enumerate(shard)}
         local: dict[int, list[int]] = {}
@@ -208,11 +235,14 @@ class ShardedVecEnv(CopySeeds, VecEnv):
         return self._by_shard("env_is_wrapped", indices, wrapper_class)
 
     def close(self) -> None:
-        """Close every shard and join its process."""
+        """Close every shard and join its process (a shard whose worker has ended is only joined)."""
         if self.closed:
             return
-        for s in range(len(self.shards)):
-            self._ask(s, "close")
+        for s, worker in enumerate(self.workers):
+            with contextlib.suppress(WorkerLost):  # an ended worker has nothing left to close
+                if self._stepping:  # a step's reply comes first: read it, so that close gets its own
+                    worker.receive()
+                self._ask(s, "close")
         for worker in self.workers:
             worker.join()
-        self.closed = True
+        self._stepping, self.closed = False, True

@@ -49,6 +49,39 @@ def one_row_per_copy(actions: np.ndarray, copies: int) -> np.ndarray:
     return actions
 
 
+class StepCalls:
+    """SB3's order of calls, checked: ``step_async`` then ``step_wait``; after ``close``, only ``close``.
+
+    Out of order, a sharded env would wait forever for replies it never asked for, or hand one
+    call's replies to the next; both vector envs raise gymnasium's error for the call instead.
+    """
+
+    closed = False
+    _stepping = False
+
+    def _start_step(self) -> None:
+        self._check_idle("step_async")
+        self._stepping = True
+
+    def _check_step_sent(self) -> None:
+        """``step_wait`` needs an open env with a step in flight; the caller ends the step when it is over."""
+        self._check_open("step_wait")
+        if not self._stepping:
+            raise gym.error.NoAsyncCallError("step_wait() before step_async(actions); call step(actions), or "
+                                             "step_async(actions) first", "step")
+
+    def _check_idle(self, call: str) -> None:
+        """``call`` needs an open env with no step in flight."""
+        self._check_open(call)
+        if self._stepping:
+            raise gym.error.AlreadyPendingCallError(f"{call}() while a step is in flight; call step_wait() "
+                                                    "for its results first", "step")
+
+    def _check_open(self, call: str) -> None:
+        if self.closed:
+            raise gym.error.ClosedEnvironmentError(f"{call}() after close(); build a new vector env")
+
+
 class CopySeeds:
     """A seed per copy for an SB3 ``VecEnv``'s next reset (its :meth:`seed` takes one int: ``seed + i``)."""
 
@@ -70,7 +103,7 @@ class CopySeeds:
         self._seeds = list(seeds)
 
 
-class BatchedVecEnv(CopySeeds, VecEnv):
+class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
     """SB3 ``VecEnv`` over fl-gym envs whose rounds are batched across copies (module docstring).
 
     Auto-reset as SB3's ``DummyVecEnv``: a finished copy's last observation is in
@@ -112,6 +145,7 @@ class BatchedVecEnv(CopySeeds, VecEnv):
 
     def reset(self) -> VecEnvObs:
         """Reset every copy (seeds and options from :meth:`seed` / :meth:`set_options`, then cleared)."""
+        self._check_idle("reset")
         results = self.for_each_copy(lambda i: self.envs[i].reset(seed=self._seeds[i], **(
             {"options": self._options[i]} if self._options[i] else {})))
         self._reset_seeds()
@@ -124,6 +158,7 @@ class BatchedVecEnv(CopySeeds, VecEnv):
     def step_async(self, actions: np.ndarray) -> None:
         """Store the actions for :meth:`step_wait` (one row per copy)."""
         self._actions = one_row_per_copy(actions, self.num_envs)
+        self._start_step()
 
     def step_wait(self) -> VecEnvStepReturn:
         """Step every copy; a finished copy resets in the same call.
@@ -131,6 +166,8 @@ class BatchedVecEnv(CopySeeds, VecEnv):
         With a vector clock (copies that train nothing), the clock plays every copy's step as
         arrays first; each copy's ``step`` then returns its share through the env's wrappers.
         """
+        self._check_step_sent()
+        self._stepping = False  # the copies step in this call: cut short, they stay as far as they got
         if self._clock is not None:
             for env, result in zip(self._clock.envs, self._clock.step(np.asarray(self._actions)),
                                    strict=True):
@@ -153,29 +190,31 @@ class BatchedVecEnv(CopySeeds, VecEnv):
         """Close every copy."""
         for env in self.envs:
             env.close()
+        self.closed = True
 
-    def _targets(self, indices: VecEnvIndices) -> list[gym.Env]:
+    def _targets(self, indices: VecEnvIndices, call: str) -> list[gym.Env]:
+        self._check_idle(call)
         return [self.envs[i] for i in self._get_indices(indices)]
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         """An attribute of each (unwrapped-through) copy."""
-        return [env.get_wrapper_attr(attr_name) for env in self._targets(indices)]
+        return [env.get_wrapper_attr(attr_name) for env in self._targets(indices, "get_attr")]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         """Set an attribute on each copy's unwrapped env."""
-        for env in self._targets(indices):
+        for env in self._targets(indices, "set_attr"):
             setattr(env.unwrapped, attr_name, value)
 
     def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
                    **method_kwargs: Any) -> list[Any]:
         """Call a method of each copy (e.g. ``action_masks`` for MaskablePPO)."""
         return [env.get_wrapper_attr(method_name)(*method_args, **method_kwargs)
-                for env in self._targets(indices)]
+                for env in self._targets(indices, "env_method")]
 
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
         """Whether each copy is wrapped in ``wrapper_class``."""
         out = []
-        for env in self._targets(indices):
+        for env in self._targets(indices, "env_is_wrapped"):
             while isinstance(env, gym.Wrapper) and not isinstance(env, wrapper_class):
                 env = env.env
             out.append(isinstance(env, wrapper_class))

@@ -32,7 +32,7 @@ from typing import Any
 import gymnasium as gym
 
 from fl_gym.envs.registry import env_ids
-from fl_gym.envs.sharded import ShardedVecEnv, ShardServer
+from fl_gym.envs.sharded import ShardedVecEnv, ShardServer, WorkerLost
 from fl_gym.validation import MissingExtraError, UserError, is_int_at_least, is_non_negative, require
 
 INSTALL = 'pip install "fl-gym[ray]"'
@@ -85,7 +85,12 @@ class RayWorker:
 
     def receive(self) -> tuple[bool, Any]:
         """The oldest call's reply."""
-        return import_ray().get(self.pending.popleft())
+        ray = import_ray()
+        try:
+            return ray.get(self.pending.popleft())
+        except ray.exceptions.RayActorError as err:
+            raise WorkerLost(f"a Ray actor of this vector env has died ({type(err).__name__}), and its "
+                             "copies with it; close() the env and build a new one") from err
 
     def join(self) -> None:
         """Release the actor (after ``close``)."""

@@ -8,7 +8,7 @@ import pytest
 
 import fl_gym
 from fl_gym.agents.ppo import build_agent, make_env
-from fl_gym.envs.sharded import ShardedVecEnv
+from fl_gym.envs.sharded import ShardedVecEnv, WorkerLost
 
 ray = pytest.importorskip("ray", reason='Ray is an optional extra: pip install "fl-gym[ray]"')
 from fl_gym.integrations.ray import RayVecEnv, register_rllib  # noqa: E402  (after the skip)
@@ -52,6 +52,16 @@ def test_actor_shards_play_the_process_shards_episodes_bit_for_bit():
         np.testing.assert_array_equal(d, d2)
         assert [x["round"] for x in i] == [x["round"] for x in i2]
     assert any(d.any() for _, _, d, _ in by_ray[1:])  # the copies auto-reset in their actors
+
+
+def test_a_dead_actor_is_named_and_close_still_releases_the_others():
+    vec = RayVecEnv(_fns("FLHetero-v0", 2), workers=2)
+    vec.reset()
+    ray.kill(vec.workers[1].actor)
+    with pytest.raises(WorkerLost, match="a Ray actor of this vector env has died"):
+        vec.step(np.stack([vec.action_space.sample()] * 2))
+    vec.close()
+    assert vec.closed
 
 
 def test_the_vec_env_contract_and_worker_errors_cross_the_actors():

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import signal
 
 import gymnasium as gym
 import numpy as np
@@ -14,6 +16,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 import fl_gym
 from fl_gym.envs.hetero.config import OBS_MODES
 from fl_gym.envs.registry import env_ids, family_of
+from fl_gym.envs.sharded import WorkerLost
 
 IDS = env_ids()
 
@@ -342,6 +345,64 @@ def test_a_batch_of_actions_is_one_row_per_copy(workers):
             vec.step(actions)
     vec.step(np.zeros((2, 10), np.float32))  # still steps after the refusals
     vec.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_calls_out_of_sb3s_order_raise_gymnasiums_error_instead_of_hanging_or_mixing_replies(workers):
+    """A sharded env waited forever for a step_wait() without step_async(), and read one call's replies
+    as the next call's; both envs now refuse the call and stay usable."""
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=workers, rounds_per_episode=2)
+    vec.reset()
+    actions = np.zeros((2, 10), np.float32)
+    with pytest.raises(gym.error.NoAsyncCallError, match=r"step_wait\(\) before step_async\(actions\)"):
+        vec.step_wait()
+    vec.step_async(actions)
+    for call in (lambda: vec.step_async(actions), vec.reset, lambda: vec.get_attr("rounds_played")):
+        with pytest.raises(gym.error.AlreadyPendingCallError, match=r"\(\) while a step is in flight"):
+            call()
+    _, _, dones, _ = vec.step_wait()
+    assert vec.get_attr("rounds_played") == [1, 1] and not dones.any()  # the one step, played once
+    vec.step_async(actions)
+    vec.close()  # with a step in flight: its replies are read, not taken for close's
+    for call in (lambda: vec.step(actions), vec.reset, lambda: vec.env_method("action_masks")):
+        with pytest.raises(gym.error.ClosedEnvironmentError, match=r"\(\) after close\(\)"):
+            call()
+    vec.close()  # a second close does nothing
+
+
+def test_a_sharded_step_cut_short_while_waiting_stays_in_flight_for_the_next_step_wait(monkeypatch):
+    """Ctrl-C in step_wait left the replies in the pipes, and the next step read the old step's."""
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=2, rounds_per_episode=3)
+    vec.reset()
+    actions = np.zeros((2, 10), np.float32)
+    vec.step_async(actions)
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vec.workers[0], "receive", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        vec.step_wait()
+    monkeypatch.undo()
+    with pytest.raises(gym.error.AlreadyPendingCallError):
+        vec.step_async(actions)
+    vec.step_wait()
+    assert vec.get_attr("rounds_played") == [1, 1]
+    vec.step(actions)
+    assert vec.get_attr("rounds_played") == [2, 2]
+    vec.close()
+
+
+def test_a_killed_worker_is_named_and_close_still_joins_the_others():
+    """A worker killed (out of memory, say) gave a BrokenPipeError, and close() an EOFError."""
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=2, rounds_per_episode=3)
+    vec.reset()
+    os.kill(vec.workers[1].process.pid, signal.SIGKILL)
+    vec.workers[1].process.join()
+    with pytest.raises(WorkerLost, match=r"worker process \d+ of this vector env has ended \(exit code -9\)"):
+        vec.step(np.zeros((2, 10), np.float32))
+    vec.close()
+    assert vec.closed and not any(w.process.is_alive() for w in vec.workers)
 
 
 def test_gymnasium_make_vec_uses_the_batched_env_with_same_step_autoreset():
