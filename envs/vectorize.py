@@ -112,13 +112,19 @@ class GymBatchedVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Reset every copy; an int ``seed`` seeds copy ``i`` with ``seed + i``."""
-        seeds = ([seed + i for i in range(self.num_envs)] if isinstance(seed, int)
-                 else (seed or [None] * self.num_envs))
-        self._vec.seed_copies(seeds)
+        """Reset every copy; an int ``seed`` seeds copy ``i`` with ``seed + i``, a list one seed per copy."""
+        self._vec.seed_copies(self._seeds(seed))
         self._vec.set_options(options)
         obs = self._vec.reset()
         return obs, self._batch_infos(self._vec.reset_infos)
+
+    def _seeds(self, seed: int | list[int | None] | None) -> list[int | None]:
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, list | tuple | np.ndarray):
+            return list(seed)  # each checked by seed_copies
+        require_seed("seed", seed)
+        return [int(seed) + i for i in range(self.num_envs)]
 
     def step(self, actions: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:

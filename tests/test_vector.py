@@ -429,6 +429,19 @@ def test_gymnasium_make_vec_uses_the_batched_env_with_same_step_autoreset():
     env.close()
 
 
+def test_gymnasiums_vector_reset_takes_a_numpy_seed_and_refuses_other_types_by_name():
+    """A NumPy integer seed raised a TypeError, and a string was read as a list of seeds."""
+    env = gym.make_vec("FLHetero-v0", 2, vectorization_mode="vector_entry_point")
+    np.testing.assert_array_equal(env.reset(seed=np.int64(3))[0], env.reset(seed=[3, 4])[0])
+    for seed in (True, 3.0, "a", -1):
+        allowed = rf"^seed={re.escape(repr(seed))} is out of range; allowed: an integer"
+        with pytest.raises(ValueError, match=allowed):
+            env.reset(seed=seed)
+    with pytest.raises(ValueError, match=r"^seeds=\[1\] is out of range; allowed: 2 seeds, one per copy"):
+        env.reset(seed=[1])
+    env.close()
+
+
 def test_evaluation_runs_the_seeds_side_by_side_as_their_solo_episodes():
     """``evaluate`` steps the seeds as copies of one batched env; episodes that end at the target
     early (different lengths per seed) wait for the others and equal the stand-alone ones."""
