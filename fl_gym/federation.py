@@ -365,6 +365,7 @@ class Federation:
             sampler: the generator :meth:`open_round` draws candidates from (an env passes its
                 ``np_random``); default: the episode generator.
         """
+        require(seed is None or is_int_at_least(seed, 0), "seed", seed, "None or an integer >= 0")
         cfg = self.config
         seeds = np.random.SeedSequence(seed)
         self.rng = np.random.default_rng(seeds)
@@ -435,6 +436,7 @@ class Federation:
 
         For envs that redraw the partition per episode, so a policy cannot learn client ids.
         """
+        require(is_int_at_least(seed, 0), "seed", seed, "an integer >= 0")
         rng = np.random.default_rng(seed)
         train_parts, test_parts = self._split(self._dataset, rng)
         order = rng.permutation(self.num_clients)  # kinds listed in order (mixed: IID first) move too
@@ -455,9 +457,11 @@ class Federation:
             gen: the batches' generator instead of the probe stream (fixed batches per key).
         """
         require(self.config.train, "train", False, "True (a timing-only federation takes no probes)")
-        clients = np.asarray(clients, np.int64)
-        require(clients.ndim == 1 and bool(((clients >= 0) & (clients < self.num_clients)).all()), "clients",
-                clients.tolist(), f"a 1-D array of client ids in 0..{self.num_clients - 1}")
+        ids = np.asarray(clients)  # a bool mask would be read as the ids 0 and 1
+        require(ids.ndim == 1 and len(ids) > 0 and ids.dtype.kind in "iu"
+                and bool(((ids >= 0) & (ids < self.num_clients)).all()), "clients", ids.tolist(),
+                f"a non-empty 1-D array of integer client ids in 0..{self.num_clients - 1} (not a mask)")
+        clients = ids.astype(np.int64, copy=False)
         if models is None:
             models = self.global_models[0].expand(len(clients), -1)
         if self.remote is not None:

@@ -53,8 +53,15 @@ class RoundPlan:
             out[...] = v  # a scalar or a (K,) array (np.broadcast_to costs several times more per plan)
             return out
 
-        sel = full(True if selected is None else selected, bool)
-        agg = sel.copy() if aggregate is None else full(aggregate, bool)
+        def mask(name: str, v: np.ndarray) -> np.ndarray:
+            v = np.asarray(v)
+            if v.dtype != bool and not np.isin(v, (0, 1)).all():  # client ids would select others silently
+                raise UserError(f"{name}={v.tolist()} is out of range; allowed: a mask of shape "
+                                f"({num_clients},), bool or 0/1 (not client ids)")
+            return full(v, bool)
+
+        sel = full(True, bool) if selected is None else mask("selected", selected)
+        agg = sel.copy() if aggregate is None else mask("aggregate", aggregate)
         return cls(sel, full(model, np.int64), full(epochs, np.float64), full(lr, np.float64), agg,
                    None if weight is None else full(weight, np.float64))
 
@@ -68,6 +75,8 @@ class RoundPlan:
                 raise UserError(f"plan.{name} has shape {getattr(value, 'shape', None)}; allowed: "
                                  f"a numpy array of shape ({num_clients},)")
         sel = self.selected
+        if sel.dtype != bool:
+            raise UserError(f"plan.selected has dtype {sel.dtype}; allowed: bool")
         if not sel.any():
             raise UserError("plan.selected is all False; allowed: at least one selected client")
         model, epochs, lr = self.model[sel], self.epochs[sel], self.lr[sel]

@@ -84,11 +84,12 @@ def test_timing_only_federation_reports_times_without_learning(tiny_config):
         fed.probe(np.array([0, 1]))
 
 
-@pytest.mark.parametrize("clients", [[4], [-1], [[0]]])
-def test_probe_refuses_client_ids_out_of_range(tiny_config, clients):
-    """Not an IndexError from the data's rows: the argument and what is allowed."""
+@pytest.mark.parametrize("clients", [[4], [-1], [[0]], [], [True, False, True, False]])
+def test_probe_refuses_client_ids_out_of_range_and_a_mask(tiny_config, clients):
+    """Not an IndexError from the data's rows, nor a mask read as the ids 0 and 1: what is allowed."""
     fed = Federation(tiny_config, scenario_seed=0)
-    message = f"clients={clients} is out of range; allowed: a 1-D array of client ids in 0..3"
+    message = (f"clients={clients} is out of range; allowed: a non-empty 1-D array of integer client ids in "
+               "0..3 (not a mask)")
     with pytest.raises(ValueError, match=re.escape(message)):
         fed.probe(np.array(clients))
     assert fed.probe(np.array([0, 3])).grad.shape == (2, fed.archs[0].num_params)
@@ -224,6 +225,7 @@ def test_a_device_this_machine_lacks_is_refused_when_the_config_is_made():
     ("selected", np.zeros(4, bool), "plan.selected"), ("model", np.full(4, 3), "plan.model"),
     ("epochs", np.full(4, -1.0), "plan.epochs"), ("lr", np.zeros(4), "plan.lr"),
     ("lr", np.ones(3), "plan.lr has shape"), ("weight", np.full(4, -1.0), "plan.weight"),
+    ("selected", np.array([0, 1, 2, 3]), "plan.selected has dtype int64; allowed: bool"),
 ])
 def test_bad_plans_are_rejected_before_anything_runs(tiny_config, field, value, match):
     fed = Federation(tiny_config, scenario_seed=0)
@@ -426,3 +428,16 @@ def test_a_plan_broadcasts_scalars_copies_arrays_and_refuses_another_length():
     assert plan.weight is None
     with pytest.raises(ValueError, match="broadcast"):
         RoundPlan.make(3, lr=[0.1, 0.2])
+    for name in ("selected", "aggregate"):  # client ids read as a mask selected others without a word
+        allowed = r"is out of range; allowed: a mask of shape \(3,\), bool or 0/1 \(not client ids\)"
+        with pytest.raises(ValueError, match=rf"^{name}=\[0, 1, 2\] {allowed}"):
+            RoundPlan.make(3, lr=0.1, **{name: np.array([0, 1, 2])})
+
+
+@pytest.mark.parametrize("call", ["reset", "redraw_partition"])
+def test_a_federations_seed_is_checked_by_name(tiny_config, call):
+    """NumPy's own message named no parameter."""
+    fed = Federation(tiny_config)
+    for seed in (-1, 1.5, "a"):
+        with pytest.raises(ValueError, match=rf"^seed={re.escape(repr(seed))} is out of range; allowed: "):
+            getattr(fed, call)(seed)
