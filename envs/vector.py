@@ -157,8 +157,9 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         """Store the actions for :meth:`step_wait` (one row per copy)."""
-        self._actions = one_row_per_copy(actions, self.num_envs)
-        self._start_step()
+        actions = one_row_per_copy(actions, self.num_envs)
+        self._start_step()  # refused while a step is in flight: its actions stay
+        self._actions = actions
 
     def step_wait(self) -> VecEnvStepReturn:
         """Step every copy; a finished copy resets in the same call.

@@ -357,11 +357,16 @@ def test_calls_out_of_sb3s_order_raise_gymnasiums_error_instead_of_hanging_or_mi
     with pytest.raises(gym.error.NoAsyncCallError, match=r"step_wait\(\) before step_async\(actions\)"):
         vec.step_wait()
     vec.step_async(actions)
-    for call in (lambda: vec.step_async(actions), vec.reset, lambda: vec.get_attr("rounds_played")):
+    other = np.tile(np.linspace(-1, 1, 10, dtype=np.float32), (2, 1))  # other aggregation weights
+    for call in (lambda: vec.step_async(other), vec.reset, lambda: vec.get_attr("rounds_played")):
         with pytest.raises(gym.error.AlreadyPendingCallError, match=r"\(\) while a step is in flight"):
             call()
-    _, _, dones, _ = vec.step_wait()
+    _, rewards, dones, _ = vec.step_wait()
     assert vec.get_attr("rounds_played") == [1, 1] and not dones.any()  # the one step, played once
+    twin = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=workers, rounds_per_episode=2)
+    twin.reset()
+    np.testing.assert_array_equal(rewards, twin.step(actions)[1])  # with the first actions, not the refused
+    twin.close()
     vec.step_async(actions)
     vec.close()  # with a step in flight: its replies are read, not taken for close's
     for call in (lambda: vec.step(actions), vec.reset, lambda: vec.env_method("action_masks")):
