@@ -684,6 +684,21 @@ def test_a_failing_command_leaves_no_empty_output_folder(tmp_path, capsys):
     assert not (tmp_path / "new").exists() and (tmp_path / "run").exists()  # what it made goes, nothing else
 
 
+def test_a_model_file_that_is_no_model_or_of_another_env_is_refused_in_one_line(tmp_path, capsys):
+    """Both raised deep in SB3: a damaged file at load, another env's model at its first predict."""
+    import gymnasium as gym
+
+    (tmp_path / "junk.zip").write_text("junk")
+    PPO("MlpPolicy", gym.make("FLHetero-v0")).save(tmp_path / "hetero.zip")
+    other = ("was trained on observations of shape (6,) and actions Box(-1.0, 1.0, (12,), float32); allowed: "
+             "a model of this env, whose observations have shape (76,) and actions are MultiBinary(5)")
+    for path, message in ((tmp_path / "junk.zip", "is not an SB3 model; allowed: a model file"),
+                          (tmp_path / "hetero.zip", other)):
+        code, _, err = run_cli(["compare", "FLSelect-v0", "--policies", f"ppo:{path}", "--seeds", "100",
+                                "--out", str(tmp_path / "out")], capsys)
+        assert code == 2 and message in err and err.count("\n") == 1
+
+
 def test_an_unreachable_ray_address_fails_at_once_and_leaves_no_run_folder(tmp_path, capsys):
     import socket
 

@@ -92,5 +92,5 @@ def test_a_flat_agent_is_listed_as_unable_on_another_client_count(tmp_path):
                              {"held-out": {}, "big": {"preset": "scale20"}}, seeds=(1,),
                              env_kwargs={"rounds_per_episode": 2}, progress=False)
     assert "ppo:flat" in results["summary"]["held-out"] and "ppo:flat" not in results["summary"]["big"]
-    assert "observation shape" in results["unable"]["big"]["ppo:flat"]
+    assert "was trained on observations of shape (6,)" in results["unable"]["big"]["ppo:flat"]
     assert "| ppo:flat | cannot act:" in markdown(results)

@@ -22,6 +22,7 @@ import dataclasses
 import io
 import math
 import warnings
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from tqdm import tqdm
 
 from fl_gym.agents.ppo import ALGOS
 from fl_gym.agents.recipes import compose, is_recipe, load_recipe
+from fl_gym.agents.sets import SetPolicy
 from fl_gym.atomic import write_json, write_text
 from fl_gym.envs.registry import family_of, metrics_for, recipes_for
 from fl_gym.training.evaluation import Episode, aggregate, evaluate
@@ -86,10 +88,28 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
         raise FileNotFoundError(f"policy {spec!r}: no model at {model_path}")
     run = _run_config(model_path.parent)
     _warn_seed_overlap(model_path.parent, run, eval_seeds)
+    if not zipfile.is_zipfile(model_path):
+        raise UserError(f"policy {spec!r}: {model_path} is not an SB3 model; allowed: a model file as "
+                        "fl-gym train writes it (model.zip, a zip archive)")
     recorded = run.get("algo")  # a MaskablePPO run given as ``ppo:`` loads as what it is
     model = ALGOS[recorded if recorded in ALGOS else algo].load(model_path, device="cpu")
     bound = {k: v for k, v in (run.get("env_kwargs") or {}).items() if k in family_of(env_id).agent_kwargs}
-    return PolicySpec(label, lambda env: model, bound)
+    return PolicySpec(label, lambda env: _fits(model, env, spec), bound)
+
+
+def _fits(model: Any, env: gym.Env, spec: str) -> Any:
+    """``model`` if it acts on ``env``'s spaces (SB3 would fail deep in ``predict``, or act out of range).
+
+    A set policy acts on any client count (:mod:`fl_gym.agents.sets`): its spaces are its first env's.
+    """
+    if isinstance(model.policy, SetPolicy):
+        return model
+    obs, act = model.observation_space, model.action_space
+    if obs.shape != env.observation_space.shape or act != env.action_space:
+        raise UserError(f"policy {spec!r} was trained on observations of shape {obs.shape} and actions "
+                        f"{act}; allowed: a model of this env, whose observations have shape "
+                        f"{env.observation_space.shape} and actions are {env.action_space}")
+    return model
 
 
 def _with_kwargs(spec: str) -> tuple[str, dict[str, Any]]:
