@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from fl_gym.envs.base import ClientRows, FLEnv, ValidationGain, ValidationTerms, favor, loss_vs_all
@@ -360,6 +361,8 @@ class FLSelectPickEnv(_SelectionEnv):
 
     def action_masks(self) -> np.ndarray:
         """``(2N,)``: per client, whether its bit may be 0 (always) and 1 (the client is reachable)."""
+        if self._pending is None:  # reachability is the pending round's
+            raise gym.error.ResetNeeded("action_masks() before reset(); call reset() first")
         allowed = np.ones((self.federation.num_clients, 2), bool)
         allowed[:, 1] = self._pending.candidates
         return allowed.ravel()
