@@ -58,7 +58,8 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
     """Parse a policy string (warning if ``eval_seeds`` trained a loaded run).
 
     Raises:
-        ValueError: an unknown name or algorithm.
+        ValueError: an unknown name or algorithm, a file that is no SB3 model, or (when the policy is
+            built for an env) a model of another env's spaces.
         FileNotFoundError: a model path that does not exist.
     """
     algo, sep, path = spec.partition(":")
