@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -70,6 +71,8 @@ def latest_checkpoint(folder: str | Path, prefix: str = "model") -> tuple[Path, 
             continue
         if zipfile.is_zipfile(path):
             found.append((steps, path))
+        else:
+            warnings.warn(f"{path} is damaged (not a zip archive); passed over", stacklevel=2)
     if not found:
         return None
     steps, path = max(found)
