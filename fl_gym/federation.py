@@ -73,7 +73,7 @@ from fl_gym.records import (
     check_aggregation,
 )
 from fl_gym.traces import PlayedDevices, assign_devices, load_availability
-from fl_gym.validation import UserError, is_int_at_least, require
+from fl_gym.validation import MAX_SCHEDULE, UserError, is_int_at_least, require
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
 BEHAVIOUR_STREAM = 1 << 20  # the spawn key of the behaviour stream: far from the children reset spawns
@@ -570,8 +570,22 @@ class Federation:
     def train_round(self, opened: OpenedRound, plan: RoundPlan) -> TrainedRound:
         """Phase 2: time and train the clients ``plan`` selects (a subset of the candidates)."""
         self._check_pending(opened, "train_round")
-        plan.validate(self.num_clients, len(self.archs))
+        self._validate(plan)
         return self._train_round(opened, plan)
+
+    def _validate(self, plan: RoundPlan) -> None:
+        """``plan.validate``, and a round whose batch schedule fits in memory (``MAX_SCHEDULE`` slots)."""
+        plan.validate(self.num_clients, len(self.archs))
+        sel, batch_size = plan.selected, self.config.batch_size
+        if not self.config.train:  # the clock alone lays out no schedule
+            return
+        most = int(local_steps(self.sizes[sel], plan.epochs[sel], batch_size).max())
+        slots = most * int(sel.sum()) * batch_size
+        if slots > MAX_SCHEDULE:
+            raise UserError(f"plan.epochs={plan.epochs[sel].tolist()} is out of range; allowed: a round "
+                            f"whose batch schedule fits in memory, at most {MAX_SCHEDULE:,} sample slots "
+                            f"(the most local steps x training clients x batch_size; these epochs make "
+                            f"{slots:,})")
 
     def _train_round(self, opened: OpenedRound, plan: RoundPlan) -> TrainedRound:
         """:meth:`train_round` for a plan already validated."""
@@ -653,7 +667,7 @@ class Federation:
 
     def run_round(self, plan: RoundPlan) -> RoundReport:
         """Open, train and finish one round under ``plan`` (plain FL: every decision made up front)."""
-        plan.validate(self.num_clients, len(self.archs))  # before anything is drawn
+        self._validate(plan)  # before anything is drawn
         opened = self.open_round(plan.selected)
         return self.finish_round(self._train_round(opened, plan))
 

@@ -58,6 +58,7 @@ MAX_THREADS = 256  # torch threads; far more exhaust memory (libgomp aborts the 
 MAX_LR = 100.0  # a local or server learning rate above this only produces NaN
 MAX_ROUNDS = 100_000  # rounds per episode (the papers use at most 1,000); more never returns from a reset
 MAX_EPOCHS = 1_000.0  # local epochs per round
+MAX_SCHEDULE = 2**28  # a round's batch schedule (steps x clients x batch size), built whole: 3 GiB
 MAX_SEED = 2**31 - 1  # NumPy's legacy seeding (SB3's) takes seeds below 2**32; room is left for seed + copy
 MAX_CLIENTS = 1_000_000  # clients of one federation (the largest cross-device data sets have about this many)
 MAX_COPIES = 4_096  # vector-env copies; each holds a federation, so far more exhaust memory before a step

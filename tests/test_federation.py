@@ -226,6 +226,7 @@ def test_a_device_this_machine_lacks_is_refused_when_the_config_is_made():
     ("epochs", np.full(4, -1.0), "plan.epochs"), ("lr", np.zeros(4), "plan.lr"),
     ("lr", np.ones(3), "plan.lr has shape"), ("weight", np.full(4, -1.0), "plan.weight"),
     ("selected", np.array([0, 1, 2, 3]), "plan.selected has dtype int64; allowed: bool"),
+    ("epochs", np.full(4, 1e9), "allowed: a round whose batch schedule fits in memory, at most 268,435,456"),
 ])
 def test_bad_plans_are_rejected_before_anything_runs(tiny_config, field, value, match):
     fed = Federation(tiny_config, scenario_seed=0)
