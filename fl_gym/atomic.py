@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fl_gym.validation import UserError
+
 
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (readers see the old file or the new one, never half)."""
@@ -63,9 +65,14 @@ def write_json(path: str | Path, data: Any) -> Path:
 
 
 def read_json(path: str | Path) -> Any:
-    """Read JSON written by :func:`write_json`."""
+    """Read JSON written by :func:`write_json`; a damaged file (written by something else) is named."""
     with open(path) as f:
-        return json.load(f)
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as err:  # write_json's files are whole: another writer damaged it
+            raise UserError(f"{path} is damaged ({err.msg}, line {err.lineno}); allowed: JSON as fl-gym "
+                            "writes it (remove the file, and the command that wrote it writes it again)"
+                            ) from None
 
 
 def _jsonable(value: Any) -> Any:

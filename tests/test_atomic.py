@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 
-from fl_gym.atomic import write_json
+import pytest
+
+from fl_gym.atomic import read_json, write_json
 
 
 def test_result_files_follow_the_umask(tmp_path):
@@ -14,3 +17,13 @@ def test_result_files_follow_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_damaged_result_file_is_named_with_the_remedy(tmp_path):
+    """It was json's JSONDecodeError, a traceback from whichever command read it back."""
+    path = write_json(tmp_path / "scores.json", {"a": 1})
+    assert read_json(path) == {"a": 1}
+    path.write_text('{"a": 1')  # cut short by another writer
+    damaged = rf"^{re.escape(str(path))} is damaged \(Expecting .*, line 1\); allowed: JSON as fl-gym"
+    with pytest.raises(ValueError, match=damaged + r" writes it \(remove the file"):
+        read_json(path)

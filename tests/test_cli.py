@@ -767,6 +767,9 @@ def test_damaged_or_conflicting_resumes_are_named(tmp_path, capsys):
     with pytest.warns(UserWarning, match=r"model_64_steps.zip is damaged \(not a zip archive\); passed over"):
         code, out, _ = run_cli(["train", "--resume", folder, "--no-progress"], capsys)
     assert code == 0 and "done: 64 steps" in out  # trained on from the whole checkpoint at 32
+    (folder / "summary.json").write_text("{")
+    code, _, err = run_cli(["train", "--resume", folder, "--no-progress"], capsys)
+    assert code == 2 and "summary.json is damaged" in err and err.count("\n") == 1
 
 
 def test_plots_name_a_line_that_another_hides_and_use_a_log_axis_for_spans_over_100x(tmp_path):
