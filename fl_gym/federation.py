@@ -576,9 +576,9 @@ class Federation:
     def _validate(self, plan: RoundPlan) -> None:
         """``plan.validate``, and a round whose batch schedule fits in memory (``MAX_SCHEDULE`` slots)."""
         plan.validate(self.num_clients, len(self.archs))
-        sel, batch_size = plan.selected, self.config.batch_size
         if not self.config.train:  # the clock alone lays out no schedule
             return
+        sel, batch_size = plan.selected, self.config.batch_size
         most = int(local_steps(self.sizes[sel], plan.epochs[sel], batch_size).max())
         slots = most * int(sel.sum()) * batch_size
         if slots > MAX_SCHEDULE:
