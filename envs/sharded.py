@@ -31,7 +31,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from fl_gym.envs.vector import BatchedVecEnv, CopySeeds, StepCalls, one_row_per_copy
+from fl_gym.envs.vector import BatchedVecEnv, CopySeeds, StepCalls, copy_indices, one_row_per_copy
 from fl_gym.validation import is_int_at_least, require
 
 
@@ -205,7 +205,7 @@ class ShardedVecEnv(StepCalls, CopySeeds, VecEnv):
     def _by_shard(self, method: str, indices: VecEnvIndices, *args: Any, **kwargs: Any) -> list[Any]:
         """``method(*args, indices=local, **kwargs)`` on the shards holding ``indices``; results in order."""
         self._check_idle(method)
-        wanted = list(self._get_indices(indices))
+        wanted = copy_indices(indices, self.num_envs)
         owner = {i: (s, j) for s, shard in enumerate(self.shards) for j, i in enumerate(shard)}
         local: dict[int, list[int]] = {}
         for i in wanted:

@@ -21,6 +21,7 @@ through the copy's wrappers (``Monitor`` and the rest see an ordinary step).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -47,6 +48,19 @@ def one_row_per_copy(actions: np.ndarray, copies: int) -> np.ndarray:
     if actions.ndim == 0 or len(actions) != copies:
         raise UserError(f"actions has shape {actions.shape}; allowed: {copies} rows, one per copy")
     return actions
+
+
+def copy_indices(indices: VecEnvIndices, copies: int) -> list[int]:
+    """SB3's ``indices`` (None: every copy, one index, or several) in ``[0, copies)``, or a clear error.
+
+    A negative index counts from the end, as in a list (and in SB3's ``DummyVecEnv``).
+    """
+    if indices is None:
+        return list(range(copies))
+    wanted = [indices] if isinstance(indices, numbers.Integral) else list(indices)
+    if not all(isinstance(i, numbers.Integral) and -copies <= i < copies for i in wanted):
+        raise UserError(f"indices={wanted} is out of range; allowed: copy indices in [-{copies}, {copies})")
+    return [int(i) % copies for i in wanted]
 
 
 class StepCalls:
@@ -195,7 +209,7 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
 
     def _targets(self, indices: VecEnvIndices, call: str) -> list[gym.Env]:
         self._check_idle(call)
-        return [self.envs[i] for i in self._get_indices(indices)]
+        return [self.envs[i] for i in copy_indices(indices, self.num_envs)]
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         """An attribute of each (unwrapped-through) copy."""

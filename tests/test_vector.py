@@ -268,6 +268,21 @@ def test_vec_env_contract_attributes_methods_and_masks():
     assert vec.env_is_wrapped(Monitor) == [True, True]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_copy_indices_count_from_the_end_as_in_a_list_and_others_are_refused_by_name(workers):
+    """Out of range was an IndexError (one process) or a KeyError (sharded, -1 too)."""
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=workers, rounds_per_episode=2)
+    vec.reset()
+    vec.set_attr("probe_attribute", 7, indices=-1)
+    assert vec.get_attr("probe_attribute", indices=[1]) == [7] == vec.get_attr("probe_attribute", indices=-1)
+    for indices in ([5], [-3], ["a"], 2):
+        shown = re.escape(str(indices if isinstance(indices, list) else [indices]))
+        with pytest.raises(ValueError, match=rf"^indices={shown} is out of range; allowed: copy indices in "
+                                             r"\[-2, 2\)"):
+            vec.get_attr("rounds_played", indices=indices)
+    vec.close()
+
+
 @pytest.mark.parametrize("algo", ["ppo", "maskable-ppo"])
 def test_sb3_agents_train_on_the_batched_env(algo):
     from sb3_contrib import MaskablePPO
