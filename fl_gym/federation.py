@@ -570,33 +570,34 @@ class Federation:
     def train_round(self, opened: OpenedRound, plan: RoundPlan) -> TrainedRound:
         """Phase 2: time and train the clients ``plan`` selects (a subset of the candidates)."""
         self._check_pending(opened, "train_round")
-        self._validate(plan)
-        return self._train_round(opened, plan)
+        return self._train_round(opened, plan, self._validate(plan))
 
-    def _validate(self, plan: RoundPlan) -> None:
-        """``plan.validate``, and a round whose batch schedule fits in memory (``MAX_SCHEDULE`` slots)."""
+    def _validate(self, plan: RoundPlan) -> np.ndarray:
+        """``plan.validate``, and a round whose batch schedule fits in memory; the ``(K,)`` local steps.
+
+        The schedule holds the most local steps x the training clients x the batch size sample
+        slots, at most ``MAX_SCHEDULE`` (the clock alone, with nothing to train, lays out none).
+        """
         plan.validate(self.num_clients, len(self.archs))
-        if not self.config.train:  # the clock alone lays out no schedule
-            return
         sel, batch_size = plan.selected, self.config.batch_size
-        most = int(local_steps(self.sizes[sel], plan.epochs[sel], batch_size).max())
-        slots = most * int(sel.sum()) * batch_size
-        if slots > MAX_SCHEDULE:
+        steps = np.zeros(self.num_clients, np.int64)
+        steps[sel] = local_steps(self.sizes[sel], plan.epochs[sel], batch_size)
+        slots = int(steps.max()) * int(sel.sum()) * batch_size
+        if self.config.train and slots > MAX_SCHEDULE:
             raise UserError(f"plan.epochs={plan.epochs[sel].tolist()} is out of range; allowed: a round "
                             f"whose batch schedule fits in memory, at most {MAX_SCHEDULE:,} sample slots "
                             f"(the most local steps x training clients x batch_size; these epochs make "
                             f"{slots:,})")
+        return steps
 
-    def _train_round(self, opened: OpenedRound, plan: RoundPlan) -> TrainedRound:
-        """:meth:`train_round` for a plan already validated."""
+    def _train_round(self, opened: OpenedRound, plan: RoundPlan, steps: np.ndarray) -> TrainedRound:
+        """:meth:`train_round` for a plan already validated (``steps``: what :meth:`_validate` returned)."""
         if (plan.selected & ~opened.candidates).any():
             chosen = np.flatnonzero(plan.selected).tolist()
             allowed = np.flatnonzero(opened.candidates).tolist()
             raise UserError(f"plan.selected={chosen} is out of range; allowed: a subset of round "
                              f"{opened.round}'s candidates {allowed}")
         chosen = np.flatnonzero(plan.selected)  # the round's arithmetic runs over these clients only
-        steps = np.zeros(self.num_clients, np.int64)
-        steps[chosen] = local_steps(self.sizes[chosen], plan.epochs[chosen], self.config.batch_size)
         times = self._compute_times(opened, plan, steps, chosen)
         lost = partial = self._nobody
         if self.config.behaviour.losing:
@@ -667,9 +668,9 @@ class Federation:
 
     def run_round(self, plan: RoundPlan) -> RoundReport:
         """Open, train and finish one round under ``plan`` (plain FL: every decision made up front)."""
-        self._validate(plan)  # before anything is drawn
+        steps = self._validate(plan)  # before anything is drawn
         opened = self.open_round(plan.selected)
-        return self.finish_round(self._train_round(opened, plan))
+        return self.finish_round(self._train_round(opened, plan, steps))
 
     def _check_pending(self, opened: OpenedRound, phase: str) -> None:
         if opened.round != self.round + 1:
