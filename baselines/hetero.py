@@ -45,7 +45,7 @@ class HeteroPolicy(RowPolicy):
     batchable = True
 
     def __init__(self, env: Env | HeteroSpec) -> None:
-        given = isinstance(env, HeteroSpec)  # a spec alone says nothing of the observation's width
+        given = isinstance(env, HeteroSpec)  # a HeteroSpec alone says nothing of the observation's width
         super().__init__(None if given else env.observation_space)
         self.hetero = env if given else env.unwrapped.hetero
 

@@ -31,7 +31,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from fl_gym.envs.vector import BatchedVecEnv, CopySeeds, StepCalls, copy_indices, one_row_per_copy
+from fl_gym.envs.vector import BatchedVecEnv, CopySeeds, StepCalls, copy_indices
 from fl_gym.validation import is_int_at_least, require
 
 
@@ -183,8 +183,7 @@ class ShardedVecEnv(StepCalls, CopySeeds, VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         """Send every shard its copies' actions; they step while the caller waits in :meth:`step_wait`."""
-        actions = one_row_per_copy(actions, self.num_envs)
-        self._start_step()
+        actions = self._start_step(actions)
         for s, shard in enumerate(self.shards):
             self._send(s, "step", actions[shard])
 

@@ -70,12 +70,16 @@ class StepCalls:
     call's replies to the next; both vector envs raise gymnasium's error for the call instead.
     """
 
+    num_envs: int
     closed = False
     _stepping = False
 
-    def _start_step(self) -> None:
+    def _start_step(self, actions: np.ndarray) -> np.ndarray:
+        """``actions`` checked (one row per copy), and from now on a step in flight."""
+        actions = one_row_per_copy(actions, self.num_envs)
         self._check_idle("step_async")
         self._stepping = True
+        return actions
 
     def _check_step_sent(self) -> None:
         """``step_wait`` needs an open env with a step in flight; the caller ends the step when it is over."""
@@ -171,9 +175,7 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         """Store the actions for :meth:`step_wait` (one row per copy)."""
-        actions = one_row_per_copy(actions, self.num_envs)
-        self._start_step()  # refused while a step is in flight: its actions stay
-        self._actions = actions
+        self._actions = self._start_step(actions)  # refused while a step is in flight: its actions stay
 
     def step_wait(self) -> VecEnvStepReturn:
         """Step every copy; a finished copy resets in the same call.
