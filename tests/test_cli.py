@@ -391,6 +391,8 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["bench", "--sections", "engine", "--ppo-env", "abc"], "--ppo-env=['abc']"),  # checked whatever runs
     (["bench", "--sections", "ppo", "--ppo-env", "FLSelect-v0,FLHetero-v0"],
      "--ppo-env='FLSelect-v0,FLHetero-v0'"),
+    (["bench", "--sections", "graphs"],
+     "--device='cpu' cannot run --sections graphs; allowed: a CUDA device"),
     (["bench", "--sections", "vec", "--device", "cuda:99"],
      "--device='cuda:99' is out of range; allowed: a device this machine has"),
     (["train", "FLSelect-v0", "--env-kwargs", "device=cuda:99"], "device='cuda:99' is out of range"),

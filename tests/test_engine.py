@@ -10,11 +10,13 @@ import torch.nn.functional as F
 from fl_gym.engine import (
     FedDyn,
     FedProx,
+    GraphedCohort,
     Member,
     Moon,
     MutualDistillation,
     OptimizerConfig,
     Scaffold,
+    StackOptimizer,
     autograd_loss,
     cross_entropy,
     evaluate_stack,
@@ -538,3 +540,33 @@ def test_merged_statistics_requests_equal_each_run_alone(budget, calls, monkeypa
     assert reduced == calls
     for request, values in zip(requests, merged, strict=True):
         np.testing.assert_allclose(values, request.run(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("opt", [OptimizerConfig(momentum=0.9), OptimizerConfig("adam")])
+def test_a_restarted_optimiser_steps_as_a_fresh_one(opt):
+    """What a CUDA graph's replay relies on: momentum, Adam's moments and step count start over."""
+    arch = build_model("mlr", (1, 8, 8), 10)
+    start = torch.stack([arch.init(torch.Generator().manual_seed(i)) for i in range(3)])
+    grads = torch.randn(3, start.numel(), generator=torch.Generator().manual_seed(0))
+    lr = torch.tensor([0.1, 0.2, 0.3])
+    used, fresh = Stack.from_rows(arch, start), Stack.from_rows(arch, start)
+    optimiser = StackOptimizer(used, opt, lr)
+    optimiser.set_active(2)
+    for g in grads[:2]:
+        optimiser.step(g.clone())
+    optimiser.restart()
+    used.flat.copy_(fresh.flat)
+    optimiser.step(grads[2].clone())
+    StackOptimizer(fresh, opt, lr).step(grads[2].clone())
+    assert optimiser.t == 1 and optimiser.active == 3
+    torch.testing.assert_close(used.flat, fresh.flat, rtol=0, atol=0)
+
+
+def test_a_graphed_cohort_needs_a_cuda_device(digits, digits_parts):
+    arch = build_model("mlr", digits.input_shape, 10)
+    parts = [torch.as_tensor(p) for p in digits_parts[:2]]
+    schedule = make_schedule(parts, np.array([3, 3]), 10, torch.Generator().manual_seed(0))
+    stack = Stack.broadcast(arch, arch.init(torch.Generator().manual_seed(0)), 2)
+    with pytest.raises(ValueError, match="GraphedCohort: expected data on a CUDA device, got cpu"):
+        GraphedCohort([Member("model", stack)], digits.x_train, digits.y_train, schedule,
+                      torch.full((2,), 0.1), OptimizerConfig())

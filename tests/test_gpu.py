@@ -17,7 +17,7 @@ import torch
 import fl_gym
 from fl_gym import Federation, FederationConfig, RoundPlan, partition_scheme
 from fl_gym.baselines.hetero import BalancedOraclePolicy
-from fl_gym.engine import Member, OptimizerConfig, local_steps, make_schedule, train_cohort
+from fl_gym.engine import GraphedCohort, Member, OptimizerConfig, local_steps, make_schedule, train_cohort
 from fl_gym.engine.reference import reference_train
 from fl_gym.models import Stack, build_model
 
@@ -108,3 +108,43 @@ def test_batched_copies_on_cuda_train_there_and_keep_the_cpu_clock(env_id):
         assert np.isfinite(obs).all() and obs.shape == cpu_obs.shape
         assert list(dones) == list(cpu_dones)
         assert [i["round_time"] for i in infos] == [i["round_time"] for i in cpu_infos]
+
+
+@pytest.mark.parametrize("name,opt", [("mlp-small", OptimizerConfig(momentum=0.9)),
+                                      ("cnn-small", OptimizerConfig()), ("mlr", OptimizerConfig("adam"))])
+def test_graph_replays_match_eager_rounds_on_new_batches(digits, digits_parts, name, opt):
+    """Two replays on two fresh draws, each against ``train_cohort`` on the same draw: the optimiser
+    state (momentum, Adam's moments and step count) and the rows restart between replays."""
+    sizes = np.array([len(p) for p in digits_parts[:4]])
+    steps = local_steps(sizes, np.array([2, 2, 1, 1]), 10)
+    order = np.argsort(-steps, kind="stable")
+    parts = [torch.as_tensor(digits_parts[i], device=CUDA) for i in order]
+    x, y = digits.x_train.to(CUDA), digits.y_train.to(CUDA)
+    arch = build_model(name, digits.input_shape, 10)
+    start = torch.stack([arch.init(torch.Generator().manual_seed(i)) for i in range(4)]).to(CUDA)
+    lr = torch.full((4,), 0.05 if opt.name == "sgd" else 1e-3, device=CUDA)
+
+    def draw(seed):
+        return make_schedule(parts, steps[order], 10, torch.Generator(device=CUDA).manual_seed(seed))
+
+    graphed_rows = Stack.from_rows(arch, start)
+    graphed = GraphedCohort([Member("model", graphed_rows)], x, y, draw(0), lr, opt)
+    for seed in (1, 2):
+        result = graphed.replay(draw(seed))
+        eager_rows = Stack.from_rows(arch, start)
+        eager = train_cohort([Member("model", eager_rows)], x, y, draw(seed), lr, opt)
+        torch.testing.assert_close(graphed_rows.rows(), eager_rows.rows(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(result.mean_loss["model"], eager.mean_loss["model"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(result.last_epoch_loss["model"], eager.last_epoch_loss["model"],
+                                   rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="GraphedCohort.replay: expected a schedule of steps"):
+        graphed.replay(make_schedule(parts[:3], steps[order][:3], 10, torch.Generator(device=CUDA)))
+
+
+def test_graph_bench_section_prints_its_table(capsys):
+    from fl_gym.training.cli import main
+
+    args = ["bench", "--sections", "graphs", "--device", "cuda", "--scenarios", "S3", "--repeats", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "GPU graph ms/round" in out and "| S3 | mlp-small | 10 |" in out

@@ -26,7 +26,15 @@ import numpy as np
 import torch
 
 from fl_gym.data import iid_split, load_dataset
-from fl_gym.engine import Member, OptimizerConfig, local_steps, make_schedule, train_cohort
+from fl_gym.engine import (
+    BatchSchedule,
+    GraphedCohort,
+    Member,
+    OptimizerConfig,
+    local_steps,
+    make_schedule,
+    train_cohort,
+)
 from fl_gym.engine.allocator import keep_freed_memory
 from fl_gym.engine.reference import reference_train
 from fl_gym.models import Stack, build_model
@@ -129,33 +137,56 @@ class EngineResult:
         return self.loop_ms / self.batched_ms
 
 
+class Round:
+    """One scenario's round of local training on a device: its data, its cohort, fresh batch draws."""
+
+    def __init__(self, sc: Scenario, device: torch.device) -> None:
+        self.sc, self.device = sc, device
+        self.x, self.y, parts = _data(sc, device)
+        self.arch = build_model(sc.model, sc.image, 10)
+        self.start = self.arch.init(torch.Generator().manual_seed(0)).to(device)
+        sizes = np.array([len(p) for p in parts])
+        steps = local_steps(sizes, np.full(sc.clients, sc.epochs), sc.batch_size)
+        order = np.argsort(-steps, kind="stable")
+        self.cohort, self.steps = [parts[i] for i in order], steps[order]
+        self.lr = torch.full((sc.clients,), 0.01, device=device)
+        self.opt = OptimizerConfig()
+        self.flops = self.arch.train_flops_per_sample * float(sizes.sum() * sc.epochs)
+
+    def schedule(self, seed: int = 1) -> BatchSchedule:
+        """A batch draw of the cohort (the draw is part of a round's cost)."""
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        return make_schedule(self.cohort, self.steps, self.sc.batch_size, gen)
+
+    def stack(self) -> Stack:
+        """Every client's rows at the round's start."""
+        return Stack.broadcast(self.arch, self.start, self.sc.clients)
+
+    def batched(self, schedule: BatchSchedule | None = None) -> Stack:
+        """The batched engine's round; the trained rows."""
+        stack = self.stack()
+        train_cohort([Member("model", stack)], self.x, self.y, schedule or self.schedule(), self.lr, self.opt)
+        return stack
+
+    def loop(self) -> None:
+        """The per-client loop's round."""
+        reference_train(self.arch, self.start.expand(self.sc.clients, -1), self.x, self.y, self.schedule(),
+                        self.lr, self.opt)
+
+    def graphed(self) -> tuple[GraphedCohort, Stack]:
+        """The batched round captured as a CUDA graph, and the rows it trains."""
+        stack = self.stack()
+        graphed = GraphedCohort([Member("model", stack)], self.x, self.y, self.schedule(), self.lr, self.opt)
+        return graphed, stack
+
+
 def run_engine_scenario(sc: Scenario, device: torch.device, repeats: int, loop_repeats: int, peak: float
                         ) -> EngineResult:
     """Time one scenario both ways."""
-    x, y, parts = _data(sc, device)
-    arch = build_model(sc.model, sc.image, 10)
-    start = arch.init(torch.Generator().manual_seed(0)).to(device)
-    sizes = np.array([len(p) for p in parts])
-    steps = local_steps(sizes, np.full(sc.clients, sc.epochs), sc.batch_size)
-    order = np.argsort(-steps, kind="stable")
-    cohort, steps = [parts[i] for i in order], steps[order]
-    lr = torch.full((sc.clients,), 0.01, device=device)
-    opt = OptimizerConfig()
-
-    def schedule():
-        return make_schedule(cohort, steps, sc.batch_size, torch.Generator(device=device).manual_seed(1))
-
-    def batched():
-        stack = Stack.broadcast(arch, start, sc.clients)
-        train_cohort([Member("model", stack)], x, y, schedule(), lr, opt)
-
-    def loop():
-        reference_train(arch, start.expand(sc.clients, -1), x, y, schedule(), lr, opt)
-
-    t_batched, t_loop = interleaved_medians([batched, loop], [repeats, loop_repeats], device)
-    flops = arch.train_flops_per_sample * float(sizes.sum() * sc.epochs)
+    work = Round(sc, device)
+    t_batched, t_loop = interleaved_medians([work.batched, work.loop], [repeats, loop_repeats], device)
     return EngineResult(sc.name, sc.model, sc.clients, torch.get_num_threads(), t_batched * 1e3, t_loop * 1e3,
-                        flops / t_batched / 1e9, flops / t_loop / 1e9, peak)
+                        work.flops / t_batched / 1e9, work.flops / t_loop / 1e9, peak)
 
 
 def engine_table(results: list[EngineResult]) -> str:
@@ -184,6 +215,61 @@ def engine_benchmark(scenarios: list[str], threads: list[int], device: str = "cp
                     progress(f"{sc.name} {sc.model} x{sc.clients} on {device}, {n} thread(s)...")
                     results.append(run_engine_scenario(sc, dev, repeats, loop_repeats, peak))
     return results
+
+
+@dataclass(frozen=True)
+class GraphResult:
+    """One row of the CUDA-graph table: a round on the CPU, eager on the GPU, and as a graph replay.
+
+    ``max_diff`` is the largest difference between the rows the graph and the eager round train
+    from the same batches: the graph replays the same kernels.
+    """
+
+    scenario: str
+    model: str
+    clients: int
+    cpu_ms: float
+    eager_ms: float
+    graph_ms: float
+    max_diff: float
+
+
+def graph_benchmark(scenarios: list[str], device: str = "cuda", repeats: int = 7,
+                    progress: Callable[[str], None] = print) -> list[GraphResult]:
+    """Each scenario's batched round: the CPU (one thread), the GPU eager, the GPU replaying a CUDA graph.
+
+    Every round draws its batches (eager) and the graph's copies them into its buffers, as a
+    federation would each round.
+    """
+    dev, cpu = torch.device(device), torch.device("cpu")
+    keep_freed_memory()
+    results = []
+    with torch_threads(1):
+        for name in scenarios:
+            for sc in SCENARIOS[name]:
+                progress(f"{sc.name} {sc.model} x{sc.clients}: cpu, {device} eager, {device} graph...")
+                on_cpu, on_gpu = Round(sc, cpu), Round(sc, dev)
+                graphed, rows = on_gpu.graphed()
+                schedule = on_gpu.schedule(seed=2)
+                graphed.replay(schedule)
+                diff = float((rows.flat - on_gpu.batched(schedule).flat).abs().max())
+                (t_cpu,) = interleaved_medians([on_cpu.batched], [repeats], cpu)
+                t_eager, t_graph = interleaved_medians(
+                    [on_gpu.batched, lambda g=graphed, w=on_gpu: g.replay(w.schedule())], [repeats] * 2, dev)
+                results.append(GraphResult(sc.name, sc.model, sc.clients, t_cpu * 1e3, t_eager * 1e3,
+                                           t_graph * 1e3, diff))
+    return results
+
+
+def graph_table(results: list[GraphResult]) -> str:
+    """Markdown table of CUDA-graph results."""
+    rows = ["| scenario | model | clients | CPU ms/round | GPU eager ms/round | GPU graph ms/round | "
+            "eager / graph | CPU / graph | largest graph - eager difference |", "|" + "---|" * 9]
+    for r in results:
+        rows.append(f"| {r.scenario} | {r.model} | {r.clients} | {r.cpu_ms:.1f} | {r.eager_ms:.1f} | "
+                    f"{r.graph_ms:.2f} | {r.eager_ms / r.graph_ms:.1f}x | {r.cpu_ms / r.graph_ms:.1f}x | "
+                    f"{r.max_diff:.1e} |")
+    return "\n".join(rows)
 
 
 @contextlib.contextmanager

@@ -488,7 +488,8 @@ def _bench_parser(sub: Any) -> None:
                    "env: about 30 minutes at the default --ppo-steps), ray (Ray actors against processes, a "
                    "sharded federation; needs fl-gym[ray]), behaviour (device behaviour's cost: a "
                    "10,000-client federation with an availability trace, and the envs that play it at 16 "
-                   "copies)")
+                   "copies), graphs (--scenarios' batched round on the CPU, eager on the GPU and as a CUDA "
+                   "graph replay; needs --device cuda)")
     p.add_argument("--ppo-env", default="FLLearningRate-v0",
                    help="env id of the ppo section (its ppo.yml block)")
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
@@ -519,7 +520,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fl_gym.training import bench, vec_bench
 
     sections = args.sections.split(",")
-    known = ("engine", "envs", "recipes", "vec", "memory", "ppo", "ray", "behaviour")
+    known = ("engine", "envs", "recipes", "vec", "memory", "ppo", "ray", "behaviour", "graphs")
     unknown = sorted(set(sections) - set(known))
     if unknown:
         raise UserError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
@@ -532,6 +533,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     require(all(1 <= n <= MAX_THREADS for n in threads), "--threads", args.threads,
             f"comma-separated integers in [1, {MAX_THREADS}]")
     require_device("--device", args.device)
+    if "graphs" in sections and not args.device.startswith("cuda"):
+        raise UserError(f"--device={args.device!r} cannot run --sections graphs; allowed: a CUDA device")
     scenarios = args.scenarios.split(",")  # every flag checked before any section runs
     missing = [s for s in scenarios if s not in bench.SCENARIOS]
     if missing:
@@ -565,6 +568,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "ppo" in sections:
         results = vec_bench.ppo_benchmark(args.ppo_env, args.ppo_steps, args.ppo_envs, progress=say)
         print(vec_bench.ppo_table(args.ppo_env, args.ppo_steps, args.ppo_envs, results) + "\n")
+    if "graphs" in sections:
+        results = bench.graph_benchmark(scenarios, args.device, args.repeats, progress=say)
+        print(bench.graph_table(results) + "\n")
     if "ray" in sections:
         from fl_gym.training import ray_bench  # optional: fl-gym[ray]
 

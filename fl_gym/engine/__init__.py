@@ -14,11 +14,11 @@ from fl_gym.engine.evaluate import EvalResult, evaluate_models, evaluate_stack
 from fl_gym.engine.losses import MutualDistillation, autograd_loss, cross_entropy
 from fl_gym.engine.optim import OptimizerConfig, StackOptimizer
 from fl_gym.engine.schedule import BatchSchedule, local_steps, make_schedule
-from fl_gym.engine.trainer import Member, TrainResult, train_cohort
+from fl_gym.engine.trainer import GraphedCohort, Member, TrainResult, train_cohort
 
 __all__ = [
-    "SGD", "BatchSchedule", "EvalResult", "FedDyn", "FedProx", "LocalAlgorithm", "Member", "Moon",
-    "MutualDistillation", "OptimizerConfig", "PFedMe", "PFedMeConfig", "Scaffold",
+    "SGD", "BatchSchedule", "EvalResult", "FedDyn", "FedProx", "GraphedCohort", "LocalAlgorithm", "Member",
+    "Moon", "MutualDistillation", "OptimizerConfig", "PFedMe", "PFedMeConfig", "Scaffold",
     "StackOptimizer", "TrainResult", "autograd_loss", "cross_entropy", "evaluate_models", "evaluate_stack",
     "local_steps", "make_schedule", "train_cohort",
 ]

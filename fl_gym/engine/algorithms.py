@@ -95,6 +95,12 @@ class MemberRun:
         for opt in (self.opt, *self.extra):
             opt.set_active(active)
 
+    def restart(self) -> None:
+        """Back to the round's first step: every client active, fresh optimisers (rows: the caller's)."""
+        self.active = self.stack.k
+        for opt in (self.opt, *self.extra):
+            opt.restart()
+
 
 class LocalAlgorithm:
     """Plain local steps; subclasses change how a member trains (see the module docstring)."""

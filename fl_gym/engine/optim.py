@@ -88,6 +88,12 @@ class StackOptimizer:
         """Update only the first ``active`` clients from now on (the rest finished their steps)."""
         self.active = active
 
+    def restart(self) -> None:
+        """Back to a fresh optimiser over all clients: zero state, step count 0."""
+        self.t, self.active = 0, self.stack.k
+        for state in self._state:
+            state.zero_()
+
     def _groups(self, grad: Tensor) -> Iterator[tuple[list[Tensor], float | Tensor]]:
         """``([param, grad, anchor?, *state], rate)`` per piece of the update."""
         flats = [self.stack.flat, grad] + ([self.anchor] if self.prox_mu else []) + self._state

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The GPU checks, on a machine with a CUDA device and fl-gym installed (about 8 minutes on one H100):
+# tests/test_gpu.py, then the benchmark sections docs/performance.md quotes for a GPU, each step
+# under its own time limit so that one slow step leaves the others' results. Logs go to OUT.
+# Usage: scripts/gpu-checks.sh OUT [PYTHON]
+set -uo pipefail
+out=${1:?usage: scripts/gpu-checks.sh OUT [PYTHON]}
+python=${2:-python}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$(mktemp -d)"  # not the repo's root, whose fl_gym/ folder would shadow the installed package
+step() {  # NAME SECONDS COMMAND...: run, log to OUT/NAME.txt, say how it ended
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+    echo "$name: exit $? after $((SECONDS - start)) s" | tee -a "$out/steps.txt"
+}
+bench=("$python" -m fl_gym.training.cli bench)
+"$python" -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" | tee "$out/steps.txt"
+step tests 150 "$python" -m pytest -q -p no:cacheprovider "$repo/tests/test_gpu.py"
+step graphs 120 "${bench[@]}" --sections graphs --device cuda --scenarios S3,S4,S1 --repeats 9
+for id in FLSelect-v0 FLAggregate-v0 FLLearningRate-v0; do
+    step "vec-$id" 110 "${bench[@]}" --sections vec --device cuda --vec-envs 16 --vec-ids "$id"
+done
