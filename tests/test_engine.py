@@ -542,22 +542,24 @@ def test_merged_statistics_requests_equal_each_run_alone(budget, calls, monkeypa
         np.testing.assert_allclose(values, request.run(), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("opt", [OptimizerConfig(momentum=0.9), OptimizerConfig("adam")])
-def test_a_restarted_optimiser_steps_as_a_fresh_one(opt):
-    """What a CUDA graph's replay relies on: momentum, Adam's moments and step count start over."""
+@pytest.mark.parametrize("opt,mu", [(OptimizerConfig(momentum=0.9), 0.0), (OptimizerConfig("adam"), 0.0),
+                                    (OptimizerConfig(), 0.5)])
+def test_a_restarted_optimiser_steps_as_a_fresh_one(opt, mu):
+    """What a CUDA graph's replay relies on: momentum, Adam's moments and step count start over, and
+    FedProx's pull is toward the rows it restarts from."""
     arch = build_model("mlr", (1, 8, 8), 10)
     start = torch.stack([arch.init(torch.Generator().manual_seed(i)) for i in range(3)])
     grads = torch.randn(3, start.numel(), generator=torch.Generator().manual_seed(0))
     lr = torch.tensor([0.1, 0.2, 0.3])
-    used, fresh = Stack.from_rows(arch, start), Stack.from_rows(arch, start)
-    optimiser = StackOptimizer(used, opt, lr)
+    used, fresh = Stack.from_rows(arch, start.flip(0)), Stack.from_rows(arch, start)
+    optimiser = StackOptimizer(used, opt, lr, mu)
     optimiser.set_active(2)
     for g in grads[:2]:
         optimiser.step(g.clone())
-    optimiser.restart()
     used.flat.copy_(fresh.flat)
+    optimiser.restart()
     optimiser.step(grads[2].clone())
-    StackOptimizer(fresh, opt, lr).step(grads[2].clone())
+    StackOptimizer(fresh, opt, lr, mu).step(grads[2].clone())
     assert optimiser.t == 1 and optimiser.active == 3
     torch.testing.assert_close(used.flat, fresh.flat, rtol=0, atol=0)
 
@@ -570,3 +572,18 @@ def test_a_graphed_cohort_needs_a_cuda_device(digits, digits_parts):
     with pytest.raises(ValueError, match="GraphedCohort: expected data on a CUDA device, got cpu"):
         GraphedCohort([Member("model", stack)], digits.x_train, digits.y_train, schedule,
                       torch.full((2,), 0.1), OptimizerConfig())
+
+
+def test_rates_read_from_the_tensor_follow_what_is_copied_into_it():
+    """A CUDA graph replays new learning rates by copying them into the optimiser's ``lr``."""
+    arch = build_model("mlr", (1, 8, 8), 10)
+    start = torch.stack([arch.init(torch.Generator().manual_seed(i)) for i in range(3)])
+    grad = torch.randn(start.numel(), generator=torch.Generator().manual_seed(0))
+    lr = torch.full((3,), 0.1)
+    used, fresh = Stack.from_rows(arch, start), Stack.from_rows(arch, start)
+    optimiser = StackOptimizer(used, OptimizerConfig(), lr)
+    optimiser.rates_from_tensor()
+    lr.fill_(0.3)
+    optimiser.step(grad.clone())
+    StackOptimizer(fresh, OptimizerConfig(), torch.full((3,), 0.3)).step(grad.clone())
+    torch.testing.assert_close(used.flat, fresh.flat)

@@ -17,7 +17,16 @@ import torch
 import fl_gym
 from fl_gym import Federation, FederationConfig, RoundPlan, partition_scheme
 from fl_gym.baselines.hetero import BalancedOraclePolicy
-from fl_gym.engine import GraphedCohort, Member, OptimizerConfig, local_steps, make_schedule, train_cohort
+from fl_gym.engine import (
+    SGD,
+    GraphedCohort,
+    Member,
+    OptimizerConfig,
+    local_steps,
+    make_schedule,
+    train_cohort,
+)
+from fl_gym.engine.graphs import CohortGraphs
 from fl_gym.engine.reference import reference_train
 from fl_gym.models import Stack, build_model
 
@@ -148,3 +157,49 @@ def test_graph_bench_section_prints_its_table(capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "GPU graph ms/round" in out and "| S3 | mlp-small | 10 |" in out
+
+
+@pytest.mark.parametrize("rates", ["shared", "per-client"])
+def test_cohort_graphs_capture_a_recurring_shape_and_train_as_eager_does(digits, digits_parts, rates):
+    """The first round of a shape trains eagerly, the second captures, the third replays; each from
+    its own start rows and batches, each the rows and losses ``train_cohort`` gives."""
+    sizes = np.array([len(p) for p in digits_parts[:3]])
+    steps = local_steps(sizes, np.ones(3), 10)
+    order = np.argsort(-steps, kind="stable")
+    parts = [torch.as_tensor(digits_parts[i], device=CUDA) for i in order]
+    x, y = digits.x_train.to(CUDA), digits.y_train.to(CUDA)
+    arch = build_model("mlp-small", digits.input_shape, 10)
+    lr = torch.tensor([0.05, 0.05, 0.05] if rates == "shared" else [0.01, 0.05, 0.1], device=CUDA)
+    opt = OptimizerConfig(momentum=0.9)
+    graphs = CohortGraphs()
+    for round_ in range(3):
+        start = torch.stack([arch.init(torch.Generator().manual_seed(10 * round_ + i)) for i in range(3)])
+        start = start.to(CUDA)
+        draw = torch.Generator(device=CUDA).manual_seed(round_)
+        schedule = make_schedule(parts, steps[order], 10, draw)
+        member = Member("model", Stack.from_rows(arch, start))
+        result, trained = graphs.train(member, x, y, schedule, lr, opt, SGD())
+        eager = Stack.from_rows(arch, start)
+        expected = train_cohort([Member("model", eager)], x, y, schedule, lr, opt)
+        torch.testing.assert_close(trained.rows(), eager.rows(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(result.mean_loss["model"], expected.mean_loss["model"], rtol=1e-5,
+                                   atol=1e-5)
+    assert (graphs.captures, graphs.replays) == (1, 2)
+
+
+def test_batched_copies_on_cuda_replay_graphs_and_step_as_without(monkeypatch):
+    """``FLAggregate-v0``'s cohort (every client, one epoch) has the same shape every round: from the
+    second step on, its merged training replays a graph, and the copies step as with none."""
+    runs, replays = {}, {}
+    for graphs in ("1", "0"):
+        monkeypatch.setenv("FL_GYM_CUDA_GRAPHS", graphs)
+        vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=5, monitor=False, rounds_per_episode=4, device="cuda")
+        vec.reset()
+        vec.action_space.seed(0)
+        actions = [np.stack([vec.action_space.sample() for _ in range(3)]) for _ in range(4)]
+        runs[graphs] = [vec.step(a)[0] for a in actions]
+        replays[graphs] = vec.batcher.graphs.replays if vec.batcher.graphs is not None else None
+        vec.close()
+    assert replays["1"] >= 2 and replays["0"] is None
+    for with_graphs, without in zip(runs["1"], runs["0"], strict=True):
+        np.testing.assert_allclose(with_graphs, without, rtol=1e-4, atol=1e-4)

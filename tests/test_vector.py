@@ -624,3 +624,29 @@ def test_make_vec_refuses_copies_and_seeds_out_of_range_before_building_any(kwar
     message = rf"{name}={kwargs[name]!r} is out of range; allowed: an integer in \["
     with pytest.raises(ValueError, match=message):
         fl_gym.make_vec(**arguments)
+
+
+def test_merged_trainings_of_a_fixed_cohort_share_one_graph_key_as_the_rate_decays(monkeypatch):
+    """What lets a GPU replay one CUDA graph per step (``FL_GYM_CUDA_GRAPHS=1``): every round of
+    ``FLAggregate-v0`` trains the same cohort, so its merged training has one shape, though the
+    learning rate it trains with decays from round to round (a graph copies the rates in)."""
+    from fl_gym.engine import batcher
+    from fl_gym.engine.graphs import shape_key
+
+    calls = []
+
+    def recorded(members, x, y, schedule, lr, optimizer, **kwargs):
+        calls.append((shape_key(members[0], x, y, schedule, lr, optimizer, kwargs["algorithm"]), lr.clone()))
+        return train_cohort(members, x, y, schedule, lr, optimizer, **kwargs)
+
+    train_cohort = batcher.train_cohort
+    monkeypatch.setattr(batcher, "train_cohort", recorded)
+    vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=5, monitor=False, rounds_per_episode=4)
+    vec.reset()
+    vec.action_space.seed(0)
+    for _ in range(3):
+        vec.step(np.stack([vec.action_space.sample() for _ in range(3)]))
+    vec.close()
+    keys, rates = zip(*calls, strict=True)
+    assert len(keys) >= 3 and len(set(keys)) == 1
+    assert rates[1][0] < rates[0][0]

@@ -23,6 +23,7 @@ stand-alone run in their masks only.
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from torch import Tensor
 
 from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.evaluate import EvalResult, evaluate_stack
+from fl_gym.engine.graphs import CohortGraphs, capturable
 from fl_gym.engine.losses import cross_entropy
 from fl_gym.engine.probe import Probe, gradients_at
 from fl_gym.engine.schedule import BatchDraw, layout
@@ -215,11 +217,14 @@ class CohortBatcher:
         flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
         engine_seconds: wall seconds spent in those calls, for the benchmark's engine share (on a
             GPU, until their kernels are launched: results read on the host wait in the copies).
+        graphs: with the environment variable ``FL_GYM_CUDA_GRAPHS=1``, the CUDA graphs of merged
+            trainings whose shape recurs; None (every training eager) otherwise.
     """
 
     def __init__(self, copies: int) -> None:
         self.copies, self.turn = copies, MERGED_COPIES
         self.flushes, self.engine_seconds = 0, 0.0
+        self.graphs = CohortGraphs() if os.environ.get("FL_GYM_CUDA_GRAPHS") == "1" else None
         self._pending: list[_Pending] = []
         self._current = -1  # the copy whose greenlet runs
 
@@ -295,7 +300,7 @@ class CohortBatcher:
         for items in groups.values():
             self.flushes += 1
             try:
-                results = _run_group([it.request for it in items])
+                results = _run_group([it.request for it in items], self.graphs)
                 for it, res in zip(items, results, strict=True):
                     it.result = res
             except BaseException as exc:  # noqa: BLE001 - every waiting copy gets the error
@@ -304,9 +309,11 @@ class CohortBatcher:
         self.engine_seconds += time.perf_counter() - start
 
 
-def _run_group(requests: list[Request]) -> list[Any]:
+def _run_group(requests: list[Request], graphs: CohortGraphs | None = None) -> list[Any]:
     if len(requests) == 1:
         return [requests[0].run()]
+    if isinstance(requests[0], TrainRequest):
+        return _train_merged(requests, graphs)
     return _MERGED[type(requests[0])](requests)
 
 
@@ -387,11 +394,12 @@ def _evaluate_group(requests: list[EvalRequest]) -> list[EvalResult]:
     return out
 
 
-def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
+def _train_merged(requests: list[TrainRequest], graphs: CohortGraphs | None = None) -> list[TrainResult]:
     """Every request's clients as one cohort ordered by local steps (most first), split back.
 
     Past ``MERGED_TRAIN_CLIENTS`` clients, or ``MERGED_VALUES`` activations of a batch, the cohort
-    trains in chunks of consecutive clients of that order, each one batched call.
+    trains in chunks of consecutive clients of that order, each one batched call. On a GPU, with
+    ``graphs``, a chunk whose shape recurs replays a CUDA graph.
     """
     first = requests[0]
     role = first.members[0].role
@@ -410,11 +418,15 @@ def _train_merged(requests: list[TrainRequest]) -> list[TrainResult]:
         at = torch.as_tensor(chunk, device=lr.device)
         member = Member(role, _starting(first.members[0].stack.arch, starts,
                                         torch.as_tensor(copy_of[chunk], device=lr.device)))
-        result = train_cohort([member], first.x, first.y,
-                              layout(BatchDraw.concat(draws, chunk), first.batch_size),
-                              lr[at], first.optimizer, loss_fn=first.loss_fn, algorithm=first.algorithm,
-                              gen=first.gen)
-        rows.scatter(member.stack)
+        schedule = layout(BatchDraw.concat(draws, chunk), first.batch_size)
+        if graphs is not None and first.x.is_cuda and capturable(member, first.algorithm):
+            result, trained = graphs.train(member, first.x, first.y, schedule, lr[at], first.optimizer,
+                                           first.algorithm)
+        else:
+            result, trained = train_cohort([member], first.x, first.y, schedule, lr[at], first.optimizer,
+                                           loss_fn=first.loss_fn, algorithm=first.algorithm,
+                                           gen=first.gen), member.stack
+        rows.scatter(trained)
         mean[at], last[at] = result.mean_loss[role], result.last_epoch_loss[role]
     out, lo = [], 0
     for stack in stacks:

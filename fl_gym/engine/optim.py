@@ -73,11 +73,12 @@ class StackOptimizer:
                  anchor: Tensor | None = None) -> None:
         self.stack, self.cfg, self.prox_mu, self.lr = stack, cfg, prox_mu, lr
         self.anchor = (stack.flat.clone() if anchor is None else anchor) if prox_mu else None
+        self._anchored_at_start = prox_mu and anchor is None
         self.t = 0
         self.active = stack.k
         n_state = 2 if cfg.name == "adam" else int(cfg.momentum > 0)
         self._state = [torch.zeros_like(stack.flat) for _ in range(n_state)]
-        self._shared = float(lr[0]) if bool((lr == lr[0]).all()) else None
+        self._shared: float | Tensor | None = float(lr[0]) if bool((lr == lr[0]).all()) else None
         # the block views of (the gradient buffer they were made with, and the rest), and _groups' pieces per
         # active count: a run steps with one gradient buffer, and slicing the blocks anew at each step costs
         # more than updating them
@@ -89,10 +90,21 @@ class StackOptimizer:
         self.active = active
 
     def restart(self) -> None:
-        """Back to a fresh optimiser over all clients: zero state, step count 0."""
+        """Back to a fresh optimiser over all clients: zero state, step count 0, anchored at the rows now."""
         self.t, self.active = 0, self.stack.k
         for state in self._state:
             state.zero_()
+        if self._anchored_at_start:
+            self.anchor.copy_(self.stack.flat)
+
+    def rates_from_tensor(self) -> None:
+        """Read the rates from ``lr`` on the device at every update, not as numbers read once.
+
+        A CUDA graph replays its round on rates copied into ``lr``. Equal rates stay one update of
+        each whole buffer, by ``lr[0]``.
+        """
+        if self._shared is not None:
+            self._shared = self.lr[0]
 
     def _groups(self, grad: Tensor) -> Iterator[tuple[list[Tensor], float | Tensor]]:
         """``([param, grad, anchor?, *state], rate)`` per piece of the update."""

@@ -96,15 +96,15 @@ def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSch
     k = len(schedule.steps)
     if lr.shape != (k,):
         raise ValueError(f"train_cohort: expected lr of shape ({k},), got {tuple(lr.shape)}")
-    runs, member_clients, history = _start(members, schedule, lr, optimizer, algorithm, clients, x.device)
-    _steps(members, runs, x, y, schedule, history, loss_fn, gen, algorithm)
+    runs, member_clients, history = start_runs(members, schedule, lr, optimizer, algorithm, clients, x.device)
+    run_steps(members, runs, x, y, schedule, history, loss_fn, gen, algorithm)
     algorithm.finish(runs, member_clients)
     for member, run in zip(members, runs, strict=True):
         member.personal = None if run.trained is run.stack else run.trained
-    return _result(history, schedule, x.device)
+    return mean_losses(history, schedule, x.device)
 
 
-def _start(members: list[Member], schedule: BatchSchedule, lr: Tensor, optimizer: OptimizerConfig,
+def start_runs(members: list[Member], schedule: BatchSchedule, lr: Tensor, optimizer: OptimizerConfig,
            algorithm: LocalAlgorithm, clients: np.ndarray | None, device: torch.device
            ) -> tuple[list[MemberRun], list[np.ndarray], dict[str, Tensor]]:
     """Every member's run, its clients' ids, and a zero ``(S, k)`` loss history per role."""
@@ -120,13 +120,13 @@ def _start(members: list[Member], schedule: BatchSchedule, lr: Tensor, optimizer
     return runs, member_clients, history
 
 
-def _steps(members: list[Member], runs: list[MemberRun], x: Tensor, y: Tensor, schedule: BatchSchedule,
+def run_steps(members: list[Member], runs: list[MemberRun], x: Tensor, y: Tensor, schedule: BatchSchedule,
            history: dict[str, Tensor], loss_fn: LossFn, gen: torch.Generator | None,
            algorithm: LocalAlgorithm) -> None:
     """Every local step, each step's losses written into ``history``.
 
     Without member slots the host only launches kernels here, so a CUDA graph can capture it
-    (:class:`GraphedCohort`).
+    (:mod:`fl_gym.engine.graphs`).
     """
     prev_active = len(schedule.steps)
     for s, a in enumerate(schedule.active):
@@ -140,7 +140,7 @@ def _steps(members: list[Member], runs: list[MemberRun], x: Tensor, y: Tensor, s
             history[r][s, :a] = v
 
 
-def _result(history: dict[str, Tensor], schedule: BatchSchedule, device: torch.device) -> TrainResult:
+def mean_losses(history: dict[str, Tensor], schedule: BatchSchedule, device: torch.device) -> TrainResult:
     """The mean loss over every step and over the last epoch's, per role."""
     total = torch.as_tensor(schedule.steps, device=device, dtype=torch.float32)
     last_start = total - torch.as_tensor(schedule.batches_per_epoch, device=device, dtype=torch.float32)
@@ -149,67 +149,6 @@ def _result(history: dict[str, Tensor], schedule: BatchSchedule, device: torch.d
     last_n = in_last.sum(0).clamp_min(1)
     return TrainResult({r: h.sum(0) / total for r, h in history.items()},
                        {r: (h * in_last).sum(0) / last_n for r, h in history.items()})
-
-
-class GraphedCohort:
-    """A cohort's local training captured once as a CUDA graph, then replayed on new batches.
-
-    On a GPU, a round of small models is bound by kernel launches: each local step launches every
-    member's forward, loss, backward and update kernels, each a few microseconds of work. A graph
-    launches the whole round's kernels in one call. What it captures is fixed: the members (whose
-    rows each replay restarts from the rows they held when captured), the learning rates, the
-    optimiser and the schedule's shape (every client's steps and the batch size); :meth:`replay`
-    copies a new schedule's batches into the captured schedule's buffers, which the graph owns.
-
-    Args are :func:`train_cohort`'s, on a CUDA device, for members without slots (a slot lookup
-    reads the device mid-round) and algorithms without per-client state or personal models.
-    """
-
-    def __init__(self, members: list[Member], x: Tensor, y: Tensor, schedule: BatchSchedule, lr: Tensor,
-                 optimizer: OptimizerConfig, *, loss_fn: LossFn = cross_entropy,
-                 algorithm: LocalAlgorithm = PLAIN, warmup: int = 2) -> None:
-        if x.device.type != "cuda":
-            raise ValueError(f"GraphedCohort: expected data on a CUDA device, got {x.device}; allowed: cuda")
-        if any(m.slots is not None for m in members) or not algorithm.stateless:
-            raise ValueError("GraphedCohort: expected members without slots and a stateless algorithm "
-                             f"(got slots on {[m.role for m in members if m.slots is not None]}, "
-                             f"algorithm {algorithm.name!r})")
-        self.members, self.schedule, self._device = members, schedule, x.device
-        self._rows = [m.stack.flat.clone() for m in members]
-        self._runs, _, self._history = _start(members, schedule, lr, optimizer, algorithm, None, x.device)
-        if any(run.trained is not run.stack for run in self._runs):
-            raise ValueError(f"GraphedCohort: algorithm {algorithm.name!r} trains personal models; "
-                             "allowed: one that trains the members' stacks")
-        steps = partial(_steps, members, self._runs, x, y, schedule, self._history, loss_fn, None, algorithm)
-        side = torch.cuda.Stream(x.device)  # warm-up off the capturing stream, as torch asks
-        side.wait_stream(torch.cuda.current_stream(x.device))
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                self._restart()
-                steps()
-        torch.cuda.current_stream(x.device).wait_stream(side)
-        self._restart()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            steps()
-
-    def _restart(self) -> None:
-        for member, rows, run in zip(self.members, self._rows, self._runs, strict=True):
-            member.stack.flat.copy_(rows)
-            run.restart()
-
-    def replay(self, schedule: BatchSchedule) -> TrainResult:
-        """Train the members from their captured rows on ``schedule``'s batches (the captured shape)."""
-        captured = self.schedule
-        if schedule.idx.shape != captured.idx.shape or not np.array_equal(schedule.steps, captured.steps):
-            raise ValueError(f"GraphedCohort.replay: expected a schedule of steps {captured.steps.tolist()} "
-                             f"and batches {tuple(captured.idx.shape)}, got {schedule.steps.tolist()} and "
-                             f"{tuple(schedule.idx.shape)}")
-        captured.idx.copy_(schedule.idx)
-        captured.weight.copy_(schedule.weight)
-        self._restart()
-        self.graph.replay()
-        return _result(self._history, captured, self._device)
 
 
 def _gradients(members: list[Member], runs: list[MemberRun], x: Tensor, idx: Tensor, yb: Tensor,
