@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks, on a machine with a CUDA device and fl-gym installed (about 8 minutes on one H100):
+# The GPU checks, on a machine with a CUDA device and fl-gym installed (about 5 minutes on one H200):
 # tests/test_gpu.py, then the benchmark sections docs/performance.md quotes for a GPU, each step
 # under its own time limit so that one slow step leaves the others' results. Logs go to OUT.
 # Usage: scripts/gpu-checks.sh OUT [PYTHON]
@@ -24,3 +24,6 @@ step graphs 120 "${bench[@]}" --sections graphs --device cuda --scenarios S3,S4,
 for id in FLSelect-v0 FLAggregate-v0 FLLearningRate-v0; do
     step "vec-$id" 110 "${bench[@]}" --sections vec --device cuda --vec-envs 16 --vec-ids "$id"
 done
+# FLAggregate-v0 trains the same cohort every round: the batched env replays CUDA graphs of it
+FL_GYM_CUDA_GRAPHS=1 step vec-graphs-FLAggregate-v0 110 "${bench[@]}" --sections vec --device cuda \
+    --vec-envs 16 --vec-ids FLAggregate-v0
