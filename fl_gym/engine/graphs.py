@@ -127,14 +127,15 @@ class CohortGraphs:
     """The graphs of the cohort shapes that recur, each captured the second time its shape is seen.
 
     A shape seen once trains eagerly, so cohorts that never recur (clients drawn at random) pay
-    nothing for a capture; the ``limit`` most recently used graphs are kept.
+    nothing for a capture. The ``limit`` most recently used graphs are kept, and the shapes of the
+    last ``remembered`` rounds without one.
     """
 
-    def __init__(self, limit: int = 16) -> None:
-        self.limit = limit
+    def __init__(self, limit: int = 16, remembered: int = 1024) -> None:
+        self.limit, self.remembered = limit, remembered
         self.captures = self.replays = 0
         self._graphs: OrderedDict[tuple, GraphedCohort] = OrderedDict()
-        self._seen: set[tuple] = set()
+        self._seen: OrderedDict[tuple, None] = OrderedDict()
 
     def train(self, member: Member, x: Tensor, y: Tensor, schedule: BatchSchedule, lr: Tensor,
               optimizer: OptimizerConfig, algorithm: LocalAlgorithm) -> tuple[TrainResult, Stack]:
@@ -145,7 +146,9 @@ class CohortGraphs:
         key = shape_key(member, x, y, schedule, lr, optimizer, algorithm)
         graphed = self._graphs.get(key)
         if graphed is None and key not in self._seen:
-            self._seen.add(key)
+            self._seen[key] = None
+            if len(self._seen) > self.remembered:
+                self._seen.popitem(last=False)
             return train_cohort([member], x, y, schedule, lr, optimizer, algorithm=algorithm), member.stack
         start = [member.stack.flat]
         if graphed is None:  # the second time: capture (the member's stack becomes the graph's)

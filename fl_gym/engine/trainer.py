@@ -105,8 +105,8 @@ def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSch
 
 
 def start_runs(members: list[Member], schedule: BatchSchedule, lr: Tensor, optimizer: OptimizerConfig,
-           algorithm: LocalAlgorithm, clients: np.ndarray | None, device: torch.device
-           ) -> tuple[list[MemberRun], list[np.ndarray], dict[str, Tensor]]:
+               algorithm: LocalAlgorithm, clients: np.ndarray | None, device: torch.device
+               ) -> tuple[list[MemberRun], list[np.ndarray], dict[str, Tensor]]:
     """Every member's run, its clients' ids, and a zero ``(S, k)`` loss history per role."""
     k = len(schedule.steps)
     ids = np.arange(k) if clients is None else np.asarray(clients)
@@ -121,8 +121,8 @@ def start_runs(members: list[Member], schedule: BatchSchedule, lr: Tensor, optim
 
 
 def run_steps(members: list[Member], runs: list[MemberRun], x: Tensor, y: Tensor, schedule: BatchSchedule,
-           history: dict[str, Tensor], loss_fn: LossFn, gen: torch.Generator | None,
-           algorithm: LocalAlgorithm) -> None:
+              history: dict[str, Tensor], loss_fn: LossFn, gen: torch.Generator | None,
+              algorithm: LocalAlgorithm) -> None:
     """Every local step, each step's losses written into ``history``.
 
     Without member slots the host only launches kernels here, so a CUDA graph can capture it
