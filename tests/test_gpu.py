@@ -148,6 +148,10 @@ def test_graph_replays_match_eager_rounds_on_new_batches(digits, digits_parts, n
                                    rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="GraphedCohort.replay: expected a schedule of steps"):
         graphed.replay(make_schedule(parts[:3], steps[order][:3], 10, torch.Generator(device=CUDA)))
+    with pytest.raises(ValueError, match=r"GraphedCohort.replay: expected lr of shape \(4,\), got \(\)"):
+        graphed.replay(draw(3), lr=lr[0])
+    with pytest.raises(ValueError, match="GraphedCohort.replay: expected start rows of shapes"):
+        graphed.replay(draw(3), start=[start[:2].reshape(-1)])
 
 
 def test_graph_bench_section_prints_its_table(capsys):

@@ -47,6 +47,7 @@ class GraphedCohort:
         if not all(capturable(m, algorithm) for m in members):
             raise ValueError("GraphedCohort: expected members without slots or dropout and a stateless "
                              f"algorithm, got {[m.role for m in members]} with {algorithm.name!r}")
+        _check_rates(lr, len(schedule.steps), "GraphedCohort")
         self.members, self.schedule, self._device = members, schedule, x.device
         self._data = (x, y)  # the graph reads their memory: alive as long as it is
         self._rows = [m.stack.flat.clone() for m in members]
@@ -93,7 +94,11 @@ class GraphedCohort:
             raise ValueError(f"GraphedCohort.replay: expected a schedule of steps {captured.steps.tolist()} "
                              f"and batches {tuple(captured.idx.shape)}, got {schedule.steps.tolist()} and "
                              f"{tuple(schedule.idx.shape)}")
+        if start is not None and [t.shape for t in start] != [r.shape for r in self._rows]:
+            raise ValueError(f"GraphedCohort.replay: expected start rows of shapes "
+                             f"{[tuple(r.shape) for r in self._rows]}, got {[tuple(t.shape) for t in start]}")
         if lr is not None:
+            _check_rates(lr, len(captured.steps), "GraphedCohort.replay")
             if shared_rate(lr) != self._shared:
                 raise ValueError(f"GraphedCohort.replay: expected {'equal' if self._shared else 'unequal'} "
                                  f"learning rates, as captured, got {lr.tolist()}")
@@ -103,6 +108,12 @@ class GraphedCohort:
         self._restart(start)
         self.graph.replay()
         return mean_losses(self._history, captured, self._device)
+
+
+def _check_rates(lr: Tensor, k: int, where: str) -> None:
+    """A copy into the captured rates would broadcast a scalar: refuse any shape but ``(k,)``."""
+    if lr.shape != (k,):
+        raise ValueError(f"{where}: expected lr of shape ({k},), got {tuple(lr.shape)}")
 
 
 def capturable(member: Member, algorithm: LocalAlgorithm) -> bool:
