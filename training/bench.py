@@ -12,6 +12,9 @@ GFLOP/s against the machine's measured matmul peak at the same thread count.
 * on a GPU also S1/S2 with 100 clients.
 
 S1/S2 use random tensors of MNIST's shape: time does not depend on pixel values.
+
+On a GPU, the ``graphs`` section times each scenario's batched round eager and as a CUDA graph
+replay (:mod:`fl_gym.engine.graphs`), against the same machine's CPU.
 """
 
 from __future__ import annotations
@@ -222,7 +225,7 @@ class GraphResult:
     """One row of the CUDA-graph table: a round on the CPU, eager on the GPU, and as a graph replay.
 
     ``max_diff`` is the largest difference between the rows the graph and the eager round train
-    from the same batches: the graph replays the same kernels.
+    from the same batches: the graph replays the eager round's computation.
     """
 
     scenario: str
