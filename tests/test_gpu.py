@@ -191,19 +191,22 @@ def test_cohort_graphs_capture_a_recurring_shape_and_train_as_eager_does(digits,
     assert (graphs.captures, graphs.replays) == (1, 2)
 
 
-def test_batched_copies_on_cuda_replay_graphs_and_step_as_without(monkeypatch):
+def test_batched_copies_on_cuda_replay_graphs_and_train_as_without(monkeypatch):
     """``FLAggregate-v0``'s cohort (every client, one epoch) has the same shape every round: from the
-    second step on, its merged training replays a graph, and the copies step as with none."""
-    runs, replays = {}, {}
+    second round on, its merged training replays a graph, and the copies' global models end where
+    they end without graphs. Models, not observations: an accuracy is a count that a last-bit
+    difference may flip."""
+    models, replays = {}, {}
     for graphs in ("1", "0"):
         monkeypatch.setenv("FL_GYM_CUDA_GRAPHS", graphs)
-        vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=5, monitor=False, rounds_per_episode=4, device="cuda")
+        vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=5, monitor=False, rounds_per_episode=5, device="cuda")
         vec.reset()
         vec.action_space.seed(0)
-        actions = [np.stack([vec.action_space.sample() for _ in range(3)]) for _ in range(4)]
-        runs[graphs] = [vec.step(a)[0] for a in actions]
+        for _ in range(4):
+            vec.step(np.stack([vec.action_space.sample() for _ in range(3)]))
+        models[graphs] = [fed.global_models[0].cpu() for fed in vec.get_attr("federation")]
         replays[graphs] = vec.batcher.graphs.replays if vec.batcher.graphs is not None else None
         vec.close()
     assert replays["1"] >= 2 and replays["0"] is None
-    for with_graphs, without in zip(runs["1"], runs["0"], strict=True):
-        np.testing.assert_allclose(with_graphs, without, rtol=1e-4, atol=1e-4)
+    for with_graphs, without in zip(models["1"], models["0"], strict=True):
+        torch.testing.assert_close(with_graphs, without, rtol=1e-4, atol=1e-5)
