@@ -241,6 +241,9 @@ def test_engine_share_is_the_share_of_each_run_in_the_engine_calls():
     # at most half: the wall time can only be longer
     assert len(shares) == 2 and all(0.2 < s <= 0.5 for s in shares)
     assert engine_share(run, object(), shares) is run  # nothing merged: the run itself
+    assert not hasattr(Vec.batcher, "synchronize")
+    engine_share(run, Vec(), shares, "cuda")  # on a GPU the batcher waits for its kernels
+    assert Vec.batcher.synchronize is torch.cuda.synchronize
 
 
 def test_python_calls_count_each_call_of_a_run_per_copy_step():

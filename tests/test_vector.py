@@ -650,3 +650,15 @@ def test_merged_trainings_of_a_fixed_cohort_share_one_graph_key_as_the_rate_deca
     keys, rates = zip(*calls, strict=True)
     assert len(keys) >= 3 and len(set(keys)) == 1
     assert rates[1][0] < rates[0][0]
+
+
+def test_the_batchers_synchronize_runs_after_each_turns_engine_calls_before_their_time_is_read():
+    vec = fl_gym.make_vec("FLSelect-v0", 2, seed=0, monitor=False)
+    vec.reset()
+    seen = []
+    vec.batcher.synchronize = lambda: seen.append(vec.batcher.engine_seconds)
+    before = vec.batcher.engine_seconds
+    vec.step(np.stack([vec.action_space.sample() for _ in range(2)]))
+    assert seen and seen[0] == before  # called before the turn's time was added
+    assert vec.batcher.engine_seconds > seen[-1]
+    vec.close()

@@ -126,7 +126,7 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 runs, vecs = zip(*[stepper(env_id, k, n, per_run, device=device) for k in kinds], strict=True)
                 alone = kinds.index("batched-1" if "batched-1" in kinds else "batched")  # the one-process run
                 shares: list[float] = []
-                timed = [engine_share(run, vecs[alone], shares) if i == alone else run
+                timed = [engine_share(run, vecs[alone], shares, device) if i == alone else run
                          for i, run in enumerate(runs)]
                 seconds = interleaved_medians(timed, [repeats] * len(runs), torch.device(device))
                 calls = python_calls(runs[alone], n * per_run)  # after the timed runs: profiling slows it
@@ -152,14 +152,19 @@ def python_calls(run: Callable[[], None], copy_steps: int) -> float:
     return (pstats.Stats(profile).total_calls - 2) / copy_steps  # not run itself, nor the profiler's disable
 
 
-def engine_share(run: Callable[[], None], vec: VecEnv, shares: list[float]) -> Callable[[], None]:
+def engine_share(run: Callable[[], None], vec: VecEnv, shares: list[float],
+                 device: str = "cpu") -> Callable[[], None]:
     """``run``, appending to ``shares`` each call's share of wall time in ``vec``'s merged engine calls.
 
     ``run`` itself where ``vec`` merges nothing (no batcher: a timing backend, or worker processes).
+    On a GPU the batcher waits for each turn's kernels, so that the share counts them, not only
+    their launches.
     """
     batcher = getattr(vec, "batcher", None)
     if batcher is None:
         return run
+    if torch.device(device).type == "cuda":
+        batcher.synchronize = torch.cuda.synchronize
 
     def timed() -> None:
         engine, start = batcher.engine_seconds, time.perf_counter()

@@ -216,7 +216,9 @@ class CohortBatcher:
     Attributes:
         flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
         engine_seconds: wall seconds spent in those calls, for the benchmark's engine share (on a
-            GPU, until their kernels are launched: results read on the host wait in the copies).
+            GPU, until their kernels are launched, unless ``synchronize`` waits for them).
+        synchronize: None, or a call made after each turn's engine calls and before their time is
+            read (``torch.cuda.synchronize``: the benchmark times the kernels themselves).
         graphs: with the environment variable ``FL_GYM_CUDA_GRAPHS=1``, the CUDA graphs of merged
             trainings whose shape recurs; None (every training eager) otherwise.
     """
@@ -225,6 +227,7 @@ class CohortBatcher:
         self.copies, self.turn = copies, MERGED_COPIES
         self.flushes, self.engine_seconds = 0, 0.0
         self.graphs = CohortGraphs() if os.environ.get("FL_GYM_CUDA_GRAPHS") == "1" else None
+        self.synchronize: Callable[[], None] | None = None
         self._pending: list[_Pending] = []
         self._current = -1  # the copy whose greenlet runs
 
@@ -306,6 +309,8 @@ class CohortBatcher:
             except BaseException as exc:  # noqa: BLE001 - every waiting copy gets the error
                 for it in items:
                     it.error = exc
+        if self.synchronize is not None:
+            self.synchronize()
         self.engine_seconds += time.perf_counter() - start
 
 
