@@ -2,10 +2,10 @@
 # The GPU checks, on a machine with a CUDA device and fl-gym installed (about 5 minutes on one H200):
 # tests/test_gpu.py, then the benchmark sections docs/performance.md quotes for a GPU, each step
 # under its own time limit so that one slow step leaves the others' results. Logs go to OUT.
-# Usage: scripts/gpu-checks.sh OUT [PYTHON]
+# Usage: scripts/gpu-checks.sh OUT [PYTHON]   (PYTHON: the interpreter with fl-gym installed; default python3)
 set -uo pipefail
 out=${1:?usage: scripts/gpu-checks.sh OUT [PYTHON]}
-python=${2:-python}
+python=${2:-python3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
