@@ -6,6 +6,9 @@
 set -uo pipefail
 out=${1:?usage: scripts/gpu-checks.sh OUT [PYTHON]}
 python=${2:-python3}
+if [[ $python == */* ]]; then  # a path: absolute, as the checks run from another folder (links kept: a venv's)
+    python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"
+fi
 repo=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
