@@ -210,3 +210,22 @@ def test_batched_copies_on_cuda_replay_graphs_and_train_as_without(monkeypatch):
     assert replays["1"] >= 2 and replays["0"] is None
     for with_graphs, without in zip(models["1"], models["0"], strict=True):
         torch.testing.assert_close(with_graphs, without, rtol=1e-4, atol=1e-5)
+
+
+def test_a_replay_reports_the_last_epoch_of_its_own_schedule(digits):
+    """Twelve local steps are two epochs of 6 batches or one of 12: a graph captured on the first
+    replays the second, and its last-epoch loss is the second's last 12 steps, as eager."""
+    x, y = digits.x_train.to(CUDA), digits.y_train.to(CUDA)
+    arch = build_model("mlp-small", digits.input_shape, 10)
+    start = arch.init(torch.Generator().manual_seed(0)).to(CUDA)[None]
+    lr, opt = torch.full((1,), 0.05, device=CUDA), OptimizerConfig()
+
+    def draw(samples):
+        return make_schedule([torch.arange(samples, device=CUDA)], np.array([12]), 10,
+                             torch.Generator(device=CUDA).manual_seed(0))
+
+    graphed = GraphedCohort([Member("model", Stack.from_rows(arch, start))], x, y, draw(60), lr, opt)
+    result = graphed.replay(draw(120))
+    eager = train_cohort([Member("model", Stack.from_rows(arch, start))], x, y, draw(120), lr, opt)
+    torch.testing.assert_close(result.last_epoch_loss["model"], eager.last_epoch_loss["model"], rtol=1e-5,
+                               atol=1e-5)
