@@ -54,7 +54,7 @@ class PolicySpec:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SEEDS) -> PolicySpec:
+def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SEEDS) -> PolicySpec:
     """Parse a policy string (warning if ``eval_seeds`` trained a loaded run).
 
     Raises:
@@ -62,19 +62,19 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
             built for an env) a model of another env's spaces.
         FileNotFoundError: a model path that does not exist.
     """
-    algo, sep, path = spec.partition(":")
+    algo, sep, path = policy.partition(":")
     if not sep:
-        name, kwargs = _with_kwargs(spec)
+        name, kwargs = _with_kwargs(policy)
         fixed = family_of(env_id).fixed_policies(env_id)
         if name not in fixed:
             raise UserError(f"policy {name!r} is not known for {env_id}; allowed: "
                              f"{', '.join(fixed) or 'none'}, or ALGO:PATH with ALGO in "
                              f"{', '.join((*ALGOS, *recipes_for(env_id)))}")
         entry = fixed[name]
-        return PolicySpec(spec, lambda env: entry.build(env, **kwargs), dict(entry.env_kwargs))
+        return PolicySpec(policy, lambda env: entry.build(env, **kwargs), dict(entry.env_kwargs))
     recipes = recipes_for(env_id)
     if algo not in ALGOS and algo not in recipes:
-        raise UserError(f"policy {spec!r}: algorithm {algo!r} is out of range; allowed: "
+        raise UserError(f"policy {policy!r}: algorithm {algo!r} is out of range; allowed: "
                          f"{', '.join((*ALGOS, *recipes))}")
     target = Path(path)
     label = f"{algo}:{target.stem if target.suffix == '.zip' else target.name}"
@@ -83,22 +83,22 @@ def policy_spec(spec: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SE
         _warn_seed_overlap(target, _run_config(target), eval_seeds)
         return PolicySpec(label, lambda env: compose(recipe, env, models))
     if algo in recipes:
-        raise FileNotFoundError(f"policy {spec!r}: no finished {algo} recipe at {target} (recipe.json)")
+        raise FileNotFoundError(f"policy {policy!r}: no finished {algo} recipe at {target} (recipe.json)")
     model_path = target / "model.zip" if target.is_dir() else target
     if not model_path.is_file():
-        raise FileNotFoundError(f"policy {spec!r}: no model at {model_path}")
+        raise FileNotFoundError(f"policy {policy!r}: no model at {model_path}")
     run = _run_config(model_path.parent)
     _warn_seed_overlap(model_path.parent, run, eval_seeds)
     if not zipfile.is_zipfile(model_path):
-        raise UserError(f"policy {spec!r}: {model_path} is not an SB3 model; allowed: a model file as "
+        raise UserError(f"policy {policy!r}: {model_path} is not an SB3 model; allowed: a model file as "
                         "fl-gym train writes it (model.zip, a zip archive)")
     recorded = run.get("algo")  # a MaskablePPO run given as ``ppo:`` loads as what it is
     model = ALGOS[recorded if recorded in ALGOS else algo].load(model_path, device="cpu")
     bound = {k: v for k, v in (run.get("env_kwargs") or {}).items() if k in family_of(env_id).agent_kwargs}
-    return PolicySpec(label, lambda env: _fits(model, env, spec), bound)
+    return PolicySpec(label, lambda env: _fits(model, env, policy), bound)
 
 
-def _fits(model: Any, env: gym.Env, spec: str) -> Any:
+def _fits(model: Any, env: gym.Env, policy: str) -> Any:
     """``model`` if it acts on ``env``'s spaces (SB3 would fail deep in ``predict``, or act out of range).
 
     A set policy acts on any client count (:mod:`fl_gym.agents.sets`): its spaces are its first env's.
@@ -107,22 +107,22 @@ def _fits(model: Any, env: gym.Env, spec: str) -> Any:
         return model
     obs, act = model.observation_space, model.action_space
     if obs.shape != env.observation_space.shape or act != env.action_space:
-        raise UserError(f"policy {spec!r} was trained on observations of shape {obs.shape} and actions "
+        raise UserError(f"policy {policy!r} was trained on observations of shape {obs.shape} and actions "
                         f"{act}; allowed: a model of this env, whose observations have shape "
                         f"{env.observation_space.shape} and actions are {env.action_space}")
     return model
 
 
-def _with_kwargs(spec: str) -> tuple[str, dict[str, Any]]:
+def _with_kwargs(policy: str) -> tuple[str, dict[str, Any]]:
     """``"name[a=1,b=x]"`` -> ``("name", {"a": 1, "b": "x"})``."""
     from fl_gym.training.cli import parse_kv
 
-    name, sep, rest = spec.partition("[")
+    name, sep, rest = policy.partition("[")
     if not sep:
-        return spec, {}
+        return policy, {}
     if not rest.endswith("]"):
-        raise UserError(f"policy {spec!r}: expected NAME[key=value,...]")
-    return name, parse_kv([kv for kv in rest[:-1].split(",") if kv], f"policy {spec!r}")
+        raise UserError(f"policy {policy!r}: expected NAME[key=value,...]")
+    return name, parse_kv([kv for kv in rest[:-1].split(",") if kv], f"policy {policy!r}")
 
 
 def _run_config(run_dir: Path) -> dict[str, Any]:
@@ -147,7 +147,7 @@ def check_rounds(rounds: int | None, env: gym.Env) -> None:
             f"at most the episode's {horizon} rounds (raise rounds_per_episode with --env-kwargs)")
 
 
-def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEEDS,
+def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_SEEDS,
             env_kwargs: dict | None = None,
             rounds: int | None = None, out_dir: str | Path | None = None, progress: bool = True,
             target: float | None = None) -> dict[str, Any]:
@@ -164,9 +164,9 @@ def compare(env_id: str, specs: list[str], seeds: tuple[int, ...] = DEFAULT_SEED
     require(target is None or 0 < target <= 1, "--target", target, "None or a float in (0, 1]")
     require(len(seeds) >= 1, "--seeds", seeds, "at least one seed")
     # bad policy strings fail before any work
-    parsed = [policy_spec(spec, env_id, tuple(seeds)) for spec in specs]
+    parsed = [policy_spec(policy, env_id, tuple(seeds)) for policy in policies]
     labels = [p.label for p in parsed]
-    require(len(set(labels)) == len(labels), "--policies", specs, "distinct policies")
+    require(len(set(labels)) == len(labels), "--policies", policies, "distinct policies")
     for p in parsed:  # bad env kwargs and rounds fail before any work
         env = gym.make(env_id, **{**(env_kwargs or {}), **p.env_kwargs})
         check_rounds(rounds, env)
@@ -238,9 +238,9 @@ def markdown_table(results: dict[str, Any]) -> str:
     columns = [(k, name) for k, name in names.items() if any(k in s for s in summary.values())]
     lines = ["| policy | " + " | ".join(name for _, name in columns) + " |",
              "|---" * (len(columns) + 1) + "|"]
-    for spec, stats in summary.items():
+    for policy, stats in summary.items():
         cells = [_cell(stats[k]) if k in stats else "n/a" for k, _ in columns]
-        lines.append(f"| {spec} | " + " | ".join(cells) + " |")
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -261,8 +261,8 @@ def write_outputs(results: dict[str, Any], out_dir: Path) -> list[Path]:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(["policy"] + [f"{m}_{s}" for m in metrics for s in ("mean", "std")])
-    for spec, stats in results["summary"].items():
-        writer.writerow([spec] + [v for m in metrics for v in stats.get(m, ("", ""))])
+    for policy, stats in results["summary"].items():
+        writer.writerow([policy] + [v for m in metrics for v in stats.get(m, ("", ""))])
     written.append(write_text(out_dir / "results.csv", buffer.getvalue()))
     return written + _plots(results, out_dir)
 
