@@ -19,7 +19,7 @@ from torch import Tensor
 
 from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.losses import LossFn, cross_entropy
-from fl_gym.engine.optim import OptimizerConfig
+from fl_gym.engine.optim import OptimizerConfig, shared_rate
 from fl_gym.engine.schedule import BatchSchedule
 from fl_gym.engine.trainer import PLAIN, Member, TrainResult, mean_losses, run_steps, start_runs, train_cohort
 from fl_gym.models.architecture import Stack
@@ -120,11 +120,6 @@ def capturable(member: Member, algorithm: LocalAlgorithm) -> bool:
     """Whether a member's training can be captured: no slots, no dropout, a stateless algorithm."""
     dropout = any(isinstance(layer, Dropout) and layer.p > 0 for layer in member.stack.arch.layers)
     return member.slots is None and not dropout and algorithm.stateless
-
-
-def shared_rate(lr: Tensor) -> bool:
-    """Whether every client has the same learning rate (an update then runs over whole buffers)."""
-    return bool((lr == lr[0]).all())
 
 
 def shape_key(member: Member, x: Tensor, y: Tensor, schedule: BatchSchedule, lr: Tensor,

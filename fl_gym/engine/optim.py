@@ -78,7 +78,7 @@ class StackOptimizer:
         self.active = stack.k
         n_state = 2 if cfg.name == "adam" else int(cfg.momentum > 0)
         self._state = [torch.zeros_like(stack.flat) for _ in range(n_state)]
-        self._shared: float | Tensor | None = float(lr[0]) if bool((lr == lr[0]).all()) else None
+        self._shared: float | Tensor | None = float(lr[0]) if shared_rate(lr) else None
         # the block views of (the gradient buffer they were made with, and the rest), and _groups' pieces per
         # active count: a run steps with one gradient buffer, and slicing the blocks anew at each step costs
         # more than updating them
@@ -147,6 +147,11 @@ class StackOptimizer:
         if cfg.momentum:
             g = rest[0].mul_(cfg.momentum).add_(g)
         descend(p, g, rate)
+
+
+def shared_rate(lr: Tensor) -> bool:
+    """Whether every client has the same learning rate (an update then runs over whole buffers)."""
+    return bool((lr == lr[0]).all())
 
 
 def descend(p: Tensor, update: Tensor, rate: float | Tensor, scale: float = 1.0) -> None:
