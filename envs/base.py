@@ -42,7 +42,7 @@ Generic ``info`` keys, the same meaning in every family:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -214,6 +214,15 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         if self._played_ahead is not None:  # played already, with the other copies of a vector env
             result, self._played_ahead = self._played_ahead, None
             return result
+        reward, terminated, truncated, info = self.play(action)
+        return self._observe(self._pending), reward, terminated, truncated, info
+
+    def play(self, action: np.ndarray) -> tuple[float, bool, bool, dict[str, Any]]:
+        """:meth:`step` but the observation: ``(reward, terminated, truncated, info)``.
+
+        A vector env plays its copies' rounds so, and observes them together
+        (:meth:`observe_copies`); the env is left as its own ``step`` leaves it.
+        """
         if self._pending is None:
             raise gym.error.ResetNeeded("step() before reset(); call reset() first")
         if self._ended:
@@ -228,7 +237,16 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         self._ended = terminated or truncated
         self._pending = None  # the played round (its trained models, say) is freed before the next one trains
         self._pending = self._prepare()
-        return self._observe(self._pending), float(reward), terminated, truncated, info
+        return float(reward), terminated, truncated, info
+
+    @classmethod
+    def observe_copies(cls, envs: Sequence[FLEnv]) -> np.ndarray:
+        """``(copies, *obs_shape)``: the observation of each env's pending round (envs of one config).
+
+        By default each env's own; a family whose observation is written over rows of copies
+        overrides it, and its one env is the one-row case.
+        """
+        return np.array([env._observe(env._pending) for env in envs])
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:

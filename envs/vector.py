@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics, TimeLimit
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
@@ -61,6 +63,24 @@ def copy_indices(indices: VecEnvIndices, copies: int) -> list[int]:
     if not all(isinstance(i, numbers.Integral) and -copies <= i < copies for i in wanted):
         raise UserError(f"indices={wanted} is out of range; allowed: copy indices in [-{copies}, {copies})")
     return [int(i) % copies for i in wanted]
+
+
+# wrappers whose ``step`` hands the action on unchanged (observation, reward wrappers change what returns)
+ACTION_NEUTRAL = (Monitor, OrderEnforcing, PassiveEnvChecker, TimeLimit, RecordEpisodeStatistics,
+                  gym.ObservationWrapper, gym.RewardWrapper)
+
+
+def actions_pass_through(env: gym.Env) -> bool:
+    """Whether every wrapper of ``env`` is one of :data:`ACTION_NEUTRAL`.
+
+    Only then may a vector env play the copy's round ahead of its wrappers' ``step`` (with the
+    action it was given): an action wrapper would be skipped.
+    """
+    while isinstance(env, gym.Wrapper):
+        if not isinstance(env, ACTION_NEUTRAL):
+            return False
+        env = env.env
+    return True
 
 
 class StepCalls:
@@ -147,11 +167,14 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
         buffers = BufferPool()  # one pool for the copies' lasting state: it keeps what they hold at once
         for fed in feds if merging else ():
             fed.batcher, fed.buffers = self.batcher, buffers
-        first = self.envs[0].unwrapped
-        family = FAMILIES.get(getattr(first, "family", ""))
-        entry = None if family is None or trains else family.vector_clock
+        self._unwrapped = [env.unwrapped for env in self.envs]
+        family = FAMILIES.get(getattr(self._unwrapped[0], "family", ""))
+        # a copy plays ahead of its wrappers' step only where they hand it the action unchanged
+        ahead = all(actions_pass_through(env) for env in self.envs)
+        entry = None if family is None or trains or not ahead else family.vector_clock
         self._clock_class = resolve(entry) if entry else None
         self._clock: Any = None  # built at reset: the family's clock as arrays over the copies
+        self._observes_together = merging and ahead
         super().__init__(len(self.envs), self.envs[0].observation_space, self.envs[0].action_space)
         self._actions: np.ndarray | None = None
 
@@ -170,7 +193,7 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
         self._reset_options()
         self.reset_infos = [info for _, info in results]
         if self._clock_class is not None:
-            self._clock = self._clock_class([env.unwrapped for env in self.envs])
+            self._clock = self._clock_class(self._unwrapped)
         return np.stack([obs for obs, _ in results])
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -181,7 +204,9 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
         """Step every copy; a finished copy resets in the same call.
 
         With a vector clock (copies that train nothing), the clock plays every copy's step as
-        arrays first; each copy's ``step`` then returns its share through the env's wrappers.
+        arrays first. Copies that train play their rounds merged, and their family observes them
+        together (``FLEnv.observe_copies``). Either way each copy's ``step`` then returns its share
+        through the env's wrappers.
         """
         self._check_step_sent()
         self._stepping = False  # the copies step in this call: cut short, they stay as far as they got
@@ -189,10 +214,22 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
             for env, result in zip(self._clock.envs, self._clock.step(np.asarray(self._actions)),
                                    strict=True):
                 env.play_ahead(result)
-        results = self.for_each_copy(self._step_one)
+        elif self._observes_together:
+            self._play_ahead()
+        if self._observes_together and not any(env.ended for env in self._unwrapped):
+            results = [self._step_one(i) for i in range(self.num_envs)]  # played: no engine call, no reset
+        else:
+            results = self.for_each_copy(self._step_one)
         obs, rewards, dones, infos = zip(*results, strict=True)
         # np.array stacks the equal-shape rows as np.stack would, without its Python work per row
         return np.array(obs), np.asarray(rewards, np.float32), np.asarray(dones, bool), list(infos)
+
+    def _play_ahead(self) -> None:
+        """Play every copy's round, merged, and observe the copies together; each ``step`` returns its own."""
+        played = self.for_each_copy(lambda i: self._unwrapped[i].play(self._actions[i]))
+        observations = type(self._unwrapped[0]).observe_copies(self._unwrapped)
+        for env, obs, result in zip(self._unwrapped, observations, played, strict=True):
+            env.play_ahead((obs, *result))
 
     def _step_one(self, i: int) -> tuple[np.ndarray, float, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.envs[i].step(self._actions[i])

@@ -91,6 +91,24 @@ def test_leave_one_out_gain_is_each_subsets_entropy_less_the_whole(m, c, seed):
     np.testing.assert_allclose(leave_one_out_gain(p, sizes), by_subset, rtol=0, atol=1e-12)
 
 
+def test_leave_one_out_gains_of_many_sets_at_once_are_each_sets_own_and_absent_rows_gain_nothing():
+    """Rows of size 0 are absent (a lost update, a padded row): each set's gains are those of its
+    present rows alone; a set of one present row, or none, gains 0."""
+    rng = np.random.default_rng(3)
+    p, sizes = rng.dirichlet(np.ones(4), (5, 6)), rng.integers(1, 50, (5, 6)).astype(float)
+    sizes[0, [1, 4]] = 0.0
+    sizes[1, 1:] = 0.0  # one present row
+    sizes[2] = 0.0
+    gains = leave_one_out_gain(p, sizes)
+    for row in range(5):
+        present = sizes[row] > 0
+        expected = np.zeros(6)
+        if present.sum() > 1:
+            expected[present] = leave_one_out_gain(p[row][present], sizes[row][present])
+        np.testing.assert_allclose(gains[row], expected, rtol=0, atol=1e-12)
+        assert (gains[row][~present] == 0).all()
+
+
 def test_pools_partition_and_branch_frequency():
     pools, rng = Pools(20, 0.8), np.random.default_rng(0)
     branches = []

@@ -123,6 +123,50 @@ def test_training_copies_of_different_client_counts_stepped_and_reset_alone_play
     vec.close()
 
 
+@pytest.mark.parametrize("env_id", IDS)
+def test_a_family_observes_its_copies_as_each_observes_itself(env_id):
+    """``observe_copies`` over copies of different scenarios (their own scales, client counts where the
+    family allows them) equals each env's own observation bit for bit, at reset and after steps."""
+    kwargs = {"rounds_per_episode": 4}
+    if gym.make(env_id).unwrapped.any_client_count:
+        kwargs["num_clients_range"] = (6, 12)
+    envs = [gym.make(env_id, scenario_seed=i, randomize_scenario=True, **kwargs) for i in range(3)]
+    rng = np.random.default_rng(0)
+    own = np.array([env.reset(seed=i)[0] for i, env in enumerate(envs)])
+    unwrapped = [env.unwrapped for env in envs]
+    for _ in range(3):
+        np.testing.assert_array_equal(type(unwrapped[0]).observe_copies(unwrapped), own)
+        actions = _actions(envs[0].action_space, len(envs), rng)
+        own = np.array([env.step(a)[0] for env, a in zip(envs, actions, strict=True)])
+
+
+class _Negated(gym.ActionWrapper):
+    """Plays ``-action``: a wrapper a vector env must not step around."""
+
+    def action(self, action):
+        return -np.asarray(action)
+
+
+@pytest.mark.parametrize("env_id", ["FLHetero-v0", "FLAggregate-v0"])
+def test_copies_behind_an_action_wrapper_play_the_wrapped_action(env_id):
+    """A copy whose step is played ahead (a timing clock, or rounds merged and observed together) would
+    skip its action wrapper: behind one, the copies step through their wrappers as stand-alone envs do."""
+    from fl_gym.envs.vectorize import batched_vec_env
+
+    def make():
+        return _Negated(gym.make(env_id, rounds_per_episode=3))
+
+    vec, solo = batched_vec_env([make] * 2), [make() for _ in range(2)]
+    vec.seed(5)
+    obs = vec.reset()
+    for i, env in enumerate(solo):
+        np.testing.assert_allclose(obs[i], env.reset(seed=5 + i)[0], rtol=0, atol=1e-5)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        _assert_step_is_each_twins_step_within_tolerance(vec, solo, _actions(vec.action_space, 2, rng))
+    vec.close()
+
+
 @pytest.mark.parametrize("turn,flushes", [
     (None, 3),  # one training, update statistics, then evaluation (every copy's test and validation sets)
     (3, 6),  # turns of 3 and 1 copies: a training, statistics and an evaluation each

@@ -8,7 +8,7 @@ sets the weights; ``a = 0`` is exactly FedAvg. See ``docs/envs/flaggregate.md``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,19 +120,33 @@ class FLAggregateEnv(TargetRewardEnv):
         return trained
 
     def _observe(self, pending: TrainedRound) -> np.ndarray:
-        fed, stats = self.federation, pending.stats
-        part = pending.steps > 0
-        norm = np.nan_to_num(stats.update_norm)
-        mean_norm = norm[part].mean() if part.any() else 1.0  # every update lost: no norm to compare
-        rows = np.column_stack([
-            part, np.where(part, np.cos(np.nan_to_num(stats.update_angle)), 0.0),
-            self.tracker.smoothed / np.pi,
-            gompertz(self.tracker.smoothed, self.config.gompertz_alpha) / self.config.gompertz_alpha,
-            fed.sizes / fed.sizes.sum(), np.clip(norm / max(mean_norm, 1e-12), 0, 3),
-            np.clip(np.nan_to_num(stats.last_epoch_loss) / self._log_c, 0, 3)])
-        glob = [self._round / self.rounds_per_episode, self._target.validation.observed, self._lr_ratio()]
-        return np.clip(np.concatenate([rows.ravel(), glob]), self.observation_space.low,
-                       self.observation_space.high).astype(np.float32)
+        return self.observe_copies([self])[0]
+
+    def _observed(self) -> tuple:
+        """What this env's observation reads: one copy's row of :meth:`observe_copies`' arrays."""
+        fed, trained = self.federation, self._pending
+        stats = trained.stats
+        return (trained.steps > 0, stats.update_norm, stats.update_angle, self.tracker.smoothed,
+                fed.sizes / fed.sizes.sum(), stats.last_epoch_loss,
+                (self._round / self.rounds_per_episode, self._target.validation.observed, self._lr_ratio()))
+
+    @classmethod
+    def observe_copies(cls, envs: Sequence[FLAggregateEnv]) -> np.ndarray:
+        """Every copy's observation, the rule written over ``(copies, K)`` arrays (one env: one row)."""
+        first = envs[0]
+        part, norm, angle, smoothed, share, loss, glob = (np.array(column) for column in zip(
+            *(env._observed() for env in envs), strict=True))
+        alpha = first.config.gompertz_alpha
+        norm = np.nan_to_num(norm)
+        counted, total = part.sum(axis=1, keepdims=True), (norm * part).sum(axis=1, keepdims=True)
+        mean_norm = np.where(counted > 0, total / np.maximum(counted, 1), 1.0)  # every update lost: 1
+        rows = np.stack([
+            part, np.where(part, np.cos(np.nan_to_num(angle)), 0.0), smoothed / np.pi,
+            gompertz(smoothed, alpha) / alpha, share, np.clip(norm / np.maximum(mean_norm, 1e-12), 0, 3),
+            np.clip(np.nan_to_num(loss) / first._log_c, 0, 3)], axis=-1)
+        space = first.observation_space
+        observations = np.concatenate([rows.reshape(len(envs), -1), glob], axis=1)
+        return np.clip(observations, space.low, space.high).astype(np.float32)
 
     def _play(self, pending: TrainedRound, action: np.ndarray) -> tuple[RoundReport, Aggregated]:
         weight = action_weights(action, self.federation.sizes, self.config.action_scale)

@@ -9,7 +9,7 @@ and the server aggregates. See ``docs/envs/fllearningrate.md``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,19 +188,32 @@ class FLLearningRateEnv(TargetRewardEnv):
         return self._pending.stats
 
     def _observe(self, pending: Pending) -> np.ndarray:
-        cfg, fed, st = self.config, self.federation, pending.stats
-        m = len(st.clients)
-        g_norm = np.sqrt(st.b)
-        rows = np.column_stack([
-            m * st.theta, fed.sizes[st.clients] / fed.sizes.mean(),
-            fed.label_entropy[st.clients] / math.log2(fed.num_classes),
-            unit_of(st.last_lr, cfg.lr_min, cfg.lr_max), self.participations[st.clients] / self._expected,
-            st.probe_loss / self._log_c, st.a / np.maximum(math.sqrt(st.s) * g_norm, 1e-12),
-            np.clip(np.log10(np.maximum(g_norm, 1e-12)) / 4, -1, 1)])
-        glob = [self._round / self.rounds_per_episode, self._target.validation.observed,
-                float(st.probe_loss.mean()) / self._log_c, self._last_gain,
-                math.log10(max(st.s, 1e-12)) / 4, self._share_entropy, self._mean_unit]
-        return np.clip(np.concatenate([rows.ravel(), glob]), -BOUND, BOUND).astype(np.float32)
+        return self.observe_copies([self])[0]
+
+    def _observed(self) -> tuple:
+        """What this env's observation reads: one copy's row of :meth:`observe_copies`' arrays."""
+        fed, st = self.federation, self._pending.stats
+        return (st.theta, fed.sizes[st.clients] / fed.sizes.mean(), fed.label_entropy[st.clients],
+                st.last_lr, self.participations[st.clients] / self._expected, st.probe_loss, st.a, st.b, st.s,
+                self._round / self.rounds_per_episode, self._target.validation.observed, self._last_gain,
+                self._share_entropy, self._mean_unit)
+
+    @classmethod
+    def observe_copies(cls, envs: Sequence[FLLearningRateEnv]) -> np.ndarray:
+        """Every copy's observation, the rule written over ``(copies, m)`` arrays (one env: one row)."""
+        first = envs[0]
+        cfg, log_c, log2_c = first.config, first._log_c, math.log2(first.federation.num_classes)
+        theta, size, entropy, last_lr, participation, loss, a, b, s, progress, val, gain, shares, unit = (
+            np.array(column) for column in zip(*(env._observed() for env in envs), strict=True))
+        g_norm = np.sqrt(b)
+        rows = np.stack([
+            theta.shape[1] * theta, size, entropy / log2_c, unit_of(last_lr, cfg.lr_min, cfg.lr_max),
+            participation, loss / log_c, a / np.maximum(np.sqrt(s)[:, None] * g_norm, 1e-12),
+            np.clip(np.log10(np.maximum(g_norm, 1e-12)) / 4, -1, 1)], axis=-1)
+        glob = np.stack([progress, val, loss.mean(axis=1) / log_c, gain, np.log10(np.maximum(s, 1e-12)) / 4,
+                         shares, unit], axis=1)
+        observations = np.concatenate([rows.reshape(len(envs), -1), glob], axis=1)
+        return np.clip(observations, -BOUND, BOUND).astype(np.float32)
 
     def rates(self, action: np.ndarray) -> np.ndarray:
         """``(m,)`` rates of the pending round's slots under ``action``."""

@@ -57,16 +57,28 @@ def judge(soft_labels: np.ndarray, sizes: np.ndarray) -> tuple[list[int], list[i
 def leave_one_out_gain(soft_labels: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """``H(mix(S - {k})) - H(mix(S))`` per row (0 for a lone candidate).
 
-    Every leave-one-out mixture at once: row ``k`` of ``W p / W 1`` with ``W`` the sizes less the
+    ``(m, c)`` soft labels and ``(m,)`` sizes, or any leading dimensions before them (many
+    copies' candidates at once); a row of size 0 is absent: in no mixture, with gain 0. Every
+    leave-one-out mixture at once: row ``k`` of ``W p / W 1`` with ``W`` the sizes less the
     diagonal, so an observation costs a few array calls whatever the candidates.
     """
     p, n = np.asarray(soft_labels, np.float64), np.asarray(sizes, np.float64)
-    if len(p) == 1:
-        return np.zeros(1)
-    others = np.where(np.eye(len(n), dtype=bool), 0.0, n)
-    q = others @ p / others.sum(axis=1, keepdims=True)
+    present = n > 0
+    others = np.where(np.eye(n.shape[-1], dtype=bool), 0.0, n[..., None, :])
+    left = _entropies(_normalised(others @ p, others.sum(axis=-1, keepdims=True)))
+    whole = _entropies(_normalised((n[..., None, :] @ p)[..., 0, :], n.sum(axis=-1, keepdims=True)))
+    return np.where(present & (present.sum(axis=-1, keepdims=True) > 1), left - whole[..., None], 0.0)
+
+
+def _normalised(weighted: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """``weighted / total``, 0 where the total is (a mixture of nothing)."""
+    return np.divide(weighted, total, out=np.zeros(weighted.shape), where=total > 0)
+
+
+def _entropies(q: np.ndarray) -> np.ndarray:
+    """:func:`entropy` of each row of ``q`` (the last axis)."""
     logs = np.log(q, out=np.zeros_like(q), where=q > 0)  # 0 log 0 = 0
-    return -(q * logs).sum(axis=1) - entropy(mixture(p, n))
+    return -(q * logs).sum(axis=-1)
 
 
 def exhaustive_max_entropy(soft_labels: np.ndarray, sizes: np.ndarray) -> list[int]:

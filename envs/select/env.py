@@ -17,7 +17,7 @@ Both share the pools, the aggregation of a kept subset, the reward and the ``sel
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -189,6 +189,13 @@ def jain_index(counts: np.ndarray) -> float:
     return float(counts.sum() ** 2 / (len(counts) * total)) if total > 0 else 1.0
 
 
+def _padded(values: np.ndarray, m: int) -> np.ndarray:
+    """``values`` followed by zero rows up to ``m``."""
+    out = np.zeros((m, *values.shape[1:]), values.dtype)
+    out[: len(values)] = values
+    return out
+
+
 def mixed_entropy(soft_labels: np.ndarray, sizes: np.ndarray) -> float:
     """``H(mix(rows))`` in nats; 0 without a row (every update of the round lost)."""
     return entropy(mixture(soft_labels, sizes)) if len(sizes) else 0.0
@@ -266,19 +273,32 @@ class FLSelectEnv(_SelectionEnv):
         return self._train(opened, sample(self.m, self.np_random, opened.candidates))
 
     def _observe(self, pending: SelectRound) -> np.ndarray:
-        fed, slots = self.federation, pending.slots
-        arrived = pending.arrived
-        sizes = fed.sizes[slots] * arrived  # a lost update shows no data: no mixture counts it
-        gain = np.zeros(len(slots))
-        if arrived.any():
-            gain[arrived] = leave_one_out_gain(pending.soft_labels[arrived], sizes[arrived]) / self._log_c
-        rows = np.column_stack([pending.soft_labels, sizes / self._size_scale,
-                                pending.draw.was_negative[slots],
-                                self._selections[slots] / self.rounds_per_episode, np.clip(gain, -1, 1)])
-        table = np.zeros((self.m, rows.shape[1]))  # fewer reachable candidates than m: zero rows after them
-        table[: len(rows)] = rows
-        glob = self._global_features(pending.entropy, pending.draw.positive_branch)
-        return np.concatenate([table.ravel(), glob]).astype(np.float32)
+        return self.observe_copies([self])[0]
+
+    def _observed(self) -> tuple:
+        """What this env's observation reads: one copy's rows of :meth:`observe_copies`' arrays.
+
+        Sizes are relative to the scenario's scale, a lost update shows no data (size 0: no mixture
+        counts it), and with fewer reachable candidates than ``m`` zero rows follow theirs.
+        """
+        fed, pending = self.federation, self._pending
+        slots = pending.slots
+        rows = (pending.soft_labels, fed.sizes[slots] * pending.arrived / self._size_scale,
+                pending.draw.was_negative[slots], self._selections[slots] / self.rounds_per_episode)
+        if len(slots) < self.m:
+            rows = tuple(_padded(values, self.m) for values in rows)
+        return (*rows, self._global_features(pending.entropy, pending.draw.positive_branch))
+
+    @classmethod
+    def observe_copies(cls, envs: Sequence[FLSelectEnv]) -> np.ndarray:
+        """Every copy's observation, the rule written over ``(copies, m)`` arrays (one env: one row)."""
+        first = envs[0]
+        soft, sizes, negative, selections, glob = (np.array(column) for column in zip(
+            *(env._observed() for env in envs), strict=True))
+        gain = np.clip(leave_one_out_gain(soft, sizes) / first._log_c, -1, 1)
+        features = np.stack([sizes, negative, selections, gain], axis=-1)
+        rows = np.concatenate([soft, features], axis=-1)
+        return np.concatenate([rows.reshape(len(envs), -1), glob], axis=1).astype(np.float32)
 
     def _play(self, pending: SelectRound, action: np.ndarray) -> tuple[RoundReport, Selection]:
         keep = self.layout.decode(action)[: len(pending.slots)] & pending.arrived
