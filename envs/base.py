@@ -217,17 +217,18 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         reward, terminated, truncated, info = self.play(action)
         return self._observe(self._pending), reward, terminated, truncated, info
 
-    def play(self, action: np.ndarray) -> tuple[float, bool, bool, dict[str, Any]]:
+    def play(self, action: np.ndarray, *, checked: bool = False) -> tuple[float, bool, bool, dict[str, Any]]:
         """:meth:`step` but the observation: ``(reward, terminated, truncated, info)``.
 
-        A vector env plays its copies' rounds so, and observes them together
+        A vector env plays its copies' rounds so, each copy's row of actions ``checked`` already
+        (:meth:`check_actions`, before any copy plays), and observes them together
         (:meth:`observe_copies`); the env is left as its own ``step`` leaves it.
         """
         if self._pending is None:
             raise gym.error.ResetNeeded("step() before reset(); call reset() first")
         if self._ended:
             raise gym.error.ResetNeeded("step() after the episode ended; call reset()")
-        report, outcome = self._play(self._pending, self.check_action(action))
+        report, outcome = self._play(self._pending, action if checked else self.check_action(action))
         last = self.count_round(int(report.aggregated.sum()))
         terms = self._reward_terms(report, outcome)
         reward = self.reward_of(terms)

@@ -226,7 +226,8 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
 
     def _play_ahead(self) -> None:
         """Play every copy's round, merged, and observe the copies together; each ``step`` returns its own."""
-        played = self.for_each_copy(lambda i: self._unwrapped[i].play(self._actions[i]))
+        actions = self._unwrapped[0].check_actions(self._actions)  # a bad row raises before any copy plays
+        played = self.for_each_copy(lambda i: self._unwrapped[i].play(actions[i], checked=True))
         observations = type(self._unwrapped[0]).observe_copies(self._unwrapped)
         for env, obs, result in zip(self._unwrapped, observations, played, strict=True):
             env.play_ahead((obs, *result))

@@ -576,10 +576,13 @@ class Federation:
         """``plan.validate``, and a round whose batch schedule fits in memory; the ``(K,)`` local steps.
 
         The schedule holds the most local steps x the training clients x the batch size sample
-        slots, at most ``MAX_SCHEDULE`` (the clock alone, with nothing to train, lays out none).
+        slots, at most ``MAX_SCHEDULE`` (the clock alone, with nothing to train, lays out none). A
+        batch larger than every training client's data is the largest one's, as the schedule lays
+        it out (:func:`~fl_gym.engine.schedule.layout`).
         """
         plan.validate(self.num_clients, len(self.archs))
-        sel, batch_size = plan.selected, self.config.batch_size
+        sel = plan.selected
+        batch_size = min(self.config.batch_size, int(self.sizes[sel].max()))
         steps = np.zeros(self.num_clients, np.int64)
         steps[sel] = local_steps(self.sizes[sel], plan.epochs[sel], batch_size)
         slots = int(steps.max()) * int(sel.sum()) * batch_size
@@ -776,14 +779,14 @@ class Federation:
         The rows are pooled buffers (a cohort's models may outlive the round), written from each
         member's ``start`` when its training runs (:meth:`~fl_gym.engine.trainer.Member.write_start`).
         """
-        role = self._role
+        role, models = self._role, plan.model[order]
+        kinds = np.unique(models) if len(self.archs) > 1 else (0,)  # one architecture: every client's is 0
         members = []
-        for m in np.unique(plan.model[order]):
-            slots = np.flatnonzero(plan.model[order] == m)
-            full = len(slots) == len(order)
-            members.append(Member(role, self._stack(self.archs[m], len(slots)),
-                                  None if full else torch.as_tensor(slots, device=self.device),
-                                  start=self.global_models[m]))
+        for m in kinds:
+            rows = np.flatnonzero(models == m) if len(kinds) > 1 else None  # None: every row
+            slots = None if rows is None else torch.as_tensor(rows, device=self.device)
+            size = len(order) if rows is None else len(rows)
+            members.append(Member(role, self._stack(self.archs[m], size), slots, start=self.global_models[m]))
         if self.companion_arch:
             members.append(Member(LITE, self._stack(self.companion_arch, len(order)),
                                   start=self.companion_model))

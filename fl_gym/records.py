@@ -197,12 +197,11 @@ class LocalStats(ClientResults):
     def empty(cls, num_clients: int, num_classes: int, companion: bool = False, read_only: bool = False
               ) -> LocalStats:
         """All-NaN statistics (before training, or for a timing-only federation)."""
-        nan = lambda *shape: np.full(shape, np.nan)  # noqa: E731
-        lite = CompanionStats(nan(num_clients), nan(num_clients)) if companion else None
-        stats = cls(loss=nan(num_clients), last_epoch_loss=nan(num_clients), local_accuracy=nan(num_clients),
-                    soft_labels=nan(num_clients, num_classes), update_norm=nan(num_clients),
-                    update_angle=nan(num_clients), model_cosine=nan(num_clients),
-                    model_norm=nan(num_clients), companion=lite)
+        columns = np.full((9 if companion else 7, num_clients), np.nan)  # one block: a row per (K,) field
+        lite = CompanionStats(columns[7], columns[8]) if companion else None
+        stats = cls(loss=columns[0], last_epoch_loss=columns[1], local_accuracy=columns[2],
+                    soft_labels=np.full((num_clients, num_classes), np.nan), update_norm=columns[3],
+                    update_angle=columns[4], model_cosine=columns[5], model_norm=columns[6], companion=lite)
         if read_only:  # shared by every timing-only round
             arrays = [getattr(stats, f.name) for f in dataclasses.fields(ClientResults)]
             for value in arrays + ([lite.loss, lite.accuracy] if lite else []):

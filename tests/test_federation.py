@@ -18,6 +18,7 @@ from fl_gym import (
     ServerConfig,
     partition_scheme,
 )
+from fl_gym.records import ClientResults, LocalStats
 
 
 def test_fedavg_sanity_on_digits():
@@ -442,3 +443,30 @@ def test_a_federations_seed_is_checked_by_name(tiny_config, call):
     for seed in (-1, 1.5, "a"):
         with pytest.raises(ValueError, match=rf"^seed={re.escape(repr(seed))} is out of range; allowed: "):
             getattr(fed, call)(seed)
+
+
+def test_empty_statistics_are_separate_nan_fields_and_the_shared_ones_refuse_writes():
+    """Every field NaN, no two fields one array (a write to one leaves the others), and the read-only
+    statistics that timing-only rounds share refuse a write to any field, the companion's too."""
+    fresh = LocalStats.empty(4, 3, companion=True)
+    fields = [getattr(fresh, f.name) for f in dataclasses.fields(ClientResults)]
+    fields += [fresh.companion.loss, fresh.companion.accuracy]
+    assert all(np.isnan(values).all() for values in fields)
+    fields[0][0] = 1.0
+    assert sum(int(np.isfinite(values).sum()) for values in fields) == 1
+    shared = LocalStats.empty(4, 3, companion=True, read_only=True)
+    for values in [getattr(shared, f.name) for f in dataclasses.fields(ClientResults)] + [
+            shared.companion.loss, shared.companion.accuracy]:
+        with pytest.raises(ValueError, match="read-only"):
+            values[0] = 1.0
+
+
+def test_a_batch_larger_than_every_clients_data_trains_as_the_largest_clients_data(tiny_config):
+    """The schedule lays such a batch out as the largest training client's data, so the memory check
+    counts that batch, not the one asked for: a billion-sample batch trains as that one does."""
+    largest = int(Federation(tiny_config, scenario_seed=0).sizes.max())
+    feds = [Federation(dataclasses.replace(tiny_config, batch_size=b), scenario_seed=0)
+            for b in (10**9, largest)]
+    reports = [fed.run_round(RoundPlan.make(4, lr=0.05, epochs=2)) for fed in feds]
+    assert reports[0].loss.tolist() == reports[1].loss.tolist()
+    assert torch.equal(feds[0].global_models[0], feds[1].global_models[0])

@@ -601,19 +601,24 @@ def _assert_same_record(a, b):
             np.testing.assert_array_equal(x, y, err_msg=field.name)
 
 
-def test_a_bad_action_of_a_timing_copy_raises_that_copys_error_before_any_copy_plays():
-    """The vector clock checks the copies' actions as rows: one copy's out-of-range action raises the
-    error its own step would, and no copy has played the round."""
-    vec = fl_gym.make_vec("FLHeteroAlloc-v0", 3, seed=0, monitor=False)
-    vec.reset()
-    actions = _actions(vec.action_space, 3, np.random.default_rng(0))
-    actions[1, 0] = vec.action_space.nvec[0]  # one past the largest size
+@pytest.mark.parametrize("env_id", ["FLHeteroAlloc-v0", "FLSelect-v0"])
+def test_a_bad_action_of_one_copy_raises_that_copys_error_before_any_copy_plays(env_id):
+    """The copies' actions are checked as rows (by a timing clock, or before merged rounds): one copy's
+    out-of-range action raises the error its own step would, no copy has played the round, and the
+    next step plays as the stand-alone twins do."""
+    vec, solo = _vector_and_twins(env_id, 3)
+    rng = np.random.default_rng(0)
+    actions = _actions(vec.action_space, 3, rng)
+    bad = actions.copy()
+    bad[1, 0] = 2 if env_id == "FLSelect-v0" else vec.action_space.nvec[0]  # one past the largest value
     with pytest.raises(ValueError) as caught:
-        vec.step(actions)
+        vec.step(bad)
     with pytest.raises(ValueError) as alone:
-        vec.envs[1].unwrapped.check_action(actions[1])
+        vec.envs[1].unwrapped.check_action(bad[1])
     assert str(caught.value) == str(alone.value) and "is out of range" in str(caught.value)
     assert [env.unwrapped.rounds_played for env in vec.envs] == [0, 0, 0]
+    _assert_step_is_each_twins_step_within_tolerance(vec, solo, actions)
+    vec.close()
 
 
 @pytest.mark.parametrize("batchable,calls", [(True, [(4, 6)]), (False, [(6,)] * 4)])

@@ -383,7 +383,7 @@ def _evaluate_group(requests: list[EvalRequest]) -> list[EvalResult]:
     first = requests[0]
     parts = [p for r in requests for p in r.parts]
     # longest part first: a chunk of samples runs only the models with samples in it
-    order = np.argsort([-len(p) for p in parts], kind="stable")
+    order = np.argsort([-p.shape[0] for p in parts], kind="stable")
     stack = _gathered([r.stack for r in requests], order)
     rows = min(MERGED_EVAL_ROWS, MERGED_VALUES // stack.arch.widest)
     batch_size = min(first.batch_size, max(rows // stack.k, 1))
