@@ -8,7 +8,9 @@ turns of that many, each turn batched). Each copy keeps its own scenario, partit
 models, server state, clock and random streams; the data set is loaded once (it is cached per
 process). Copy ``i`` seeded ``s + i`` plays the episode a stand-alone env seeded ``s + i`` plays,
 up to float rounding of the larger batched matrix products (and dropout masks, which merged
-training draws from one generator).
+training draws from one generator). Their actions are checked as rows before any copy plays, and
+their family encodes every copy's observation in one call over the copies
+(``FLEnv.observe_copies``).
 
 Copies that train nothing (a timing backend) have no engine calls to merge; where their family
 registers a ``vector_clock`` (see ``docs/extending.md``), it plays every copy's step as
