@@ -470,9 +470,9 @@ class _RowMap:
                     stack.blocks[i].index_copy_(0, src, block.index_select(0, dst))
 
 
+# the merged call of each request kind but training, which takes the batcher's graphs (_run_group)
 _MERGED: dict[type, Callable[[list[Any]], list[Any]]] = {
-    TrainRequest: _train_merged, EvalRequest: _evaluate_merged, ProbeRequest: _probe_merged,
-    StatsRequest: _statistics_merged,
+    EvalRequest: _evaluate_merged, ProbeRequest: _probe_merged, StatsRequest: _statistics_merged,
 }
 
 

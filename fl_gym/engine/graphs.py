@@ -21,7 +21,16 @@ from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.losses import LossFn, cross_entropy
 from fl_gym.engine.optim import OptimizerConfig, shared_rate
 from fl_gym.engine.schedule import BatchSchedule
-from fl_gym.engine.trainer import PLAIN, Member, TrainResult, mean_losses, run_steps, start_runs, train_cohort
+from fl_gym.engine.trainer import (
+    PLAIN,
+    Member,
+    TrainResult,
+    check_rates,
+    mean_losses,
+    run_steps,
+    start_runs,
+    train_cohort,
+)
 from fl_gym.models.architecture import Stack
 from fl_gym.models.layers import Dropout
 
@@ -47,7 +56,7 @@ class GraphedCohort:
         if not all(capturable(m, algorithm) for m in members):
             raise ValueError("GraphedCohort: expected members without slots or dropout and a stateless "
                              f"algorithm, got {[m.role for m in members]} with {algorithm.name!r}")
-        _check_rates(lr, len(schedule.steps), "GraphedCohort")
+        check_rates(lr, len(schedule.steps), "GraphedCohort")
         self.members, self.schedule, self._device = members, schedule, x.device
         self._data = (x, y)  # the graph reads their memory: alive as long as it is
         self._rows = [m.stack.flat.clone() for m in members]
@@ -98,7 +107,7 @@ class GraphedCohort:
             raise ValueError(f"GraphedCohort.replay: expected start rows of shapes "
                              f"{[tuple(r.shape) for r in self._rows]}, got {[tuple(t.shape) for t in start]}")
         if lr is not None:
-            _check_rates(lr, len(captured.steps), "GraphedCohort.replay")
+            check_rates(lr, len(captured.steps), "GraphedCohort.replay")
             if shared_rate(lr) != self._shared:
                 raise ValueError(f"GraphedCohort.replay: expected {'equal' if self._shared else 'unequal'} "
                                  f"learning rates, as captured, got {lr.tolist()}")
@@ -108,12 +117,6 @@ class GraphedCohort:
         self._restart(start)
         self.graph.replay()
         return mean_losses(self._history, schedule, self._device)  # its epochs: 12 steps are 2 x 6 or 1 x 12
-
-
-def _check_rates(lr: Tensor, k: int, where: str) -> None:
-    """A copy into the captured rates would broadcast a scalar: refuse any shape but ``(k,)``."""
-    if lr.shape != (k,):
-        raise ValueError(f"{where}: expected lr of shape ({k},), got {tuple(lr.shape)}")
 
 
 def capturable(member: Member, algorithm: LocalAlgorithm) -> bool:

@@ -93,15 +93,19 @@ def train_cohort(members: list[Member], x: Tensor, y: Tensor, schedule: BatchSch
         clients: ``(k,)`` client ids of the cohort slots, for stateful algorithms (default ``0..k-1``).
         gen: generator for dropout.
     """
-    k = len(schedule.steps)
-    if lr.shape != (k,):
-        raise ValueError(f"train_cohort: expected lr of shape ({k},), got {tuple(lr.shape)}")
+    check_rates(lr, len(schedule.steps), "train_cohort")
     runs, member_clients, history = start_runs(members, schedule, lr, optimizer, algorithm, clients, x.device)
     run_steps(members, runs, x, y, schedule, history, loss_fn, gen, algorithm)
     algorithm.finish(runs, member_clients)
     for member, run in zip(members, runs, strict=True):
         member.personal = None if run.trained is run.stack else run.trained
     return mean_losses(history, schedule, x.device)
+
+
+def check_rates(lr: Tensor, k: int, where: str) -> None:
+    """Refuse rates of any shape but ``(k,)``, one per client (a scalar would broadcast silently)."""
+    if lr.shape != (k,):
+        raise ValueError(f"{where}: expected lr of shape ({k},), got {tuple(lr.shape)}")
 
 
 def start_runs(members: list[Member], schedule: BatchSchedule, lr: Tensor, optimizer: OptimizerConfig,
