@@ -373,7 +373,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     def _info(self, report: RoundReport, outcome: Any, terms: dict[str, float]) -> dict[str, Any]:
         info: dict[str, Any] = RoundInfo(self._round, report.clock, report.round_time,
                                          report.straggling_latency,
-                                         report.upload_bytes, self._uploads, np.flatnonzero(report.selected),
+                                         report.upload_bytes, self._uploads, report.selected.nonzero()[0],
                                          terms)._asdict()
         if self.federation.config.train:  # learning metrics exist only when something learns
             info["accuracy"] = self._accuracy(report)

@@ -147,7 +147,7 @@ class RoundLoad:
     @classmethod
     def of_normals(cls, z: np.ndarray, cfg: ClockConfig, previous: RoundLoad | None = None) -> RoundLoad:
         """The load of standard normals ``z`` (``(3, K)``; ``(3, N, K)``: N copies) after ``previous``."""
-        last = None if previous is None else np.stack([previous.availability, previous.drift])
+        last = None if previous is None else np.array([previous.availability, previous.drift])
         return cls(*load_factors(z, cfg, last))
 
     def at(self, clients: np.ndarray) -> RoundLoad:

@@ -600,7 +600,7 @@ class Federation:
             allowed = np.flatnonzero(opened.candidates).tolist()
             raise UserError(f"plan.selected={chosen} is out of range; allowed: a subset of round "
                              f"{opened.round}'s candidates {allowed}")
-        chosen = np.flatnonzero(plan.selected)  # the round's arithmetic runs over these clients only
+        chosen = plan.selected.nonzero()[0]  # the round's arithmetic runs over these clients only
         times = self._compute_times(opened, plan, steps, chosen)
         lost = partial = self._nobody
         if self.config.behaviour.losing:
@@ -656,7 +656,7 @@ class Federation:
         weights = np.zeros(self.num_clients)
         lite_weights = np.zeros(self.num_clients)  # the companion's (stays 0 without one)
         if trained.cohort is not None:
-            self.algorithm.commit(np.flatnonzero(aggregated))  # before the server correction reads it
+            self.algorithm.commit(aggregated.nonzero()[0])  # before the server correction reads it
             weights = self._aggregate(trained, aggregated, weight, lite_weights)
         evaluation, (val_accuracy, val_loss) = self._evaluate_round()
         lite = trained.stats.companion
@@ -723,7 +723,7 @@ class Federation:
         return (self.clock, self._link) if clients is None else (self.clock.at(clients), self._link[clients])
 
     def _communication(self, trained: TrainedRound, aggregate: np.ndarray) -> dict:
-        chosen = np.flatnonzero(trained.plan.selected)
+        chosen = trained.plan.selected.nonzero()[0]
         model, uploads = trained.plan.model[chosen], aggregate[chosen]
         upload, client = np.full((2, self.num_clients), math.nan)
         upload[chosen] = self._upload_seconds(model, chosen) * uploads
@@ -765,8 +765,7 @@ class Federation:
     @staticmethod
     def cohort_order(steps: np.ndarray) -> np.ndarray:
         """The clients that train (``steps > 0``), most local steps first: a cohort's row order."""
-        order = np.flatnonzero(steps > 0)
-        return order[np.argsort(-steps[order], kind="stable")]
+        return np.argsort(-steps, kind="stable")[: np.count_nonzero(steps)]  # steps >= 0: the 0s sort last
 
     @property
     def _role(self) -> str:
@@ -891,7 +890,7 @@ class Federation:
         i.e. the rows weighted ``w_i tau_eff / steps_i`` and ``start`` the rest (which equal steps make 0).
         """
         if not keep.all():  # every row kept (the usual round): no selection
-            rows = rows.index_select(0, torch.as_tensor(np.flatnonzero(keep), device=self.device))
+            rows = rows.index_select(0, torch.as_tensor(keep.nonzero()[0], device=self.device))
         if not self.config.behaviour.fednova:
             return weighted_average(rows, torch.as_tensor(w, device=self.device))
         steps = np.asarray(steps[keep], np.float64)

@@ -39,7 +39,7 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def strategy_for(spec: EnvSpec, policy: str, seed: int = 0) -> PolicyStrategy:
-    """The strategy playing ``policy`` (a ``compare`` policy string) on the env ``spec`` (or its variant)."""
+    """The strategy playing ``policy`` (a ``compare`` policy string) on ``spec``'s env (or its variant)."""
     chosen = policy_spec(policy, spec.env_id, eval_seeds=(seed,))
     spec = replace(spec, env_kwargs={**chosen.env_kwargs, **spec.env_kwargs})
     return PolicyStrategy(spec, chosen.factory, seed=seed, label=chosen.label)

@@ -115,7 +115,7 @@ class FLAggregateEnv(TargetRewardEnv):
         plan = RoundPlan.make(fed.num_clients, lr=self.config.scenario.lr * self._lr_ratio(),
                               epochs=self.config.local_epochs, selected=opened.candidates)
         trained = fed.train_round(opened, plan)
-        clients = np.flatnonzero(trained.steps > 0)
+        clients = (trained.steps > 0).nonzero()[0]
         self.tracker.update(clients, trained.stats.update_angle[clients])
         return trained
 
@@ -164,5 +164,5 @@ class FLAggregateEnv(TargetRewardEnv):
                 "aggregate/smoothed_angles": self.tracker.smoothed.copy(),
                 "aggregate/val_accuracy": report.val_accuracy,
                 "aggregate/rounds_to_target": self._target.rounds_to_target,
-                "aggregate/lost": np.flatnonzero(report.lost),
-                "aggregate/partial": np.flatnonzero(report.partial)}
+                "aggregate/lost": report.lost.nonzero()[0],
+                "aggregate/partial": report.partial.nonzero()[0]}

@@ -219,7 +219,7 @@ class FLLearningRateEnv(TargetRewardEnv):
         """``(m,)`` rates of the pending round's slots under ``action``."""
         cfg = self.config
         lr = rate_of(action, cfg.lr_min, cfg.lr_max)
-        return np.broadcast_to(lr, (cfg.clients_per_round,)).copy()
+        return np.full(cfg.clients_per_round, lr)
 
     def _play(self, pending: Pending, action: np.ndarray) -> tuple[RoundReport, Rated]:
         cfg, fed, st = self.config, self.federation, pending.stats

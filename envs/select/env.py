@@ -121,7 +121,7 @@ class _SelectionEnv(FLEnv):
         plan = RoundPlan.make(fed.num_clients, lr=self._lr, selected=draw.candidates,
                               epochs=self.config.local_epochs)
         trained = fed.train_round(opened, plan)
-        slots = np.flatnonzero(draw.candidates)
+        slots = draw.candidates.nonzero()[0]
         soft, arrived = trained.stats.soft_labels[slots].astype(np.float32), ~trained.lost[slots]
         soft[~arrived] = 0.0  # a lost update's soft label never reaches the server
         mixed = mixed_entropy(soft[arrived], fed.sizes[slots][arrived])
@@ -129,7 +129,7 @@ class _SelectionEnv(FLEnv):
 
     def _global_features(self, entropy_now: float, positive_branch: bool) -> list[float]:
         return [self._round / self.rounds_per_episode, self._validation.observed, entropy_now / self._log_c,
-                float(self.pools.negative.mean()), float(positive_branch), self._last_kept]
+                self.pools.negative_share, float(positive_branch), self._last_kept]
 
     def _keep(self, played: SelectRound, keep: np.ndarray, repaired: bool) -> tuple[RoundReport, Selection]:
         """Aggregate the kept rows of ``played``, update pools and bookkeeping."""
@@ -145,7 +145,7 @@ class _SelectionEnv(FLEnv):
         selection = Selection(slots, played.draw.positive_branch, played.entropy,
                               played.trained.steps[slots], keep,
                               repaired, self._validation.update(report), kept_entropy, saved)
-        self._last_kept = float(keep.mean())
+        self._last_kept = np.count_nonzero(keep) / len(keep)
         self._uplink_bytes += report.upload_bytes + self._soft_label_bytes(len(slots))
         self._lost += int(report.lost.sum())
         return report, selection
@@ -170,7 +170,7 @@ class _SelectionEnv(FLEnv):
                      terms: Mapping[str, float]) -> dict[str, Any]:
         slots, keep = outcome.slots, outcome.keep
         return {"select/kept": slots[keep], "select/removed": slots[~keep],
-                "select/kept_share": float(keep.mean()), "select/positive_branch": outcome.positive_branch,
+                "select/kept_share": self._last_kept, "select/positive_branch": outcome.positive_branch,
                 "select/repaired": outcome.repaired,
                 "select/uplink_models": int(keep.sum()) * self.federation.algorithm.upload_factor,
                 "select/uplink_bytes": report.upload_bytes,
@@ -179,7 +179,7 @@ class _SelectionEnv(FLEnv):
                 "select/entropy_candidates": outcome.entropy / self._log_c,
                 "select/entropy_kept": outcome.kept_entropy,
                 "select/val_accuracy": report.val_accuracy, "select/local_steps": outcome.local_steps,
-                "select/lost": np.flatnonzero(report.lost), "select/partial": np.flatnonzero(report.partial),
+                "select/lost": report.lost.nonzero()[0], "select/partial": report.partial.nonzero()[0],
                 "select/cum_lost": self._lost, "select/fairness": jain_index(self._selections)}
 
 
@@ -440,7 +440,7 @@ class FLSelectPickEnv(_SelectionEnv):
             mask[picked] = True
             draw = Draw(mask, True, self.pools.negative.copy())
         played = self._train(pending, draw)
-        rows = np.flatnonzero(played.arrived)
+        rows = played.arrived.nonzero()[0]
         arrived = played.slots[rows]
         self._soft[arrived] = played.soft_labels[rows]
         loss = played.trained.stats.loss[arrived] / self._log_c

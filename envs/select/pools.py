@@ -41,6 +41,11 @@ class Pools:
         self.p_positive = p_positive
         self.negative = np.zeros(num_clients, bool)
 
+    @property
+    def negative_share(self) -> float:
+        """The share of the clients in the negative pool."""
+        return np.count_nonzero(self.negative) / len(self.negative)
+
     def draw(self, m: int, rng: np.random.Generator, available: np.ndarray | None = None) -> Draw:
         """Epsilon-greedy: ``m`` candidates from the primary pool, topped up from the other.
 
@@ -50,8 +55,8 @@ class Pools:
         positive = bool(rng.random() < self.p_positive)
         reachable = np.ones(len(self.negative), bool) if available is None else available
         m = min(m, int(reachable.sum()))
-        primary = np.flatnonzero((~self.negative if positive else self.negative) & reachable)
-        secondary = np.flatnonzero((self.negative if positive else ~self.negative) & reachable)
+        primary = ((~self.negative if positive else self.negative) & reachable).nonzero()[0]
+        secondary = ((self.negative if positive else ~self.negative) & reachable).nonzero()[0]
         if len(primary) >= m:
             chosen = rng.choice(primary, m, replace=False)
         else:

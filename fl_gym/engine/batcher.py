@@ -349,7 +349,7 @@ def _probe_merged(requests: list[ProbeRequest]) -> list[Probe]:
     A group's models are copied into one stack and their gradients computed at once, and each
     client's batch holds the architecture's widest activation: a request counts the larger.
     """
-    groups = _within_budget(requests, lambda r: len(r.models) * max(r.arch.num_params,
+    groups = _within_budget(requests, lambda r: r.models.shape[0] * max(r.arch.num_params,
                                                                      r.batch_size * r.arch.widest))
     return [probe for group in groups for probe in _probe_group(group)]
 
@@ -362,7 +362,7 @@ def _probe_group(requests: list[ProbeRequest]) -> list[Probe]:
     res = _probe(first.arch, models, first.x, first.y, draw, first.batch_size)
     out, lo = [], 0
     for r in requests:
-        k = len(r.models)
+        k = r.models.shape[0]
         grad = res.grad[lo: lo + k]  # a view of the merged result, unless the request brought its own buffer
         out.append(Probe(res.loss[lo: lo + k],
                          grad if r.into is None else r.into.view(grad.shape).copy_(grad)))
@@ -449,16 +449,19 @@ class _RowMap:
 
     def __init__(self, stacks: list[Stack], place: np.ndarray, lo: int, hi: int) -> None:
         device = stacks[0].flat.device
+        sizes = [stack.k for stack in stacks]  # each at least 1 (a request trains someone)
+        starts = np.cumsum([0, *sizes[:-1]])
+        inside = (place >= lo) & (place < hi)
+        at = torch.as_tensor(place - lo, device=device)  # each row's row in the chunk
         # (stack, its rows or None = all, chunk rows)
         self.pairs: list[tuple[Stack, Tensor | None, Tensor]] = []
-        start = 0
-        for stack in stacks:
-            pos = place[start: start + stack.k]
-            inside = np.flatnonzero((pos >= lo) & (pos < hi))
-            if len(inside):
-                src = None if len(inside) == stack.k else torch.as_tensor(inside, device=device)
-                self.pairs.append((stack, src, torch.as_tensor(pos[inside] - lo, device=device)))
-            start += stack.k
+        for stack, start, count in zip(stacks, starts.tolist(), np.add.reduceat(inside, starts).tolist(),
+                                       strict=True):
+            if count == stack.k:
+                self.pairs.append((stack, None, at[start: start + stack.k]))
+            elif count:
+                rows = torch.as_tensor(np.flatnonzero(inside[start: start + stack.k]), device=device)
+                self.pairs.append((stack, rows, at[start + rows]))
 
     def scatter(self, merged: Stack) -> None:
         """Write the chunk's (trained) rows back to their stacks."""

@@ -43,7 +43,7 @@ def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor],
     correct = torch.zeros(stack.k, device=device)
     soft = torch.zeros(stack.k, arch.num_classes, device=device)
     for lo, hi in chunks(sizes, batch_size):
-        a = int(np.flatnonzero(sizes > lo)[-1]) + 1  # the rows up to the last with samples from lo on
+        a = int((sizes > lo).nonzero()[0][-1]) + 1  # the rows up to the last with samples from lo on
         idx = table[:a, lo: hi]
         valid = (torch.arange(lo, lo + idx.shape[1], device=device) < n[:a].unsqueeze(1)).float()
         logits, _ = arch.forward(prefix(stack.blocks, a), arch.gather(x, idx), False)

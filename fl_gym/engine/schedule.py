@@ -99,10 +99,12 @@ class BatchDraw:
         """The cohorts of ``draws`` side by side, clients permuted by ``order`` (keys padded with 2)."""
         epochs = max(d.keys.shape[0] for d in draws)
         width = max(d.keys.shape[2] for d in draws)
-        pads = [(0, width - d.keys.shape[2], 0, 0, 0, epochs - d.keys.shape[0]) for d in draws]
-        keys = torch.cat([torch.nn.functional.pad(d.keys, pad, value=2.0)
-                          for d, pad in zip(draws, pads, strict=True)],
-                         dim=1)
+        keys = draws[0].keys.new_full((epochs, sum(d.keys.shape[1] for d in draws), width), 2.0)
+        lo = 0
+        for d in draws:
+            e, k, w = d.keys.shape
+            keys[:e, lo: lo + k, :w] = d.keys
+            lo += k
         parts = [p for d in draws for p in d.parts]
         return BatchDraw([parts[i] for i in order], np.concatenate([d.steps for d in draws])[order],
                          keys[:, torch.as_tensor(order, device=keys.device)])
