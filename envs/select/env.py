@@ -392,16 +392,27 @@ class FLSelectPickEnv(_SelectionEnv):
         return self.federation.open_round()
 
     def _observe(self, pending: OpenedRound) -> np.ndarray:
-        fed, horizon = self.federation, self.rounds_per_episode
-        seen = self._last_round >= 0
-        stale = np.where(seen, (self._round - self._last_round) / horizon, 1.0)
-        columns = [self._soft, seen, np.clip(stale, 0, 1), fed.sizes / self._size_scale, self.pools.negative,
-                   self._selections / horizon]
-        if self.layout.system:
-            columns += self._system_columns(pending)
-        rows = np.column_stack(columns)
-        glob = self._global_features(self._last_entropy, self._last_branch)
-        return np.concatenate([rows.ravel(), glob]).astype(np.float32)
+        return self.observe_copies([self])[0]
+
+    def _observed(self) -> tuple:
+        """What this env's observation reads: one copy's rows of :meth:`observe_copies`' arrays."""
+        n = self.federation.num_clients
+        system = np.reshape(self._system_columns(self._pending) if self.layout.system else [], (-1, n))
+        return (self._soft, self._round - self._last_round, self._last_round >= 0,
+                self.federation.sizes / self._size_scale, self.pools.negative, self._selections, system,
+                self._global_features(self._last_entropy, self._last_branch))
+
+    @classmethod
+    def observe_copies(cls, envs: Sequence[FLSelectPickEnv]) -> np.ndarray:
+        """Every copy's observation, the rule written over ``(copies, N)`` arrays (one env: one row)."""
+        horizon = envs[0].rounds_per_episode
+        soft, since, seen, sizes, negative, selections, system, glob = (np.array(column) for column in zip(
+            *(env._observed() for env in envs), strict=True))
+        stale = np.clip(np.where(seen, since / horizon, 1.0), 0, 1)
+        columns = np.stack([seen, stale, sizes, negative, selections / horizon, *system.transpose(1, 0, 2)],
+                           axis=-1)  # (copies, N, 5 + system columns)
+        rows = np.concatenate([soft, columns], axis=-1).reshape(len(envs), -1)
+        return np.concatenate([rows, glob], axis=1).astype(np.float32)
 
     def _system_columns(self, pending: OpenedRound) -> list[np.ndarray]:
         """Reachability, reliability, reported duration and last loss (:class:`PickLayout`)."""

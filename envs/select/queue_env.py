@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,17 +167,31 @@ class FLSelectQueueEnv(FLEnv):
         return QueueRound(trained, label_entropy(fed.histogram), bias(fed.histogram, self._population), cos)
 
     def _observe(self, pending: QueueRound) -> np.ndarray:
-        fed = self.federation
-        rate = self._selections / max(1, self._round)
-        rows = [pending.entropy / self._log2_c, fed.sizes / fed.sizes.max(), pending.bias,
-                self._selected_prev, rate, self.queue.received() / fed.sizes]
-        if self.config.update_stats:
-            rows += [pending.update_cos, (self._cos_sum + pending.update_cos) / (self._round + 1)]
-        if ARRIVED_ROW[0] in self.layout.row:
-            rows.append(pending.trained.steps > 0)
-        rows = np.column_stack(rows)
-        glob = [self._round / self.rounds_per_episode, self._validation.observed, self.queue.undelivered()]
-        return np.concatenate([rows.ravel(), glob]).astype(np.float32)
+        return self.observe_copies([self])[0]
+
+    def _observed(self) -> tuple:
+        """What this env's observation reads: one copy's rows of :meth:`observe_copies`' arrays."""
+        fed, pending = self.federation, self._pending
+        return (pending.entropy, fed.sizes, pending.bias, self._selected_prev, self._selections,
+                self.queue.received(), pending.update_cos, self._cos_sum, pending.trained.steps > 0,
+                self._round,
+                [self._round / self.rounds_per_episode, self._validation.observed, self.queue.undelivered()])
+
+    @classmethod
+    def observe_copies(cls, envs: Sequence[FLSelectQueueEnv]) -> np.ndarray:
+        """Every copy's observation, the rule written over ``(copies, N)`` arrays (one env: one row)."""
+        first = envs[0]
+        entropy, sizes, biases, prev, selections, received, cos, cos_sum, arrived, rounds, glob = (
+            np.array(column) for column in zip(*(env._observed() for env in envs), strict=True))
+        played = rounds[:, None]
+        rows = [entropy / first._log2_c, sizes / sizes.max(axis=1, keepdims=True), biases, prev,
+                selections / np.maximum(1, played), received / sizes]
+        if first.config.update_stats:
+            rows += [cos, (cos_sum + cos) / (played + 1)]
+        if ARRIVED_ROW[0] in first.layout.row:
+            rows.append(arrived)
+        columns = np.stack(rows, axis=-1).reshape(len(envs), -1)  # (copies, N x row width)
+        return np.concatenate([columns, glob], axis=1).astype(np.float32)
 
     def _play(self, pending: QueueRound, action: np.ndarray) -> tuple[RoundReport, QueueOutcome]:
         fed = self.federation
