@@ -128,6 +128,7 @@ def test_an_undersized_primary_pool_is_topped_up():
     pools.update(np.arange(4), np.array([4, 5]))
     draw = pools.draw(4, np.random.default_rng(1))
     assert draw.candidates[[4, 5]].all() and draw.candidates.sum() == 4 and not draw.positive_branch
+    assert pools.negative_share == 2 / 6  # clients 4 and 5, which the observation's global row reports
 
 
 def test_ideal_case1_upload_rate_matches_an_independent_monte_carlo():
