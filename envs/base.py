@@ -42,7 +42,7 @@ Generic ``info`` keys, the same meaning in every family:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -248,6 +248,15 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         overrides it, and its one env is the one-row case.
         """
         return np.array([env._observe(env._pending) for env in envs])
+
+    @staticmethod
+    def observed_columns(envs: Sequence[FLEnv]) -> Iterator[np.ndarray]:
+        """Each field of the envs' ``_observed()`` tuples, stacked over the copies (a leading copies axis).
+
+        The inputs of an :meth:`observe_copies` written over rows: each env's ``_observed()``
+        gathers what its observation reads, one copy's row of every field.
+        """
+        return (np.array(column) for column in zip(*(env._observed() for env in envs), strict=True))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:

@@ -38,11 +38,14 @@ def main(grid: Grid, context: Context) -> None:
     strategy.start(grid, num_rounds=int(cfg.get("num-rounds", 3)))
 
 
-def strategy_for(spec: EnvSpec, policy: str, seed: int = 0) -> PolicyStrategy:
-    """The strategy playing ``policy`` (a ``compare`` policy string) on ``spec``'s env (or its variant)."""
-    chosen = policy_spec(policy, spec.env_id, eval_seeds=(seed,))
-    spec = replace(spec, env_kwargs={**chosen.env_kwargs, **spec.env_kwargs})
-    return PolicyStrategy(spec, chosen.factory, seed=seed, label=chosen.label)
+def strategy_for(env: EnvSpec, policy: str, seed: int = 0) -> PolicyStrategy:
+    """The strategy playing ``policy`` (a ``compare`` policy string) on ``env``, or on the variant it names.
+
+    The policy's own env arguments (a variant's) come first; ``env``'s override them.
+    """
+    chosen = policy_spec(policy, env.env_id, eval_seeds=(seed,))
+    env = replace(env, env_kwargs={**chosen.env_kwargs, **env.env_kwargs})
+    return PolicyStrategy(env, chosen.factory, seed=seed, label=chosen.label)
 
 
 def run_local(strategy: PolicyStrategy, num_rounds: int, num_cpus_per_client: float = 1.0,

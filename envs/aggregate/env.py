@@ -134,8 +134,7 @@ class FLAggregateEnv(TargetRewardEnv):
     def observe_copies(cls, envs: Sequence[FLAggregateEnv]) -> np.ndarray:
         """Every copy's observation, the rule written over ``(copies, K)`` arrays (one env: one row)."""
         first = envs[0]
-        part, norm, angle, smoothed, share, loss, glob = (np.array(column) for column in zip(
-            *(env._observed() for env in envs), strict=True))
+        part, norm, angle, smoothed, share, loss, glob = cls.observed_columns(envs)
         alpha = first.config.gompertz_alpha
         norm = np.nan_to_num(norm)
         counted, total = part.sum(axis=1, keepdims=True), (norm * part).sum(axis=1, keepdims=True)

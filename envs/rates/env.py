@@ -204,7 +204,7 @@ class FLLearningRateEnv(TargetRewardEnv):
         first = envs[0]
         cfg, log_c, log2_c = first.config, first._log_c, math.log2(first.federation.num_classes)
         theta, size, entropy, last_lr, participation, loss, a, b, s, progress, val, gain, shares, unit = (
-            np.array(column) for column in zip(*(env._observed() for env in envs), strict=True))
+            cls.observed_columns(envs))
         g_norm = np.sqrt(b)
         rows = np.stack([
             theta.shape[1] * theta, size, entropy / log2_c, unit_of(last_lr, cfg.lr_min, cfg.lr_max),

@@ -293,8 +293,7 @@ class FLSelectEnv(_SelectionEnv):
     def observe_copies(cls, envs: Sequence[FLSelectEnv]) -> np.ndarray:
         """Every copy's observation, the rule written over ``(copies, m)`` arrays (one env: one row)."""
         first = envs[0]
-        soft, sizes, negative, selections, glob = (np.array(column) for column in zip(
-            *(env._observed() for env in envs), strict=True))
+        soft, sizes, negative, selections, glob = cls.observed_columns(envs)
         gain = np.clip(leave_one_out_gain(soft, sizes) / first._log_c, -1, 1)
         features = np.stack([sizes, negative, selections, gain], axis=-1)
         rows = np.concatenate([soft, features], axis=-1)
@@ -406,8 +405,7 @@ class FLSelectPickEnv(_SelectionEnv):
     def observe_copies(cls, envs: Sequence[FLSelectPickEnv]) -> np.ndarray:
         """Every copy's observation, the rule written over ``(copies, N)`` arrays (one env: one row)."""
         horizon = envs[0].rounds_per_episode
-        soft, since, seen, sizes, negative, selections, system, glob = (np.array(column) for column in zip(
-            *(env._observed() for env in envs), strict=True))
+        soft, since, seen, sizes, negative, selections, system, glob = cls.observed_columns(envs)
         stale = np.clip(np.where(seen, since / horizon, 1.0), 0, 1)
         columns = np.stack([seen, stale, sizes, negative, selections / horizon, *system.transpose(1, 0, 2)],
                            axis=-1)  # (copies, N, 5 + system columns)
