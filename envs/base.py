@@ -249,14 +249,20 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         """
         return np.array([env._observe(env._pending) for env in envs])
 
+    def observation_inputs(self) -> tuple:
+        """What this env's observation reads: one copy's row of each field, for :meth:`observed_columns`.
+
+        A family that writes its observation over rows of copies gathers here; others need not.
+        """
+        raise NotImplementedError(f"{type(self).__name__} observes each copy alone: no observation_inputs")
+
     @staticmethod
     def observed_columns(envs: Sequence[FLEnv]) -> Iterator[np.ndarray]:
-        """Each field of the envs' ``_observed()`` tuples, stacked over the copies (a leading copies axis).
+        """Each field of the envs' :meth:`observation_inputs`, stacked over the copies (a leading axis).
 
-        The inputs of an :meth:`observe_copies` written over rows: each env's ``_observed()``
-        gathers what its observation reads, one copy's row of every field.
+        The inputs of an :meth:`observe_copies` written over rows.
         """
-        return (np.array(column) for column in zip(*(env._observed() for env in envs), strict=True))
+        return (np.array(column) for column in zip(*(env.observation_inputs() for env in envs), strict=True))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:

@@ -122,7 +122,7 @@ class FLAggregateEnv(TargetRewardEnv):
     def _observe(self, pending: TrainedRound) -> np.ndarray:
         return self.observe_copies([self])[0]
 
-    def _observed(self) -> tuple:
+    def observation_inputs(self) -> tuple:
         """What this env's observation reads: one copy's row of :meth:`observe_copies`' arrays."""
         fed, trained = self.federation, self._pending
         stats = trained.stats

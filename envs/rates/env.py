@@ -190,7 +190,7 @@ class FLLearningRateEnv(TargetRewardEnv):
     def _observe(self, pending: Pending) -> np.ndarray:
         return self.observe_copies([self])[0]
 
-    def _observed(self) -> tuple:
+    def observation_inputs(self) -> tuple:
         """What this env's observation reads: one copy's row of :meth:`observe_copies`' arrays."""
         fed, st = self.federation, self._pending.stats
         return (st.theta, fed.sizes[st.clients] / fed.sizes.mean(), fed.label_entropy[st.clients],

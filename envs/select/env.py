@@ -275,7 +275,7 @@ class FLSelectEnv(_SelectionEnv):
     def _observe(self, pending: SelectRound) -> np.ndarray:
         return self.observe_copies([self])[0]
 
-    def _observed(self) -> tuple:
+    def observation_inputs(self) -> tuple:
         """What this env's observation reads: one copy's rows of :meth:`observe_copies`' arrays.
 
         Sizes are relative to the scenario's scale, a lost update shows no data (size 0: no mixture
@@ -393,7 +393,7 @@ class FLSelectPickEnv(_SelectionEnv):
     def _observe(self, pending: OpenedRound) -> np.ndarray:
         return self.observe_copies([self])[0]
 
-    def _observed(self) -> tuple:
+    def observation_inputs(self) -> tuple:
         """What this env's observation reads: one copy's rows of :meth:`observe_copies`' arrays."""
         n = self.federation.num_clients
         system = np.reshape(self._system_columns(self._pending) if self.layout.system else [], (-1, n))

@@ -169,7 +169,7 @@ class FLSelectQueueEnv(FLEnv):
     def _observe(self, pending: QueueRound) -> np.ndarray:
         return self.observe_copies([self])[0]
 
-    def _observed(self) -> tuple:
+    def observation_inputs(self) -> tuple:
         """What this env's observation reads: one copy's rows of :meth:`observe_copies`' arrays."""
         fed, pending = self.federation, self._pending
         return (pending.entropy, fed.sizes, pending.bias, self._selected_prev, self._selections,
