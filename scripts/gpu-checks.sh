@@ -25,7 +25,8 @@ bench=("$python" -m fl_gym.training.cli bench)
 step tests 150 "$python" -m pytest -q -p no:cacheprovider "$repo/tests/test_gpu.py"
 step graphs 120 "${bench[@]}" --sections graphs --device cuda --scenarios S3,S4,S1 --repeats 9
 for id in FLSelect-v0 FLAggregate-v0 FLLearningRate-v0; do
-    step "vec-$id" 110 "${bench[@]}" --sections vec --device cuda --vec-envs 16 --vec-ids "$id"
+    # --vec-calls: the functions called most per copy-step, beside the CPU's (why the GPU makes more calls)
+    step "vec-$id" 110 "${bench[@]}" --sections vec --device cuda --vec-envs 16 --vec-ids "$id" --vec-calls 40
 done
 # FLAggregate-v0 trains the same cohort every round: the batched env replays CUDA graphs of it
 FL_GYM_CUDA_GRAPHS=1 step vec-graphs-FLAggregate-v0 110 "${bench[@]}" --sections vec --device cuda \

@@ -198,7 +198,7 @@ def test_bench_vec_section(capsys, monkeypatch):
     from fl_gym.envs.registry import FAMILIES
 
     monkeypatch.delitem(FAMILIES, "toy")  # registered in this process only: SubprocVecEnv's workers lack it
-    code, out, _ = run_cli(["bench", "--sections", "vec", "--vec-envs", "2"], capsys)
+    code, out, _ = run_cli(["bench", "--sections", "vec", "--vec-envs", "2", "--vec-calls", "3"], capsys)
     assert code == 0
     for env_id in ("FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"):
         # dummy, subproc, batched in one process, batched with its default workers (one here), two ratios,
@@ -209,6 +209,11 @@ def test_bench_vec_section(capsys, monkeypatch):
         assert int(share[3].replace(",", "")) > 100
     # the timing backend too (its vector clock), which merges no engine calls
     assert re.search(r"\| FLHetero-v0 \| 2 \| [\d,.]+ \|.* \| - \| - \| [\d,]+ \|$", out, re.M)
+    # --vec-calls: each run's three most-called functions, most first
+    for env_id in ("FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0", "FLHetero-v0"):
+        calls = [float(c.replace(",", "")) for c in
+                 re.findall(rf"^\| {env_id} \| 2 \| `[^`]+` \| ([\d,.]+) \|$", out, re.M)]
+        assert len(calls) == 3 and calls == sorted(calls, reverse=True) and calls[-1] > 0
 
 
 def test_the_engine_bound_is_the_one_process_rate_over_its_engine_share_by_the_dummy_rate():
@@ -257,6 +262,26 @@ def test_python_calls_count_each_call_of_a_run_per_copy_step():
             leaf()
 
     assert python_calls(run, 10) == 3.0
+
+
+def test_call_counts_name_each_function_called_with_its_calls_per_copy_step():
+    from fl_gym.training.vec_bench import VecResult, busiest_table, call_counts
+
+    def leaf() -> None:
+        pass
+
+    def run() -> None:  # 30 calls of leaf, 10 of len (a builtin), none counted for run itself
+        for _ in range(10):
+            leaf(), leaf(), leaf(), len(())
+
+    counts = call_counts(run, 10)
+    name = f"test_cli.py:{leaf.__code__.co_firstlineno}(leaf)"
+    assert sorted(counts.items()) == [("<built-in method builtins.len>", 1.0),
+                                      (next(k for k in counts if k.endswith(name)), 3.0)]
+    rates = dict.fromkeys(("dummy", "subproc", "batched-1", "batched"), 1.0)
+    result = VecResult("FLSelect-v0", 16, rates, busiest=(("a.py:1(f)", 1234.5), ("len", 2.0)))
+    assert busiest_table([result]).splitlines()[2:] == ["| FLSelect-v0 | 16 | `a.py:1(f)` | 1,234.5 |",
+                                                       "| FLSelect-v0 | 16 | `len` | 2.0 |"]
 
 
 def test_python_calls_of_a_vector_run_are_the_same_on_every_run_alike():
@@ -555,6 +580,7 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     (["fedavg", "--lr", "-1"], "--lr=-1.0 is out of range"),
     (["compare", "FLAggregate-v0", "--policies", "fedavg", "--seeds", "-1"], "--seeds='-1' is out of range"),
     (["bench", "--sections", "vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),
+    (["bench", "--sections", "vec", "--vec-calls", "-1"], "--vec-calls=-1 is out of range"),
     # '' is a mistake, not the default (the whole suite, the default folder)
     (["benchmark", "run", "--tasks", ""], "--tasks='' is out of range"),
     (["benchmark", "run", "--out", ""], "--out='' is out of range"),

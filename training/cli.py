@@ -495,6 +495,9 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
     p.add_argument("--ppo-envs", type=int, default=16, help="copies of the ppo section")
     p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
+    p.add_argument("--vec-calls", type=int, default=0, metavar="N",
+                   help="with the vec section, also list the N functions each one-process run calls most, "
+                   "with their Python calls per copy-step (where the calls column's go; 0: none)")
     p.add_argument("--vec-ids", default=None,
                    help="env ids of the vec section (default: the default id of every "
                    "family)")
@@ -539,6 +542,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     missing = [s for s in scenarios if s not in bench.SCENARIOS]
     if missing:
         raise UserError(f"--scenarios={missing} is out of range; allowed: {', '.join(bench.SCENARIOS)}")
+    require(is_int_at_least(args.vec_calls, 0), "--vec-calls", args.vec_calls, "an integer >= 0")
     counts = tuple(parse_ints(args.vec_envs))
     require(bool(counts) and all(1 <= n <= MAX_COPIES for n in counts), "--vec-envs", args.vec_envs,
             f"copy counts in [1, {MAX_COPIES}]")
@@ -558,8 +562,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "recipes" in sections:
         print(bench.recipe_table(bench.recipe_benchmark(progress=say)) + "\n")
     if "vec" in sections:
-        print(vec_bench.vec_table(vec_bench.vec_benchmark(counts, vec_ids or vec_bench.default_ids(),
-                                                          device=args.device, progress=say)) + "\n")
+        results = vec_bench.vec_benchmark(counts, vec_ids or vec_bench.default_ids(), device=args.device,
+                                          busiest=args.vec_calls, progress=say)
+        print(vec_bench.vec_table(results) + "\n")
+        if args.vec_calls:
+            print(vec_bench.busiest_table(results) + "\n")
     if "memory" in sections:
         results = vec_bench.memory_benchmark(memory_ids or vec_bench.training_ids(),
                                              (1, *(n for n in counts if n > 1)), args.memory_steps,

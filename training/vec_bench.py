@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -41,6 +42,7 @@ from fl_gym.training.bench import interleaved_medians, torch_threads
 KINDS = ("dummy", "subproc", "batched-1", "batched")
 SUBPROC_MAX = 16
 PPO_ENV = "FLLearningRate-v0"  # the accuracy-driven default the ppo section trains on
+REPO_ROOT = str(Path(__file__).resolve().parents[1])  # the folder of fl_gym/ and envs/ in a checkout
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,8 @@ class VecResult:
     one-process batched run's wall time spent in its merged engine calls (local training,
     evaluation, probes): the rest is per-copy Python, so ``steps/s / engine_share`` is what the
     engine alone would allow (NaN where nothing is merged: copies that train nothing).
-    ``calls`` is the one-process batched run's Python calls per copy-step (:func:`python_calls`).
+    ``calls`` is the one-process batched run's Python calls per copy-step (:func:`python_calls`),
+    ``busiest`` the functions it called most, with their calls per copy-step (:func:`call_counts`).
     """
 
     env_id: str
@@ -60,6 +63,7 @@ class VecResult:
     workers: int = 1
     engine_share: float = math.nan
     calls: float = math.nan
+    busiest: tuple[tuple[str, float], ...] = ()
 
     @property
     def engine_bound(self) -> float:
@@ -108,11 +112,12 @@ def stepper(env_id: str, kind: str, n: int, steps: int, workers: int | None = No
 
 def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[str] | None = None,
                   steps: int = 6, timing_steps: int = 200, repeats: int = 5, device: str = "cpu",
-                  progress: Callable[[str], None] = print) -> list[VecResult]:
+                  busiest: int = 0, progress: Callable[[str], None] = print) -> list[VecResult]:
     """Each id (default: every family's default) at every copy count (``timing_steps`` where none trains).
 
     ``device`` is every copy's torch device (each timed run ends when its kernels have); where
-    nothing trains it changes nothing.
+    nothing trains it changes nothing. ``busiest``: how many of the most-called functions each
+    result lists.
     """
     results = []
     with torch_threads(1):
@@ -129,7 +134,10 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 timed = [engine_share(run, vecs[alone], shares, device) if i == alone else run
                          for i, run in enumerate(runs)]
                 seconds = interleaved_medians(timed, [repeats] * len(runs), torch.device(device))
-                calls = python_calls(runs[alone], n * per_run)  # after the timed runs: profiling slows it
+                # after the timed runs: profiling slows it
+                counts_by_function = call_counts(runs[alone], n * per_run)
+                calls = sum(counts_by_function.values())
+                most = sorted(counts_by_function.items(), key=lambda item: -item[1])[:busiest]
                 workers = len(getattr(vecs[-1], "shards", [()]))  # the batched env's (the last kind)
                 for vec in vecs:
                     vec.close()
@@ -137,7 +145,7 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 rates.setdefault("batched-1", rates["batched"])  # auto is one process here
                 rates.setdefault("subproc", float("nan"))
                 share = statistics.median(shares[1:]) if shares[1:] else math.nan  # after the warm-up
-                results.append(VecResult(env_id, n, rates, workers, share, calls))
+                results.append(VecResult(env_id, n, rates, workers, share, calls, tuple(most)))
     return results
 
 
@@ -147,9 +155,34 @@ def python_calls(run: Callable[[], None], copy_steps: int) -> float:
     A measure of the per-copy work that a busy host does not move, unlike wall time: the same
     code, seeds and actions make the same calls.
     """
+    return sum(call_counts(run, copy_steps).values())
+
+
+def call_counts(run: Callable[[], None], copy_steps: int) -> dict[str, float]:
+    """Calls per copy-step of each function that one ``run`` calls, by where it is defined.
+
+    Not ``run`` itself, nor the profiler's own ``disable``. Where the calls of :func:`python_calls`
+    go: on two devices, or before and after a change, the functions whose counts differ.
+    """
     profile = cProfile.Profile()
     profile.runcall(run)
-    return (pstats.Stats(profile).total_calls - 2) / copy_steps  # not run itself, nor the profiler's disable
+    own = {("~", 0, "<method 'disable' of '_lsprof.Profiler' objects>")}
+    code = getattr(run, "__code__", None)  # a function's own entry (a builtin or partial has none)
+    if code is not None:
+        own.add((code.co_filename, code.co_firstlineno, code.co_name))
+    return {_function_name(*key): calls / copy_steps
+            for key, (_, calls, *_rest) in pstats.Stats(profile).stats.items() if key not in own}
+
+
+def _function_name(filename: str, line: int, name: str) -> str:
+    """``path:line(name)``, the path from its package's folder on (a builtin: its name alone)."""
+    if filename == "~":
+        return name
+    for root in ("site-packages/", f"{REPO_ROOT}/"):
+        if root in filename:
+            filename = filename.split(root, 1)[1]
+            break
+    return f"{filename}:{line}({name})"
 
 
 def engine_share(run: Callable[[], None], vec: VecEnv, shares: list[float],
@@ -226,6 +259,14 @@ def ppo_table(env_id: str, steps: int, n_envs: int, results: dict[str, PPOResult
             "waiting on env steps |", "|---|---|---|---|"]
     rows += [f"| {kind} | {r.wall / 60:.1f} | {r.wall / best:.2f} | {r.env / r.wall:.0%} |"
              for kind, r in results.items()]
+    return "\n".join(rows)
+
+
+def busiest_table(results: list[VecResult]) -> str:
+    """Markdown: each result's most-called functions, with their Python calls per copy-step."""
+    rows = ["| env id | copies | function | calls per copy-step |", "|---|---|---|---|"]
+    for r in results:
+        rows += [f"| {r.env_id} | {r.n_envs} | `{name}` | {calls:,.1f} |" for name, calls in r.busiest]
     return "\n".join(rows)
 
 
