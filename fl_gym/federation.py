@@ -552,8 +552,8 @@ class Federation:
         """
         cost = self.model_costs[model] + self.companion_cost
         train = epochs * self.clock.epoch_time(self.sizes, cost, opened.load)
-        models = np.full(self.num_clients, model)
-        return self._download_seconds(models) + train + self._upload_seconds(models)
+        models, links = np.full(self.num_clients, model), self._links()
+        return self.download_seconds(models, *links) + train + self.upload_seconds(models, *links)
 
     def draw_candidates(self, order: np.ndarray) -> None:
         """Shuffle ``order`` (``arange(K)``) with :attr:`sampler`, a round's first draw.
@@ -617,7 +617,7 @@ class Federation:
         """
         behaviour, sel = self.config.behaviour, plan.selected
         epochs, probe, train, _, download = times
-        fixed = download + probe + self._upload_seconds(plan.model)  # as if it uploads
+        fixed = download + probe + self.upload_seconds(plan.model, *self._links())  # as if it uploads
         share = finished_share(fixed, train, behaviour)
         done = np.where(sel, np.floor(steps * np.nan_to_num(share)), 0).astype(steps.dtype)
         late = sel & (share < 1)
@@ -685,40 +685,52 @@ class Federation:
                        chosen: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(epochs, probe, train, compute, download)`` per client, NaN but for the ``chosen`` ids."""
         epochs = np.where(steps[chosen] > 0, plan.epochs[chosen], 0.0)  # the epochs asked for are charged
-        cost = self.model_costs[plan.model[chosen]] + self.companion_cost
-        probe = opened.probe_time[chosen] if self.companion_arch else np.zeros(len(chosen))
-        train = self.clock.at(chosen).train_time(self.sizes[chosen], epochs, cost, opened.load.at(chosen))
-        download = self._download_seconds(plan.model[chosen], chosen)
+        clock, link = self._links(chosen)
+        model = plan.model[chosen]
+        probe, train = self.training_seconds(clock, self.sizes[chosen], model, epochs, opened.load.at(chosen),
+                                             opened.probe_time[chosen])
         times = np.full((5, self.num_clients), math.nan)
-        times[:, chosen] = [epochs, probe, train, probe + train, download]
+        times[:, chosen] = [epochs, probe, train, probe + train, self.download_seconds(model, clock, link)]
         return tuple(times)
+
+    # ---- the cost model, of clients given as arrays: one call times many copies' clients ----------
+
+    def training_seconds(self, clock: Clock, samples: np.ndarray, model: np.ndarray, epochs: np.ndarray,
+                         load: RoundLoad, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The probe's and the local training's seconds of clients given as arrays of any one shape.
+
+        ``clock`` and ``load`` are the clients' (rows of copies', for a driver that times many
+        federations' rounds as arrays); ``model`` their model indices; ``probe`` their probe
+        epochs' seconds, which only a companion model's federation charges (0 otherwise).
+        """
+        train = clock.train_time(samples, epochs, self.model_costs[model] + self.companion_cost, load)
+        return (probe if self.companion_arch else np.zeros(train.shape)), train
 
     def _bytes(self, model: np.ndarray) -> np.ndarray:
         """Bytes each client receives: its ``model`` (an index per client) and the companion."""
         return self.model_bytes[model] + self.companion_bytes
 
-    def _upload_bytes(self, model: np.ndarray) -> np.ndarray:
+    def upload_bytes(self, model: np.ndarray) -> np.ndarray:
         """Bytes each client sends when it uploads its ``model`` (e.g. SCAFFOLD's control variate too)."""
         return self._bytes(model) * self.algorithm.upload_factor
 
-    def _download_seconds(self, model: np.ndarray, clients: np.ndarray | None = None) -> np.ndarray:
-        """Seconds each client's download of its ``model`` takes this round (0: free communication).
+    def download_seconds(self, model: np.ndarray, clock: Clock, link: np.ndarray | float = 1.0) -> np.ndarray:
+        """Seconds each client's download of its ``model`` takes (0: free communication).
 
-        ``clients``: the ids ``model`` is given for (None: every client).
+        ``clock`` is the clients' (as :meth:`training_seconds`), ``link`` their bandwidth factors
+        this round (device behaviour's; 1 while links are static).
         """
         if self.config.clock.free_communication:
-            return np.zeros(len(model))
-        clock, link = self._links(clients)
+            return np.zeros(np.shape(model))
         return clock.download_time(self._bytes(model)) / link
 
-    def _upload_seconds(self, model: np.ndarray, clients: np.ndarray | None = None) -> np.ndarray:
-        """Seconds each client's upload of its ``model`` takes this round (as :meth:`_download_seconds`)."""
+    def upload_seconds(self, model: np.ndarray, clock: Clock, link: np.ndarray | float = 1.0) -> np.ndarray:
+        """Seconds each client's upload of its ``model`` takes (as :meth:`download_seconds`)."""
         if self.config.clock.free_communication:
-            return np.zeros(len(model))
-        clock, link = self._links(clients)
-        return clock.upload_time(self._upload_bytes(model)) / link
+            return np.zeros(np.shape(model))
+        return clock.upload_time(self.upload_bytes(model)) / link
 
-    def _links(self, clients: np.ndarray | None) -> tuple[Clock, np.ndarray]:
+    def _links(self, clients: np.ndarray | None = None) -> tuple[Clock, np.ndarray]:
         """The clock and this round's bandwidth factors of ``clients`` (None: every client)."""
         return (self.clock, self._link) if clients is None else (self.clock.at(clients), self._link[clients])
 
@@ -726,7 +738,7 @@ class Federation:
         chosen = trained.plan.selected.nonzero()[0]
         model, uploads = trained.plan.model[chosen], aggregate[chosen]
         upload, client = np.full((2, self.num_clients), math.nan)
-        upload[chosen] = self._upload_seconds(model, chosen) * uploads
+        upload[chosen] = self.upload_seconds(model, *self._links(chosen)) * uploads
         # the server waits for no one past the deadline (a lost client: its time or the deadline)
         active = np.minimum(trained.download_time[chosen] + trained.compute_time[chosen] + upload[chosen],
                             self.config.behaviour.deadline)
@@ -735,7 +747,7 @@ class Federation:
         return dict(upload_time=upload, client_time=client,
                     round_time=slowest + self.config.clock.aggregation_time,
                     straggling_latency=slowest - fastest,
-                    upload_bytes=float(self._upload_bytes(model) @ (uploads & (trained.steps[chosen] > 0))))
+                    upload_bytes=float(self.upload_bytes(model) @ (uploads & (trained.steps[chosen] > 0))))
 
     # ---- learning -------------------------------------------------------------------------------
 

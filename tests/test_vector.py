@@ -542,7 +542,10 @@ INJECTED = [("FLHeteroAlloc-v0", {"intensity_policy": "inverse", "obs_mode": "ex
                             (TIMING[0],
                              {"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5}),
                             (TIMING[0], {"randomize_scenario": True, "num_clients_range": (6, 14),
-                                         "load_persistence": 0.9, "sigma_drift": 0.5})])
+                                         "load_persistence": 0.9, "sigma_drift": 0.5}),
+                            # links that take time: the round's communication, timed over rows
+                            (TIMING[0], {"bandwidth": 2e5, "bandwidth_heterogeneity": 4.0,
+                                         "download_ratio": 2.0, "aggregation_time": 0.5})])
 def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     """The family's vector clock plays every copy's step as arrays; observations, rewards and
     every info value equal the stand-alone env's exactly, through auto-resets (which, with

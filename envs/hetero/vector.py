@@ -53,8 +53,6 @@ class HeteroClock:
         self.k, self.num_clients = envs[0].k, envs[0].config.scenario.client_counts()[1]
         self.counts = np.array([f.num_clients for f in self.feds])
         self.rows = np.arange(n)[:, None]
-        self.costs = fed.model_costs + fed.companion_cost
-        self.nbytes = fed.model_bytes + fed.companion_bytes
         self.speed, self.bandwidth = np.ones((n, self.num_clients)), np.ones((n, self.num_clients))
         # rows: the copies' clocks
         self.clock = Clock(fed.config.clock, DeviceProfiles(self.speed, self.bandwidth))
@@ -184,21 +182,17 @@ class HeteroClock:
     def _times(self, sizes: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, ...]:
         """Training, probe and client times of the ``(copies, k)`` sampled clients, bytes uploaded per copy.
 
-        The federation's :class:`~fl_gym.clock.Clock` on the sampled clients' rows (the rest
-        neither train nor upload), as ``Federation.train_round`` and ``finish_round`` time a round.
+        The federation's cost model (``Federation.training_seconds``, ``download_seconds``,
+        ``upload_seconds``) on the sampled clients' rows (the rest neither train nor upload), as
+        ``Federation.train_round`` and ``finish_round`` time a round; the links are static (HAPFL
+        plays no device behaviour).
         """
-        fed, sampled = self.feds[0], (self.rows, self.slots)
-        clock = self.clock.at(sampled)
-        load = RoundLoad(*self.load[:, self.rows, self.slots])
-        train = clock.train_time(self.samples[sampled], tau, self.costs[sizes], load)
-        probe = self.probe[sampled] if fed.companion_arch else np.zeros(train.shape)
-        nbytes = self.nbytes[sizes]
-        uploaded = nbytes * fed.algorithm.upload_factor
-        if fed.config.clock.free_communication:
-            download = upload = np.zeros(train.shape)
-        else:
-            download, upload = clock.download_time(nbytes), clock.upload_time(uploaded)
-        return train, probe, download + (probe + train) + upload, uploaded.sum(axis=1)
+        fed, sampled = self.feds[0], (self.rows, self.slots)  # the copies share one config: its costs
+        clock, load = self.clock.at(sampled), RoundLoad(*self.load[:, self.rows, self.slots])
+        probe, train = fed.training_seconds(clock, self.samples[sampled], sizes, tau, load,
+                                            self.probe[sampled])
+        client = fed.download_seconds(sizes, clock) + (probe + train) + fed.upload_seconds(sizes, clock)
+        return train, probe, client, fed.upload_bytes(sizes).sum(axis=1)
 
     def _commit(self, seconds: list[float]) -> list[bool]:
         """Leave every copy's env and federation as its own step would (before the next round opens).
