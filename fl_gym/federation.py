@@ -739,15 +739,23 @@ class Federation:
         model, uploads = trained.plan.model[chosen], aggregate[chosen]
         upload, client = np.full((2, self.num_clients), math.nan)
         upload[chosen] = self.upload_seconds(model, *self._links(chosen)) * uploads
-        # the server waits for no one past the deadline (a lost client: its time or the deadline)
-        active = np.minimum(trained.download_time[chosen] + trained.compute_time[chosen] + upload[chosen],
-                            self.config.behaviour.deadline)
+        active, round_time, latency = self.round_seconds(
+            trained.download_time[chosen] + trained.compute_time[chosen] + upload[chosen])
         client[chosen] = active
-        slowest, fastest = float(active.max()), float(active.min())
-        return dict(upload_time=upload, client_time=client,
-                    round_time=slowest + self.config.clock.aggregation_time,
-                    straggling_latency=slowest - fastest,
+        return dict(upload_time=upload, client_time=client, round_time=float(round_time),
+                    straggling_latency=float(latency),
                     upload_bytes=float(self.upload_bytes(model) @ (uploads & (trained.steps[chosen] > 0))))
+
+    def round_seconds(self, client: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What the server waits for each client, the round's seconds and its straggling latency.
+
+        ``client``: the round's clients' seconds along the last axis (rows of copies before it).
+        The server waits for no one past the deadline (a lost client: its time or the deadline),
+        then aggregates; the latency is the slowest less the fastest.
+        """
+        active = np.minimum(client, self.config.behaviour.deadline)
+        slowest = active.max(axis=-1)
+        return active, slowest + self.config.clock.aggregation_time, slowest - active.min(axis=-1)
 
     # ---- learning -------------------------------------------------------------------------------
 

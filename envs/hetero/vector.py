@@ -129,8 +129,7 @@ class HeteroClock:
         decision = self._decisions(np.asarray(actions))
         sizes, tau = decision.sizes, decision.epochs
         train, probe, client, uploaded = self._times(sizes, tau)
-        slowest, fastest = client.max(axis=1), client.min(axis=1)
-        round_time = slowest + self.feds[0].config.clock.aggregation_time
+        _, round_time, latency = self.feds[0].round_seconds(client)
         epochs = tau.astype(np.float64)
         terms = first.timing_terms(train, epochs, round_time, self.t_scale)
         columns = first.timing_info(decision, epochs, self.probe[self.rows, self.slots],
@@ -142,7 +141,7 @@ class HeteroClock:
         history = first.config.obs_mode == "history"  # the only records that need the rounds
         slowdown = self.load[1][self.rows, self.slots] if history else None
         self.records.played(self.slots, sizes, slowdown, self._rounds() if history else None)
-        infos = self._infos(seconds, (slowest - fastest).tolist(), uploaded.tolist(), terms, columns)
+        infos = self._infos(seconds, latency.tolist(), uploaded.tolist(), terms, columns)
         self._prepare()
         obs = self._observe()
         return list(zip(obs, reward, [False] * len(obs), ended, infos, strict=True))
