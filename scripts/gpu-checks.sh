@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks, on a machine with a CUDA device and fl-gym installed (about 5 minutes on one H200):
+# The GPU checks, on a machine with a CUDA device and fl-gym installed (about 5 minutes on one H200, and a
+# CPU vec run of at most 110 s):
 # tests/test_gpu.py, then the benchmark sections docs/performance.md quotes for a GPU, each step
 # under its own time limit so that one slow step leaves the others' results. Logs go to OUT.
 # Usage: scripts/gpu-checks.sh OUT [PYTHON]   (PYTHON: the interpreter with fl-gym installed; default python3)
@@ -28,6 +29,7 @@ for id in FLSelect-v0 FLAggregate-v0 FLLearningRate-v0; do
     # --vec-calls: the functions called most per copy-step, beside the CPU's (why the GPU makes more calls)
     step "vec-$id" 110 "${bench[@]}" --sections vec --device cuda --vec-envs 16 --vec-ids "$id" --vec-calls 40
 done
+step vec-cpu-FLSelect-v0 110 "${bench[@]}" --sections vec --vec-envs 16 --vec-ids FLSelect-v0 --vec-calls 40
 # FLAggregate-v0 trains the same cohort every round: the batched env replays CUDA graphs of it
 FL_GYM_CUDA_GRAPHS=1 step vec-graphs-FLAggregate-v0 110 "${bench[@]}" --sections vec --device cuda \
     --vec-envs 16 --vec-ids FLAggregate-v0
