@@ -522,7 +522,7 @@ class Federation:
             self.draw_load(z)
             load = RoundLoad.of_normals(z, self.config.clock, self.last_load)
         self._load, self._load_source = load, None
-        probe = self.clock.epoch_time(self.sizes, self.probe_cost, load)
+        probe = self.probe_seconds(self.clock, self.sizes, load)
         return OpenedRound(self.round + 1, mask, load, probe)
 
     def _next_availability(self) -> np.ndarray:
@@ -694,6 +694,13 @@ class Federation:
         return tuple(times)
 
     # ---- the cost model, of clients given as arrays: one call times many copies' clients ----------
+
+    def probe_seconds(self, clock: Clock, samples: np.ndarray, load: RoundLoad) -> np.ndarray:
+        """Seconds of one probe epoch (``probe_cost``) of clients given as arrays, before drift.
+
+        ``clock`` and ``load`` are the clients', as in :meth:`training_seconds`.
+        """
+        return clock.epoch_time(samples, self.probe_cost, load)
 
     def training_seconds(self, clock: Clock, samples: np.ndarray, model: np.ndarray, epochs: np.ndarray,
                          load: RoundLoad, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

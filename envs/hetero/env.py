@@ -164,7 +164,7 @@ class _HeteroEnv(FLEnv):
         self.k, self.num_sizes, self.total_epochs = cfg.clients_per_round, cfg.num_sizes, cfg.total_epochs
         self.time_ratio = cfg.time_ratio
         self.hetero = HeteroSpec(self.view, self.k, self.num_sizes, self.time_ratio)
-        lite_epoch = fed.clock.epoch_time(fed.sizes, fed.probe_cost, RoundLoad.still(fed.num_clients))
+        lite_epoch = fed.probe_seconds(fed.clock, fed.sizes, RoundLoad.still(fed.num_clients))
         self.t_scale = cfg.local_epochs * self.time_ratio[-1] * float(np.median(lite_epoch))
         self._catalogue = self.time_ratio[size_bins(CATALOGUE_PROBES, self.num_sizes)] / self.time_ratio[-1]
         rows = {"paper": ClientRows(1), "extended": ClientRows(4),

@@ -230,7 +230,7 @@ class HeteroClock:
         self.masks[self.rows, self.slots] = True
         # as RoundLoad.of_normals; continues the last
         self.load = load_factors(z, fed.config.clock, self.load[:2])
-        self.probe = self.clock.epoch_time(self.samples, fed.probe_cost, RoundLoad(*self.load))
+        self.probe = fed.probe_seconds(self.clock, self.samples, RoundLoad(*self.load))
         probe = self.probe[self.rows, self.slots]
         self.probe_ratio = probe / probe.min(axis=1, keepdims=True)
         # the intensity view's injected allocation policy sizes each copy's round
