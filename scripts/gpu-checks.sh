@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks, on a machine with a CUDA device and fl-gym installed (about 5 minutes on one H200, and a
-# CPU vec run of at most 110 s):
+# The GPU checks, on a machine with a CUDA device and fl-gym installed (about 5 minutes on one H200 when
+# last run, before two short steps were added; at most 880 s, the sum of the steps' limits):
 # tests/test_gpu.py, then the benchmark sections docs/performance.md quotes for a GPU, each step
 # under its own time limit so that one slow step leaves the others' results. Logs go to OUT.
 # Usage: scripts/gpu-checks.sh OUT [PYTHON]   (PYTHON: the interpreter with fl-gym installed; default python3)
@@ -24,6 +24,7 @@ step() {  # NAME SECONDS COMMAND...: run, log to OUT/NAME.txt, say how it ended
 bench=("$python" -m fl_gym.training.cli bench)
 "$python" -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" | tee "$out/steps.txt"
 step tests 150 "$python" -m pytest -q -p no:cacheprovider "$repo/tests/test_gpu.py"
+step tests-cuda-pool 60 "$python" -m pytest -q -p no:cacheprovider "$repo/tests/test_vector.py" -k "pool and cuda"
 step graphs 120 "${bench[@]}" --sections graphs --device cuda --scenarios S3,S4,S1 --repeats 9
 for id in FLSelect-v0 FLAggregate-v0 FLLearningRate-v0; do
     # --vec-calls: the functions called most per copy-step, beside the CPU's (why the GPU makes more calls)

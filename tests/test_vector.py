@@ -236,11 +236,15 @@ def test_the_batcher_runs_copies_in_turn_and_passes_a_copy_error_to_the_caller(e
     assert batcher.run(lambda i: i * 10) == [0, 10, 20]  # and the batcher is usable afterwards
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device"))])
 @pytest.mark.parametrize("env_id", ["FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"])
-def test_copies_keep_their_lasting_state_in_one_pool_that_stops_growing(env_id):
+def test_copies_keep_their_lasting_state_in_one_pool_that_stops_growing(env_id, device):
     """Each round's cohorts, global models and probe gradients reuse the pool's buffers, across
-    auto-resets too (episodes of 2 rounds), so it holds what the copies hold at once, no more."""
-    vec = fl_gym.make_vec(env_id, 3, seed=0, monitor=False, rounds_per_episode=2)
+    auto-resets too (episodes of 2 rounds), so it holds what the copies hold at once, no more.
+    On a GPU too (scripts/gpu-checks.sh runs it there): a pool that never found a buffer free
+    would grow every round, and every take would pass all it holds."""
+    vec = fl_gym.make_vec(env_id, 3, seed=0, monitor=False, rounds_per_episode=2, device=device)
     pools = {id(fed.buffers): fed.buffers for fed in vec.get_attr("federation")}
     assert len(pools) == 1
     (pool,) = pools.values()
