@@ -728,13 +728,13 @@ class Federation:
         this round (device behaviour's; 1 while links are static).
         """
         if self.config.clock.free_communication:
-            return np.zeros(np.shape(model))
+            return np.zeros(model.shape)
         return clock.download_time(self._bytes(model)) / link
 
     def upload_seconds(self, model: np.ndarray, clock: Clock, link: np.ndarray | float = 1.0) -> np.ndarray:
         """Seconds each client's upload of its ``model`` takes (as :meth:`download_seconds`)."""
         if self.config.clock.free_communication:
-            return np.zeros(np.shape(model))
+            return np.zeros(model.shape)
         return clock.upload_time(self.upload_bytes(model)) / link
 
     def _links(self, clients: np.ndarray | None = None) -> tuple[Clock, np.ndarray]:
