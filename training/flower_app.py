@@ -121,13 +121,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(out: Path, spec: EnvSpec, policy: str, seed: int, rows: list[dict[str, Any]], seconds: float
+def write_outputs(out: Path, env: EnvSpec, policy: str, seed: int, rows: list[dict[str, Any]], seconds: float
                   ) -> None:
-    """``results.json`` and ``results.md`` (atomically)."""
+    """``results.json`` and ``results.md`` (atomically) of ``policy`` played on ``env`` over Flower."""
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "results.json", {"env_id": spec.env_id, "env_kwargs": spec.env_kwargs,
-                                      "scenario_seed": spec.scenario_seed, "seed": seed, "policy": policy,
+    write_json(out / "results.json", {"env_id": env.env_id, "env_kwargs": env.env_kwargs,
+                                      "scenario_seed": env.scenario_seed, "seed": seed, "policy": policy,
                                       "flower_seconds": seconds, "rounds": rows})
     write_text(out / "results.md",
-               f"# {policy} on {spec.env_id} over Flower (seed {seed})\n\n" + markdown(rows))
+               f"# {policy} on {env.env_id} over Flower (seed {seed})\n\n" + markdown(rows))
 

@@ -181,8 +181,8 @@ class FLSelectQueueEnv(FLEnv):
     def observe_copies(cls, envs: Sequence[FLSelectQueueEnv]) -> np.ndarray:
         """Every copy's observation, the rule written over ``(copies, N)`` arrays (one env: one row)."""
         first = envs[0]
-        columns = cls.observed_columns(envs)
-        entropy, sizes, biases, prev, selections, received, cos, cos_sum, arrived, rounds, glob = columns
+        inputs = cls.observed_columns(envs)
+        entropy, sizes, biases, prev, selections, received, cos, cos_sum, arrived, rounds, glob = inputs
         played = rounds[:, None]
         rows = [entropy / first._log2_c, sizes / sizes.max(axis=1, keepdims=True), biases, prev,
                 selections / np.maximum(1, played), received / sizes]
