@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import torch
 
-from fl_gym.aggregation import ServerOptimizer, aggregation_weights, weighted_average
+from fl_gym.aggregation import ServerOptimizer, aggregation_weights
 from fl_gym.behaviour import dropout_probability, finished_share, next_availability, next_link
 from fl_gym.clock import Clock, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
@@ -46,6 +46,7 @@ from fl_gym.data.report import PartitionReport
 from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.allocator import keep_freed_memory
 from fl_gym.engine.batcher import (
+    AverageRequest,
     CohortBatcher,
     EvalRequest,
     ProbeRequest,
@@ -655,10 +656,11 @@ class Federation:
         aggregated = aggregate & (trained.steps > 0)
         weights = np.zeros(self.num_clients)
         lite_weights = np.zeros(self.num_clients)  # the companion's (stays 0 without one)
+        averages: list[AverageRequest] = []
         if trained.cohort is not None:
             self.algorithm.commit(aggregated.nonzero()[0])  # before the server correction reads it
-            weights = self._aggregate(trained, aggregated, weight, lite_weights)
-        evaluation, (val_accuracy, val_loss) = self._evaluate_round()
+            weights, averages = self._aggregate(trained, aggregated, weight, lite_weights)
+        evaluation, (val_accuracy, val_loss) = self._evaluate_round(averages)
         lite = trained.stats.companion
         companion = None if lite is None else CompanionReport(
             lite.loss, lite.accuracy, lite_weights, evaluation.companion_accuracy, evaluation.companion_loss)
@@ -770,8 +772,9 @@ class Federation:
         if not (steps > 0).any():
             return LocalStats.empty(self.num_clients, self.num_classes, self.companion_arch is not None), None
         key = int(self.rng.integers(2**62))  # the round's batch stream, drawn alike here or remote
-        train = self.train_clients if self.remote is None else partial(self.remote.train_clients, self)
-        stats, cohort = train(plan, steps, key)
+        if self.remote is None:  # the update statistics are handed in with the training
+            return self._train_clients(plan, steps, key, statistics=True)
+        stats, cohort = self.remote.train_clients(self, plan, steps, key)
         self._update_stats(cohort, stats)
         return stats, cohort
 
@@ -781,11 +784,16 @@ class Federation:
         Losses, local accuracy and soft labels; the update statistics that compare clients are the
         server's (:meth:`train_round`). Batches come from a generator seeded with ``key``.
         """
+        return self._train_clients(plan, steps, key, statistics=False)
+
+    def _train_clients(self, plan: RoundPlan, steps: np.ndarray, key: int, statistics: bool
+                       ) -> tuple[LocalStats, Cohort | None]:
+        """:meth:`train_clients`, and with ``statistics`` the server's update statistics too."""
         stats = LocalStats.empty(self.num_clients, self.num_classes, self.companion_arch is not None)
         order = self.cohort_order(steps)
         if not len(order):
             return stats, None
-        cohort = Cohort(order, self._train(plan, steps, order, stats, self.generator(key)))
+        cohort = self._train(plan, steps, order, stats, self.generator(key), statistics)
         self._local_metrics(cohort, stats)
         return stats, cohort
 
@@ -823,20 +831,24 @@ class Federation:
         return Stack(arch, self.buffers.take(k * arch.num_params, self.global_models[0]))
 
     def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats,
-               gen: torch.Generator) -> list[Member]:
+               gen: torch.Generator, statistics: bool) -> Cohort:
+        """Train the cohort ``order``; with ``statistics``, its update statistics in the same engine call."""
         cfg = self.config
         draw = BatchDraw.draw([self._rows[i] for i in order], steps[order], cfg.batch_size, gen)
-        members = self.members(plan, order)
+        cohort = Cohort(order, self.members(plan, order))
         lr = torch.as_tensor(plan.lr[order], dtype=torch.float32, device=self.device)
         loss_fn = cfg.distillation if self.companion_arch else cross_entropy
-        request = TrainRequest(members, self._train_x, self._train_y, draw, cfg.batch_size, lr,
+        request = TrainRequest(cohort.members, self._train_x, self._train_y, draw, cfg.batch_size, lr,
                                cfg.optimizer, loss_fn, self.algorithm, order, gen)
-        result: TrainResult = self.batcher.train(request) if self.batcher else request.run()
+        measured, requests = self._statistics_requests(cohort) if statistics else ([], [])
+        result: TrainResult
+        result, *values = self._run_all([request, *requests])  # statistics run after training (their stage)
+        self._write_statistics(measured, values, stats)
         stats.loss[order] = result.mean_loss[self._role].cpu().numpy()
         stats.last_epoch_loss[order] = result.last_epoch_loss[self._role].cpu().numpy()
         if self.companion_arch:
             stats.companion.loss[order] = result.mean_loss[LITE].cpu().numpy()
-        return members
+        return cohort
 
     def _local_metrics(self, cohort: Cohort, stats: LocalStats) -> None:
         cfg = self.config
@@ -857,7 +869,12 @@ class Federation:
                 stats.soft_labels[clients] = res.soft_labels.cpu().numpy()
 
     def _update_stats(self, cohort: Cohort, stats: LocalStats) -> None:
-        """Each update's norm and angle to its population's mean update; each model's cosine to the global.
+        """Each update's norm and angle to its population's mean update; each model's cosine to the global."""
+        measured, requests = self._statistics_requests(cohort)
+        self._write_statistics(measured, self._run_all(requests), stats)
+
+    def _statistics_requests(self, cohort: Cohort) -> tuple[list[np.ndarray], list[StatsRequest]]:
+        """The clients of each population but the companion's, and the request of its update statistics.
 
         Through the batcher, the copies' statistics are one call (:mod:`fl_gym.engine.updates`).
         """
@@ -866,9 +883,13 @@ class Federation:
                                  torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(),
                                                  dtype=torch.float32, device=self.device))
                     for m, clients in members]
-        results = self._run_all(requests)
-        for (_, clients), values in zip(members, results, strict=True):
-            for name, value in zip(STATISTICS, values, strict=True):
+        return [clients for _, clients in members], requests
+
+    @staticmethod
+    def _write_statistics(measured: list[np.ndarray], values: list[np.ndarray], stats: LocalStats) -> None:
+        """Each population's statistics (``(4, k)`` values) into ``stats`` at its clients."""
+        for clients, rows in zip(measured, values, strict=True):
+            for name, value in zip(STATISTICS, rows, strict=True):
                 getattr(stats, name)[clients] = value
 
     def _weights(self, weight: np.ndarray | None, clients: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
@@ -882,13 +903,15 @@ class Federation:
                                    accuracy[clients])
 
     def _aggregate(self, trained: TrainedRound, aggregated: np.ndarray, weight: np.ndarray | None,
-                   lite_weights: np.ndarray) -> np.ndarray:
-        """Average each population's aggregated updates into its global model; returns the weights.
+                   lite_weights: np.ndarray) -> tuple[np.ndarray, list[AverageRequest]]:
+        """Each population's next global model, as requests to run before the round's evaluation; the weights.
 
+        The global models are the requests' ``into`` buffers from here on (written when they run).
         The companion's weights go to ``lite_weights``.
         """
         plan, cohort, stats = trained.plan, trained.cohort, trained.stats
         weights = np.zeros(self.num_clients)
+        requests = []
         for member in cohort.members:
             clients = cohort.clients(member)
             keep = aggregated[clients]
@@ -898,32 +921,43 @@ class Federation:
             acc = stats.companion.accuracy if lite else stats.local_accuracy
             w = self._weights(weight, clients[keep], acc)
             (lite_weights if lite else weights)[clients[keep]] = w
+            m = None if lite else int(plan.model[clients[0]])
             old = member.start
-            average = self._average(member.stack.rows(), keep, w, trained.steps[clients], old)
+            into = self.buffers.take(old.numel(), old).view(old.shape)
+            requests.append(self._average_request(member.stack, keep, w, trained.steps[clients], old,
+                                                  partial(self._server_step, m, old), into))
             if lite:
-                self.companion_model = self.buffers.keep(self._companion_server.apply(old, average))
+                self.companion_model = into
             else:
-                m = int(plan.model[clients[0]])
-                average = self.algorithm.server_correction(member.stack.arch.name, average)
-                self.global_models[m] = self.buffers.keep(self._servers[m].apply(old, average))
-        return weights
+                self.global_models[m] = into
+        return weights, requests
 
-    def _average(self, rows: torch.Tensor, keep: np.ndarray, w: np.ndarray, steps: np.ndarray,
-                 start: torch.Tensor) -> torch.Tensor:
+    def _server_step(self, model: int | None, start: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
+        """The next global model ``model`` (None: the companion) from its clients' ``average``.
+
+        The local algorithm's correction (FedDyn's), then the server optimiser.
+        """
+        if model is None:
+            return self._companion_server.apply(start, average)
+        average = self.algorithm.server_correction(self.archs[model].name, average)
+        return self._servers[model].apply(start, average)
+
+    def _average_request(self, stack: Stack, keep: np.ndarray, w: np.ndarray, steps: np.ndarray,
+                         start: torch.Tensor, step: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                         into: torch.Tensor | None = None) -> AverageRequest:
         """The ``keep`` rows of a cohort member's models averaged with weights ``w``, or as FedNova averages.
 
         ``steps`` are every row's local steps. FedNova (``behaviour.fednova``, :mod:`fl_gym.behaviour`):
         ``start + tau_eff sum_i w_i (rows_i - start) / steps_i`` with ``tau_eff = sum_i w_i steps_i``,
         i.e. the rows weighted ``w_i tau_eff / steps_i`` and ``start`` the rest (which equal steps make 0).
         """
-        if not keep.all():  # every row kept (the usual round): no selection
-            rows = rows.index_select(0, torch.as_tensor(keep.nonzero()[0], device=self.device))
-        if not self.config.behaviour.fednova:
-            return weighted_average(rows, torch.as_tensor(w, device=self.device))
-        steps = np.asarray(steps[keep], np.float64)
-        scale = w * float(w @ steps) / steps
-        return (weighted_average(rows, torch.as_tensor(scale, device=self.device))
-                + (1.0 - float(scale.sum())) * start)
+        kept = None if keep.all() else keep.nonzero()[0]  # every row kept (the usual round): no selection
+        rest = None  # the rows' weights sum to 1: no share of start
+        if self.config.behaviour.fednova:
+            steps = np.asarray(steps[keep], np.float64)
+            w = w * float(w @ steps) / steps
+            rest = 1.0 - float(w.sum())
+        return AverageRequest(stack, kept, w, start, rest, step, into)
 
     def validate_averages(self, trained: TrainedRound, subsets: np.ndarray, weight: np.ndarray | None = None
                           ) -> np.ndarray:
@@ -948,16 +982,20 @@ class Federation:
                 averages.append(self.global_models[0])
                 continue
             w = self._weights(weight, clients[keep], trained.stats.local_accuracy)
-            averages.append(self._average(rows, keep, w, trained.steps[clients], member.start))
+            request = self._average_request(member.stack, keep, w, trained.steps[clients], member.start)
+            averages.append(request.average(rows))
         stack = Stack.from_rows(self.archs[0], torch.stack(averages))
         result = self._evaluate(stack, self.x_test, self.y_test, [self.val_indices] * len(subsets))
         return torch.stack([result.accuracy, result.loss], dim=1).double().cpu().numpy()
 
-    def _evaluate_round(self) -> tuple[GlobalEvaluation, tuple[float, float]]:
-        """The round's test evaluation of the global models (when due) and validation accuracy and loss."""
+    def _evaluate_round(self, averages: list[AverageRequest]) -> tuple[GlobalEvaluation, tuple[float, float]]:
+        """The round's test evaluation of the global models (when due) and validation accuracy and loss.
+
+        ``averages`` make the global models first, in the same engine call (a batcher's flush).
+        """
         due = self.config.train and (self.round % self.config.eval_every == 0 or self.round == 1)
         tests = self._global_requests() if due else []
-        results = self._run_all(tests + self._validation_requests())
+        results = self._run_all([*averages, *tests, *self._validation_requests()])[len(averages):]
         evaluation = self._global_values(results[: len(tests)]) if due else self._not_evaluated
         return evaluation, self._validation(results[len(tests):])
 

@@ -168,17 +168,31 @@ def test_copies_behind_an_action_wrapper_play_the_wrapped_action(env_id):
 
 
 @pytest.mark.parametrize("turn,flushes", [
-    (None, 3),  # one training, update statistics, then evaluation (every copy's test and validation sets)
-    (3, 6),  # turns of 3 and 1 copies: a training, statistics and an evaluation each
+    # one training, update statistics, then the averages and the evaluation of the models they make
+    # (every copy's test and validation sets)
+    (None, 4),
+    (3, 8),  # turns of 3 and 1 copies: a training, statistics, averages and an evaluation each
 ])
-def test_training_statistics_and_evaluation_merge_across_the_copies_of_a_turn(turn, flushes, monkeypatch):
+def test_training_statistics_averages_and_evaluation_merge_across_the_copies_of_a_turn(turn, flushes,
+                                                                                       monkeypatch):
+    """A copy hands in its training with its statistics, and its averages with its evaluation: two
+    hand-offs a step (each a switch back to the batcher), four engine calls a turn."""
+    from fl_gym.engine.batcher import CohortBatcher
+
     if turn is not None:
         monkeypatch.setattr("fl_gym.engine.batcher.MERGED_COPIES", turn)
     vec = fl_gym.make_vec("FLAggregate-v0", 4, seed=0, rounds_per_episode=2)
     vec.reset()
+    handed: list[list[str]] = []
+    submit = CohortBatcher._submit_all
+    monkeypatch.setattr(CohortBatcher, "_submit_all", lambda self, requests: handed.append(
+        [type(r).__name__ for r in requests]) or submit(self, requests))
     before = vec.batcher.flushes
     vec.step(np.zeros((4, 10), np.float32))
     assert vec.batcher.flushes - before == flushes
+    # each copy's averages with the test and validation sets, then the next round's training, played ahead
+    assert sorted(handed) == [["AverageRequest", "EvalRequest", "EvalRequest"]] * 4 + [
+        ["TrainRequest", "StatsRequest"]] * 4
 
 
 # the default; a cap that splits the merged evaluation into chunks
@@ -200,6 +214,49 @@ def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone(r
             alone = request.run()
             np.testing.assert_allclose(result.accuracy.numpy(), alone.accuracy.numpy(), rtol=0, atol=1e-6)
             np.testing.assert_allclose(result.loss.numpy(), alone.loss.numpy(), rtol=0, atol=1e-5)
+    vec.close()
+
+
+def test_copies_averages_run_as_one_product_before_the_evaluations_of_the_models_they_make():
+    """Three copies' aggregations (every row; a subset that leaves out a NaN row, through FedAdam's
+    server step; FedNova's share of the start) handed in with the evaluation of the model each makes:
+    one product, then one evaluation, each equal to its request run alone (float rounding of the
+    larger product)."""
+    from fl_gym.aggregation import ServerConfig, ServerOptimizer
+    from fl_gym.engine.batcher import AverageRequest
+
+    vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=2, rounds_per_episode=2)
+    vec.reset()  # each copy's pending round has trained its 10 clients
+    feds = [env.unwrapped.federation for env in vec.envs]
+    members = [env.unwrapped.pending.cohort.members[0] for env in vec.envs]
+    kept = [None, np.array([0, 3, 4, 8]), np.arange(1, 10)]
+    weights = [np.full(10, 0.1), np.array([0.1, 0.2, 0.3, 0.4]), np.full(9, 0.125)]
+    rests = [None, None, -0.125]  # the rows' weights sum to 1.125: FedNova takes 0.125 of the start away
+    for block in members[1].stack.blocks:  # a diverged update left out: it must not reach the product
+        block[1] = float("nan")
+
+    def request(i: int) -> AverageRequest:
+        step = ServerOptimizer(ServerConfig("fedadam")).apply if i == 1 else (lambda start, average: average)
+        start = members[i].start
+        return AverageRequest(members[i].stack, kept[i], weights[i], start, rests[i],
+                              lambda average: step(start, average), torch.empty_like(start))
+
+    requests = [request(i) for i in range(3)]
+    evaluations = [feds[i]._test_request(feds[i].archs[0], requests[i].into, feds[i].eval_indices)
+                   for i in range(3)]
+    before = vec.batcher.flushes
+    merged = vec.batcher.run(lambda i: feds[i]._run_all([requests[i], evaluations[i]]))
+    assert vec.batcher.flushes - before == 2  # the averages, then the evaluations
+    for i, (model, evaluation) in enumerate(merged):
+        alone = request(i).run()
+        rows = members[i].stack.rows()[kept[i] if kept[i] is not None else slice(None)]
+        by_hand = torch.as_tensor(weights[i], dtype=rows.dtype) @ rows + (rests[i] or 0.0) * members[i].start
+        if i != 1:  # FedAdam's step is not the average
+            torch.testing.assert_close(alone, by_hand, rtol=0, atol=1e-6)
+        torch.testing.assert_close(model, alone, rtol=0, atol=1e-6)
+        assert model.data_ptr() == requests[i].into.data_ptr()
+        expected = feds[i]._test_request(feds[i].archs[0], alone, feds[i].eval_indices).run()
+        np.testing.assert_allclose(evaluation.loss.numpy(), expected.loss.numpy(), rtol=0, atol=1e-5)
     vec.close()
 
 

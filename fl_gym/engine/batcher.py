@@ -1,14 +1,17 @@
 """Many federations' cohorts as one stacked batch: the engine side of a native vector env.
 
 A vector env steps its ``N`` copies through one :class:`CohortBatcher`. Each copy's federation
-hands its local training, its evaluations and its update statistics to the batcher instead of
-running them; when every copy still stepping is waiting on it, the batcher runs all compatible
-requests as one engine call (``N x k`` clients in one cohort, ``N`` global models in one
-evaluation, every copy's probe gradients in one pass, every trained model's update statistics in
-one reduction; in chunks that bound its memory past ``MERGED_TRAIN_CLIENTS`` clients,
-``MERGED_EVAL_ROWS`` pairs of model and sample or ``MERGED_VALUES`` values of activations or
-models) and hands each copy its share. More than ``MERGED_COPIES`` copies step in turns of that
-many, one turn after the other. The copies' Python runs one after the other (the GIL would
+hands its local training, its evaluations, its update statistics and its aggregation to the
+batcher instead of running them; when every copy still stepping is waiting on it, the batcher
+runs all compatible requests as one engine call (``N x k`` clients in one cohort, ``N`` global
+models in one evaluation, every copy's probe gradients in one pass, every trained model's update
+statistics in one reduction, every copy's weighted average in one product; in chunks that bound
+its memory past ``MERGED_TRAIN_CLIENTS`` clients, ``MERGED_EVAL_ROWS`` pairs of model and sample
+or ``MERGED_VALUES`` values of activations or models) and hands each copy its share. A copy hands
+in the requests of one phase at once, in stages (a request's ``stage``): its training and then
+the statistics of the models it trains, its averages and then the evaluation of the models they
+make, each one hand-off. More than ``MERGED_COPIES`` copies step in turns of that many, one turn
+after the other. The copies' Python runs one after the other (the GIL would
 serialise it anyway); what gains is the engine, whose per-step cost grows far slower than the
 clients it stacks.
 
@@ -27,13 +30,14 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import greenlet
 import numpy as np
 import torch
 from torch import Tensor
 
+from fl_gym.aggregation import weighted_average
 from fl_gym.engine.algorithms import LocalAlgorithm
 from fl_gym.engine.evaluate import EvalResult, evaluate_stack
 from fl_gym.engine.graphs import CohortGraphs, capturable
@@ -60,6 +64,7 @@ class TrainRequest:
     algorithm: LocalAlgorithm
     clients: np.ndarray
     gen: torch.Generator | None
+    stage: ClassVar[int] = 0
 
     def key(self) -> tuple | None:
         """Requests with equal keys merge; None = run alone.
@@ -93,6 +98,7 @@ class EvalRequest:
     y: Tensor
     parts: list[Tensor]
     batch_size: int
+    stage: ClassVar[int] = 1
 
     def key(self) -> tuple:
         """Evaluations of one architecture on the same data tensors merge."""
@@ -114,6 +120,7 @@ class ProbeRequest:
     draw: BatchDraw
     batch_size: int
     into: Tensor | None = None  # where the (k, P) gradients go (the requester's lasting buffer), else new
+    stage: ClassVar[int] = 0
 
     def key(self) -> tuple:
         """Probes of one architecture with one batch size on the same data tensors merge."""
@@ -131,6 +138,7 @@ class StatsRequest:
     stack: Stack
     start: Tensor
     weights: Tensor
+    stage: ClassVar[int] = 1
 
     def key(self) -> tuple:
         """Stacks of one architecture merge."""
@@ -139,6 +147,82 @@ class StatsRequest:
     def run(self) -> np.ndarray:
         """Alone."""
         return _statistics([self])[0]
+
+
+@dataclass(eq=False)
+class AverageRequest:
+    """A global model's next value: a trained stack's kept rows averaged, then the server's step.
+
+    Written into ``into``, the federation's next global model, so that the evaluations handed in
+    with it (which run after it in their flush: ``stage``) read the new model.
+
+    Attributes:
+        stack: the trained rows.
+        kept: the rows averaged, in order (None: every row).
+        weights: ``(kept,)`` their weights.
+        start: ``(P,)`` the model the rows started the round from.
+        rest: FedNova's weight of ``start`` in the average (None: no share of it).
+        step: the server's step from the average to the next global model.
+        into: ``(P,)`` where the next global model goes (``step`` and ``into`` None: a what-if, whose
+            :meth:`average` alone is asked for).
+    """
+
+    stack: Stack
+    kept: np.ndarray | None
+    weights: np.ndarray
+    start: Tensor
+    rest: float | None
+    step: Callable[[Tensor], Tensor] | None = None
+    into: Tensor | None = None
+    stage: ClassVar[int] = 0
+
+    def key(self) -> tuple:
+        """Stacks of one architecture merge."""
+        return ("average", self.stack.arch.name)
+
+    def average(self, rows: Tensor | None = None) -> Tensor:
+        """``sum_i w_i rows_i`` over the kept rows, plus ``rest * start`` (``rows``: the stack's, if read)."""
+        rows = self.kept_rows(rows)
+        return self.with_rest(weighted_average(rows, torch.as_tensor(self.weights, device=rows.device)))
+
+    def with_rest(self, average: Tensor) -> Tensor:
+        """``average`` plus FedNova's share of ``start``."""
+        return average if self.rest is None else average + self.rest * self.start
+
+    def finish(self, average: Tensor) -> Tensor:
+        """The server's step from ``average`` (FedNova's share of ``start`` added), written into ``into``."""
+        return self.into.copy_(self.step(self.with_rest(average)))
+
+    def run(self) -> Tensor:
+        """Alone."""
+        return self.into.copy_(self.step(self.average()))
+
+    def kept_rows(self, rows: Tensor | None = None, out: Tensor | None = None) -> Tensor:
+        """``(kept, P)``: the stack's kept rows (from ``rows``, its rows if read), into ``out`` if given.
+
+        The rows left out are not read: they may hold anything (a diverged update's NaN).
+        """
+        if rows is None:
+            rows = self.stack.rows(out=out if self.kept is None else None)
+        if self.kept is None:
+            return rows
+        return torch.index_select(rows, 0, torch.as_tensor(self.kept, device=rows.device), out=out)
+
+
+def _average_merged(requests: list[AverageRequest]) -> list[Tensor]:
+    """Every request's next global model, a product per group of requests within ``MERGED_VALUES``."""
+    return [model for group in _within_budget(requests, _models_held) for model in _average_group(group)]
+
+
+def _average_group(requests: list[AverageRequest]) -> list[Tensor]:
+    """The requests' kept rows in one buffer, times the block-diagonal ``(C, sum kept)`` weight matrix."""
+    counts = [len(r.weights) for r in requests]
+    rows = requests[0].start.new_empty(sum(counts), len(requests[0].start))
+    for r, out in zip(requests, rows.split(counts), strict=True):
+        r.kept_rows(out=out)
+    weights = torch.block_diag(*(torch.as_tensor(r.weights, dtype=rows.dtype, device=rows.device)[None]
+                                 for r in requests))
+    return [r.finish(average) for r, average in zip(requests, weights @ rows, strict=True)]
 
 
 def _statistics_merged(requests: list[StatsRequest]) -> list[np.ndarray]:
@@ -167,7 +251,7 @@ def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, dra
     return gradients_at(arch, models, x, y, schedule.idx[0], schedule.weight[0], into)
 
 
-Request = TrainRequest | EvalRequest | ProbeRequest | StatsRequest
+Request = TrainRequest | EvalRequest | ProbeRequest | StatsRequest | AverageRequest
 # A merged evaluation runs in chunks of at most this many pairs of model and sample: wider chunks
 # of the default envs' MLPs computed more padding and ran no faster.
 MERGED_EVAL_ROWS = 8192
@@ -201,8 +285,8 @@ class CohortBatcher:
     """Runs the copies of one vector env in turn and merges their engine calls (module docstring).
 
     :meth:`run` steps every copy in a greenlet of its own (a coroutine with its own stack, all
-    on the caller's thread): a copy runs its Python until it submits a request (:meth:`train`,
-    :meth:`probe`, :meth:`run_all`) or finishes, then switches back, and
+    on the caller's thread): a copy runs its Python until it submits requests (:meth:`probe`,
+    :meth:`run_all`) or finishes, then switches back, and
     the next copy runs, in copy order. When no copy is left to run, every pending request runs,
     merged by key and ordered by copy, and the waiting copies resume in copy order. All on one
     thread, a batched run is reproducible bit for bit, and it holds no per-copy thread stacks or
@@ -263,14 +347,12 @@ class CohortBatcher:
             ready = sorted({item.copy for item in self._pending})
             self._flush()
 
-    def train(self, request: TrainRequest) -> TrainResult:
-        """Run ``request`` with the others' compatible ones; its own result."""
-        return self._submit(request)
-
     def run_all(self, requests: list[Request]) -> list[Any]:
         """Run ``requests`` in one flush (each with the others' compatible ones); their results in order.
 
-        A copy's evaluations, or its update statistics (:class:`StatsRequest`).
+        A copy's training and its update statistics (:class:`StatsRequest`), its averages
+        (:class:`AverageRequest`) and its evaluations: a request of a later ``stage`` runs after
+        every request of an earlier one, so it may read what they write.
         """
         return self._submit_all(requests)
 
@@ -300,7 +382,8 @@ class CohortBatcher:
             key = item.request.key()
             groups.setdefault(("alone", i) if key is None else key, []).append(item)
         start = time.perf_counter()
-        for items in groups.values():
+        # a later stage reads what an earlier one writes (an evaluation: the model its copy's average makes)
+        for items in sorted(groups.values(), key=lambda items: items[0].request.stage):
             self.flushes += 1
             try:
                 results = _run_group([it.request for it in items], self.graphs)
@@ -476,6 +559,7 @@ class _RowMap:
 # the merged call of each request kind but training, which takes the batcher's graphs (_run_group)
 _MERGED: dict[type, Callable[[list[Any]], list[Any]]] = {
     EvalRequest: _evaluate_merged, ProbeRequest: _probe_merged, StatsRequest: _statistics_merged,
+    AverageRequest: _average_merged,
 }
 
 
