@@ -96,6 +96,27 @@ class GlobalEvaluation(NamedTuple):
     companion_loss: float = math.nan
 
 
+class Population(NamedTuple):
+    """A trained population (a model size, or the companion) whose aggregated updates enter its model.
+
+    Attributes:
+        member: its trained rows.
+        clients: ``(k,)`` the client id of each row.
+        keep: ``(k,)`` bool: the rows aggregated.
+        weights: the aggregated rows' weights, in order.
+    """
+
+    member: Member
+    clients: np.ndarray
+    keep: np.ndarray
+    weights: np.ndarray
+
+    @property
+    def aggregated(self) -> np.ndarray:
+        """The aggregated clients' ids."""
+        return self.clients[self.keep]
+
+
 class RemoteClients(Protocol):
     """Where the clients' side of a round runs when it runs outside this process (a real federation).
 
@@ -651,16 +672,14 @@ class Federation:
             check_aggregation(plan.selected, aggregate, weight)
         aggregate = plan.aggregate if aggregate is None else aggregate
         weight = plan.weight if weight is None else weight
+        aggregated = aggregate & (trained.steps > 0)
+        populations = self._populations(trained, aggregated, weight)  # a bad weight raises before any change
         comm = self._communication(trained, aggregate)
         self.advance(comm["round_time"])
-        aggregated = aggregate & (trained.steps > 0)
-        weights = np.zeros(self.num_clients)
-        lite_weights = np.zeros(self.num_clients)  # the companion's (stays 0 without one)
-        averages: list[AverageRequest] = []
         if trained.cohort is not None:
             self.algorithm.commit(aggregated.nonzero()[0])  # before the server correction reads it
-            weights, averages = self._aggregate(trained, aggregated, weight, lite_weights)
-        evaluation, (val_accuracy, val_loss) = self._evaluate_round(averages)
+        weights, lite_weights = self._weight_columns(populations)
+        evaluation, (val_accuracy, val_loss) = self._evaluate_round(self._aggregate(trained, populations))
         lite = trained.stats.companion
         companion = None if lite is None else CompanionReport(
             lite.loss, lite.accuracy, lite_weights, evaluation.companion_accuracy, evaluation.companion_loss)
@@ -902,35 +921,47 @@ class Federation:
         return aggregation_weights(self.config.aggregation, self.sizes[clients], self.label_entropy[clients],
                                    accuracy[clients])
 
-    def _aggregate(self, trained: TrainedRound, aggregated: np.ndarray, weight: np.ndarray | None,
-                   lite_weights: np.ndarray) -> tuple[np.ndarray, list[AverageRequest]]:
-        """Each population's next global model, as requests to run before the round's evaluation; the weights.
+    def _populations(self, trained: TrainedRound, aggregated: np.ndarray, weight: np.ndarray | None
+                     ) -> list[Population]:
+        """Each trained population with an update that enters its global model, and their weights.
 
-        The global models are the requests' ``into`` buffers from here on (written when they run).
-        The companion's weights go to ``lite_weights``.
+        Raises the ``ValueError`` of a weight that sums to 0 over a population's aggregated clients.
         """
-        plan, cohort, stats = trained.plan, trained.cohort, trained.stats
-        weights = np.zeros(self.num_clients)
-        requests = []
-        for member in cohort.members:
+        cohort, stats = trained.cohort, trained.stats
+        populations = []
+        for member in cohort.members if cohort is not None else ():
             clients = cohort.clients(member)
             keep = aggregated[clients]
-            if not keep.any():
-                continue
-            lite = member.role == LITE
-            acc = stats.companion.accuracy if lite else stats.local_accuracy
-            w = self._weights(weight, clients[keep], acc)
-            (lite_weights if lite else weights)[clients[keep]] = w
-            m = None if lite else int(plan.model[clients[0]])
+            if keep.any():
+                acc = stats.companion.accuracy if member.role == LITE else stats.local_accuracy
+                populations.append(Population(member, clients, keep,
+                                              self._weights(weight, clients[keep], acc)))
+        return populations
+
+    def _weight_columns(self, populations: list[Population]) -> np.ndarray:
+        """``(2, K)``: each client's aggregation weight in its model, then in the companion (0: left out)."""
+        columns = np.zeros((2, self.num_clients))
+        for population in populations:
+            columns[int(population.member.role == LITE), population.aggregated] = population.weights
+        return columns
+
+    def _aggregate(self, trained: TrainedRound, populations: list[Population]) -> list[AverageRequest]:
+        """Each population's next global model, as requests to run before the round's evaluation.
+
+        The global models are the requests' ``into`` buffers from here on (written when they run).
+        """
+        requests = []
+        for member, clients, keep, w in populations:
+            m = None if member.role == LITE else int(trained.plan.model[clients[0]])
             old = member.start
             into = self.buffers.take(old.numel(), old).view(old.shape)
             requests.append(self._average_request(member.stack, keep, w, trained.steps[clients], old,
                                                   partial(self._server_step, m, old), into))
-            if lite:
+            if m is None:
                 self.companion_model = into
             else:
                 self.global_models[m] = into
-        return weights, requests
+        return requests
 
     def _server_step(self, model: int | None, start: torch.Tensor, average: torch.Tensor) -> torch.Tensor:
         """The next global model ``model`` (None: the companion) from its clients' ``average``.

@@ -294,6 +294,24 @@ def test_phases_compose_to_run_round_bit_for_bit(tiny_config):
     np.testing.assert_array_equal(rep.update_angle, a.update_angle)  # angles are known before the decision
 
 
+def test_a_weight_summing_to_0_over_the_aggregated_clients_is_refused_before_the_round_changes(tiny_config):
+    """The error comes before the clock, the local algorithm or the global model moves: the round stays
+    pending, and finishing it then plays what a federation that never saw the bad weight plays."""
+    plan = RoundPlan.make(4, lr=0.05)
+    feds = [Federation(tiny_config, scenario_seed=2) for _ in range(2)]
+    for fed in feds:
+        fed.reset(seed=3)
+    trained = [fed.train_round(fed.open_round(plan.selected), plan) for fed in feds]
+    before = feds[0].global_models[0].clone()
+    with pytest.raises(ValueError, match=r"weight=\[0.0, 0.0\] sums to 0 over aggregated clients \[1, 3\]"):
+        feds[0].finish_round(trained[0], aggregate=np.array([0, 1, 0, 1], bool),
+                             weight=np.array([1.0, 0, 1, 0]))
+    assert (feds[0].round, feds[0].elapsed) == (0, 0.0) and torch.equal(feds[0].global_models[0], before)
+    weight = np.array([1.0, 2.0, 3.0, 4.0])
+    a, b = (fed.finish_round(t, weight=weight) for fed, t in zip(feds, trained, strict=True))
+    assert _same(a, b) and torch.equal(feds[0].global_models[0], feds[1].global_models[0])
+
+
 def test_open_round_draws_candidates_from_the_sampler(tiny_config):
     fed = Federation(tiny_config.replace(train=False), scenario_seed=0)
     fed.reset(seed=1, sampler=np.random.default_rng(7))
