@@ -812,9 +812,7 @@ class Federation:
         order = self.cohort_order(steps)
         if not len(order):
             return stats, None
-        cohort = self._train(plan, steps, order, stats, self.generator(key), statistics)
-        self._local_metrics(cohort, stats)
-        return stats, cohort
+        return stats, self._train(plan, steps, order, stats, self.generator(key), statistics)
 
     @staticmethod
     def cohort_order(steps: np.ndarray) -> np.ndarray:
@@ -851,7 +849,11 @@ class Federation:
 
     def _train(self, plan: RoundPlan, steps: np.ndarray, order: np.ndarray, stats: LocalStats,
                gen: torch.Generator, statistics: bool) -> Cohort:
-        """Train the cohort ``order``; with ``statistics``, its update statistics in the same engine call."""
+        """Train the cohort ``order``, measure it on the clients' data (``statistics``: its updates too).
+
+        One engine call (a batcher's flush) unless training makes the personal models that local
+        evaluation scores.
+        """
         cfg = self.config
         draw = BatchDraw.draw([self._rows[i] for i in order], steps[order], cfg.batch_size, gen)
         cohort = Cohort(order, self.members(plan, order))
@@ -860,9 +862,15 @@ class Federation:
         request = TrainRequest(cohort.members, self._train_x, self._train_y, draw, cfg.batch_size, lr,
                                cfg.optimizer, loss_fn, self.algorithm, order, gen)
         measured, requests = self._statistics_requests(cohort) if statistics else ([], [])
-        result: TrainResult
-        result, *values = self._run_all([request, *requests])  # statistics run after training (their stage)
-        self._write_statistics(measured, values, stats)
+        # the local evaluations score the trained rows, unless training makes the personal models they score
+        personal = self.algorithm.personal_models
+        local = [] if personal else self._local_requests(cohort, stats)
+        result: TrainResult  # the statistics and evaluations run after training (their stage)
+        result, *values = self._run_all([request, *requests, *(r for *_, r in local)])
+        self._write_statistics(measured, values[: len(requests)], stats)
+        self._write_local(local, values[len(requests):])
+        if personal:
+            self._local_metrics(cohort, stats)
         stats.loss[order] = result.mean_loss[self._role].cpu().numpy()
         stats.last_epoch_loss[order] = result.last_epoch_loss[self._role].cpu().numpy()
         if self.companion_arch:
@@ -870,22 +878,39 @@ class Federation:
         return cohort
 
     def _local_metrics(self, cohort: Cohort, stats: LocalStats) -> None:
+        """The trained models' local accuracy and soft labels (as the config asks) into ``stats``."""
+        local = self._local_requests(cohort, stats)
+        self._write_local(local, self._run_all([r for *_, r in local]))
+
+    def _local_requests(self, cohort: Cohort, stats: LocalStats
+                        ) -> list[tuple[np.ndarray, np.ndarray, str, EvalRequest]]:
+        """Each local evaluation the config asks for, and where it goes.
+
+        A tuple each: the field of ``stats`` it fills, at which clients, which value of its result,
+        and its request.
+        """
         cfg = self.config
-        need_acc = cfg.eval_local or cfg.aggregation == "entropy_acc"
+        need_acc = (cfg.eval_local or cfg.aggregation == "entropy_acc") and cfg.local_test != "none"
+        local = []
         for member in cohort.members:
-            clients = cohort.clients(member)
+            clients, lite = cohort.clients(member), member.role == LITE
             evaluated = member.stack if member.personal is None else member.personal  # pFedMe: theta
-            if need_acc and cfg.local_test != "none":
-                acc = self._evaluate(evaluated, self.x_test, self.y_test,
-                                     [self.test_parts[i] for i in clients]).accuracy.cpu().numpy()
-                if member.role == LITE:
-                    stats.companion.accuracy[clients] = acc
-                else:
-                    stats.local_accuracy[clients] = acc
-            if cfg.soft_labels and member.role != LITE:
-                res = self._evaluate(evaluated, self._train_x, self._train_y,
-                                     [self._rows[i] for i in clients])
-                stats.soft_labels[clients] = res.soft_labels.cpu().numpy()
+            if need_acc:
+                local.append((stats.companion.accuracy if lite else stats.local_accuracy, clients, "accuracy",
+                              EvalRequest(evaluated, self.x_test, self.y_test,
+                                          [self.test_parts[i] for i in clients], cfg.eval_batch_size)))
+            if cfg.soft_labels and not lite:
+                local.append((stats.soft_labels, clients, "soft_labels",
+                              EvalRequest(evaluated, self._train_x, self._train_y,
+                                          [self._rows[i] for i in clients], cfg.eval_batch_size)))
+        return local
+
+    @staticmethod
+    def _write_local(local: list[tuple[np.ndarray, np.ndarray, str, EvalRequest]], results: list[EvalResult]
+                     ) -> None:
+        """Each local evaluation's value (:meth:`_local_requests`) into its field at its clients."""
+        for (field, clients, value, _), result in zip(local, results, strict=True):
+            field[clients] = getattr(result, value).cpu().numpy()
 
     def _update_stats(self, cohort: Cohort, stats: LocalStats) -> None:
         """Each update's norm and angle to its population's mean update; each model's cosine to the global."""

@@ -18,6 +18,7 @@ from fl_gym import (
     ServerConfig,
     partition_scheme,
 )
+from fl_gym.engine.algorithms import ALGORITHMS
 from fl_gym.records import ClientResults, LocalStats
 
 
@@ -310,6 +311,32 @@ def test_a_weight_summing_to_0_over_the_aggregated_clients_is_refused_before_the
     weight = np.array([1.0, 2.0, 3.0, 4.0])
     a, b = (fed.finish_round(t, weight=weight) for fed, t in zip(feds, trained, strict=True))
     assert _same(a, b) and torch.equal(feds[0].global_models[0], feds[1].global_models[0])
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_local_evaluation_scores_the_personal_models_training_leaves_else_the_trained_rows(tiny_config,
+                                                                                          algorithm):
+    """pFedMe's personal models (evaluated after its training), every other algorithm's trained rows
+    (evaluated in the training's engine call): the local accuracy and soft labels of those models."""
+    cfg = tiny_config.replace(algorithm=algorithm, eval_local=True, soft_labels=True)
+    fed = Federation(cfg, scenario_seed=0)
+    plan = RoundPlan.make(4, lr=0.05)
+    trained = fed.train_round(fed.open_round(plan.selected), plan)
+    member = trained.cohort.members[0]
+    assert (member.personal is not None) == ALGORITHMS[algorithm].personal_models
+    clients = trained.cohort.clients(member)
+
+    def scores(models):
+        tests = [fed.test_parts[i] for i in clients]
+        accuracy = fed._evaluate(models, fed.x_test, fed.y_test, tests).accuracy
+        own = fed._evaluate(models, fed._train_x, fed._train_y, [fed._rows[i] for i in clients])
+        return accuracy.numpy(), own.soft_labels.numpy()
+
+    accuracy, soft_labels = scores(member.stack if member.personal is None else member.personal)
+    np.testing.assert_array_equal(trained.stats.local_accuracy[clients], accuracy)
+    np.testing.assert_array_equal(trained.stats.soft_labels[clients], soft_labels)
+    if member.personal is not None:  # the rows' own scores differ: the test tells which models were scored
+        assert not np.array_equal(scores(member.stack)[1], soft_labels)
 
 
 def test_open_round_draws_candidates_from_the_sampler(tiny_config):

@@ -177,22 +177,53 @@ def test_training_statistics_averages_and_evaluation_merge_across_the_copies_of_
                                                                                        monkeypatch):
     """A copy hands in its training with its statistics, and its averages with its evaluation: two
     hand-offs a step (each a switch back to the batcher), four engine calls a turn."""
-    from fl_gym.engine.batcher import CohortBatcher
-
     if turn is not None:
         monkeypatch.setattr("fl_gym.engine.batcher.MERGED_COPIES", turn)
     vec = fl_gym.make_vec("FLAggregate-v0", 4, seed=0, rounds_per_episode=2)
     vec.reset()
-    handed: list[list[str]] = []
-    submit = CohortBatcher._submit_all
-    monkeypatch.setattr(CohortBatcher, "_submit_all", lambda self, requests: handed.append(
-        [type(r).__name__ for r in requests]) or submit(self, requests))
+    handed = _hand_offs(monkeypatch)
     before = vec.batcher.flushes
     vec.step(np.zeros((4, 10), np.float32))
     assert vec.batcher.flushes - before == flushes
     # each copy's averages with the test and validation sets, then the next round's training, played ahead
-    assert sorted(handed) == [["AverageRequest", "EvalRequest", "EvalRequest"]] * 4 + [
-        ["TrainRequest", "StatsRequest"]] * 4
+    assert [handed[i] for i in range(4)] == [[["AverageRequest", "EvalRequest", "EvalRequest"],
+                                             ["TrainRequest", "StatsRequest"]]] * 4
+
+
+def _hand_offs(monkeypatch) -> dict[int, list[list[str]]]:
+    """Each copy's hand-offs to its batcher from now on: the kinds of the requests of each."""
+    from fl_gym.engine.batcher import CohortBatcher
+
+    handed: dict[int, list[list[str]]] = {}
+    submit = CohortBatcher._submit_all
+    monkeypatch.setattr(CohortBatcher, "_submit_all", lambda self, requests: handed.setdefault(
+        self._current, []).append([type(r).__name__ for r in requests]) or submit(self, requests))
+    return handed
+
+
+# each phase's lead request, and the requests a copy hands in with it (which read what it writes)
+PHASES = {"ProbeRequest": set(), "TrainRequest": {"StatsRequest", "EvalRequest"},
+          "AverageRequest": {"EvalRequest"}}
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_a_copy_hands_in_each_phase_of_its_round_at_once(env_id, monkeypatch):
+    """The probe, the training with its statistics and local evaluations, the averages with the
+    evaluation of the models they make: one hand-off each (a switch back to the batcher) in a step.
+    Copies that train nothing have no batcher."""
+    vec = fl_gym.make_vec(env_id, 2, seed=0, rounds_per_episode=3)
+    vec.reset()
+    if vec.batcher is None:
+        assert not vec.envs[0].unwrapped.federation.config.train
+        return
+    handed = _hand_offs(monkeypatch)
+    vec.step(_actions(vec.action_space, 2, np.random.default_rng(0)))
+    assert sorted(handed) == [0, 1]
+    for lists in handed.values():
+        leads = [names[0] for names in lists]
+        assert {"TrainRequest", "AverageRequest"} <= set(leads) and len(leads) == len(set(leads))
+        assert all(set(names[1:]) <= PHASES[names[0]] for names in lists)
+    vec.close()
 
 
 # the default; a cap that splits the merged evaluation into chunks

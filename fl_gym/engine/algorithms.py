@@ -110,6 +110,8 @@ class LocalAlgorithm:
     upload_factor = 1
     uses_representation = False
     stateless = False  # no client or server state between rounds: its clients can train anywhere, merged
+    # training leaves personal models (MemberRun.trained, not the stack) that local evaluation scores
+    personal_models = False
     # the FederationConfig fields it reads (it validates them when built); any other algorithm's is refused
     settings_fields: tuple[str, ...] = ()
 
@@ -202,6 +204,7 @@ class PFedMe(LocalAlgorithm):
         return cls(cfg.pfedme)
     name = "pfedme"
     settings_fields = ("pfedme",)
+    personal_models = True
 
     @property
     def server_mix(self) -> float:  # type: ignore[override]

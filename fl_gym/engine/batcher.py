@@ -9,8 +9,8 @@ statistics in one reduction, every copy's weighted average in one product; in ch
 its memory past ``MERGED_TRAIN_CLIENTS`` clients, ``MERGED_EVAL_ROWS`` pairs of model and sample
 or ``MERGED_VALUES`` values of activations or models) and hands each copy its share. A copy hands
 in the requests of one phase at once, in stages (a request's ``stage``): its training and then
-the statistics of the models it trains, its averages and then the evaluation of the models they
-make, each one hand-off. More than ``MERGED_COPIES`` copies step in turns of that many, one turn
+the statistics and local evaluations of the models it trains, its averages and then the
+evaluation of the models they make, each one hand-off. More than ``MERGED_COPIES`` copies step in turns of that many, one turn
 after the other. The copies' Python runs one after the other (the GIL would
 serialise it anyway); what gains is the engine, whose per-step cost grows far slower than the
 clients it stacks.
@@ -350,9 +350,10 @@ class CohortBatcher:
     def run_all(self, requests: list[Request]) -> list[Any]:
         """Run ``requests`` in one flush (each with the others' compatible ones); their results in order.
 
-        A copy's training and its update statistics (:class:`StatsRequest`), its averages
-        (:class:`AverageRequest`) and its evaluations: a request of a later ``stage`` runs after
-        every request of an earlier one, so it may read what they write.
+        A copy's training with the update statistics (:class:`StatsRequest`) and evaluations of
+        the models it trains, or its averages (:class:`AverageRequest`) with the evaluations of
+        the models they make: a request of a later ``stage`` runs after every request of an
+        earlier one, so it may read what they write.
         """
         return self._submit_all(requests)
 
