@@ -1030,7 +1030,7 @@ class Federation:
             return np.full((len(subsets), 2), np.nan)
         member = next(m for m in trained.cohort.members
                       if m.role != LITE and int(trained.plan.model[trained.cohort.clients(m)[0]]) == 0)
-        clients, rows = trained.cohort.clients(member), member.stack.rows()
+        clients = trained.cohort.clients(member)
         averages = []
         for subset in subsets:
             keep = subset[clients] & (trained.steps[clients] > 0)
@@ -1039,7 +1039,7 @@ class Federation:
                 continue
             w = self._weights(weight, clients[keep], trained.stats.local_accuracy)
             request = self._average_request(member.stack, keep, w, trained.steps[clients], member.start)
-            averages.append(request.average(rows))
+            averages.append(request.average())
         stack = Stack.from_rows(self.archs[0], torch.stack(averages))
         result = self._evaluate(stack, self.x_test, self.y_test, [self.val_indices] * len(subsets))
         return torch.stack([result.accuracy, result.loss], dim=1).double().cpu().numpy()

@@ -7,13 +7,13 @@ runs all compatible requests as one engine call (``N x k`` clients in one cohort
 models in one evaluation, every copy's probe gradients in one pass, every trained model's update
 statistics in one reduction, every copy's weighted average in one product; in chunks that bound
 its memory past ``MERGED_TRAIN_CLIENTS`` clients, ``MERGED_EVAL_ROWS`` pairs of model and sample
-or ``MERGED_VALUES`` values of activations or models) and hands each copy its share. A copy hands
-in the requests of one phase at once, in stages (a request's ``stage``): its training and then
-the statistics and local evaluations of the models it trains, its averages and then the
-evaluation of the models they make, each one hand-off. More than ``MERGED_COPIES`` copies step in turns of that many, one turn
-after the other. The copies' Python runs one after the other (the GIL would
-serialise it anyway); what gains is the engine, whose per-step cost grows far slower than the
-clients it stacks.
+or ``MERGED_VALUES`` values of activations or models) and hands each copy its share. A copy
+hands in the requests of one phase at once, in stages (a request's ``stage``): its training and
+then the statistics and local evaluations of the models it trains, its averages and then the
+evaluation of the models they make, each one hand-off. More than ``MERGED_COPIES`` copies step
+in turns of that many, one turn after the other. The copies' Python runs one after the other
+(the GIL would serialise it anyway); what gains is the engine, whose per-step cost grows far
+slower than the clients it stacks.
 
 Requests are compatible when they train the same architecture in one role with the same local
 optimiser, batch size, loss and a stateless local algorithm (``LocalAlgorithm.stateless``: SGD,
@@ -180,9 +180,9 @@ class AverageRequest:
         """Stacks of one architecture merge."""
         return ("average", self.stack.arch.name)
 
-    def average(self, rows: Tensor | None = None) -> Tensor:
-        """``sum_i w_i rows_i`` over the kept rows, plus ``rest * start`` (``rows``: the stack's, if read)."""
-        rows = self.kept_rows(rows)
+    def average(self) -> Tensor:
+        """``sum_i w_i rows_i`` over the kept rows, plus ``rest * start``."""
+        rows = self.kept_rows()
         return self.with_rest(weighted_average(rows, torch.as_tensor(self.weights, device=rows.device)))
 
     def with_rest(self, average: Tensor) -> Tensor:
@@ -197,15 +197,14 @@ class AverageRequest:
         """Alone."""
         return self.into.copy_(self.step(self.average()))
 
-    def kept_rows(self, rows: Tensor | None = None, out: Tensor | None = None) -> Tensor:
-        """``(kept, P)``: the stack's kept rows (from ``rows``, its rows if read), into ``out`` if given.
+    def kept_rows(self, out: Tensor | None = None) -> Tensor:
+        """``(kept, P)``: the stack's kept rows, written into ``out`` if given.
 
-        The rows left out are not read: they may hold anything (a diverged update's NaN).
+        The rows left out never enter an average: they may hold anything (a diverged update's NaN).
         """
-        if rows is None:
-            rows = self.stack.rows(out=out if self.kept is None else None)
         if self.kept is None:
-            return rows
+            return self.stack.rows(out=out)
+        rows = self.stack.rows()
         return torch.index_select(rows, 0, torch.as_tensor(self.kept, device=rows.device), out=out)
 
 
