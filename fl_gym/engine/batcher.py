@@ -30,6 +30,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, ClassVar, TypeVar
 
 import greenlet
@@ -376,7 +377,7 @@ class CohortBatcher:
 
     def _flush(self) -> None:
         """Run every pending request, merged by key, each item getting its result or error."""
-        pending, self._pending = sorted(self._pending, key=lambda it: it.copy), []
+        pending, self._pending = sorted(self._pending, key=attrgetter("copy")), []
         groups: dict[Any, list[_Pending]] = {}
         for i, item in enumerate(pending):
             key = item.request.key()
@@ -413,11 +414,12 @@ def _within_budget(requests: list[T], size: Callable[[T], int]) -> list[list[T]]
     groups: list[list[T]] = [[]]
     held = 0
     for request in requests:
-        if groups[-1] and held + size(request) > MERGED_VALUES:
+        values = size(request)
+        if groups[-1] and held + values > MERGED_VALUES:
             groups.append([])
             held = 0
         groups[-1].append(request)
-        held += size(request)
+        held += values
     return groups
 
 
