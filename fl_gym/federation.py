@@ -1001,8 +1001,10 @@ class Federation:
     def _average_request(self, stack: Stack, keep: np.ndarray, w: np.ndarray, steps: np.ndarray,
                          start: torch.Tensor, step: Callable[[torch.Tensor], torch.Tensor] | None = None,
                          into: torch.Tensor | None = None) -> AverageRequest:
-        """The ``keep`` rows of a cohort member's models averaged with weights ``w``, or as FedNova averages.
+        """A request that averages the ``keep`` rows of ``stack`` with weights ``w``, or as FedNova does.
 
+        ``step`` and ``into``: the server's step and where the next global model goes (None: a
+        what-if, whose :meth:`~fl_gym.engine.batcher.AverageRequest.average` alone is asked for).
         ``steps`` are every row's local steps. FedNova (``behaviour.fednova``, :mod:`fl_gym.behaviour`):
         ``start + tau_eff sum_i w_i (rows_i - start) / steps_i`` with ``tau_eff = sum_i w_i steps_i``,
         i.e. the rows weighted ``w_i tau_eff / steps_i`` and ``start`` the rest (which equal steps make 0).
