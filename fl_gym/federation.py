@@ -282,8 +282,12 @@ class Federation:
     def _test_request(self, arch: Architecture, vector: torch.Tensor, indices: torch.Tensor) -> EvalRequest:
         """One model on the test-set samples ``indices``."""
         # one row: the stack's parameter-major layout is the vector's own, so it is a view, not a copy
-        return EvalRequest(Stack(arch, vector.contiguous()), self.x_test, self.y_test, [indices],
-                           self.config.eval_batch_size)
+        return self._eval_request(Stack(arch, vector.contiguous()), self.x_test, self.y_test, [indices])
+
+    def _eval_request(self, stack: Stack, x: torch.Tensor, y: torch.Tensor, parts: list[torch.Tensor]
+                      ) -> EvalRequest:
+        """Each model of ``stack`` on its part of ``x``, in chunks of the config's evaluation batch."""
+        return EvalRequest(stack, x, y, parts, self.config.eval_batch_size)
 
     def _run_all(self, requests: list[Request]) -> list[Any]:
         """Run ``requests`` (through the batcher, in one of its flushes, if there is one)."""
@@ -292,7 +296,7 @@ class Federation:
     def _evaluate(self, stack: Stack, x: torch.Tensor, y: torch.Tensor,
                   parts: list[torch.Tensor]) -> EvalResult:
         """Each model of ``stack`` on its part of ``x``."""
-        return self._run_all([EvalRequest(stack, x, y, parts, self.config.eval_batch_size)])[0]
+        return self._run_all([self._eval_request(stack, x, y, parts)])[0]
 
     def _validation_requests(self) -> list[EvalRequest]:
         """The first global model on the validation set (none without one)."""
@@ -897,12 +901,12 @@ class Federation:
             evaluated = member.stack if member.personal is None else member.personal  # pFedMe: theta
             if need_acc:
                 local.append((stats.companion.accuracy if lite else stats.local_accuracy, clients, "accuracy",
-                              EvalRequest(evaluated, self.x_test, self.y_test,
-                                          [self.test_parts[i] for i in clients], cfg.eval_batch_size)))
+                              self._eval_request(evaluated, self.x_test, self.y_test,
+                                                 [self.test_parts[i] for i in clients])))
             if cfg.soft_labels and not lite:
                 local.append((stats.soft_labels, clients, "soft_labels",
-                              EvalRequest(evaluated, self._train_x, self._train_y,
-                                          [self._rows[i] for i in clients], cfg.eval_batch_size)))
+                              self._eval_request(evaluated, self._train_x, self._train_y,
+                                                 [self._rows[i] for i in clients])))
         return local
 
     @staticmethod

@@ -183,20 +183,24 @@ class AverageRequest:
 
     def average(self) -> Tensor:
         """``sum_i w_i rows_i`` over the kept rows, plus ``rest * start``."""
+        return self.with_rest(self.weighted_sum())
+
+    def weighted_sum(self) -> Tensor:
+        """``sum_i w_i rows_i`` over the kept rows (alone; merged requests share one product)."""
         rows = self.kept_rows()
-        return self.with_rest(weighted_average(rows, torch.as_tensor(self.weights, device=rows.device)))
+        return weighted_average(rows, torch.as_tensor(self.weights, device=rows.device))
 
     def with_rest(self, average: Tensor) -> Tensor:
         """``average`` plus FedNova's share of ``start``."""
         return average if self.rest is None else average + self.rest * self.start
 
-    def finish(self, average: Tensor) -> Tensor:
-        """The server's step from ``average`` (FedNova's share of ``start`` added), written into ``into``."""
-        return self.into.copy_(self.step(self.with_rest(average)))
+    def finish(self, weighted_sum: Tensor) -> Tensor:
+        """The server's step from the average (FedNova's share of ``start`` added), written into ``into``."""
+        return self.into.copy_(self.step(self.with_rest(weighted_sum)))
 
     def run(self) -> Tensor:
         """Alone."""
-        return self.into.copy_(self.step(self.average()))
+        return self.finish(self.weighted_sum())
 
     def kept_rows(self, out: Tensor | None = None) -> Tensor:
         """``(kept, P)``: the stack's kept rows, written into ``out`` if given.
