@@ -284,19 +284,24 @@ class Federation:
         # one row: the stack's parameter-major layout is the vector's own, so it is a view, not a copy
         return self._eval_request(Stack(arch, vector.contiguous()), self.x_test, self.y_test, [indices])
 
-    def _eval_request(self, stack: Stack, x: torch.Tensor, y: torch.Tensor, parts: list[torch.Tensor]
-                      ) -> EvalRequest:
-        """Each model of ``stack`` on its part of ``x``, in chunks of the config's evaluation batch."""
-        return EvalRequest(stack, x, y, parts, self.config.eval_batch_size)
+    def _eval_request(self, stack: Stack, x: torch.Tensor, y: torch.Tensor, parts: list[torch.Tensor],
+                      soft_labels: bool = False) -> EvalRequest:
+        """Each model of ``stack`` on its part of ``x``, in chunks of the config's evaluation batch.
+
+        Its loss and accuracy, or with ``soft_labels`` its mean softmax output instead (what is not
+        asked for is NaN).
+        """
+        return EvalRequest(stack, x, y, parts, self.config.eval_batch_size, scores=not soft_labels,
+                           soft_labels=soft_labels)
 
     def _run_all(self, requests: list[Request]) -> list[Any]:
         """Run ``requests`` (through the batcher, in one of its flushes, if there is one)."""
         return self.batcher.run_all(requests) if self.batcher else [request.run() for request in requests]
 
-    def _evaluate(self, stack: Stack, x: torch.Tensor, y: torch.Tensor,
-                  parts: list[torch.Tensor]) -> EvalResult:
-        """Each model of ``stack`` on its part of ``x``."""
-        return self._run_all([self._eval_request(stack, x, y, parts)])[0]
+    def _evaluate(self, stack: Stack, x: torch.Tensor, y: torch.Tensor, parts: list[torch.Tensor],
+                  soft_labels: bool = False) -> EvalResult:
+        """Each model of ``stack`` on its part of ``x`` (as :meth:`_eval_request` asks)."""
+        return self._run_all([self._eval_request(stack, x, y, parts, soft_labels)])[0]
 
     def _validation_requests(self) -> list[EvalRequest]:
         """The first global model on the validation set (none without one)."""
@@ -906,7 +911,7 @@ class Federation:
             if cfg.soft_labels and not lite:
                 local.append((stats.soft_labels, clients, "soft_labels",
                               self._eval_request(evaluated, self._train_x, self._train_y,
-                                                 [self._rows[i] for i in clients])))
+                                                 [self._rows[i] for i in clients], soft_labels=True)))
         return local
 
     @staticmethod

@@ -269,6 +269,22 @@ def test_evaluate_stack_rows_of_any_part_lengths_are_each_row_alone(digits):
     assert res.count.tolist() == [5, 30, 0, 17]
 
 
+@pytest.mark.parametrize("scores,soft_labels", [(True, False), (False, True)])
+def test_evaluate_stack_computes_the_metrics_asked_for_as_a_full_evaluation_does_the_rest_nan(
+        digits, scores, soft_labels):
+    arch = build_model("mlp-small", (1, 8, 8), 10)
+    g = torch.Generator().manual_seed(2)
+    stack = Stack.from_rows(arch, torch.stack([arch.init(g) for _ in range(3)]))
+    parts = [torch.arange(0, 30), torch.arange(40, 45), torch.arange(50, 67)]
+    full = evaluate_stack(stack, digits.x_train, digits.y_train, parts, batch_size=8)
+    some = evaluate_stack(stack, digits.x_train, digits.y_train, parts, batch_size=8, scores=scores,
+                          soft_labels=soft_labels)
+    for name, asked in (("loss", scores), ("accuracy", scores), ("soft_labels", soft_labels)):
+        value = getattr(some, name)
+        assert torch.equal(value, getattr(full, name)) if asked else bool(value.isnan().all()), name
+    assert torch.equal(some.count, full.count)
+
+
 @pytest.mark.parametrize("sizes,width,expected", [
     ([209, 209, 150, 150], 256, [(0, 150), (150, 209)]),  # test and validation sets: no padding
     ([98, 96, 74, 66, 40], 512, [(0, 98)]),  # no end a quarter of the width on: one range

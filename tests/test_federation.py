@@ -329,7 +329,8 @@ def test_local_evaluation_scores_the_personal_models_training_leaves_else_the_tr
     def scores(models):
         tests = [fed.test_parts[i] for i in clients]
         accuracy = fed._evaluate(models, fed.x_test, fed.y_test, tests).accuracy
-        own = fed._evaluate(models, fed._train_x, fed._train_y, [fed._rows[i] for i in clients])
+        own = fed._evaluate(models, fed._train_x, fed._train_y, [fed._rows[i] for i in clients],
+                            soft_labels=True)
         return accuracy.numpy(), own.soft_labels.numpy()
 
     accuracy, soft_labels = scores(member.stack if member.personal is None else member.personal)

@@ -56,8 +56,8 @@ def test_merged_calls_hold_at_most_the_values_budget(monkeypatch):
     train, evaluate = batcher.train_cohort, batcher.evaluate_stack
     monkeypatch.setattr(batcher, "train_cohort", lambda members, *args, **kwargs: trained.append(
         members[0].stack.k) or train(members, *args, **kwargs))
-    monkeypatch.setattr(batcher, "evaluate_stack", lambda stack, x, y, parts, batch_size: evaluated.append(
-        (stack.k, batch_size)) or evaluate(stack, x, y, parts, batch_size))
+    monkeypatch.setattr(batcher, "evaluate_stack", lambda stack, x, y, parts, batch_size, **kwargs: (
+        evaluated.append((stack.k, batch_size)) or evaluate(stack, x, y, parts, batch_size, **kwargs)))
     vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=0, rounds_per_episode=2)
     # each model (4,810 values) is over the budget, so it evaluates alone, 70 samples a chunk
     vec.reset()  # validates the 3 initial models, trains the 3 x 10 clients

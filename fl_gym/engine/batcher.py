@@ -99,15 +99,19 @@ class EvalRequest:
     y: Tensor
     parts: list[Tensor]
     batch_size: int
+    scores: bool = True  # loss and accuracy (else NaN, not computed)
+    soft_labels: bool = True
     stage: ClassVar[int] = 1
 
     def key(self) -> tuple:
-        """Evaluations of one architecture on the same data tensors merge."""
-        return ("eval", self.stack.arch.name, id(self.x), id(self.y), self.batch_size)
+        """Evaluations of one architecture on the same data tensors, of the same metrics, merge."""
+        return ("eval", self.stack.arch.name, id(self.x), id(self.y), self.batch_size, self.scores,
+                self.soft_labels)
 
     def run(self) -> EvalResult:
         """Alone."""
-        return evaluate_stack(self.stack, self.x, self.y, self.parts, self.batch_size)
+        return evaluate_stack(self.stack, self.x, self.y, self.parts, self.batch_size, scores=self.scores,
+                              soft_labels=self.soft_labels)
 
 
 @dataclass(eq=False)
@@ -476,7 +480,8 @@ def _evaluate_group(requests: list[EvalRequest]) -> list[EvalResult]:
     stack = _gathered([r.stack for r in requests], order)
     rows = min(MERGED_EVAL_ROWS, MERGED_VALUES // stack.arch.widest)
     batch_size = min(first.batch_size, max(rows // stack.k, 1))
-    res = evaluate_stack(stack, first.x, first.y, [parts[i] for i in order], batch_size)
+    res = evaluate_stack(stack, first.x, first.y, [parts[i] for i in order], batch_size, scores=first.scores,
+                         soft_labels=first.soft_labels)
     back = torch.as_tensor(np.argsort(order), device=res.loss.device)
     res = EvalResult(res.loss[back], res.accuracy[back], res.soft_labels[back], res.count[back])
     out, lo = [], 0
