@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import re
+import statistics
 import time
 from pathlib import Path
 
@@ -207,6 +208,12 @@ def test_bench_vec_section(capsys, monkeypatch):
                           r"[\d.]+ \| (\d+)% \| ([\d.]+) \| ([\d,]+) \|$", out, re.M)
         assert share and 0 < int(share[1]) < 100 and float(share[2]) > 0
         assert int(share[3].replace(",", "")) > 100
+        # where the engine time goes: each kind's share, most first, summing to at most the whole
+        kinds = re.search(rf"^\| {env_id} \| 2 \| {share[1]}% \| (.+) \|$", out, re.M)
+        shares = dict(re.findall(r"(\w+) (\d+)%", kinds[1]))
+        probes = {"probes"} if env_id == "FLLearningRate-v0" else set()  # FedEnt's probe gradients
+        assert set(shares) == {"training", "evaluation", "statistics", "averages"} | probes
+        assert sum(map(int, shares.values())) <= int(share[1]) + len(shares)  # rounded: up to 1 % each
     # the timing backend too (its vector clock), which merges no engine calls
     assert re.search(r"\| FLHetero-v0 \| 2 \| [\d,.]+ \|.* \| - \| - \| [\d,]+ \|$", out, re.M)
     # --vec-calls: each run's three most-called functions, most first
@@ -226,25 +233,36 @@ def test_the_engine_bound_is_the_one_process_rate_over_its_engine_share_by_the_d
         "| FLSelect-v0 | 16 | 100.0 | 150.0 | 300.0 | 450.0 (2) | 4.50 | 3.00 | 50% | 6.00 | 1,000 |")
 
 
-def test_engine_share_is_the_share_of_each_run_in_the_engine_calls():
-    from fl_gym.training.vec_bench import engine_share
+def test_engine_share_is_the_share_of_each_run_in_the_engine_calls_and_in_each_kind():
+    from fl_gym.training.vec_bench import engine_share, median_shares
 
     class Batcher:
         engine_seconds = 0.0
+        engine_kinds: dict[str, float] = {"training": 1.0}  # before the runs: not counted
 
     class Vec:
         batcher = Batcher()
 
-    def run() -> None:  # 20 ms of a 40 ms run in engine calls
+    def run() -> None:  # 20 ms of a 40 ms run in engine calls: 15 training, 5 evaluation
         time.sleep(0.04)
         Vec.batcher.engine_seconds += 0.02
+        kinds = Vec.batcher.engine_kinds
+        kinds["training"] += 0.015
+        kinds["evaluation"] = kinds.get("evaluation", 0.0) + 0.005
 
-    shares: list[float] = []
+    shares: list[dict[str, float]] = []
     timed = engine_share(run, Vec(), shares)
     timed()
     timed()
     # at most half: the wall time can only be longer
-    assert len(shares) == 2 and all(0.2 < s <= 0.5 for s in shares)
+    assert len(shares) == 2 and all(0.2 < s[""] <= 0.5 for s in shares)
+    for s in shares:
+        assert s["training"] == pytest.approx(3 * s["evaluation"]) and s["training"] + s["evaluation"] == \
+            pytest.approx(s[""])
+    share, kinds = median_shares(shares)
+    assert share == pytest.approx(statistics.median(s[""] for s in shares))
+    assert [kind for kind, _ in kinds] == ["training", "evaluation"]
+    assert median_shares([]) == (pytest.approx(math.nan, nan_ok=True), ())
     assert engine_share(run, object(), shares) is run  # nothing merged: the run itself
     assert not hasattr(Vec.batcher, "synchronize")
     engine_share(run, Vec(), shares, "cuda")  # on a GPU the batcher waits for its kernels

@@ -565,6 +565,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         results = vec_bench.vec_benchmark(counts, vec_ids or vec_bench.default_ids(), device=args.device,
                                           busiest=args.vec_calls, progress=say)
         print(vec_bench.vec_table(results) + "\n")
+        print(vec_bench.engine_kinds_table(results) + "\n")
         if args.vec_calls:
             print(vec_bench.busiest_table(results) + "\n")
     if "memory" in sections:

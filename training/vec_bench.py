@@ -54,7 +54,8 @@ class VecResult:
     evaluation, probes): the rest is per-copy Python, so ``steps/s / engine_share`` is what the
     engine alone would allow (NaN where nothing is merged: copies that train nothing).
     ``calls`` is the one-process batched run's Python calls per copy-step (:func:`python_calls`),
-    ``busiest`` the functions it called most, with their calls per copy-step (:func:`call_counts`).
+    ``busiest`` the functions it called most, with their calls per copy-step (:func:`call_counts`);
+    ``engine_kinds`` the engine share by request kind (training, evaluation...), most first.
     """
 
     env_id: str
@@ -64,6 +65,7 @@ class VecResult:
     engine_share: float = math.nan
     calls: float = math.nan
     busiest: tuple[tuple[str, float], ...] = ()
+    engine_kinds: tuple[tuple[str, float], ...] = ()
 
     @property
     def engine_bound(self) -> float:
@@ -130,7 +132,7 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 per_run = steps if trains else timing_steps
                 runs, vecs = zip(*[stepper(env_id, k, n, per_run, device=device) for k in kinds], strict=True)
                 alone = kinds.index("batched-1" if "batched-1" in kinds else "batched")  # the one-process run
-                shares: list[float] = []
+                shares: list[dict[str, float]] = []
                 timed = [engine_share(run, vecs[alone], shares, device) if i == alone else run
                          for i, run in enumerate(runs)]
                 seconds = interleaved_medians(timed, [repeats] * len(runs), torch.device(device))
@@ -144,8 +146,8 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 rates = {k: n * per_run / s for k, s in zip(kinds, seconds, strict=True)}
                 rates.setdefault("batched-1", rates["batched"])  # auto is one process here
                 rates.setdefault("subproc", float("nan"))
-                share = statistics.median(shares[1:]) if shares[1:] else math.nan  # after the warm-up
-                results.append(VecResult(env_id, n, rates, workers, share, calls, tuple(most)))
+                share, kinds = median_shares(shares[1:])  # after the warm-up
+                results.append(VecResult(env_id, n, rates, workers, share, calls, tuple(most), kinds))
     return results
 
 
@@ -185,13 +187,14 @@ def _function_name(filename: str, line: int, name: str) -> str:
     return f"{filename}:{line}({name})"
 
 
-def engine_share(run: Callable[[], None], vec: VecEnv, shares: list[float],
+def engine_share(run: Callable[[], None], vec: VecEnv, shares: list[dict[str, float]],
                  device: str = "cpu") -> Callable[[], None]:
-    """``run``, appending to ``shares`` each call's share of wall time in ``vec``'s merged engine calls.
+    """``run``, appending to ``shares`` each call's shares of wall time in ``vec``'s merged engine calls.
 
-    ``run`` itself where ``vec`` merges nothing (no batcher: a timing backend, or worker processes).
-    On a GPU the batcher waits for each turn's kernels, so that the share counts them, not only
-    their launches.
+    A dict per call: ``""`` the share of every engine call, and each request kind's (the batcher's
+    ``engine_kinds``). ``run`` itself where ``vec`` merges nothing (no batcher: a timing backend,
+    or worker processes). On a GPU the batcher waits for each call's kernels, so that the shares
+    count them, not only their launches.
     """
     batcher = getattr(vec, "batcher", None)
     if batcher is None:
@@ -200,11 +203,23 @@ def engine_share(run: Callable[[], None], vec: VecEnv, shares: list[float],
         batcher.synchronize = torch.cuda.synchronize
 
     def timed() -> None:
-        engine, start = batcher.engine_seconds, time.perf_counter()
+        engine, kinds, start = batcher.engine_seconds, dict(batcher.engine_kinds), time.perf_counter()
         run()
-        shares.append((batcher.engine_seconds - engine) / (time.perf_counter() - start))
+        wall = time.perf_counter() - start
+        shares.append({"": (batcher.engine_seconds - engine) / wall,
+                       **{kind: (seconds - kinds.get(kind, 0.0)) / wall
+                          for kind, seconds in batcher.engine_kinds.items()}})
 
     return timed
+
+
+def median_shares(shares: list[dict[str, float]]) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """The median engine share of runs (:func:`engine_share`), and each kind's, most first (NaN: no run)."""
+    if not shares:
+        return math.nan, ()
+    names = {kind for s in shares for kind in s if kind}
+    kinds = [(kind, statistics.median(s.get(kind, 0.0) for s in shares)) for kind in names]
+    return statistics.median(s[""] for s in shares), tuple(sorted(kinds, key=lambda item: -item[1]))
 
 
 class _EnvClock(VecEnvWrapper):
@@ -259,6 +274,16 @@ def ppo_table(env_id: str, steps: int, n_envs: int, results: dict[str, PPOResult
             "waiting on env steps |", "|---|---|---|---|"]
     rows += [f"| {kind} | {r.wall / 60:.1f} | {r.wall / best:.2f} | {r.env / r.wall:.0%} |"
              for kind, r in results.items()]
+    return "\n".join(rows)
+
+
+def engine_kinds_table(results: list[VecResult]) -> str:
+    """Markdown: each one-process run's engine share by request kind (where its engine time goes)."""
+    rows = ["| env id | copies | engine share, 1 process | by kind |", "|---|---|---|---|"]
+    for r in results:
+        if r.engine_kinds:
+            kinds = ", ".join(f"{kind} {share:.0%}" for kind, share in r.engine_kinds)
+            rows.append(f"| {r.env_id} | {r.n_envs} | {r.engine_share:.0%} | {kinds} |")
     return "\n".join(rows)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
@@ -66,6 +67,7 @@ class TrainRequest:
     clients: np.ndarray
     gen: torch.Generator | None
     stage: ClassVar[int] = 0
+    kind: ClassVar[str] = "training"
 
     def key(self) -> tuple | None:
         """Requests with equal keys merge; None = run alone.
@@ -102,6 +104,7 @@ class EvalRequest:
     scores: bool = True  # loss and accuracy (else NaN, not computed)
     soft_labels: bool = True
     stage: ClassVar[int] = 1
+    kind: ClassVar[str] = "evaluation"
 
     def key(self) -> tuple:
         """Evaluations of one architecture on the same data tensors, of the same metrics, merge."""
@@ -126,6 +129,7 @@ class ProbeRequest:
     batch_size: int
     into: Tensor | None = None  # where the (k, P) gradients go (the requester's lasting buffer), else new
     stage: ClassVar[int] = 0
+    kind: ClassVar[str] = "probes"
 
     def key(self) -> tuple:
         """Probes of one architecture with one batch size on the same data tensors merge."""
@@ -144,6 +148,7 @@ class StatsRequest:
     start: Tensor
     weights: Tensor
     stage: ClassVar[int] = 1
+    kind: ClassVar[str] = "statistics"
 
     def key(self) -> tuple:
         """Stacks of one architecture merge."""
@@ -180,6 +185,7 @@ class AverageRequest:
     step: Callable[[Tensor], Tensor] | None = None
     into: Tensor | None = None
     stage: ClassVar[int] = 0
+    kind: ClassVar[str] = "averages"
 
     def key(self) -> tuple:
         """Stacks of one architecture merge."""
@@ -309,15 +315,17 @@ class CohortBatcher:
         flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
         engine_seconds: wall seconds spent in those calls, for the benchmark's engine share (on a
             GPU, until their kernels are launched, unless ``synchronize`` waits for them).
-        synchronize: None, or a call made after each turn's engine calls and before their time is
-            read (``torch.cuda.synchronize``: the benchmark times the kernels themselves).
+        engine_kinds: the same by the requests' ``kind`` (``training``, ``evaluation``, ``probes``,
+            ``statistics``, ``averages``).
+        synchronize: None, or a call made after each engine call and before its time is read
+            (``torch.cuda.synchronize``: the benchmark times the kernels themselves, each kind's).
         graphs: with the environment variable ``FL_GYM_CUDA_GRAPHS=1``, the CUDA graphs of merged
             trainings whose shape recurs; None (every training eager) otherwise.
     """
 
     def __init__(self, copies: int) -> None:
         self.copies, self.turn = copies, MERGED_COPIES
-        self.flushes, self.engine_seconds = 0, 0.0
+        self.flushes, self.engine_seconds, self.engine_kinds = 0, 0.0, Counter()
         self.graphs = CohortGraphs() if os.environ.get("FL_GYM_CUDA_GRAPHS") == "1" else None
         self.synchronize: Callable[[], None] | None = None
         self._pending: list[_Pending] = []
@@ -394,6 +402,7 @@ class CohortBatcher:
         # a later stage reads what an earlier one writes (an evaluation: the model its copy's average makes)
         for items in sorted(groups.values(), key=lambda items: items[0].request.stage):
             self.flushes += 1
+            began = time.perf_counter()
             try:
                 results = _run_group([it.request for it in items], self.graphs)
                 for it, res in zip(items, results, strict=True):
@@ -401,8 +410,9 @@ class CohortBatcher:
             except BaseException as exc:  # noqa: BLE001 - every waiting copy gets the error
                 for it in items:
                     it.error = exc
-        if self.synchronize is not None:
-            self.synchronize()
+            if self.synchronize is not None:
+                self.synchronize()
+            self.engine_kinds[items[0].request.kind] += time.perf_counter() - began
         self.engine_seconds += time.perf_counter() - start
 
 
