@@ -32,8 +32,8 @@ def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor], batc
     The samples run in chunks of at most ``batch_size`` (:func:`chunks`), each through the rows up
     to the last one with samples in it, so rows ordered longest part first compute little past
     their own part. Rows whose part is empty get NaN loss and accuracy. Without ``scores`` (loss
-    and accuracy) or ``soft_labels`` those are NaN, and their arithmetic is skipped: over ten
-    classes the accuracy's ``argmax`` costs about a tenth of an evaluation.
+    and accuracy) or ``soft_labels`` those are NaN and not computed: a client's soft labels need
+    no ``argmax``, a global model's scores no mean softmax.
     """
     if len(parts) != stack.k:
         raise ValueError(f"evaluate_stack: expected {stack.k} index arrays, got {len(parts)}")
