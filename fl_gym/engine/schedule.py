@@ -71,8 +71,9 @@ class BatchDraw:
     Attributes:
         parts: each client's training indices.
         steps: ``(k,)`` local steps per client.
-        keys: ``(E, k, n_max)`` per-epoch sort keys in ``[0, 1)``, ``2`` past a client's samples
-            (so the argsort of a row is a permutation of the client's samples, padding last).
+        keys: ``(E, k, n_max)`` per-epoch sort keys in ``[0, 1)``; :func:`layout` sets those past a
+            client's samples to ``2`` (so the argsort of a row is a permutation of the client's
+            samples, padding last), once for every copy's cohort.
     """
 
     parts: list[Tensor]
@@ -85,13 +86,11 @@ class BatchDraw:
         steps = np.asarray(steps)
         if len(parts) == 0 or steps.min() < 1:
             raise ValueError(f"make_schedule: expected a non-empty cohort with steps >= 1, got {steps}")
-        device = parts[0].device
         n = np.array([p.shape[0] for p in parts])
         nb = -(-n // batch_size)
         epochs = int((-(-steps // nb)).max())
-        pad = torch.as_tensor(np.arange(n.max()) >= n[:, None], device=device)
         # one draw for every epoch: on the CPU the same numbers as a draw per epoch, in one call
-        keys = torch.rand((epochs, *pad.shape), generator=gen, device=device).masked_fill_(pad, 2.0)
+        keys = torch.rand((epochs, len(parts), int(n.max())), generator=gen, device=parts[0].device)
         return cls(parts, steps, keys)
 
     @staticmethod
@@ -136,7 +135,8 @@ def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
     nb = (n + batch_size - 1) // batch_size
     steps_t = torch.as_tensor(steps, device=device)
     num_steps = int(steps[0])
-    perms = draw.keys.argsort(dim=2, stable=True)
+    pad = torch.as_tensor(np.arange(draw.keys.shape[2]) >= n_np[:, None], device=device)
+    perms = draw.keys.masked_fill(pad, 2.0).argsort(dim=2, stable=True)
     epochs = perms.shape[0]
     s = torch.arange(num_steps, device=device)
     epoch_of = s.unsqueeze(0) // nb.unsqueeze(1)  # (k, S)
