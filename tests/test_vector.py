@@ -248,6 +248,23 @@ def test_a_copys_several_evaluations_run_in_one_flush_and_equal_each_run_alone(r
     vec.close()
 
 
+def test_evaluations_of_different_metrics_run_apart_each_with_its_own():
+    """A copy's soft labels and another's scores of the same models, in one flush: two engine calls."""
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=1, rounds_per_episode=2)
+    vec.reset()
+    feds = [env.unwrapped.federation for env in vec.envs]
+    asked = [fed._eval_request(fed._stack(fed.archs[0], 1), fed.x_test, fed.y_test, [fed.eval_indices],
+                               soft_labels=i == 0) for i, fed in enumerate(feds)]
+    for fed, request in zip(feds, asked, strict=True):
+        request.stack.flat.copy_(fed.global_models[0])
+    before = vec.batcher.flushes
+    (soft,), (scores,) = vec.batcher.run(lambda i: feds[i]._run_all([asked[i]]))
+    assert vec.batcher.flushes - before == 2
+    assert soft.accuracy.isnan().all() and not soft.soft_labels.isnan().any()
+    assert scores.soft_labels.isnan().all() and not scores.accuracy.isnan().any()
+    vec.close()
+
+
 def test_copies_averages_run_as_one_product_before_the_evaluations_of_the_models_they_make():
     """Three copies' aggregations (every row; a subset that leaves out a NaN row, through FedAdam's
     server step; FedNova's share of the start) handed in with the evaluation of the model each makes:
