@@ -218,8 +218,9 @@ def median_shares(shares: list[dict[str, float]]) -> tuple[float, tuple[tuple[st
     if not shares:
         return math.nan, ()
     names = {kind for s in shares for kind in s if kind}
-    kinds = [(kind, statistics.median(s.get(kind, 0.0) for s in shares)) for kind in names]
-    return statistics.median(s[""] for s in shares), tuple(sorted(kinds, key=lambda item: -item[1]))
+    kinds = sorted(((kind, statistics.median(s.get(kind, 0.0) for s in shares)) for kind in names),
+                   key=lambda item: (-item[1], item[0]))  # ties by name: the same order in every process
+    return statistics.median(s[""] for s in shares), tuple(kinds)
 
 
 class _EnvClock(VecEnvWrapper):
