@@ -158,6 +158,10 @@ class StatsRequest:
         """Alone."""
         return _statistics([self])[0]
 
+    def rows(self, out: Tensor | None = None) -> Tensor:
+        """``(k, P)``: the stack's rows, written into ``out`` if given."""
+        return self.stack.rows(out=out)
+
 
 @dataclass(eq=False)
 class AverageRequest:
@@ -197,7 +201,7 @@ class AverageRequest:
 
     def weighted_sum(self) -> Tensor:
         """``sum_i w_i rows_i`` over the kept rows (alone; merged requests share one product)."""
-        rows = self.kept_rows()
+        rows = self.rows()
         return weighted_average(rows, torch.as_tensor(self.weights, device=rows.device))
 
     def with_rest(self, average: Tensor) -> Tensor:
@@ -212,7 +216,7 @@ class AverageRequest:
         """Alone."""
         return self.finish(self.weighted_sum())
 
-    def kept_rows(self, out: Tensor | None = None) -> Tensor:
+    def rows(self, out: Tensor | None = None) -> Tensor:
         """``(kept, P)``: the stack's kept rows, written into ``out`` if given.
 
         The rows left out never enter an average: they may hold anything (a diverged update's NaN).
@@ -230,10 +234,7 @@ def _average_merged(requests: list[AverageRequest]) -> list[Tensor]:
 
 def _average_group(requests: list[AverageRequest]) -> list[Tensor]:
     """The requests' kept rows in one buffer, times the block-diagonal ``(C, sum kept)`` weight matrix."""
-    counts = [len(r.weights) for r in requests]
-    rows = requests[0].start.new_empty(sum(counts), len(requests[0].start))
-    for r, out in zip(requests, rows.split(counts), strict=True):
-        r.kept_rows(out=out)
+    rows = _stacked_rows(requests, [len(r.weights) for r in requests])
     weights = torch.block_diag(*(torch.as_tensor(r.weights, dtype=rows.dtype, device=rows.device)[None]
                                  for r in requests))
     return [r.finish(average) for r, average in zip(requests, weights @ rows, strict=True)]
@@ -251,12 +252,19 @@ def _statistics_merged(requests: list[StatsRequest]) -> list[np.ndarray]:
 def _statistics(requests: list[StatsRequest]) -> list[np.ndarray]:
     """Every request's rows reduced in one call and read back to the host in one transfer."""
     counts = [r.stack.k for r in requests]
-    rows = requests[0].start.new_empty(sum(counts), len(requests[0].start))
-    for r, out in zip(requests, rows.split(counts), strict=True):
-        r.stack.rows(out=out)
+    rows = _stacked_rows(requests, counts)
     values = update_statistics(rows, torch.stack([r.start for r in requests]),
                                torch.cat([r.weights for r in requests]), counts)
     return np.split(values.cpu().numpy(), np.cumsum(counts)[:-1], axis=1)
+
+
+def _stacked_rows(requests: list[StatsRequest] | list[AverageRequest], counts: list[int]) -> Tensor:
+    """One ``(sum counts, P)`` buffer of the requests' rows, ``counts[i]`` of request ``i``, in order."""
+    start = requests[0].start
+    rows = start.new_empty(sum(counts), len(start))
+    for r, out in zip(requests, rows.split(counts), strict=True):
+        r.rows(out=out)
+    return rows
 
 
 def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, draw: BatchDraw, batch_size: int,
@@ -313,10 +321,9 @@ class CohortBatcher:
 
     Attributes:
         flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
-        engine_seconds: wall seconds spent in those calls, for the benchmark's engine share (on a
-            GPU, until their kernels are launched, unless ``synchronize`` waits for them).
-        engine_kinds: the same by the requests' ``kind`` (``training``, ``evaluation``, ``probes``,
-            ``statistics``, ``averages``).
+        engine_kinds: wall seconds spent in those calls by the requests' ``kind`` (``training``,
+            ``evaluation``, ``probes``, ``statistics``, ``averages``), for the benchmark's engine
+            share (on a GPU, until their kernels are launched, unless ``synchronize`` waits for them).
         synchronize: None, or a call made after each engine call and before its time is read
             (``torch.cuda.synchronize``: the benchmark times the kernels themselves, each kind's).
         graphs: with the environment variable ``FL_GYM_CUDA_GRAPHS=1``, the CUDA graphs of merged
@@ -325,7 +332,7 @@ class CohortBatcher:
 
     def __init__(self, copies: int) -> None:
         self.copies, self.turn = copies, MERGED_COPIES
-        self.flushes, self.engine_seconds, self.engine_kinds = 0, 0.0, Counter()
+        self.flushes, self.engine_kinds = 0, Counter()
         self.graphs = CohortGraphs() if os.environ.get("FL_GYM_CUDA_GRAPHS") == "1" else None
         self.synchronize: Callable[[], None] | None = None
         self._pending: list[_Pending] = []
@@ -398,7 +405,6 @@ class CohortBatcher:
         for i, item in enumerate(pending):
             key = item.request.key()
             groups.setdefault(("alone", i) if key is None else key, []).append(item)
-        start = time.perf_counter()
         # a later stage reads what an earlier one writes (an evaluation: the model its copy's average makes)
         for items in sorted(groups.values(), key=lambda items: items[0].request.stage):
             self.flushes += 1
@@ -413,7 +419,11 @@ class CohortBatcher:
             if self.synchronize is not None:
                 self.synchronize()
             self.engine_kinds[items[0].request.kind] += time.perf_counter() - began
-        self.engine_seconds += time.perf_counter() - start
+
+    @property
+    def engine_seconds(self) -> float:
+        """Wall seconds spent in the engine calls so far (the sum of :attr:`engine_kinds`)."""
+        return sum(self.engine_kinds.values())
 
 
 def _run_group(requests: list[Request], graphs: CohortGraphs | None = None) -> list[Any]:
