@@ -203,8 +203,7 @@ class Federation:
         self.server_indices = np.zeros(0, np.int64)
         train_parts, test_parts = self._split(data, scenario)
         self._labels = data.y_train.numpy()
-        self.x_train, self.y_train = data.x_train.to(self.device), data.y_train.to(self.device)
-        self.x_test, self.y_test = data.x_test.to(self.device), data.y_test.to(self.device)
+        self.x_train, self.y_train, self.x_test, self.y_test = data.on(self.device)
         self.train_parts: list[torch.Tensor] = []
         self.noisy = np.zeros(cfg.num_clients, bool)  # drawn below, after every other scenario draw
         self._set_train_parts(train_parts)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks, on a machine with a CUDA device and fl-gym installed (about 5 minutes on one H200 when
-# last run, before two short steps were added; at most 880 s, the sum of the steps' limits):
-# tests/test_gpu.py, then the benchmark sections docs/performance.md quotes for a GPU, each step
-# under its own time limit so that one slow step leaves the others' results. Logs go to OUT.
+# The GPU checks, on a machine with a CUDA device and fl-gym installed (at most 810 s, the sum of
+# the steps' limits; on one H200 the tests took 28 s and each vec step 43-59 s): the GPU tests,
+# then the benchmark sections docs/performance.md quotes for a GPU, each step under its own time
+# limit so that one slow step leaves the others' results. Logs go to OUT.
 # Usage: scripts/gpu-checks.sh OUT [PYTHON]   (PYTHON: the interpreter with fl-gym installed; default python3)
 set -uo pipefail
 out=${1:?usage: scripts/gpu-checks.sh OUT [PYTHON]}
@@ -23,14 +23,12 @@ step() {  # NAME SECONDS COMMAND...: run, log to OUT/NAME.txt, say how it ended
 }
 bench=("$python" -m fl_gym.training.cli bench)
 "$python" -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" | tee "$out/steps.txt"
-step tests 150 "$python" -m pytest -q -p no:cacheprovider "$repo/tests/test_gpu.py"
-step tests-cuda-pool 60 "$python" -m pytest -q -p no:cacheprovider "$repo/tests/test_vector.py" -k "pool and cuda"
+step tests 150 "$python" -m pytest -q -p no:cacheprovider "$repo/tests/test_gpu.py" "$repo/tests/test_vector.py" \
+    -k "gpu or cuda"
 step graphs 120 "${bench[@]}" --sections graphs --device cuda --scenarios S3,S4,S1 --repeats 9
 for id in FLSelect-v0 FLAggregate-v0 FLLearningRate-v0; do
-    # --vec-calls: the functions called most per copy-step, beside the CPU's (why the GPU makes more calls)
-    step "vec-$id" 110 "${bench[@]}" --sections vec --device cuda --vec-envs 16 --vec-ids "$id" --vec-calls 40
+    step "vec-$id" 90 "${bench[@]}" --sections vec --device cuda --vec-envs 16 --vec-ids "$id"
+    # the batched env replaying CUDA graphs of the merged trainings whose shape recurs
+    FL_GYM_CUDA_GRAPHS=1 step "vec-graphs-$id" 90 "${bench[@]}" --sections vec --device cuda --vec-envs 16 \
+        --vec-ids "$id"
 done
-step vec-cpu-FLSelect-v0 110 "${bench[@]}" --sections vec --vec-envs 16 --vec-ids FLSelect-v0 --vec-calls 40
-# FLAggregate-v0 trains the same cohort every round: the batched env replays CUDA graphs of it
-FL_GYM_CUDA_GRAPHS=1 step vec-graphs-FLAggregate-v0 110 "${bench[@]}" --sections vec --device cuda \
-    --vec-envs 16 --vec-ids FLAggregate-v0

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from fl_gym.data import (
     PartitionReport,
@@ -24,6 +25,15 @@ def test_digits_is_real_and_split(digits):
     assert sorted(set(digits.y_test.tolist())) == list(range(10))
     assert abs(float(digits.x_train.mean())) < 1e-4  # standardised with training statistics
     assert load_dataset("digits") is digits  # held once
+
+
+def test_a_data_set_is_copied_to_a_device_once(digits):
+    """Federations on one device share its tensors there (the batched env merges on equal tensors)."""
+    originals = (digits.x_train, digits.y_train, digits.x_test, digits.y_test)
+    assert all(a is b for a, b in zip(digits.on("cpu"), originals, strict=True))  # .to() copies nothing
+    placed = digits.on("meta")
+    assert [t.device.type for t in placed] == ["meta"] * 4 and placed[0].shape == digits.x_train.shape
+    assert all(a is b for a, b in zip(digits.on(torch.device("meta")), placed, strict=True))
 
 
 def test_synthetic_follows_fedprox_generator():

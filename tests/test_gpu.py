@@ -100,18 +100,22 @@ def test_hetero_torch_backend_on_cuda():
 
 @pytest.mark.parametrize("env_id", ["FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"])
 def test_batched_copies_on_cuda_train_there_and_keep_the_cpu_clock(env_id):
-    """The merged engine calls keep every copy's tensors on its device. Observations are held to
-    finiteness only: merged kernels on the GPU round differently from the CPU's, and accuracies
+    """The merged engine calls keep every copy's tensors on its device, and merge the copies' requests
+    there as on the CPU (the copies share one copy of the data on the device). Observations are held
+    to finiteness only: merged kernels on the GPU round differently from the CPU's, and accuracies
     are counts that a last-bit difference may flip; the clock depends on the actions alone."""
-    runs = {}
+    runs, flushes = {}, {}
     for device in ("cpu", "cuda"):
         vec = fl_gym.make_vec(env_id, 3, seed=5, monitor=False, rounds_per_episode=3, device=device)
-        assert vec.get_attr("federation", [0])[0].device.type == device
+        feds = vec.get_attr("federation")
+        assert feds[0].device.type == device and feds[1].x_train is feds[0].x_train
         vec.reset()
         vec.action_space.seed(0)
         steps = [vec.step(np.stack([vec.action_space.sample() for _ in range(3)])) for _ in range(4)]
+        flushes[device] = vec.batcher.flushes
         vec.close()
         runs[device] = steps
+    assert flushes["cuda"] == flushes["cpu"]
     for (obs, _, dones, infos), (cpu_obs, _, cpu_dones, cpu_infos) in zip(runs["cuda"], runs["cpu"],
                                                                           strict=True):
         assert np.isfinite(obs).all() and obs.shape == cpu_obs.shape

@@ -30,11 +30,25 @@ class Dataset:
     y_test: torch.Tensor
     num_classes: int
     natural_split: tuple[tuple[np.ndarray, np.ndarray], ...] = field(default=())
+    _placed: dict[str, tuple[torch.Tensor, ...]] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         """Shape of one sample, e.g. ``(1, 8, 8)``."""
         return tuple(self.x_train.shape[1:])
+
+    def on(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(x_train, y_train, x_test, y_test)`` on ``device``, copied there once and then shared.
+
+        Every federation of a process that trains on this data set on one device holds the same
+        tensors: the batched vector env merges only requests on the same data tensors, and one copy
+        of the data per device is all the memory it needs.
+        """
+        key = str(torch.device(device))
+        if key not in self._placed:
+            tensors = (self.x_train, self.y_train, self.x_test, self.y_test)
+            self._placed[key] = tuple(t.to(device) for t in tensors)
+        return self._placed[key]
 
     def __repr__(self) -> str:
         return (f"Dataset({self.name!r}, train={len(self.y_train)}, test={len(self.y_test)}, "
