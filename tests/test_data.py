@@ -64,6 +64,14 @@ def test_synthetic_iid_shares_one_model_and_is_seeded():
     assert np.median(classes) >= 5
 
 
+def test_a_generated_data_set_is_held_once_per_options():
+    """Envs built on the same options share its tensors (the batched env merges on equal tensors)."""
+    assert load_dataset("synthetic", seed=4, alpha=0.5) is load_dataset("synthetic", alpha=0.5, seed=4)
+    assert load_dataset("synthetic", seed=4) is not load_dataset("synthetic", seed=5)
+    with pytest.raises(ValueError, match="alpha"):
+        load_dataset("synthetic", alpha=[1.0])
+
+
 def test_missing_torchvision_files_give_one_clear_error(tmp_path):
     with pytest.raises(DatasetNotFoundError, match=r"mnist.*fl-gym data prepare ROOT"):
         load_dataset("mnist", root=tmp_path, download=False)

@@ -787,6 +787,21 @@ def test_make_vec_refuses_copies_and_seeds_out_of_range_before_building_any(kwar
         fl_gym.make_vec(**arguments)
 
 
+def test_copies_on_a_generated_data_set_merge_as_on_an_embedded_one():
+    """Copies built on the same generator options hold the same data tensors, which the merge keys
+    compare: a step of four copies makes the engine calls of a step of two (a training, statistics,
+    averages, an evaluation)."""
+    flushes = []
+    for n in (2, 4):
+        vec = fl_gym.make_vec("FLAggregate-v0", n, seed=0, rounds_per_episode=2, dataset="synthetic")
+        vec.reset()
+        before = vec.batcher.flushes
+        vec.step(_actions(vec.action_space, n, np.random.default_rng(0)))
+        flushes.append(vec.batcher.flushes - before)
+        vec.close()
+    assert flushes == [4, 4]
+
+
 def test_merged_trainings_of_a_fixed_cohort_share_one_graph_key_as_the_rate_decays(monkeypatch):
     """What lets a GPU replay one CUDA graph per step (``FL_GYM_CUDA_GRAPHS=1``): every round of
     ``FLAggregate-v0`` trains the same cohort, so its merged training has one shape, though the

@@ -50,7 +50,12 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, download: 
     """
     require_choice("dataset", name, DATASETS)
     if name == "synthetic":
-        return synthetic(**kwargs)  # type: ignore[arg-type]
+        options = tuple(sorted(kwargs.items()))
+        try:
+            hash(options)
+        except TypeError:  # no generator option is unhashable: the generator's checks name it
+            return synthetic(**kwargs)  # type: ignore[arg-type]
+        return _synthetic(options)
     if kwargs:
         raise UserError(f"dataset_kwargs={kwargs!r} is out of range; allowed: none for dataset {name!r}")
     if name == "digits":
@@ -85,6 +90,12 @@ def _normalise(x_train: torch.Tensor, x_test: torch.Tensor) -> tuple[torch.Tenso
     mean = x_train.mean(dim=dims, keepdim=True)
     std = x_train.std(dim=dims, keepdim=True).clamp_min(1e-6)
     return (x_train - mean) / std, (x_test - mean) / std
+
+
+@functools.lru_cache(maxsize=4)
+def _synthetic(options: tuple[tuple[str, object], ...]) -> Dataset:
+    """One data set per generator options, held like the others (copies on it share its tensors)."""
+    return synthetic(**dict(options))  # type: ignore[arg-type]
 
 
 @functools.lru_cache(maxsize=1)
