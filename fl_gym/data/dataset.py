@@ -42,7 +42,8 @@ class Dataset:
 
         Every federation of a process that trains on this data set on one device holds the same
         tensors: the batched vector env merges only requests on the same data tensors, and one copy
-        of the data per device is all the memory it needs.
+        of the data per device is all the memory it needs. The copies live as long as the data set
+        (:func:`~fl_gym.data.load_dataset` holds its sets for the process).
         """
         key = str(torch.device(device))
         if key not in self._placed:
