@@ -195,6 +195,11 @@ def test_bench_engine_section(capsys):
     assert re.search(r"\| S3 \| mlp-small \| 10 \| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+x", out)
 
 
+# a step's merged engine calls: a training, its statistics, the averages, the evaluation of the models they
+# make; FedEntropy's local evaluations (soft labels) and FedEnt's probes one more each
+ENGINE_CALLS = {"FLSelect-v0": 5.0, "FLAggregate-v0": 4.0, "FLLearningRate-v0": 5.0}
+
+
 def test_bench_vec_section(capsys, monkeypatch):
     from fl_gym.envs.registry import FAMILIES
 
@@ -208,9 +213,11 @@ def test_bench_vec_section(capsys, monkeypatch):
                           r"[\d.]+ \| (\d+)% \| ([\d.]+) \| ([\d,]+) \|$", out, re.M)
         assert share and 0 < int(share[1]) < 100 and float(share[2]) > 0
         assert int(share[3].replace(",", "")) > 100
-        # where the engine time goes: each kind's share, most first, summing to at most the whole
-        kinds = re.search(rf"^\| {env_id} \| 2 \| {share[1]}% \| (.+) \|$", out, re.M)
-        shares = dict(re.findall(r"(\w+) (\d+)%", kinds[1]))
+        # the merged engine calls a step makes, and where the engine time goes: each kind's share, most
+        # first, summing to at most the whole
+        kinds = re.search(rf"^\| {env_id} \| 2 \| {share[1]}% \| ([\d.]+) \| (.+) \|$", out, re.M)
+        assert float(kinds[1]) == ENGINE_CALLS[env_id]
+        shares = dict(re.findall(r"(\w+) (\d+)%", kinds[2]))
         probes = {"probes"} if env_id == "FLLearningRate-v0" else set()  # FedEnt's probe gradients
         assert set(shares) == {"training", "evaluation", "statistics", "averages"} | probes
         assert sum(map(int, shares.values())) <= int(share[1]) + len(shares)  # rounded: up to 1 % each

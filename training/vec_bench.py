@@ -55,7 +55,9 @@ class VecResult:
     engine alone would allow (NaN where nothing is merged: copies that train nothing).
     ``calls`` is the one-process batched run's Python calls per copy-step (:func:`python_calls`),
     ``busiest`` the functions it called most, with their calls per copy-step (:func:`call_counts`);
-    ``engine_kinds`` the engine share by request kind (training, evaluation...), most first.
+    ``engine_kinds`` the engine share by request kind (training, evaluation...), most first;
+    ``engine_calls`` the merged engine calls per vector step: as many for any number of copies
+    up to a turn (``MERGED_COPIES``) where the copies' requests merge, more where some do not.
     """
 
     env_id: str
@@ -66,6 +68,7 @@ class VecResult:
     calls: float = math.nan
     busiest: tuple[tuple[str, float], ...] = ()
     engine_kinds: tuple[tuple[str, float], ...] = ()
+    engine_calls: float = math.nan
 
     @property
     def engine_bound(self) -> float:
@@ -138,6 +141,7 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 seconds = interleaved_medians(timed, [repeats] * len(runs), torch.device(device))
                 # after the timed runs: profiling slows it
                 counts_by_function = call_counts(runs[alone], n * per_run)
+                engine_calls = engine_calls_per_step(vecs[alone], per_run)
                 calls = sum(counts_by_function.values())
                 most = sorted(counts_by_function.items(), key=lambda item: -item[1])[:busiest]
                 workers = len(getattr(vecs[-1], "shards", [()]))  # the batched env's (the last kind)
@@ -147,7 +151,8 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 rates.setdefault("batched-1", rates["batched"])  # auto is one process here
                 rates.setdefault("subproc", float("nan"))
                 share, kinds = median_shares(shares[1:])  # after the warm-up
-                results.append(VecResult(env_id, n, rates, workers, share, calls, tuple(most), kinds))
+                results.append(VecResult(env_id, n, rates, workers, share, calls, tuple(most), kinds,
+                                         engine_calls))
     return results
 
 
@@ -158,6 +163,22 @@ def python_calls(run: Callable[[], None], copy_steps: int) -> float:
     code, seeds and actions make the same calls.
     """
     return sum(call_counts(run, copy_steps).values())
+
+
+def engine_calls_per_step(vec: VecEnv, steps: int) -> float:
+    """The median merged engine calls of ``steps`` vector steps of random actions (NaN: no batcher).
+
+    The median, so that a step whose copies reset (and evaluate their first models) does not count.
+    """
+    batcher = getattr(vec, "batcher", None)
+    if batcher is None:
+        return math.nan
+    calls = []
+    for _ in range(steps):
+        before = batcher.flushes
+        vec.step(np.stack([vec.action_space.sample() for _ in range(vec.num_envs)]))
+        calls.append(batcher.flushes - before)
+    return float(np.median(calls))
 
 
 def call_counts(run: Callable[[], None], copy_steps: int) -> dict[str, float]:
@@ -279,12 +300,18 @@ def ppo_table(env_id: str, steps: int, n_envs: int, results: dict[str, PPOResult
 
 
 def engine_kinds_table(results: list[VecResult]) -> str:
-    """Markdown: each one-process run's engine share by request kind (where its engine time goes)."""
-    rows = ["| env id | copies | engine share, 1 process | by kind |", "|---|---|---|---|"]
+    """Markdown: each one-process run's engine share by kind, and its engine calls per vector step.
+
+    Where the engine time goes, and whether the copies' requests merge: where every request
+    merges, a step makes as many engine calls at any copy count up to a turn.
+    """
+    rows = ["| env id | copies | engine share, 1 process | engine calls per step | by kind |",
+            "|---|---|---|---|---|"]
     for r in results:
         if r.engine_kinds:
             kinds = ", ".join(f"{kind} {share:.0%}" for kind, share in r.engine_kinds)
-            rows.append(f"| {r.env_id} | {r.n_envs} | {r.engine_share:.0%} | {kinds} |")
+            rows.append(f"| {r.env_id} | {r.n_envs} | {r.engine_share:.0%} | {r.engine_calls:.1f} | "
+                        f"{kinds} |")
     return "\n".join(rows)
 
 
