@@ -53,7 +53,7 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, download: 
         options = tuple(sorted(kwargs.items()))
         try:
             hash(options)
-        except TypeError:  # no generator option is unhashable: the generator's checks name it
+        except TypeError:  # an unhashable option is none of the generator's: its own checks name it
             return synthetic(**kwargs)  # type: ignore[arg-type]
         return _synthetic(options)
     if kwargs:
