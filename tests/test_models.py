@@ -95,6 +95,8 @@ def test_stack_rows_round_trip():
     assert torch.equal(stack.rows(), rows)
     assert stack.blocks[0].shape == (4, 8, 1, 3, 3)
     assert torch.equal(Stack.broadcast(arch, rows[1], 3).rows(), rows[1].expand(3, -1))
+    which = torch.tensor([3, 0])  # chosen rows, in the order asked for, into a buffer of their size
+    assert torch.equal(stack.rows(out=torch.empty(2, arch.num_params), which=which), rows[[3, 0]])
     out = torch.zeros_like(rows)
     for view, block in zip(stack.row_views(out), stack.blocks, strict=True):
         view.copy_(block)  # each block written through the strided views lands in its columns of the rows

@@ -221,10 +221,8 @@ class AverageRequest:
 
         The rows left out never enter an average: they may hold anything (a diverged update's NaN).
         """
-        if self.kept is None:
-            return self.stack.rows(out=out)
-        rows = self.stack.rows()
-        return torch.index_select(rows, 0, torch.as_tensor(self.kept, device=rows.device), out=out)
+        kept = None if self.kept is None else torch.as_tensor(self.kept, device=self.stack.flat.device)
+        return self.stack.rows(out=out, which=kept)
 
 
 def _average_merged(requests: list[AverageRequest]) -> list[Tensor]:

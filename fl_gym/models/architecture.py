@@ -201,9 +201,16 @@ class Stack:
         return [piece.view(self.k, *shape)
                 for piece, shape in zip(pieces, self.arch.param_shapes, strict=True)]
 
-    def rows(self, out: Tensor | None = None) -> Tensor:
-        """The clients' parameters as ``(K, P)`` vectors (written into ``out`` if given)."""
-        return torch.cat([b.reshape(self.k, -1) for b in self.blocks], dim=1, out=out)
+    def rows(self, out: Tensor | None = None, which: Tensor | None = None) -> Tensor:
+        """The clients' parameters as ``(K, P)`` vectors (written into ``out`` if given).
+
+        ``which``: the indices of the rows to read, in that order (default every row); the others
+        are not copied.
+        """
+        columns = [b.reshape(self.k, -1) for b in self.blocks]
+        if which is not None:
+            columns = [column.index_select(0, which) for column in columns]
+        return torch.cat(columns, dim=1, out=out)
 
 
 def prefix(blocks: list[Tensor], a: int) -> list[Tensor]:
