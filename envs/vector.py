@@ -7,10 +7,9 @@ cohort, ``N`` global models in one evaluation; past ``MERGED_COPIES`` copies, th
 turns of that many, each turn batched). Each copy keeps its own scenario, partition,
 models, server state, clock and random streams; the data set is loaded once (it is cached per
 process). Copy ``i`` seeded ``s + i`` plays the episode a stand-alone env seeded ``s + i`` plays,
-up to float rounding of the larger batched matrix products (and dropout masks, which merged
-training draws from one generator). Their actions are checked as rows before any copy plays, and
-their family encodes every copy's observation in one call over the copies
-(``FLEnv.observe_copies``).
+up to float rounding of the larger batched matrix products. Their actions are checked as rows
+before any copy plays, and their family encodes every copy's observation in one call over the
+copies (``FLEnv.observe_copies``).
 
 Copies that train nothing (a timing backend) have no engine calls to merge; where their family
 registers a ``vector_clock`` (see ``docs/extending.md``), it plays every copy's step as

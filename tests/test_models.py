@@ -48,6 +48,17 @@ def test_widest_is_the_most_values_a_sample_holds_in_any_layer_of_the_torch_modu
     assert arch.widest == max(held)
 
 
+def test_an_architecture_draws_in_training_exactly_when_its_torch_module_has_dropout():
+    """What keeps a model's training out of a merged call (its dropout masks are its own draws)."""
+    drawing = []
+    for name, shape, classes, _ in PINNED:
+        arch = build_model(name, shape, classes)
+        dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in arch.module())
+        assert arch.random_in_training == dropout, name
+        drawing += [name] if dropout else []
+    assert drawing == ["ddfl-mnist-cnn", "fedent-mnist-cnn", "fedent-cifar10-cnn"]  # not fedadp-cnn, its twin
+
+
 def test_hapfl_mac_ratios_match_the_clocks_default_costs():
     """Our widths make each size's forward cost, in LiteModel units, the per-sample cost the clock
     charges by default (small 3.5, medium 7.5, large 13; ``DEFAULT_COSTS``), within 2 %."""

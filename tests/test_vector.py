@@ -47,6 +47,13 @@ def test_capped_merges_play_the_standalone_episodes(env_id, cap, value, monkeypa
     _assert_copies_play_standalone_episodes(env_id)
 
 
+@pytest.mark.parametrize("env_id", ["FLAggregate-v0", "FLLearningRate-v0"])
+def test_copies_of_a_model_with_dropout_draw_their_own_masks(env_id):
+    """DDFL's MNIST CNN drops out at 0.25 and 0.5: each copy's masks are its stand-alone twin's, as
+    its training runs alone (merged, the masks came from one copy's generator: differences of 0.1)."""
+    _assert_copies_play_standalone_episodes(env_id, n=2, rounds=2, model="ddfl-mnist-cnn")
+
+
 def test_merged_calls_hold_at_most_the_values_budget(monkeypatch):
     """Training chunks of clients, evaluation groups of models and chunks of samples: ``MERGED_VALUES``."""
     from fl_gym.engine import batcher
@@ -67,8 +74,8 @@ def test_merged_calls_hold_at_most_the_values_budget(monkeypatch):
     vec.close()
 
 
-def _assert_copies_play_standalone_episodes(env_id: str, n: int = 3, rounds: int = 3) -> None:
-    vec, solo = _vector_and_twins(env_id, n, rounds_per_episode=rounds)
+def _assert_copies_play_standalone_episodes(env_id: str, n: int = 3, rounds: int = 3, **kwargs) -> None:
+    vec, solo = _vector_and_twins(env_id, n, rounds_per_episode=rounds, **kwargs)
     rng = np.random.default_rng(0)
     for _ in range(rounds + 2):
         _assert_step_is_each_twins_step_within_tolerance(vec, solo, _actions(vec.action_space, n, rng))

@@ -17,10 +17,9 @@ slower than the clients it stacks.
 
 Requests are compatible when they train the same architecture in one role with the same local
 optimiser, batch size, loss and a stateless local algorithm (``LocalAlgorithm.stateless``: SGD,
-or FedProx with one ``mu``) on the same data tensors; anything else (several model groups, a
-companion model, SCAFFOLD, MOON, FedDyn, pFedMe) runs alone, unchanged. Merged training draws
-dropout masks from the first request's generator, so models with dropout differ from a
-stand-alone run in their masks only.
+or FedProx with one ``mu``) on the same data tensors, of a model without dropout; anything else
+(several model groups, a companion model, SCAFFOLD, MOON, FedDyn, pFedMe, dropout, whose masks
+are each copy's own draws) runs alone, unchanged.
 """
 
 from __future__ import annotations
@@ -72,10 +71,14 @@ class TrainRequest:
     def key(self) -> tuple | None:
         """Requests with equal keys merge; None = run alone.
 
-        A merged request's rows are written from its member's ``start``, in the merged cohort.
+        A merged request's rows are written from its member's ``start``, in the merged cohort. A
+        model with dropout trains alone: its masks are its own generator's draws, in the shapes
+        a stand-alone run draws them.
         """
         member = self.members[0]
         if len(self.members) != 1 or member.slots is not None or member.start is None:
+            return None
+        if member.stack.arch.random_in_training:
             return None
         algo = self.algorithm
         if self.loss_fn is not cross_entropy or not algo.stateless:
@@ -541,8 +544,7 @@ def _train_merged(requests: list[TrainRequest], graphs: CohortGraphs | None = No
                                            first.algorithm)
         else:
             result, trained = train_cohort([member], first.x, first.y, schedule, lr[at], first.optimizer,
-                                           loss_fn=first.loss_fn, algorithm=first.algorithm,
-                                           gen=first.gen), member.stack
+                                           loss_fn=first.loss_fn, algorithm=first.algorithm), member.stack
         rows.scatter(trained)
         mean[at], last[at] = result.mean_loss[role], result.last_epoch_loss[role]
     out, lo = [], 0

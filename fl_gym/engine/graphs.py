@@ -32,7 +32,6 @@ from fl_gym.engine.trainer import (
     train_cohort,
 )
 from fl_gym.models.architecture import Stack
-from fl_gym.models.layers import Dropout
 
 
 class GraphedCohort:
@@ -121,8 +120,7 @@ class GraphedCohort:
 
 def capturable(member: Member, algorithm: LocalAlgorithm) -> bool:
     """Whether a member's training can be captured: no slots, no dropout, a stateless algorithm."""
-    dropout = any(isinstance(layer, Dropout) and layer.p > 0 for layer in member.stack.arch.layers)
-    return member.slots is None and not dropout and algorithm.stateless
+    return member.slots is None and not member.stack.arch.random_in_training and algorithm.stateless
 
 
 def shape_key(member: Member, x: Tensor, y: Tensor, schedule: BatchSchedule, lr: Tensor,

@@ -33,6 +33,8 @@ class Architecture:
     Attributes:
         widest: the most values one sample's forward pass holds at once in any layer (its input
             included), which sizes a batched call's working set.
+        random_in_training: whether a training forward pass draws from its generator (dropout),
+            so that which clients share a call changes what each one draws.
     """
 
     def __init__(self, name: str, input_shape: Sequence[int], num_classes: int,
@@ -49,6 +51,7 @@ class Architecture:
             raise ValueError(f"Architecture {name!r}: output shape {shape} does not match "
                              f"num_classes={num_classes}")
         self.param_shapes = [s for layer in self.layers for s in layer.param_shapes]
+        self.random_in_training = any(layer.random_in_training for layer in self.layers)
         self.fan_ins = [layer.fan_in for layer in self.layers for _ in layer.param_shapes]
         self.sizes = [math.prod(s) for s in self.param_shapes]
         self.num_params = sum(self.sizes)

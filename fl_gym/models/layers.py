@@ -47,6 +47,7 @@ class Layer:
 
     param_shapes: tuple[tuple[int, ...], ...] = ()
     fan_in: int = 1
+    random_in_training: bool = False  # draws from the generator in a training forward pass
 
     def out_shape(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
         """Per-sample output shape for a per-sample input shape."""
@@ -225,6 +226,7 @@ class Dropout(Layer):
 
     def __init__(self, p: float) -> None:
         self.p = p
+        self.random_in_training = p > 0
 
     def forward(self, x, params, train, gen):
         if not train or self.p == 0:
