@@ -272,11 +272,11 @@ def test_evaluations_of_different_metrics_run_apart_each_with_its_own():
     vec.close()
 
 
-def test_copies_averages_run_as_one_product_before_the_evaluations_of_the_models_they_make():
+def test_copies_averages_run_in_one_engine_call_before_the_evaluations_of_the_models_they_make():
     """Three copies' aggregations (every row; a subset that leaves out a NaN row, through FedAdam's
     server step; FedNova's share of the start) handed in with the evaluation of the model each makes:
-    one product, then one evaluation, each equal to its request run alone (float rounding of the
-    larger product)."""
+    one engine call of the averages, each the one its request makes alone, then one evaluation
+    (float rounding of the larger batched products)."""
     from fl_gym.aggregation import ServerConfig, ServerOptimizer
     from fl_gym.engine.batcher import AverageRequest
 
@@ -308,10 +308,35 @@ def test_copies_averages_run_as_one_product_before_the_evaluations_of_the_models
         by_hand = torch.as_tensor(weights[i], dtype=rows.dtype) @ rows + (rests[i] or 0.0) * members[i].start
         if i != 1:  # FedAdam's step is not the average
             torch.testing.assert_close(alone, by_hand, rtol=0, atol=1e-6)
-        torch.testing.assert_close(model, alone, rtol=0, atol=1e-6)
+        assert torch.equal(model, alone)
         assert model.data_ptr() == requests[i].into.data_ptr()
         expected = feds[i]._test_request(feds[i].archs[0], alone, feds[i].eval_indices).run()
         np.testing.assert_allclose(evaluation.loss.numpy(), expected.loss.numpy(), rtol=0, atol=1e-5)
+    vec.close()
+
+
+def test_a_copys_diverged_update_reaches_no_other_copys_average():
+    """Copy 1 aggregates an update that diverged (NaN): its next global model is NaN, as it is alone,
+    and the others' are the ones they make alone, finite (one product over every copy's rows would
+    carry the NaN into them all: 0 x NaN)."""
+    from fl_gym.engine.batcher import AverageRequest
+
+    vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=2, rounds_per_episode=2)
+    vec.reset()
+    feds = [env.unwrapped.federation for env in vec.envs]
+    members = [env.unwrapped.pending.cohort.members[0] for env in vec.envs]
+    for block in members[1].stack.blocks:
+        block[4] = float("nan")
+
+    def request(i: int) -> AverageRequest:
+        start = members[i].start
+        return AverageRequest(members[i].stack, None, np.full(10, 0.1), start, None, lambda average: average,
+                              torch.empty_like(start))
+
+    merged = vec.batcher.run(lambda i: feds[i]._run_all([request(i)]))
+    assert merged[1][0].isnan().all()
+    for i in (0, 2):
+        assert torch.equal(merged[i][0], request(i).run())
     vec.close()
 
 
