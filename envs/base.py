@@ -215,7 +215,11 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
             result, self._played_ahead = self._played_ahead, None
             return result
         reward, terminated, truncated, info = self.play(action)
-        return self._observe(self._pending), reward, terminated, truncated, info
+        return self.observation(), reward, terminated, truncated, info
+
+    def observation(self) -> np.ndarray:
+        """The pending round's observation (:meth:`_observe`), kept in the space (:func:`within_space`)."""
+        return within_space(self._observe(self._pending), self.observation_space)
 
     def play(self, action: np.ndarray, *, checked: bool = False) -> tuple[float, bool, bool, dict[str, Any]]:
         """:meth:`step` but the observation: ``(reward, terminated, truncated, info)``.
@@ -249,6 +253,11 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         """
         return np.array([env._observe(env._pending) for env in envs])
 
+    @classmethod
+    def observations(cls, envs: Sequence[FLEnv]) -> np.ndarray:
+        """Every env's :meth:`observation`: :meth:`observe_copies` in the observation space."""
+        return within_space(cls.observe_copies(envs), envs[0].observation_space)
+
     def observation_inputs(self) -> tuple:
         """What this env's observation reads: one copy's row of each field, for :meth:`observed_columns`.
 
@@ -280,7 +289,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         self._reset_state()
         self._pending = None  # the last episode's unplayed round is freed before the first one trains
         self._pending = self._prepare()
-        return self._observe(self._pending), {"round": 0}
+        return self.observation(), {"round": 0}
 
     def _draw_scenario(self, seed: int) -> None:
         """A new static scenario (and client count) from ``seed``; the data set and spaces stay.
@@ -490,6 +499,19 @@ class ValidationGain:
 def favor(accuracy: float, target: float) -> float:
     """FAVOR's reward shape (Wang et al., INFOCOM 2020): ``64^(accuracy - target) - 1``."""
     return 64.0 ** (accuracy - target) - 1.0
+
+
+def within_space(observation: np.ndarray, space: spaces.Box) -> np.ndarray:
+    """``observation`` (one or rows of them) with its undefined features at 0 and infinite ones at the bounds.
+
+    A local step at too high a rate can turn a model's parameters to NaN, and every loss, norm and
+    cosine computed from them with it; the episode goes on (the model stays diverged, its accuracy
+    at chance, so the rewards, from accuracies, stay finite and low), and its observations stay
+    inside the space an agent's network reads.
+    """
+    if np.isfinite(observation).all():
+        return observation
+    return np.clip(np.nan_to_num(observation, nan=0.0), space.low, space.high).astype(space.dtype)
 
 
 def _short(a: np.ndarray) -> str:

@@ -229,7 +229,7 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
         """Play every copy's round, merged, and observe the copies together; each ``step`` returns its own."""
         actions = self._unwrapped[0].check_actions(self._actions)  # a bad row raises before any copy plays
         played = self.for_each_copy(lambda i: self._unwrapped[i].play(actions[i], checked=True))
-        observations = type(self._unwrapped[0]).observe_copies(self._unwrapped)
+        observations = type(self._unwrapped[0]).observations(self._unwrapped)
         for env, obs, result in zip(self._unwrapped, observations, played, strict=True):
             env.play_ahead((obs, *result))
 

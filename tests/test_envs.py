@@ -104,6 +104,32 @@ def _bad_actions(space: gym.Space) -> list[np.ndarray]:
             np.array(["x"] * good.size), np.zeros((2, *good.shape), good.dtype)]
 
 
+@pytest.mark.parametrize("env_id,kwargs", [
+    ("FLSelect-v0", {"model": "cnn-small", "lr": 3.0}),
+    ("FLAggregate-v0", {"model": "cnn-small", "lr": 3.0}),
+    ("FLLearningRate-v0", {"model": "ddfl-mnist-cnn"}),  # at its highest rates
+])
+def test_a_diverged_model_leaves_every_observation_in_the_space_and_the_rewards_finite(env_id, kwargs):
+    """A CNN trained at too high a rate turns NaN, and the losses, norms and cosines of the family's
+    observation rule with it (checked); the observation must not pass them on to an agent's network
+    (they read 0)."""
+    env = gym.make(env_id, rounds_per_episode=3, **kwargs)
+    env.action_space.seed(0)
+    obs, _ = env.reset(seed=0)
+    vec = fl_gym.make_vec(env_id, 2, seed=0, rounds_per_episode=3, **kwargs)
+    rows, raw = [obs, *vec.reset()], []
+    action = getattr(env.action_space, "high", None)
+    for _ in range(2):
+        a = env.action_space.sample() if action is None else action
+        obs, reward, _, _, _ = env.step(a)
+        rows += [obs, *vec.step(np.stack([a, a]))[0]]
+        raw.append(type(env.unwrapped).observe_copies([env.unwrapped])[0])
+        assert np.isfinite(reward)
+    assert not np.isfinite(raw).all()
+    assert all(env.observation_space.contains(row) for row in rows)
+    vec.close()
+
+
 @pytest.mark.parametrize("env_id", IDS)
 def test_rows_of_actions_are_checked_as_each_alone_and_the_first_bad_row_is_named(env_id):
     """``check_actions`` over a vector env's rows takes each row as ``check_action`` takes it alone,
