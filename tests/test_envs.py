@@ -93,6 +93,7 @@ def test_fuzz_valid_actions_keep_the_spaces_and_info_keys(env_id, seed):
     for _ in range(3):
         obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
         assert env.observation_space.contains(obs) and np.isfinite(reward)
+        assert np.isfinite(env.unwrapped._observe(env.unwrapped.pending)).all()  # none diverged, none zeroed
         assert {"round", "sim_time", "round_time", "straggling_latency", "uploads",
                 "reward_terms"} <= set(info)
         assert all("/" not in k or k.startswith(f"{family}/") for k in info)
