@@ -286,6 +286,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         if self.config.scenario.redraw_partition:
             self.federation.redraw_partition(int(self.np_random.integers(2**63 - 1)))
         self._round, self._uploads, self._ended = 0, 0, False
+        self._played_ahead = None  # a vector step cut short may have left one: the new episode's is not it
         self._reset_state()
         self._pending = None  # the last episode's unplayed round is freed before the first one trains
         self._pending = self._prepare()

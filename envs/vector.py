@@ -178,6 +178,7 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
         self._observes_together = merging and ahead
         super().__init__(len(self.envs), self.envs[0].observation_space, self.envs[0].action_space)
         self._actions: np.ndarray | None = None
+        self._cut_short = False  # a step stopped after some copy had played: reset before the next
 
     def for_each_copy(self, fn: Callable[[int], T]) -> list[T]:
         """``fn(i)`` for every copy, their engine calls merged."""
@@ -195,6 +196,7 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
         self.reset_infos = [info for _, info in results]
         if self._clock_class is not None:
             self._clock = self._clock_class(self._unwrapped)
+        self._cut_short = False
         return np.stack([obs for obs, _ in results])
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -211,6 +213,22 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
         """
         self._check_step_sent()
         self._stepping = False  # the copies step in this call: cut short, they stay as far as they got
+        if self._cut_short:
+            raise gym.error.ResetNeeded("step() after a step that stopped partway (an error or Ctrl-C after "
+                                        "some copies had played their round, whose results it never "
+                                        "returned); call reset()")
+        before = self._progress()
+        try:
+            return self._step_copies()
+        except BaseException:
+            self._cut_short = self._progress() != before  # an error before any copy played (a bad action): no
+            raise
+
+    def _progress(self) -> list[tuple[int, int]]:
+        """Each copy's rounds played this episode and its federation's rounds: what a step moves."""
+        return [(env.rounds_played, env.federation.round) for env in self._unwrapped]
+
+    def _step_copies(self) -> VecEnvStepReturn:
         if self._clock is not None:
             for env, result in zip(self._clock.envs, self._clock.step(np.asarray(self._actions)),
                                    strict=True):

@@ -373,6 +373,35 @@ def test_the_batcher_runs_copies_in_turn_and_passes_a_copy_error_to_the_caller(e
     assert batcher.run(lambda i: i * 10) == [0, 10, 20]  # and the batcher is usable afterwards
 
 
+@pytest.mark.parametrize("error", [RuntimeError("copy 1 failed"), KeyboardInterrupt()])
+def test_a_step_that_stops_after_copies_played_asks_for_a_reset_and_one_before_does_not(error, monkeypatch):
+    """An error in copy 1's aggregation comes after copies 0 and 2 played (a RuntimeError lets them
+    finish; Ctrl-C stops copy 0 after its federation counted the round, before its env did): their
+    results are lost and the copies disagree, so the next step says to reset instead of playing on
+    (it raised the federation's "round 1 is not pending", or stepped on silently). A bad action,
+    refused before any copy plays, leaves the env stepping."""
+    vec = fl_gym.make_vec("FLAggregate-v0", 3, seed=0, rounds_per_episode=4)
+    vec.reset()
+    actions = np.zeros((3, 10), np.float32)
+    with pytest.raises(ValueError, match="is not finite"):
+        vec.step(np.full((3, 10), np.nan, np.float32))
+    vec.step(actions)
+    monkeypatch.setattr(vec.envs[1].unwrapped.federation, "finish_round", lambda *_, **__: _raise(error))
+    with pytest.raises(type(error)):
+        vec.step(actions)
+    monkeypatch.undo()
+    with pytest.raises(gym.error.ResetNeeded, match=r"stopped partway .* call reset\(\)"):
+        vec.step(actions)
+    vec.reset()
+    assert [env.unwrapped.rounds_played for env in vec.envs] == [0, 0, 0]
+    vec.step(actions)
+    vec.close()
+
+
+def _raise(error: BaseException) -> None:
+    raise error
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device"))])
 @pytest.mark.parametrize("env_id", ["FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0"])
