@@ -464,7 +464,22 @@ def loss_vs_all(federation: Federation, trained: TrainedRound, aggregate: np.nda
     everyone = trained.steps > 0
     losses = federation.validate_averages(trained, np.stack([everyone, np.asarray(aggregate, bool)]),
                                           weight)[:, 1]
+    losses = charged_loss(losses, federation.num_classes)
     return float(losses[0] - losses[1])
+
+
+LOSS_CAP = 10.0  # in units of ln C: the most validation cross-entropy a reward charges
+
+
+def charged_loss(loss: float | np.ndarray, num_classes: int) -> float | np.ndarray:
+    """A validation cross-entropy as the rewards read it: at most ``LOSS_CAP x ln C``.
+
+    A diverged model's (NaN parameters, NaN loss) is charged the cap, as much as the worst finite
+    one, so the loss rewards stay finite and divergence is never cheaper than a bad model; a
+    model whose true class gets a mean probability above ``C^-LOSS_CAP`` is read as it is.
+    """
+    cap = LOSS_CAP * math.log(num_classes)
+    return np.where(np.asarray(loss) <= cap, loss, cap)[()]  # NaN compares False: the cap
 
 
 class ValidationGain:
@@ -474,19 +489,27 @@ class ValidationGain:
 
     Attributes:
         last: the last validation accuracy.
-        last_loss: the last validation cross-entropy.
+        last_loss: the last validation cross-entropy, as the rewards charge it (:func:`charged_loss`).
         rounds: the episode's rounds ``T`` (the weight of ``loss_area``).
         played: the rounds reported so far.
+        classes: the class count ``C`` of the loss's cap (None without a validation split).
     """
 
     def __init__(self, federation: Federation, rounds: int) -> None:
-        self.last, self.last_loss = federation.validation()
+        self.classes = None if federation.val_indices is None else federation.num_classes
+        self.last, loss = federation.validation()
+        self.last_loss = self._charged(loss)
         self.rounds, self.played = rounds, 0
+
+    def _charged(self, loss: float) -> float:
+        """The loss as the rewards read it (:func:`charged_loss`; NaN without a validation split)."""
+        return loss if self.classes is None else float(charged_loss(loss, self.classes))
 
     def update(self, report: RoundReport) -> ValidationTerms:
         """This round's terms; the report's values become the reference."""
-        gain, drop = report.val_accuracy - self.last, self.last_loss - report.val_loss
-        self.last, self.last_loss = report.val_accuracy, report.val_loss
+        loss = self._charged(report.val_loss)
+        gain, drop = report.val_accuracy - self.last, self.last_loss - loss
+        self.last, self.last_loss = report.val_accuracy, loss
         share = max(self.rounds - self.played, 0) / self.rounds
         self.played += 1
         return ValidationTerms(gain, drop, drop * share, gain * share)

@@ -15,6 +15,8 @@ baselines of Zheng et al., IEEE TMC 2024) and their rewards read the validation 
 
 The reward's accuracy comes from the validation split held out of the test set; the reported
 accuracy (``info["accuracy"]``) and the rounds to the target come from the rest of the test set.
+The loss rewards charge a validation cross-entropy at most ``10 ln C``, and a diverged model's
+(NaN) that cap (``fl_gym.envs.base.charged_loss``), so their returns stay finite.
 """
 
 from __future__ import annotations

@@ -107,13 +107,14 @@ def _bad_actions(space: gym.Space) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("env_id,kwargs", [
     ("FLSelect-v0", {"model": "cnn-small", "lr": 3.0}),
-    ("FLAggregate-v0", {"model": "cnn-small", "lr": 3.0}),
-    ("FLLearningRate-v0", {"model": "ddfl-mnist-cnn"}),  # at its highest rates
+    ("FLSelect-v0", {"model": "cnn-small", "lr": 3.0, "reward_signal": "loss_vs_all"}),  # was a KeyError
+    ("FLAggregate-v0", {"model": "cnn-small", "lr": 3.0, "reward": "loss_drop"}),
+    ("FLLearningRate-v0", {"model": "ddfl-mnist-cnn", "reward": "loss_area"}),  # at its highest rates
 ])
 def test_a_diverged_model_leaves_every_observation_in_the_space_and_the_rewards_finite(env_id, kwargs):
     """A CNN trained at too high a rate turns NaN, and the losses, norms and cosines of the family's
     observation rule with it (checked); the observation must not pass them on to an agent's network
-    (they read 0)."""
+    (they read 0), nor the rewards a NaN validation loss (it is charged the cap)."""
     env = gym.make(env_id, rounds_per_episode=3, **kwargs)
     env.action_space.seed(0)
     obs, _ = env.reset(seed=0)

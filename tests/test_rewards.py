@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fl_gym  # noqa: F401
+from fl_gym import Federation, FederationConfig, RoundPlan
 
 
 @pytest.mark.parametrize("env_id, kwargs", [
@@ -101,3 +102,19 @@ def test_loss_vs_all_is_refused_where_every_picked_client_is_aggregated():
     env.reset(seed=0)
     _, reward, _, _, info = env.step(env.action_space.sample())
     assert "loss_vs_all" not in info["reward_terms"] and np.isfinite(reward)
+
+
+def test_a_validation_loss_is_charged_at_most_ten_ln_c_and_a_diverged_ones_at_that():
+    """Below the cap a loss is read as it is; above it, and NaN (a diverged model), at ``10 ln C``;
+    without a validation split the gain stays NaN, not charged as a divergence."""
+    from fl_gym.envs.base import ValidationGain, charged_loss
+
+    cap = 10 * np.log(10)
+    np.testing.assert_array_equal(charged_loss(np.array([0.5, 2.3, cap, 40.0, np.nan, np.inf]), 10),
+                                  [0.5, 2.3, cap, cap, cap, cap])
+    assert charged_loss(0.7, 10) == 0.7 and charged_loss(float("nan"), 2) == 10 * np.log(2)
+    fed = Federation(FederationConfig(num_clients=4))
+    fed.reset(seed=0)
+    assert fed.val_indices is None
+    gain = ValidationGain(fed, rounds=3)
+    assert np.isnan(gain.update(fed.run_round(RoundPlan.make(4, lr=0.05))).loss_drop)

@@ -61,7 +61,8 @@ class RewardConfig(PresetConfig):
             a small validation set), ``loss_area`` (that drop weighted by the rounds it lasts) or,
             where the decision is which trained updates to aggregate, ``loss_vs_all`` (the
             cross-entropy of averaging every trained update minus that of the kept ones':
-            :func:`~fl_gym.envs.base.loss_vs_all`, 0 for keeping all).
+            :func:`~fl_gym.envs.base.loss_vs_all`, 0 for keeping all). A cross-entropy counts at
+            most ``10 ln C``, a diverged model's (NaN) that (:func:`~fl_gym.envs.base.charged_loss`).
     """
 
     lambda_comm: float = 0.05
