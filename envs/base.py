@@ -476,7 +476,8 @@ def charged_loss(loss: float | np.ndarray, num_classes: int) -> float | np.ndarr
 
     A diverged model's (NaN parameters, NaN loss) is charged the cap, as much as the worst finite
     one, so the loss rewards stay finite and divergence is never cheaper than a bad model; a
-    model whose true class gets a mean probability above ``C^-LOSS_CAP`` is read as it is.
+    model whose true class gets a geometric mean probability of at least ``C^-LOSS_CAP`` is read
+    as it is.
     """
     cap = LOSS_CAP * math.log(num_classes)
     return np.where(np.asarray(loss) <= cap, loss, cap)[()]  # NaN compares False: the cap

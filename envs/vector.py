@@ -209,7 +209,8 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
         With a vector clock (copies that train nothing), the clock plays every copy's step as
         arrays first. Copies that train play their rounds merged, and their family observes them
         together (``FLEnv.observe_copies``). Either way each copy's ``step`` then returns its share
-        through the env's wrappers.
+        through the env's wrappers. A step that raises after a copy has played its round leaves
+        the env refusing to step (``ResetNeeded``) until :meth:`reset`: that round's results are lost.
         """
         self._check_step_sent()
         self._stepping = False  # the copies step in this call: cut short, they stay as far as they got
@@ -221,7 +222,7 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
         try:
             return self._step_copies()
         except BaseException:
-            self._cut_short = self._progress() != before  # an error before any copy played (a bad action): no
+            self._cut_short = self._progress() != before  # not where it raised before any copy played
             raise
 
     def _progress(self) -> list[tuple[int, int]]:
