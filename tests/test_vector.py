@@ -47,6 +47,20 @@ def test_capped_merges_play_the_standalone_episodes(env_id, cap, value, monkeypa
     _assert_copies_play_standalone_episodes(env_id)
 
 
+@pytest.mark.parametrize("env_id,kwargs", [
+    ("FLAggregate-v0", {"model": "cnn-small"}),  # grouped convolutions merged
+    ("FLAggregate-v0", {"optimizer": "adam", "fednova": True, "dropout": 0.3}),
+    ("FLSelect-v0", {"momentum": 0.9, "local_algorithm": "fedprox"}),
+    ("FLSelect-v0", {"local_algorithm": "scaffold", "availability": 0.6, "deadline": 2.0, "late": "partial"}),
+    ("FLSelect-v0", {"reward_signal": "loss_vs_all", "link_sigma": 0.5, "bandwidth": 1e5}),  # what-ifs
+    ("FLSelectQueue-v0", {"update_stats": True, "noisy_clients": 0.3}),
+])
+def test_copies_play_their_twins_episodes_off_the_defaults(env_id, kwargs):
+    """Models, optimisers, local algorithms (merged, or alone where stateful), device behaviour and
+    what-if averages each change what the copies' requests hold: each copy still plays its twin's."""
+    _assert_copies_play_standalone_episodes(env_id, n=2, rounds=2, **kwargs)
+
+
 @pytest.mark.parametrize("env_id", ["FLAggregate-v0", "FLLearningRate-v0"])
 def test_copies_of_a_model_with_dropout_draw_their_own_masks(env_id):
     """DDFL's MNIST CNN drops out at 0.25 and 0.5: each copy's masks are its stand-alone twin's, as
