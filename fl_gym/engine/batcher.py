@@ -161,10 +161,6 @@ class StatsRequest:
         """Alone."""
         return _statistics([self])[0]
 
-    def rows(self, out: Tensor | None = None) -> Tensor:
-        """``(k, P)``: the stack's rows, written into ``out`` if given."""
-        return self.stack.rows(out=out)
-
 
 @dataclass(eq=False)
 class AverageRequest:
@@ -235,19 +231,12 @@ def _statistics_merged(requests: list[StatsRequest]) -> list[np.ndarray]:
 def _statistics(requests: list[StatsRequest]) -> list[np.ndarray]:
     """Every request's rows reduced in one call and read back to the host in one transfer."""
     counts = [r.stack.k for r in requests]
-    rows = _stacked_rows(requests, counts)
+    rows = requests[0].start.new_empty(sum(counts), len(requests[0].start))
+    for r, out in zip(requests, rows.split(counts), strict=True):
+        r.stack.rows(out=out)
     values = update_statistics(rows, torch.stack([r.start for r in requests]),
                                torch.cat([r.weights for r in requests]), counts)
     return np.split(values.cpu().numpy(), np.cumsum(counts)[:-1], axis=1)
-
-
-def _stacked_rows(requests: list[StatsRequest], counts: list[int]) -> Tensor:
-    """One ``(sum counts, P)`` buffer of the requests' rows, ``counts[i]`` of request ``i``, in order."""
-    start = requests[0].start
-    rows = start.new_empty(sum(counts), len(start))
-    for r, out in zip(requests, rows.split(counts), strict=True):
-        r.rows(out=out)
-    return rows
 
 
 def _probe(arch: Architecture, models: Tensor | Stack, x: Tensor, y: Tensor, draw: BatchDraw, batch_size: int,
