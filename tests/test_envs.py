@@ -105,6 +105,7 @@ def _bad_actions(space: gym.Space) -> list[np.ndarray]:
             np.array(["x"] * good.size), np.zeros((2, *good.shape), good.dtype)]
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # numpy's overflow and invalid-value warnings too
 @pytest.mark.parametrize("env_id,kwargs", [
     ("FLSelect-v0", {"model": "cnn-small", "lr": 3.0}),
     ("FLSelect-v0", {"model": "cnn-small", "lr": 3.0, "reward_signal": "loss_vs_all"}),  # was a KeyError
@@ -114,7 +115,8 @@ def _bad_actions(space: gym.Space) -> list[np.ndarray]:
 def test_a_diverged_model_leaves_every_observation_in_the_space_and_the_rewards_finite(env_id, kwargs):
     """A CNN trained at too high a rate turns NaN, and the losses, norms and cosines of the family's
     observation rule with it (checked); the observation must not pass them on to an agent's network
-    (they read 0), nor the rewards a NaN validation loss (it is charged the cap)."""
+    (they read 0), nor the rewards a NaN validation loss (it is charged the cap); and no numpy
+    warning fires on the way (an infinite update norm overflowed FLAggregate's mean norm)."""
     env = gym.make(env_id, rounds_per_episode=3, **kwargs)
     env.action_space.seed(0)
     obs, _ = env.reset(seed=0)

@@ -136,7 +136,7 @@ class FLAggregateEnv(TargetRewardEnv):
         first = envs[0]
         part, norm, angle, smoothed, share, loss, glob = cls.observed_columns(envs)
         alpha = first.config.gompertz_alpha
-        norm = np.nan_to_num(norm)
+        norm = np.nan_to_num(norm, posinf=np.finfo(np.float32).max)  # a diverged update's: no sum overflows
         counted, total = part.sum(axis=1, keepdims=True), (norm * part).sum(axis=1, keepdims=True)
         mean_norm = np.where(counted > 0, total / np.maximum(counted, 1), 1.0)  # every update lost: 1
         rows = np.stack([
