@@ -670,7 +670,8 @@ class Federation:
             aggregate: ``(K,)`` bool: trained clients that upload and enter the global model(s);
                 default ``plan.aggregate``.
             weight: ``(K,)`` aggregation weights, renormalised over each model's aggregated
-                clients; default ``plan.weight`` (None = the config's rule).
+                clients (a 0 leaves that update out of the average, even a NaN one); default
+                ``plan.weight`` (None = the config's rule).
         """
         self._check_pending(trained.opened, "finish_round")
         plan = trained.plan
@@ -1017,6 +1018,9 @@ class Federation:
         ``start + tau_eff sum_i w_i (rows_i - start) / steps_i`` with ``tau_eff = sum_i w_i steps_i``,
         i.e. the rows weighted ``w_i tau_eff / steps_i`` and ``start`` the rest (which equal steps make 0).
         """
+        if not w.all():  # a zero weight's row is left out: 0 x NaN would make a diverged update count
+            nonzero, keep = w != 0, keep.copy()
+            keep[keep], w = nonzero, w[nonzero]
         kept = None if keep.all() else keep.nonzero()[0]  # every row kept (the usual round): no selection
         rest = None  # the rows' weights sum to 1: no share of start
         if self.config.behaviour.fednova:

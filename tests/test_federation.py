@@ -313,6 +313,24 @@ def test_a_weight_summing_to_0_over_the_aggregated_clients_is_refused_before_the
     assert _same(a, b) and torch.equal(feds[0].global_models[0], feds[1].global_models[0])
 
 
+def test_a_zero_weight_leaves_a_diverged_update_out_of_the_average(tiny_config):
+    """A weight of 0 means the update does not count: a NaN update given 0 leaves the global model
+    what leaving the client out of ``aggregate`` gives (0 x NaN in the product made it NaN)."""
+    plan = RoundPlan.make(4, lr=0.05)
+    feds = [Federation(tiny_config, scenario_seed=2) for _ in range(2)]
+    weight = np.array([1.0, 0.0, 2.0, 3.0])
+    for fed, aggregate in zip(feds, (None, np.array([True, False, True, True])), strict=True):
+        fed.reset(seed=3)
+        trained = fed.train_round(fed.open_round(plan.selected), plan)
+        member = trained.cohort.members[0]
+        row = int(np.flatnonzero(trained.cohort.clients(member) == 1)[0])
+        for block in member.stack.blocks:
+            block[row] = float("nan")  # client 1 diverged
+        fed.finish_round(trained, aggregate=aggregate, weight=weight)
+    assert torch.isfinite(feds[0].global_models[0]).all()
+    assert torch.equal(feds[0].global_models[0], feds[1].global_models[0])
+
+
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_local_evaluation_scores_the_personal_models_training_leaves_else_the_trained_rows(tiny_config,
                                                                                           algorithm):
