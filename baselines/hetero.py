@@ -287,10 +287,6 @@ def _history_oracle(env: Env | HeteroSpec, rho: float = 0.9, fit: str = "largest
     return HistoryOraclePolicy(env, rho, fit)
 
 
-def _fixed(cls: type[HeteroPolicy]):
-    return lambda env, **kwargs: cls(env, **kwargs)
-
-
 POLICIES = {
     "uniform": PolicyEntry(_uniform,
                            "one size for all (kwarg size, default large), equal epochs: FedAvg's allocation"),
@@ -299,9 +295,9 @@ POLICIES = {
     "medium": PolicyEntry(lambda env: _uniform(env, "medium"), "every client the medium model (num_sizes=3)"),
     "random": PolicyEntry(lambda env, seed=0: RandomPolicy(env, seed),
                           "uniform random sizes, Dirichlet(1) split (kwarg seed, default 0): the floor"),
-    "greedy": PolicyEntry(_fixed(GreedyBySpeedPolicy), "fastest third gets the largest model, equal epochs"),
-    "inverse": PolicyEntry(_fixed(InverseTimePolicy), "one size (kwarg size), epochs proportional to speed"),
-    "oracle": PolicyEntry(_fixed(BalancedOraclePolicy),
+    "greedy": PolicyEntry(GreedyBySpeedPolicy, "fastest third gets the largest model, equal epochs"),
+    "inverse": PolicyEntry(InverseTimePolicy, "one size (kwarg size), epochs proportional to speed"),
+    "oracle": PolicyEntry(BalancedOraclePolicy,
                           "exactly balanced sizes, epochs proportional to speed "
                           "(kwarg fit: the largest or smallest size inside the balance window)"),
     "history-oracle": PolicyEntry(_history_oracle,
@@ -325,4 +321,5 @@ def named_policy(name: str, env: Env | HeteroSpec, **kwargs: Any) -> HeteroPolic
     """A fixed policy by name (one of :data:`POLICIES`)."""
     if name not in POLICIES:
         raise UserError(f"policy={name!r} is out of range; allowed: one of {', '.join(POLICIES)}")
+    POLICIES[name].check(name, kwargs)
     return POLICIES[name].build(env, **kwargs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,21 @@ class PolicyEntry:
     def build(self, env: gym.Env, **kwargs: Any) -> Any:
         """The policy for ``env``."""
         return resolve(self.factory)(env, **kwargs)
+
+    def parameters(self) -> list[str] | None:
+        """The keywords the factory takes after the env (None: any, a ``**kwargs`` factory)."""
+        params = list(inspect.signature(resolve(self.factory)).parameters.values())[1:]
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            return None
+        return [p.name for p in params if p.kind is not p.VAR_POSITIONAL]
+
+    def check(self, label: str, kwargs: Mapping[str, Any]) -> None:
+        """Refuse a keyword the factory does not take, naming those it does (a ``TypeError`` when built)."""
+        allowed = self.parameters()
+        unknown = [] if allowed is None else [k for k in kwargs if k not in allowed]
+        if unknown:
+            raise UserError(f"policy {label!r}: {unknown[0]!r} is not one of its parameters; allowed: "
+                            f"{', '.join(allowed) or 'none'}")
 
 
 @dataclass(frozen=True)

@@ -426,6 +426,8 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["compare", "FLHetero-v0", "--policies", "dqn:x.zip"], "algorithm 'dqn' is out of range; allowed: ppo, "
                                                             "recurrent-ppo, maskable-ppo, hapfl"),
     (["compare", "FLHetero-v0", "--policies", "uniform", "--seeds", "a,b"], "--seeds='a,b' is out of range"),
+    (["compare", "FLSelect-v0", "--policies", "random-drop[q=0.5,p=1]"],  # was a TypeError's traceback
+     "policy 'random-drop[q=0.5,p=1]': 'p' is not one of its parameters; allowed: q, seed"),
     (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
     (["bench", "--sections", "gpu"], "--sections"),
     (["bench", "--sections", "ppo", "--ppo-steps", "0"], "--ppo-steps=0"),

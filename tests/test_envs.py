@@ -196,6 +196,19 @@ def test_every_id_has_a_fixed_policy_that_acts_in_its_space(env_id):
     assert built
 
 
+@pytest.mark.parametrize("env_id", IDS)
+def test_every_fixed_policy_names_its_parameters_and_a_policy_string_with_another_is_refused(env_id):
+    """``NAME[key=value]`` is checked against the factory's parameters when parsed: a ``**kwargs``
+    factory would let a misspelt keyword through to a ``TypeError`` in the middle of an evaluation."""
+    from fl_gym.training.compare import policy_spec
+
+    for name, entry in family_of(env_id).fixed_policies(env_id).items():
+        assert entry.parameters() is not None, name
+        refused = rf"policy '{re.escape(name)}\[nope=1\]': 'nope' is not one of its parameters; allowed: "
+        with pytest.raises(ValueError, match=refused):
+            policy_spec(f"{name}[nope=1]", env_id)
+
+
 @pytest.mark.parametrize("env_id", [i for i in IDS if family_of(i).name != "toy"])  # the toy's: no RowPolicy
 def test_every_fixed_policy_refuses_an_observation_of_another_shape(env_id):
     """Rows of another client count, or another env's observation, would be misread without a word."""

@@ -71,6 +71,7 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
                              f"{', '.join(fixed) or 'none'}, or ALGO:PATH with ALGO in "
                              f"{', '.join((*ALGOS, *recipes_for(env_id)))}")
         entry = fixed[name]
+        entry.check(policy, kwargs)
         return PolicySpec(policy, lambda env: entry.build(env, **kwargs), dict(entry.env_kwargs))
     recipes = recipes_for(env_id)
     if algo not in ALGOS and algo not in recipes:
