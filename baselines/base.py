@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from fl_gym.validation import UserError
+from fl_gym.validation import UserError, require_seed
 
 
 class RowPolicy:
@@ -37,7 +37,9 @@ class RowPolicy:
         self.observation_shape = None if observation_space is None else observation_space.shape
 
     def _seed_rng(self, seed: int | None) -> None:
-        """Give a policy that draws its own generator (never the env's), from ``seed``."""
+        """Give a policy that draws its own generator (never the env's), from ``seed`` (None: fresh)."""
+        if seed is not None:
+            require_seed("seed", seed)
         self._own_seed, self.rng = seed, np.random.default_rng(seed)
 
     def reseed(self, episode_seed: int) -> None:

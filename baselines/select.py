@@ -191,6 +191,9 @@ class PickPolicy(RowPolicy):
     def __init__(self, env: Env | PickLayout, m: int | None = None, seed: int = 0) -> None:
         self.layout = env if isinstance(env, PickLayout) else env.unwrapped.layout
         super().__init__(self.layout.observation_space())
+        n = self.layout.num_clients
+        require(m is None or (is_int_at_least(m, 1) and m <= n), "m", m,
+                f"None (the env's) or an integer in [1, {n}]")
         self.m = m if m is not None else env.unwrapped.m
         self._seed_rng(seed)
 

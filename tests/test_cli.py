@@ -428,6 +428,12 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["compare", "FLHetero-v0", "--policies", "uniform", "--seeds", "a,b"], "--seeds='a,b' is out of range"),
     (["compare", "FLSelect-v0", "--policies", "random-drop[q=0.5,p=1]"],  # was a TypeError's traceback
      "policy 'random-drop[q=0.5,p=1]': 'p' is not one of its parameters; allowed: q, seed"),
+    (["compare", "FLSelect-v0", "--policies", "random-drop[seed=-1]"],  # was numpy's ValueError's traceback
+     "seed=-1 is out of range; allowed: an integer in [0, 2147483647]"),
+    (["compare", "FLSelectPick-v0", "--policies", "pools[m=0]"],  # picked nobody: the env drew for it
+     "m=0 is out of range; allowed: None (the env's) or an integer in [1, 20]"),
+    (["compare", "FLAggregate-v0", "--policies", "fedadp[alpha=-1]"],
+     "alpha=-1 is out of range; allowed: a float > 0"),
     (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
     (["bench", "--sections", "gpu"], "--sections"),
     (["bench", "--sections", "ppo", "--ppo-steps", "0"], "--ppo-steps=0"),
