@@ -233,6 +233,8 @@ class PoolSamplerPolicy(PickPolicy):
                  p_positive: float | None = None
                  ) -> None:
         super().__init__(env, m, seed)
+        require(p_positive is None or (is_non_negative(p_positive) and p_positive <= 1), "p_positive",
+                p_positive, "None (the env's) or a float in [0, 1]")
         self.p_positive = p_positive if p_positive is not None else env.unwrapped.config.p_positive
 
     def pick(self, observation):
@@ -375,6 +377,7 @@ class CosTrimPolicy(RowPolicy):
         if not (isinstance(k, int) and 0 <= k < self.layout.num_clients):
             raise UserError(f"k={k!r} is out of range; allowed: an integer in [0, "
                             f"{self.layout.num_clients - 1}]")
+        require(isinstance(smooth, bool), "smooth", smooth, "True or False")
         self.column = "mean_update_cos" if smooth else "update_cos"
         self.layout.index(self.column)  # a layout without update_stats has none
         self.k = k
@@ -489,8 +492,8 @@ POLICIES = {
                                  {"server_data_fraction": 0.0, "aggregation_weights": "data_size"}, QUEUE),
     "cos-trim": PolicyEntry(CosTrimPolicy,
                             "drop the k devices whose updates agree least with the mean update "
-                            "(kwargs k=3, smooth=True: the episode's mean); needs update_stats=True",
-                            {}, QUEUE),
+                            "(kwargs k=3, smooth=True: the episode's mean); runs with update_stats=True",
+                            {"update_stats": True}, QUEUE),
     "clean-queue": PolicyEntry(CleanQueuePolicy, "privileged: aggregate the clean-label devices (reads "
                                "federation.noisy): an upper reference", {}, QUEUE),
     "top-entropy": PolicyEntry(TopLambdaEntropyPolicy,

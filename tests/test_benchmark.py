@@ -191,6 +191,7 @@ def test_the_queue_envs_update_statistics_by_hand_and_the_cos_trim_filter():
         CosTrimPolicy(plain)
     with pytest.raises(ValueError, match="k=20"):
         CosTrimPolicy(env, k=20)
+    assert policy_spec("cos-trim", "FLSelectQueue-v0").env_kwargs == {"update_stats": True}  # compare runs it
 
 
 def test_a_seeded_fixed_policy_plays_a_different_pattern_per_evaluation_seed():

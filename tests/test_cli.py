@@ -434,6 +434,8 @@ def test_bench_behaviour_section_on_a_tiny_case():
      "m=0 is out of range; allowed: None (the env's) or an integer in [1, 20]"),
     (["compare", "FLAggregate-v0", "--policies", "fedadp[alpha=-1]"],
      "alpha=-1 is out of range; allowed: a float > 0"),
+    (["compare", "FLSelectQueue-v0", "--policies", "cos-trim[smooth=x]"], "smooth='x' is out of range"),
+    (["compare", "FLSelectPick-v0", "--policies", "pools[p_positive=2]"], "p_positive=2 is out of range"),
     (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
     (["bench", "--sections", "gpu"], "--sections"),
     (["bench", "--sections", "ppo", "--ppo-steps", "0"], "--ppo-steps=0"),
