@@ -7,7 +7,9 @@
 :class:`GymBatchedVectorEnv` over the same, with Gymnasium 1.x's ``SAME_STEP`` autoreset: a
 finished copy resets within the step that ended it, its last observation and info in
 ``infos["final_obs"]`` and ``infos["final_info"]`` (``NEXT_STEP``, Gymnasium's default for its own
-vector envs, would spend an extra step, and with it a real FL round, on every reset).
+vector envs, would spend an extra step, and with it a real FL round, on every reset). Infos batch
+as Gymnasium's do, one array per key, except a key whose arrays differ in shape between copies
+(the ids a selection kept; copies of different client counts): an object array of each copy's.
 """
 
 from __future__ import annotations
@@ -145,6 +147,24 @@ class GymBatchedVectorEnv(VectorEnv):
         for i, info in enumerate(infos):
             batched = self._add_info(batched, info, i)
         return batched
+
+    def _add_info(self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int
+                  ) -> dict[str, Any]:
+        """Gymnasium's batching, and arrays whose shape differs between copies as an object array.
+
+        Gymnasium's assumes one shape per key and fails on the ids a selection kept, or on copies
+        of different client counts; such a key comes as each copy's array (``info[key][i]`` is
+        copy ``i``'s either way).
+        """
+        for key, value in env_info.items():
+            held = vector_infos.get(key)
+            if (isinstance(value, np.ndarray) and isinstance(held, np.ndarray) and held.dtype != object
+                    and held.shape[1:] != value.shape):
+                rows = np.full(self.num_envs, None, dtype=object)
+                for i in np.flatnonzero(vector_infos[f"_{key}"]):
+                    rows[i] = held[i]
+                vector_infos[key] = rows
+        return super()._add_info(vector_infos, env_info, env_num)
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close the copies."""

@@ -677,6 +677,31 @@ def test_gymnasium_make_vec_uses_the_batched_env_with_same_step_autoreset():
     env.close()
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"randomize_scenario": True, "num_clients_range": (6, 12)}])
+def test_gymnasiums_vector_infos_hold_each_copys_arrays_whatever_their_lengths(kwargs):
+    """Gymnasium batches an info key into one array of the first copy's shape, which failed on the ids a
+    selection kept (how many differs between copies) and on copies of different client counts."""
+    env = gym.make_vec("FLSelect-v0", 3, vectorization_mode="vector_entry_point", rounds_per_episode=3,
+                       **kwargs)
+    solo = [gym.make("FLSelect-v0", rounds_per_episode=3, **kwargs) for _ in range(3)]
+    env.reset(seed=0)
+    for i, s in enumerate(solo):
+        s.reset(seed=i)
+    env.action_space.seed(0)
+    lengths = set()
+    for _ in range(2):
+        actions = env.action_space.sample()
+        infos = env.step(actions)[4]
+        for i, s in enumerate(solo):
+            info = s.step(actions[i])[4]
+            for key, value in info.items():
+                if isinstance(value, np.ndarray):
+                    np.testing.assert_array_equal(infos[key][i], value, err_msg=key)
+            lengths.add(len(info["select/kept"]))
+    assert len(lengths) > 1  # the case that failed
+    env.close()
+
+
 def test_gymnasiums_vector_reset_takes_a_numpy_seed_and_refuses_other_types_by_name():
     """A NumPy integer seed raised a TypeError, and a string was read as a list of seeds."""
     env = gym.make_vec("FLHetero-v0", 2, vectorization_mode="vector_entry_point")
