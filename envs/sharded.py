@@ -7,8 +7,9 @@ core is the point), and steps the shards side by side. Unlike SB3's ``SubprocVec
 process per copy), the data set is loaded once per worker, not once per copy, and each worker
 still merges its shard's rounds into one engine call. Copy ``i`` plays the episode it plays in
 an unsharded ``BatchedVecEnv`` (shards differ only in which copies share a merged batch, which
-moves float rounding in the last bit). A worker that ends under it (killed, out of memory) raises
-:class:`WorkerLost` at the next call, and ``close()`` still closes the others.
+moves float rounding in the last bit). A copy that a worker cannot build (a bad argument) raises
+its own error from the constructor, every worker closed. A worker that ends under it (killed, out
+of memory) raises :class:`WorkerLost` at the next call, and ``close()`` still closes the others.
 """
 
 from __future__ import annotations
@@ -67,10 +68,28 @@ class ShardServer:
         return getattr(vec, method)(*args, **kwargs)
 
 
+class RefusingServer:
+    """A shard whose copies could not be built: every call but ``close`` answers with that error."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def handle(self, method: str, args: tuple, kwargs: dict[str, Any]) -> tuple[bool, Any]:
+        """The reply to one call."""
+        return (True, None) if method == "close" else (False, self.error)
+
+
 def _serve(remote: Connection, parent: Connection, env_fns: CloudpickleWrapper, threads: int) -> None:
-    """A worker process: a :class:`ShardServer` answering calls from the pipe until ``close``."""
+    """A worker process: a :class:`ShardServer` answering calls from the pipe until ``close``.
+
+    A copy that cannot be built (a bad argument) is the caller's error, raised from its first call,
+    not a worker that dies printing a traceback.
+    """
     parent.close()
-    server = ShardServer(env_fns.var, threads)
+    try:
+        server: ShardServer | RefusingServer = ShardServer(env_fns.var, threads)
+    except Exception as exc:  # noqa: BLE001 - re-raised in the caller
+        server = RefusingServer(exc)
     while True:
         try:
             method, args, kwargs = remote.recv()
@@ -139,8 +158,18 @@ class ShardedVecEnv(StepCalls, CopySeeds, VecEnv):
         self.shards = [list(s) for s in np.array_split(np.arange(n), workers)]
         self.workers = self._start_workers([[env_fns[i] for i in shard] for shard in self.shards],
                                            start_method)
-        observation_space, action_space = self._ask(0, "spaces")
+        try:
+            observation_space, action_space = self._spaces()
+        except Exception:
+            self.close()
+            raise
         super().__init__(n, observation_space, action_space)
+
+    def _spaces(self) -> tuple[gym.Space, gym.Space]:
+        """The first shard's spaces, once every shard has built its copies (else the first error)."""
+        for s in range(len(self.workers)):
+            self._send(s, "spaces")
+        return self._receive(range(len(self.workers)))[0]
 
     def _start_workers(self, groups: list[list[Callable[[], gym.Env]]],
                        start_method: str | None) -> list[Any]:

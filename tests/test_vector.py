@@ -653,6 +653,16 @@ def test_a_killed_worker_is_named_and_close_still_joins_the_others():
     assert vec.closed and not any(w.process.is_alive() for w in vec.workers)
 
 
+def test_a_copy_its_worker_cannot_build_raises_its_own_error_in_the_caller_and_no_worker_is_left():
+    """A bad argument raised in the worker processes, which died printing its traceback, and the caller
+    got ``WorkerLost`` ("close() the env and build a new one") for an env it never received."""
+    import multiprocessing as mp
+
+    with pytest.raises(ValueError, match=r"^lr=-1 is out of range; allowed: a float in \(0, 100\]$"):
+        fl_gym.make_vec("FLAggregate-v0", 2, workers=2, lr=-1)
+    assert not mp.active_children()
+
+
 def test_gymnasium_make_vec_uses_the_batched_env_with_same_step_autoreset():
     from gymnasium.vector import AutoresetMode
 
