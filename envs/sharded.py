@@ -40,15 +40,23 @@ class ShardServer:
     """A shard's :class:`BatchedVecEnv`, answering ``(method, args, kwargs)`` calls with ``(ok, value)``.
 
     It runs in a worker process here, or in another transport's worker (a Ray actor,
-    :mod:`fl_gym.integrations.ray`); a call that raises answers ``(False, exception)``.
+    :mod:`fl_gym.integrations.ray`); a call that raises answers ``(False, exception)``. Copies that
+    cannot be built (a bad argument) make every call but ``close`` answer with that error, so the
+    caller raises it, rather than a worker that dies printing it.
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], threads: int) -> None:
         torch.set_num_threads(threads)
-        self.vec = BatchedVecEnv(env_fns)
+        self.error: Exception | None = None
+        try:
+            self.vec = BatchedVecEnv(env_fns)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller
+            self.error = exc
 
     def handle(self, method: str, args: tuple, kwargs: dict[str, Any]) -> tuple[bool, Any]:
         """The reply to one call."""
+        if self.error is not None:
+            return (True, None) if method == "close" else (False, self.error)
         try:
             return True, self._call(method, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - re-raised in the caller
@@ -68,28 +76,10 @@ class ShardServer:
         return getattr(vec, method)(*args, **kwargs)
 
 
-class RefusingServer:
-    """A shard whose copies could not be built: every call but ``close`` answers with that error."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-    def handle(self, method: str, args: tuple, kwargs: dict[str, Any]) -> tuple[bool, Any]:
-        """The reply to one call."""
-        return (True, None) if method == "close" else (False, self.error)
-
-
 def _serve(remote: Connection, parent: Connection, env_fns: CloudpickleWrapper, threads: int) -> None:
-    """A worker process: a :class:`ShardServer` answering calls from the pipe until ``close``.
-
-    A copy that cannot be built (a bad argument) is the caller's error, raised from its first call,
-    not a worker that dies printing a traceback.
-    """
+    """A worker process: a :class:`ShardServer` answering calls from the pipe until ``close``."""
     parent.close()
-    try:
-        server: ShardServer | RefusingServer = ShardServer(env_fns.var, threads)
-    except Exception as exc:  # noqa: BLE001 - re-raised in the caller
-        server = RefusingServer(exc)
+    server = ShardServer(env_fns.var, threads)
     while True:
         try:
             method, args, kwargs = remote.recv()

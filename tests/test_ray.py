@@ -64,6 +64,12 @@ def test_a_dead_actor_is_named_and_close_still_releases_the_others():
     assert vec.closed
 
 
+def test_a_copy_an_actor_cannot_build_raises_its_own_error_in_the_caller():
+    """The actor's constructor raised, and the caller got WorkerLost for an actor that never lived."""
+    with pytest.raises(ValueError, match=r"^lr=-1 is out of range"):
+        RayVecEnv(_fns("FLAggregate-v0", 2, lr=-1), workers=2)
+
+
 def test_the_vec_env_contract_and_worker_errors_cross_the_actors():
     vec = RayVecEnv(_fns("FLHeteroAlloc-v0", 3), workers=2)
     vec.reset()
