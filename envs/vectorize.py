@@ -73,6 +73,7 @@ def make_vec(env_id: str, n_envs: int, seed: int | None = None, monitor: bool = 
         kwargs: more constructor arguments (merged over ``env_kwargs``).
     """
     require_copies("n_envs", n_envs)
+    require(isinstance(monitor, bool), "monitor", monitor, "True or False")
     require(isinstance(env_id, str) and env_id in env_ids(), "env_id", env_id,
             "a registered fl-gym id (fl-gym envs lists them)")
     if seed is not None:

@@ -888,11 +888,14 @@ def test_each_copy_takes_its_own_seed_through_the_public_vector_protocol():
 
 
 @pytest.mark.parametrize("kwargs,name", [({"n_envs": 0}, "n_envs"), ({"n_envs": 10**12}, "n_envs"),
-                                         ({"seed": -1}, "seed"), ({"seed": 2**32}, "seed")])
+                                         ({"seed": -1}, "seed"), ({"seed": 2**32}, "seed"),
+                                         ({"monitor": "no"}, "monitor")])
 def test_make_vec_refuses_copies_and_seeds_out_of_range_before_building_any(kwargs, name):
-    """10**12 copies would build envs until memory ran out; a seed past 2**32 fails inside SB3's seeding."""
+    """10**12 copies would build envs until memory ran out; a seed past 2**32 fails inside SB3's seeding;
+    ``monitor="no"`` read as True."""
     arguments = {"env_id": "FLAggregate-v0", "n_envs": 2, **kwargs}
-    message = rf"{name}={kwargs[name]!r} is out of range; allowed: an integer in \["
+    allowed = "True or False" if name == "monitor" else r"an integer in \["
+    message = rf"{name}={kwargs[name]!r} is out of range; allowed: {allowed}"
     with pytest.raises(ValueError, match=message):
         fl_gym.make_vec(**arguments)
 
