@@ -158,6 +158,15 @@ def test_views_use_their_injected_policies():
     np.testing.assert_allclose(1 / obs, info["hetero/cost_ratio"], rtol=1e-6)
 
 
+@pytest.mark.parametrize("kwargs,name", [({"allocation_policy": 3}, "allocation_policy"),
+                                         ({"intensity_policy": "nope"}, "intensity_policy")])
+def test_an_injected_policy_is_a_predictor_or_a_fixed_name_checked_at_make(kwargs, name):
+    """An int was taken for a predictor; the first step failed: 'int' object has no attribute 'predict'."""
+    env_id = "FLHeteroIntensity-v0" if name == "allocation_policy" else "FLHeteroAlloc-v0"
+    with pytest.raises(ValueError, match=rf"^{name}={kwargs[name]!r} is out of range; allowed: a predictor"):
+        gym.make(env_id, **kwargs)
+
+
 def test_extended_observation():
     env = gym.make("FLHetero-v0", obs_mode="extended")
     obs, _ = env.reset(seed=0)

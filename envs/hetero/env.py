@@ -188,11 +188,12 @@ class _HeteroEnv(FLEnv):
 
     def _inner(self, view: str) -> Predictor:
         policy = self.injected[view]
-        if not isinstance(policy, str):
+        if callable(getattr(policy, "predict", None)):
             return policy
         fixed = family_of(self.spec_id(view)).fixed_policies(self.spec_id(view))
-        require(policy in fixed, f"{'allocation' if view == 'alloc' else 'intensity'}_policy", policy,
-                "a predictor or one of " + ", ".join(fixed))
+        require(isinstance(policy, str) and policy in fixed,
+                f"{'allocation' if view == 'alloc' else 'intensity'}_policy", policy,
+                "a predictor (with SB3's predict) or one of " + ", ".join(fixed))
         return fixed[policy].build(self.hetero.with_view(view))
 
     def _residual_base(self, name: str | None) -> Predictor | None:
