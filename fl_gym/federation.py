@@ -1039,7 +1039,12 @@ class Federation:
         call it before :meth:`finish_round`. Returns ``(len(subsets), 2)``; NaN without a
         validation split or a trained cohort.
         """
-        subsets = np.atleast_2d(np.asarray(subsets, bool))
+        subsets = self._subsets(subsets)
+        if weight is not None:
+            weight = np.asarray(weight, np.float64)
+            check_aggregation(trained.plan.selected, trained.plan.aggregate, weight)
+        if len(subsets) == 0:
+            return np.empty((0, 2))
         if self.val_indices is None or trained.cohort is None:
             return np.full((len(subsets), 2), np.nan)
         member = next(m for m in trained.cohort.members
@@ -1057,6 +1062,15 @@ class Federation:
         stack = Stack.from_rows(self.archs[0], torch.stack(averages))
         result = self._evaluate(stack, self.x_test, self.y_test, [self.val_indices] * len(subsets))
         return torch.stack([result.accuracy, result.loss], dim=1).double().cpu().numpy()
+
+    def _subsets(self, subsets: np.ndarray) -> np.ndarray:
+        """``(n, K)`` bool rows, or a ``ValueError`` (client ids would average other clients silently)."""
+        rows = np.atleast_2d(np.asarray(subsets))
+        k = self.num_clients
+        if rows.ndim != 2 or rows.shape[1] != k or (rows.dtype != bool and not np.isin(rows, (0, 1)).all()):
+            raise UserError(f"subsets has shape {rows.shape} and dtype {rows.dtype}; allowed: (n, {k}) or "
+                            f"({k},) masks, bool or 0/1 (not client ids)")
+        return rows.astype(bool)
 
     def _evaluate_round(self, averages: list[AverageRequest]) -> tuple[GlobalEvaluation, tuple[float, float]]:
         """The round's test evaluation of the global models (when due) and validation accuracy and loss.

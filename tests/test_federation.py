@@ -313,6 +313,28 @@ def test_a_weight_summing_to_0_over_the_aggregated_clients_is_refused_before_the
     assert _same(a, b) and torch.equal(feds[0].global_models[0], feds[1].global_models[0])
 
 
+@pytest.mark.parametrize("subsets,weight,match", [
+    (np.ones((2, 5), bool), None, r"subsets has shape \(2, 5\)"),  # read the first 4 columns
+    (np.array([[0, 1, 2, 3]]), None, r"subsets has shape \(1, 4\) and dtype int64"),  # ids read as a mask
+    ("x", None, r"subsets has shape \(1, 1\)"),  # an IndexError
+    (np.ones((1, 4), bool), np.ones(3), r"weight has shape \(3,\)"),  # an IndexError
+    (np.ones((1, 4), bool), np.array([1.0, -1.0, 1.0, 1.0]), r"weight=\[1.0, -1.0, 1.0, 1.0\] is out of"),
+    (np.ones((1, 4), bool), np.array([np.nan, 1.0, 1.0, 1.0]), r"weight=\[nan, 1.0, 1.0, 1.0\] is out of"),
+])
+def test_what_if_averages_check_their_subsets_and_weights_as_finish_round_does(tiny_config, subsets, weight,
+                                                                               match):
+    """Each was answered (wrongly) or failed deep inside: a negative weight averaged, a NaN one gave NaN."""
+    fed = Federation(tiny_config.replace(validation_size=100))
+    fed.reset(seed=0)
+    plan = RoundPlan.make(4, lr=0.05)
+    trained = fed.train_round(fed.open_round(plan.selected), plan)
+    with pytest.raises(ValueError, match=match):
+        fed.validate_averages(trained, subsets, weight)
+    assert fed.validate_averages(trained, np.zeros((0, 4), bool)).shape == (0, 2)  # nothing asked: no rows
+    np.testing.assert_array_equal(fed.validate_averages(trained, [[1, 0, 1, 0]]),
+                                  fed.validate_averages(trained, np.array([True, False, True, False])))
+
+
 def test_a_zero_weight_leaves_a_diverged_update_out_of_the_average(tiny_config):
     """A weight of 0 means the update does not count: a NaN update given 0 leaves the global model
     what leaving the client out of ``aggregate`` gives (0 x NaN in the product made it NaN)."""
