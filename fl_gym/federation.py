@@ -74,7 +74,7 @@ from fl_gym.records import (
     check_aggregation,
 )
 from fl_gym.traces import PlayedDevices, assign_devices, load_availability
-from fl_gym.validation import MAX_SCHEDULE, UserError, is_int_at_least, require
+from fl_gym.validation import MAX_SCHEDULE, UserError, is_int_at_least, is_non_negative, require
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
 BEHAVIOUR_STREAM = 1 << 20  # the spawn key of the behaviour stream: far from the children reset spawns
@@ -348,10 +348,10 @@ class Federation:
             indices = np.asarray(indices)
             if not 0 <= client < self.num_clients:
                 raise UserError(f"client={client} is out of range; allowed: 0..{self.num_clients - 1}")
-            if (indices.ndim != 1 or len(indices) == 0 or indices.min() < 0
+            if (indices.ndim != 1 or len(indices) == 0 or indices.dtype.kind not in "iu" or indices.min() < 0
                     or indices.max() >= len(self._labels)):
                 raise UserError(f"indices of client {client} are out of range; allowed: a non-empty 1-D "
-                                 f"array in 0..{len(self._labels) - 1}")
+                                 f"integer array in 0..{len(self._labels) - 1}")
             parts[client] = np.sort(indices)
         self._set_train_parts(parts)
 
@@ -450,6 +450,12 @@ class Federation:
         For a driver that times many federations' rounds as arrays (a family's vector clock) or
         trains them elsewhere; :meth:`finish_round` counts its own rounds.
         """
+        try:
+            ok = 0.0 <= round_time < math.inf  # NaN and a string fail too
+        except TypeError:
+            ok = False
+        if not ok:
+            raise UserError(f"round_time={round_time!r} is out of range; allowed: a finite float >= 0")
         self._round += 1
         self._elapsed += round_time
 
@@ -580,6 +586,9 @@ class Federation:
         client reports its resources before it is picked (FedCS's resource request); the drift
         the round brings after it opens is not known yet.
         """
+        require(is_int_at_least(model, 0) and model < len(self.model_costs), "model", model,
+                f"an integer in [0, {len(self.model_costs) - 1}]")
+        require(is_non_negative(epochs), "epochs", epochs, "a float >= 0")
         cost = self.model_costs[model] + self.companion_cost
         train = epochs * self.clock.epoch_time(self.sizes, cost, opened.load)
         models, links = np.full(self.num_clients, model), self._links()

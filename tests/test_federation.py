@@ -335,6 +335,22 @@ def test_what_if_averages_check_their_subsets_and_weights_as_finish_round_does(t
                                   fed.validate_averages(trained, np.array([True, False, True, False])))
 
 
+@pytest.mark.parametrize("call,match", [
+    (lambda fed: fed.advance(-1.0), r"round_time=-1.0 is out of range"),  # the clock ran backwards
+    (lambda fed: fed.advance(float("nan")), r"round_time=nan is out of range"),  # every later time NaN
+    (lambda fed: fed.advance("x"), r"round_time='x' is out of range"),  # a TypeError
+    (lambda fed: fed.assign_data(0, np.array([1.5])), r"non-empty 1-D integer array"),  # an IndexError
+    (lambda fed: fed.expected_times(fed.open_round(), -1.0), r"epochs=-1.0 is out of range"),  # times < 0
+    (lambda fed: fed.expected_times(fed.open_round(), 1.0, model=5), r"model=5 is out of range"),
+])
+def test_the_clock_data_and_expected_times_refuse_values_that_would_corrupt_them(tiny_config, call, match):
+    fed = Federation(tiny_config)
+    fed.reset(seed=0)
+    with pytest.raises(ValueError, match=match):
+        call(fed)
+    assert (fed.round, fed.elapsed) == (0, 0.0)
+
+
 def test_a_zero_weight_leaves_a_diverged_update_out_of_the_average(tiny_config):
     """A weight of 0 means the update does not count: a NaN update given 0 leaves the global model
     what leaving the client out of ``aggregate`` gives (0 x NaN in the product made it NaN)."""
