@@ -38,7 +38,8 @@ class PolicyEntry:
         factory: ``factory(env, **kwargs) -> predictor`` (or its entry point).
         doc: one line for ``fl-gym envs`` and the docs: what it does, its paper, its kwargs.
         env_kwargs: the env variant it runs on (a baseline that is an algorithm variant, e.g.
-            FedProx's local solver); applied by ``compare`` before the user's ``--env-kwargs``.
+            FedProx's local solver); ``compare`` and the benchmark apply it over the user's
+            ``--env-kwargs`` and the task's arguments (the variant is what the policy is).
         env_ids: the ids it acts on (empty = every id of the family).
     """
 
