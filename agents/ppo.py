@@ -17,7 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 import yaml
-from sb3_contrib import MaskablePPO, RecurrentPPO
+from sb3_contrib import MaskablePPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
@@ -25,6 +25,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from fl_gym.agents.features import FEATURE_EXTRACTORS
+from fl_gym.agents.recurrent import RecurrentPPO
 from fl_gym.agents.sets import SetPolicy, client_rows_of
 from fl_gym.envs.vectorize import batched_vec_env
 from fl_gym.validation import UserError, is_int_at_least, is_non_negative, is_positive
