@@ -282,6 +282,17 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     assert "IQM [95 % CI]" in capsys.readouterr().out
 
 
+def test_agents_run_before_the_references_say_to_pin_them_and_the_report_names_the_command(tmp_path, capsys):
+    """The run said "done; fl-gym benchmark report ...", and that report then failed, naming no ``--out``."""
+    out = tmp_path / "bench"
+    assert main(["benchmark", "run", "--suite", "smoke", "--tasks", "smoke-hetero", "--seeds", "0",
+                 "--out", str(out), "--no-progress"]) == 0
+    pin = f"fl-gym benchmark run --suite smoke --algo fixed --out {out}"
+    assert f"done; next: {pin}, then fl-gym benchmark report" in capsys.readouterr().out
+    assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out)]) == 2
+    assert f"pin them with {pin}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["benchmark", "run", "--suite", "nosuch"], "suite='nosuch'"),
     (["benchmark", "run", "--suite", "smoke", "--tasks", "nosuch"], "--tasks=['nosuch']"),

@@ -454,7 +454,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         seeds = parse_seed_list(args.seeds, "--seeds")
         out = writable(default if args.out is None else args.out, "--out")
         benchmark.run(args.suite, args.algo, seeds, out, tasks, progress=not args.no_progress)
-        print(f"done; fl-gym benchmark report --suite {args.suite} --runs {out}")
+        step = f"fl-gym benchmark report --suite {args.suite} --runs {out}"
+        if not benchmark.pinned(args.suite, out):  # a report needs them: said now, not when it fails
+            step = f"fl-gym benchmark run --suite {args.suite} --algo fixed --out {out}, then {step}"
+        print(f"done; next: {step}")
         return 0
     require(is_int_at_least(args.reps, 100), "--reps", args.reps, "an integer >= 100")
     runs = str(default) if args.runs is None else args.runs

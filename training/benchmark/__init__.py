@@ -82,11 +82,20 @@ def stored_references(suite_name: str) -> dict[str, Any]:
     Raises:
         FileNotFoundError: the suite has none stored.
     """
-    path = resources.files("fl_gym.training.benchmark").joinpath("references", f"{suite_name}.json")
+    path = _stored(suite_name)
     if not path.is_file():
         raise FileNotFoundError(f"no stored references for suite {suite_name!r}; pin them with "
                                 f"fl-gym benchmark run --suite {suite_name} --algo fixed")
     return read_json(path)
+
+
+def _stored(suite_name: str) -> Any:
+    return resources.files("fl_gym.training.benchmark").joinpath("references", f"{suite_name}.json")
+
+
+def pinned(suite_name: str, runs_dir: str | Path) -> bool:
+    """Whether a report of ``runs_dir`` has references: pinned there, or stored with the package."""
+    return (Path(runs_dir) / "references.json").is_file() or _stored(suite_name).is_file()
 
 
 def normalized_score(task: str | Task, value: float, split: str = "test", refs: dict[str, Any] | None = None
@@ -130,6 +139,10 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
     """
     runs_dir = Path(runs_dir)
     tasks = suite(suite_name)
+    if not pinned(suite_name, runs_dir):
+        raise FileNotFoundError(f"no references for suite {suite_name!r} in {runs_dir} or stored with the "
+                                f"package; pin them with fl-gym benchmark run --suite {suite_name} "
+                                f"--algo fixed --out {runs_dir}")
     local = runs_dir / "references.json"
     refs = read_json(local) if local.is_file() else stored_references(suite_name)
     missing = [t.name for t in tasks if t.name not in refs]
