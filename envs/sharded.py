@@ -148,18 +148,12 @@ class ShardedVecEnv(StepCalls, CopySeeds, VecEnv):
         self.shards = [list(s) for s in np.array_split(np.arange(n), workers)]
         self.workers = self._start_workers([[env_fns[i] for i in shard] for shard in self.shards],
                                            start_method)
-        try:
-            observation_space, action_space = self._spaces()
+        try:  # every shard's reply: its copies built, or the error that stopped them
+            observation_space, action_space = self._everyone("spaces", lambda _: ())[0]
         except Exception:
             self.close()
             raise
         super().__init__(n, observation_space, action_space)
-
-    def _spaces(self) -> tuple[gym.Space, gym.Space]:
-        """The first shard's spaces, once every shard has built its copies (else the first error)."""
-        for s in range(len(self.workers)):
-            self._send(s, "spaces")
-        return self._receive(range(len(self.workers)))[0]
 
     def _start_workers(self, groups: list[list[Callable[[], gym.Env]]],
                        start_method: str | None) -> list[Any]:
