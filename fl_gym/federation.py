@@ -72,6 +72,7 @@ from fl_gym.records import (
     RoundReport,
     TrainedRound,
     check_aggregation,
+    is_mask,
 )
 from fl_gym.traces import PlayedDevices, assign_devices, load_availability
 from fl_gym.validation import MAX_SCHEDULE, UserError, is_int_at_least, is_non_negative, require
@@ -1076,7 +1077,7 @@ class Federation:
         """``(n, K)`` bool rows, or a ``ValueError`` (client ids would average other clients silently)."""
         rows = np.atleast_2d(np.asarray(subsets))
         k = self.num_clients
-        if rows.ndim != 2 or rows.shape[1] != k or (rows.dtype != bool and not np.isin(rows, (0, 1)).all()):
+        if rows.ndim != 2 or rows.shape[1] != k or not is_mask(rows):
             raise UserError(f"subsets has shape {rows.shape} and dtype {rows.dtype}; allowed: (n, {k}) or "
                             f"({k},) masks, bool or 0/1 (not client ids)")
         return rows.astype(bool)

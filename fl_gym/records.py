@@ -55,7 +55,7 @@ class RoundPlan:
 
         def mask(name: str, v: np.ndarray) -> np.ndarray:
             v = np.asarray(v)
-            if v.dtype != bool and not np.isin(v, (0, 1)).all():  # client ids would select others silently
+            if not is_mask(v):
                 raise UserError(f"{name}={v.tolist()} is out of range; allowed: a mask of shape "
                                 f"({num_clients},), bool or 0/1 (not client ids)")
             return full(v, bool)
@@ -87,6 +87,11 @@ class RoundPlan:
         if not (np.isfinite(lr).all() and lr.min() > 0):
             raise UserError(f"plan.lr={lr.tolist()} is out of range; allowed: floats > 0")
         check_aggregation(sel, self.aggregate, self.weight, "plan.")
+
+
+def is_mask(values: np.ndarray) -> bool:
+    """Bool, or only 0 and 1: client ids read as a mask would select other clients silently."""
+    return values.dtype == bool or bool(np.isin(values, (0, 1)).all())
 
 
 def check_aggregation(selected: np.ndarray, aggregate: np.ndarray, weight: np.ndarray | None,
