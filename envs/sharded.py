@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -77,13 +78,19 @@ class ShardServer:
 
 
 def _serve(remote: Connection, parent: Connection, env_fns: CloudpickleWrapper, threads: int) -> None:
-    """A worker process: a :class:`ShardServer` answering calls from the pipe until ``close``."""
+    """A worker process: a :class:`ShardServer` answering calls from the pipe until ``close``.
+
+    Ctrl-C reaches every process of the terminal's group; the parent owns it (it closes its
+    workers, reading a step in flight first), so a worker ignores it rather than die printing a
+    traceback mid-call.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent.close()
     server = ShardServer(env_fns.var, threads)
     while True:
         try:
             method, args, kwargs = remote.recv()
-        except (EOFError, KeyboardInterrupt):
+        except EOFError:
             break
         remote.send(server.handle(method, args, kwargs))
         if method == "close":

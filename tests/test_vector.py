@@ -653,6 +653,22 @@ def test_a_killed_worker_is_named_and_close_still_joins_the_others():
     assert vec.closed and not any(w.process.is_alive() for w in vec.workers)
 
 
+def test_ctrl_c_reaching_the_workers_leaves_them_to_the_parent():
+    """Ctrl-C goes to every process of the terminal's group: the workers died printing a
+    ``KeyboardInterrupt`` traceback each, while the parent was closing them anyway."""
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=2, rounds_per_episode=3)
+    vec.reset()
+    actions = np.zeros((2, 10), np.float32)
+    vec.step_async(actions)
+    for worker in vec.workers:
+        os.kill(worker.process.pid, signal.SIGINT)
+    vec.step_wait()
+    vec.step(actions)
+    assert vec.get_attr("rounds_played") == [2, 2]
+    vec.close()
+    assert [w.process.exitcode for w in vec.workers] == [0, 0]
+
+
 def test_a_copy_its_worker_cannot_build_raises_its_own_error_in_the_caller_and_no_worker_is_left():
     """A bad argument raised in the worker processes, which died printing its traceback, and the caller
     got ``WorkerLost`` ("close() the env and build a new one") for an env it never received."""
