@@ -144,6 +144,33 @@ class SetPolicy(ActorCriticPolicy):
                 f"{rows.globals} + a multiple of {rows.width} (the env's client rows)")
         return n
 
+    def fits(self, rows: ClientRows | None, observation_space: spaces.Space,
+             action_space: spaces.Space) -> bool:
+        """Whether this policy acts on an env of ``rows`` and these spaces.
+
+        The same row layout, and per row the action of its own env (of a ``MultiDiscrete``, at
+        least as many choices: it picks among the first); otherwise ``predict`` fails deep in SB3
+        or in the env.
+        """
+        if rows != self.client_rows or not isinstance(observation_space, spaces.Box) \
+                or len(observation_space.shape) != 1:
+            return False
+        n, rest = divmod(observation_space.shape[0] - rows.globals, rows.width)
+        return rest == 0 and n >= 1 and self._acts_in(n, action_space)
+
+    def _acts_in(self, n: int, space: spaces.Space) -> bool:
+        """Whether this policy's actions for ``n`` client rows lie in ``space``."""
+        own = self.action_space
+        if not self.client_rows.per_client_action:
+            return space == own
+        if isinstance(own, spaces.MultiBinary):
+            return space == spaces.MultiBinary(n)
+        width = self._action_width()
+        if isinstance(own, spaces.Box):
+            return space == spaces.Box(own.low.min(), own.high.max(), (n * width,), own.dtype)
+        return (isinstance(space, spaces.MultiDiscrete) and space.shape == (n,)
+                and bool((space.nvec >= width).all()))
+
     def _action_width(self) -> int:
         space, per_client = self.action_space, self.client_rows.per_client_action
         if isinstance(space, spaces.Box):

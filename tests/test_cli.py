@@ -766,6 +766,33 @@ def test_a_model_file_that_is_no_model_or_of_another_env_is_refused_in_one_line(
         assert code == 2 and message in err and err.count("\n") == 1
 
 
+def test_a_set_policy_acts_on_another_client_count_but_not_on_another_rows_layout_or_action(tmp_path, capsys):
+    """A set policy was passed without a check: another env's rows failed in ``predict`` ("observation=
+    'length 73' is out of range"), another action per row in the env ("action has shape (12,)")."""
+    import gymnasium as gym
+
+    from fl_gym.agents.ppo import build_agent
+
+    build_agent(gym.make("FLHetero-v0"), {"policy": "SetPolicy", "n_steps": 16, "batch_size": 16}).save(
+        tmp_path / "hetero.zip")
+    build_agent(gym.make("FLLearningRate-v0"), {"policy": "SetPolicy", "n_steps": 16, "batch_size": 16}).save(
+        tmp_path / "rates.zip")
+    hetero_rows = "ClientRows(width=1, globals=0, feature_major=True, per_client_action=True)"
+    rates_rows = "ClientRows(width=7, globals=3, feature_major=False, per_client_action=True)"
+    for env_id, model, allowed in (("FLHeteroIntensity-v0", "hetero", f"{hetero_rows} and actions are "
+                                                                      "Box(-1.0, 1.0, (6,), float32)"),
+                                   ("FLAggregate-v0", "rates", f"{rates_rows} and actions are "
+                                                               "Box(-1.0, 1.0, (10,), float32)")):
+        code, _, err = run_cli(["compare", env_id, "--policies", f"ppo:{tmp_path / model}.zip", "--seeds",
+                                "100", "--rounds", "1", "--out", str(tmp_path / "out")], capsys)
+        assert code == 2 and err.count("\n") == 1 and "is a set policy of client rows" in err
+        assert err.endswith(f"allowed: a model of this env, whose rows are {allowed}\n")
+    code, _, _ = run_cli(["compare", "FLHetero-v0", "--policies", f"ppo:{tmp_path / 'hetero.zip'}", "--seeds",
+                          "100", "--rounds", "1", "--env-kwargs", "preset=scale20", "--out",
+                          str(tmp_path / "big")], capsys)
+    assert code == 0
+
+
 def test_an_unreachable_ray_address_fails_at_once_and_leaves_no_run_folder(tmp_path, capsys):
     import socket
 

@@ -63,7 +63,8 @@ def test_a_run_keeps_its_imitated_start(tmp_path):
     runs.train(folder, progress=False, say=lambda *_: None)
     record = json.loads((folder / "imitation.json").read_text())
     assert record["policy"] == "fedavg" and record["steps"] == 12 and record["epochs"] == 2
-    start = policy_spec(f"ppo:{folder / 'imitated.zip'}", "FLSelect-v0").factory(None)
+    start = policy_spec(f"ppo:{folder / 'imitated.zip'}", "FLSelect-v0").factory(
+        gym.make("FLSelect-v0", **SELECT))
     assert start.num_timesteps == 0 and (folder / "model.zip").is_file()
 
 

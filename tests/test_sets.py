@@ -48,6 +48,27 @@ def _client_params(policy: SetPolicy, obs: np.ndarray) -> tuple[np.ndarray, np.n
         return policy.mlp_extractor.forward_actor(t).numpy(), policy.predict_values(t).numpy()
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_set_policy_fits_its_layout_at_any_client_count_and_nothing_else(layout):
+    rows, action_space = LAYOUTS[layout]
+    policy = _policy(rows, action_space)
+    obs = spaces.Box(0.0, 1.0, (rows.width * 8 + rows.globals,), np.float32)  # 8 clients
+    actions = {"sizes": spaces.MultiDiscrete([3] * 8), "select": spaces.MultiBinary(8),
+               "rates": spaces.Box(-1, 1, (8,), np.float32)}.get(layout, spaces.Box(-1, 1, (16,), np.float32))
+    assert policy.fits(rows, obs, actions)
+    assert not policy.fits(ClientRows(rows.width + 1, rows.globals), obs, actions)
+    assert not policy.fits(rows, spaces.Box(0.0, 1.0, (obs.shape[0] + 1,), np.float32), actions)
+    assert not policy.fits(rows, obs, spaces.Box(-1, 1, (7,), np.float32))  # not 8 clients' actions
+
+
+def test_a_set_policy_of_a_categorical_action_picks_among_the_first_choices_of_more():
+    rows = LAYOUTS["sizes"][0]
+    three = _policy(rows, spaces.MultiDiscrete([3] * K))
+    obs = spaces.Box(0.0, 1.0, (8,), np.float32)
+    assert three.fits(rows, obs, spaces.MultiDiscrete([4] * 8))
+    assert not three.fits(rows, obs, spaces.MultiDiscrete([2] * 8))  # it would pick a third size
+
+
 @pytest.mark.parametrize("pool", ["mean", "attention"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_permuting_the_clients_permutes_the_action_and_keeps_the_value(layout, pool):
