@@ -222,6 +222,11 @@ class PolicyStrategy(Strategy):
         """The server's env, built (and checked) once."""
         return self.spec.make()
 
+    @cached_property
+    def predictor(self) -> Predictor:
+        """The policy that plays, built on :attr:`env` when given as a function of it (which checks it)."""
+        return self.policy if hasattr(self.policy, "predict") else self.policy(self.env)
+
     def __init__(self, spec: EnvSpec, policy: Predictor | Callable[[FLEnv], Predictor], *, seed: int = 0,
                  deterministic: bool = True, label: str | None = None, node_timeout: float = 120.0) -> None:
         require(is_int_at_least(seed, 0), "seed", seed, "an integer >= 0")
@@ -264,7 +269,7 @@ class PolicyStrategy(Strategy):
         self._nodes = self._register(env.federation.num_clients)
         env.federation.remote = self
         result, self.history = Result(), []
-        for row in play(env, self.policy, self.seed, num_rounds, self.deterministic):
+        for row in play(env, self.predictor, self.seed, num_rounds, self.deterministic):
             self.history.append(row)
             metrics = {k: v for k, v in row.items() if k != "action"}
             result.train_metrics_clientapp[row["round"]] = MetricRecord(metrics)

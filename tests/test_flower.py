@@ -165,3 +165,18 @@ def test_cli_flower_rejects_bad_rounds_with_exit_2_before_flower_starts(rounds, 
     assert code == 2 and len(err) == 1
     assert f"--rounds={rounds} is out of range" in err[0] and allowed in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_flower_refuses_a_model_of_another_env_before_flower_starts(tmp_path, capsys, monkeypatch):
+    """The policy was first built on the env inside Flower's run: Ray and the nodes started first."""
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+
+    PPO("MlpPolicy", gym.make("FLHetero-v0"), n_steps=16, batch_size=16).save(tmp_path / "hetero.zip")
+    started = []
+    monkeypatch.setattr("flwr.simulation.run_simulation", lambda **kwargs: started.append(kwargs))
+    code = main(["flower", "FLLearningRate-v0", "--policy", f"ppo:{tmp_path / 'hetero.zip'}", "--rounds", "1",
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "was trained on observations of shape (6,)" in err[0]
+    assert started == [] and not (tmp_path / "out").exists()

@@ -57,7 +57,8 @@ def run_local(strategy: PolicyStrategy, num_rounds: int, num_cpus_per_client: fl
     from flwr.simulation import run_simulation
 
     require(is_int_at_least(num_rounds, 1), "num_rounds", num_rounds, "an integer >= 1")
-    num_clients = strategy.env.federation.num_clients  # built (and checked) before Flower starts
+    # built and checked before Flower starts: the env, and the policy against it
+    num_clients, _ = strategy.env.federation.num_clients, strategy.predictor
     app = ServerApp()
 
     @app.main()
