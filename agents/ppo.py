@@ -23,6 +23,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+from torch import nn
 
 from fl_gym.agents.features import FEATURE_EXTRACTORS
 from fl_gym.agents.recurrent import RecurrentPPO
@@ -33,6 +34,12 @@ from fl_gym.validation import UserError, is_int_at_least, is_non_negative, is_po
 ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO,
                                          "maskable-ppo": MaskablePPO}
 DEFAULT_POLICY = {"ppo": "MlpPolicy", "recurrent-ppo": "MlpLstmPolicy", "maskable-ppo": "MlpPolicy"}
+# the policies by name for fl-gym's flat vector observations (SB3's CnnPolicy wants images)
+POLICIES = {"ppo": ("MlpPolicy", "SetPolicy"), "recurrent-ppo": ("MlpPolicy", "MlpLstmPolicy"),
+            "maskable-ppo": ("MlpPolicy",)}
+# policy_kwargs.activation_fn by name (a YAML file or the CLI cannot hold a torch class)
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU,
+                                           "leaky_relu": nn.LeakyReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 IMITATION = ("imitate", "imitate_episodes", "imitate_epochs", "imitate_lr")  # training/imitation.py
 NOT_KWARGS = ("n_timesteps", "n_envs", *IMITATION)
 VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -48,6 +55,7 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ent_coef": (is_non_negative, "a float >= 0"),
     "vf_coef": (is_non_negative, "a float >= 0"),
     "max_grad_norm": (is_positive, "a float > 0"),
+    "policy_kwargs": (lambda v: v is None or isinstance(v, dict), "a mapping such as {net_arch: [64, 64]}"),
     "imitate": (lambda v: isinstance(v, str) and bool(v), "a fixed policy of the env, by name"),
     "imitate_episodes": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
     "imitate_epochs": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
@@ -159,8 +167,10 @@ def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
     for key, (ok, allowed) in VALUE_RULES.items():
         if key in hyperparams and (isinstance(hyperparams[key], bool) or not ok(hyperparams[key])):
             raise UserError(f"hyperparameter {key}={hyperparams[key]!r} is out of range; allowed: {allowed}")
-    if hyperparams.get("policy") == "SetPolicy" and algo != "ppo":
-        raise UserError(f"policy='SetPolicy' is out of range for algo={algo!r}; allowed: algo 'ppo'")
+    policy = hyperparams.get("policy")
+    if policy is not None and not isinstance(policy, type) and policy not in POLICIES[algo]:
+        raise UserError(f"hyperparameter policy={policy!r} is out of range for algo={algo!r}; allowed: "
+                        f"{', '.join(POLICIES[algo])} (or a policy class, from Python)")
     imitation = [key for key in IMITATION if key in hyperparams]
     if imitation and algo != "ppo":
         raise UserError(f"hyperparameter {imitation[0]!r} is out of range for algo={algo!r}; allowed: algo "
@@ -168,14 +178,35 @@ def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
     if imitation and "imitate" not in hyperparams:
         raise UserError(f"hyperparameter {imitation[0]!r} does nothing without 'imitate'; allowed: with "
                          "imitate=POLICY (a fixed policy of the env by name)")
-    extractor = (hyperparams.get("policy_kwargs") or {}).get("features_extractor")
+    _check_policy_kwargs(hyperparams.get("policy_kwargs") or {})
+
+
+def _check_policy_kwargs(kwargs: dict[str, Any]) -> None:
+    """The values of ``policy_kwargs`` that fl-gym names, and a well-formed ``net_arch``."""
+    extractor = kwargs.get("features_extractor")
     if extractor is not None and extractor not in FEATURE_EXTRACTORS:
         raise UserError(f"features_extractor={extractor!r} is out of range; allowed: "
                         f"{', '.join(FEATURE_EXTRACTORS)}")
+    activation = kwargs.get("activation_fn")
+    if activation is not None and not isinstance(activation, type) and activation not in ACTIVATIONS:
+        raise UserError(f"activation_fn={activation!r} is out of range; allowed: {', '.join(ACTIVATIONS)} "
+                        "(or a torch.nn class, from Python)")
+    arch = kwargs.get("net_arch")
+    if arch is not None and not (_widths(arch) or (isinstance(arch, dict) and set(arch) <= {"pi", "vf"}
+                                                   and all(_widths(v) for v in arch.values()))):
+        raise UserError(f"net_arch={arch!r} is out of range; allowed: layer widths such as [64, 64], or "
+                        "{pi: [64, 64], vf: [64, 64]} (actor and critic apart)")
+
+
+def _widths(value: Any) -> bool:
+    """Whether ``value`` is a list of layer widths (integers >= 1)."""
+    return isinstance(value, list) and all(is_int_at_least(n, 1) for n in value)
 
 
 def _policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     name = kwargs.pop("features_extractor", None)
     if name is not None:
         kwargs["features_extractor_class"] = FEATURE_EXTRACTORS[name]
+    if isinstance(kwargs.get("activation_fn"), str):
+        kwargs["activation_fn"] = ACTIVATIONS[kwargs["activation_fn"]]
     return kwargs

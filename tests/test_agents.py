@@ -59,6 +59,29 @@ def test_bad_preset_and_hyperparameter_name_the_problem():
         build_agent(env, {"policy_kwargs": {"features_extractor": "sqrt"}})
 
 
+@pytest.mark.parametrize("policy_kwargs,message", [
+    (3, r"hyperparameter policy_kwargs=3 is out of range; allowed: a mapping"),  # was an AttributeError
+    ({"net_arch": "x"}, r"net_arch='x' is out of range; allowed: layer widths"),  # was torch's empty()
+    ({"net_arch": [64, 0]}, r"net_arch=\[64, 0\] is out of range"),
+    ({"net_arch": {"pi": [8], "q": [8]}}, r"net_arch=\{'pi': \[8\], 'q': \[8\]\} is out of range"),
+    ({"activation_fn": "nope"}, r"activation_fn='nope' is out of range; allowed: tanh, relu"),
+])
+def test_policy_kwargs_are_checked_by_name(policy_kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        build_agent(gym.make("FLAggregate-v0"), {"policy_kwargs": policy_kwargs})
+
+
+def test_an_activation_by_name_is_its_torch_class():
+    """A YAML block or the CLI cannot hold a class: "relu" was SB3's "'str' object is not callable"."""
+    import torch
+
+    model = build_agent(gym.make("FLAggregate-v0"),
+                        {"policy_kwargs": {"activation_fn": "relu", "net_arch": {"pi": [8], "vf": [4]}}})
+    assert model.policy.activation_fn is torch.nn.ReLU
+    actor = model.policy.mlp_extractor.policy_net
+    assert [type(m) for m in actor] == [torch.nn.Linear, torch.nn.ReLU] and actor[0].out_features == 8
+
+
 def test_neglog_features():
     import torch
 

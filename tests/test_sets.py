@@ -135,9 +135,16 @@ def test_action_bias_starts_keep_bits_near_keep_all_and_survives_saving(tmp_path
     assert PPO.load(tmp_path / "m.zip", device="cpu").policy.action_bias == 2.0
 
 
-def test_set_policy_is_for_ppo_only():
-    with pytest.raises(ValueError, match="SetPolicy"):
+def test_set_policy_is_for_ppo_only_and_a_policy_by_name_is_one_for_flat_observations():
+    """SB3 failed on CnnPolicy with a message of ten lines, and on a number with "'int' is not callable"."""
+    with pytest.raises(ValueError, match="policy='SetPolicy' is out of range for algo='maskable-ppo'; "
+                                         r"allowed: MlpPolicy \(or a policy class, from Python\)$"):
         check_hyperparams({"policy": "SetPolicy"}, "maskable-ppo")
+    for policy in ("CnnPolicy", 3):
+        with pytest.raises(ValueError, match=f"policy={policy!r} is out of range for algo='ppo'; allowed: "
+                                             "MlpPolicy, SetPolicy"):
+            check_hyperparams({"policy": policy}, "ppo")
+    check_hyperparams({"policy": SetPolicy}, "ppo")  # a class, from Python
 
 
 def test_every_registered_env_lists_client_rows_that_parse_its_observation():

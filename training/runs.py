@@ -149,7 +149,8 @@ def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict
     except UserError:
         raise
     except (AssertionError, TypeError, AttributeError, ValueError) as err:  # SB3's own checks of a value
-        raise UserError(f"--hyperparams for {env_id} are not accepted by {algo}: {err}") from err
+        why = " ".join(str(err).split())  # SB3's messages span lines; the CLI's error is one
+        raise UserError(f"--hyperparams for {env_id} are not accepted by {algo}: {why}") from err
     finally:
         env.close()
 
