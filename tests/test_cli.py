@@ -460,6 +460,18 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["bench", "--sections", "vec", "--device", "cuda:99"],
      "--device='cuda:99' is out of range; allowed: a device this machine has"),
     (["train", "FLSelect-v0", "--env-kwargs", "device=cuda:99"], "device='cuda:99' is out of range"),
+    # reproduce: refused before the first section or agent runs (each took minutes to hours, then failed)
+    (["reproduce", "select", "--seeds", "-1"], "--seeds='-1' is out of range"),  # was gymnasium's traceback
+    (["reproduce", "select", "--agent-steps", "-1"], "--agent-steps=-1 is out of range"),
+    (["reproduce", "rates", "--agent-seeds", "x"], "--agent-seeds='x' is out of range"),
+    (["reproduce", "aggregate", "--seeds", "1,1"], "--seeds='1,1' is out of range; allowed: distinct seeds"),
+    (["reproduce", "hetero", "--rounds", "0"], "--rounds=0 is out of range"),
+    (["reproduce", "hetero", "--acc-local-epochs", "-1"], "--acc-local-epochs=-1 is out of range"),
+    (["reproduce", "hetero", "--acc-policies", "nope"], "--acc-policies=['nope'] is out of range; allowed: "
+                                                        "labels separated by ';' among ['HAPFL PPO (fast)'"),
+    (["reproduce", "hetero", "--agents", "fast,nope"], "preset='nope' is out of range"),
+    (["reproduce", "hetero", "--eval-seeds", "-1"], "--eval-seeds='-1' is out of range"),
+    (["reproduce", "hetero", "--threads", "0"], "--threads=0 is out of range"),
 ])
 def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path):
     code, out, err = run_cli([*args, *(["--runs-dir", tmp_path] if args[0] == "train" else [])], capsys)

@@ -77,6 +77,20 @@ def test_missing_torchvision_files_give_one_clear_error(tmp_path):
         load_dataset("mnist", root=tmp_path, download=False)
 
 
+def test_a_failed_download_is_one_line(tmp_path, monkeypatch):
+    """torchvision lists each mirror it tried on a line of its own: the CLI's error spanned six lines."""
+    from fl_gym.data import datasets
+
+    def offline(*args):
+        raise RuntimeError("Error downloading x:\nTried https://a/, got:\n<urlopen error>\n")
+
+    monkeypatch.setattr(datasets, "_tv_split", offline)
+    with pytest.raises(DatasetNotFoundError) as err:
+        load_dataset("mnist", root=tmp_path / "fresh", download=True)
+    assert "\n" not in str(err.value) and "(download=True: Error downloading x: Tried https://a/, got: " \
+        "<urlopen error>). Put the files" in str(err.value)
+
+
 @pytest.mark.parametrize("name,kwargs", [("nope", {}), ("digits", {"alpha": 1})])
 def test_bad_dataset_arguments(name, kwargs):
     with pytest.raises(ValueError, match="dataset"):

@@ -39,6 +39,7 @@ from fl_gym.agents.recipes import (
     is_recipe,
     load_recipe,
     save_recipe,
+    stage_hyperparams,
     train_recipe,
     yaml_preset,
 )
@@ -51,8 +52,9 @@ from fl_gym.baselines.hetero import (
     RandomPolicy,
     UniformPolicy,
 )
-from fl_gym.training.cli import Parser, parse_ints
+from fl_gym.training.cli import Parser, parse_seed_list
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
+from fl_gym.validation import MAX_THREADS, is_int_at_least, require, require_int_in, require_seed
 
 # Paper (Chen et al., its experiments): HAPFL's reductions on MNIST, (straggling latency %, training time %).
 PAPER_MNIST = {"FedAvg": (35.2, 26.1), "FedProx": (47.6, 40.4), "pFedMe": (37.1, 27.7)}
@@ -353,10 +355,29 @@ def reproduce(argv: list[str]) -> int:
     cfg = ResultsConfig(
         dataset=args.dataset, data_root=args.data_root,
         out_dir=args.out or f"bench-results/hapfl-{args.dataset}",
-        train_seed=args.train_seed, eval_seeds=parse_ints(args.eval_seeds), rounds=args.rounds,
-        agents=tuple(args.agents.split(",")), acc_rounds=args.acc_rounds,
-        acc_local_epochs=args.acc_local_epochs, acc_seeds=parse_ints(args.acc_seeds or args.eval_seeds),
+        train_seed=args.train_seed, eval_seeds=parse_seed_list(args.eval_seeds, "--eval-seeds"),
+        rounds=args.rounds, agents=tuple(args.agents.split(",")), acc_rounds=args.acc_rounds,
+        acc_local_epochs=args.acc_local_epochs,
+        acc_seeds=parse_seed_list(args.acc_seeds or args.eval_seeds, "--acc-seeds"),
         acc_policies=tuple(args.acc_policies.split(";")) if args.acc_policies else None,
         threads=args.threads, agent_steps=args.agent_steps)
+    check_flags(cfg)
     print(report(run(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))))
     return 0
+
+
+def check_flags(cfg: ResultsConfig) -> None:
+    """Refuse a bad value before the first agent trains (hours, at the papers' step counts)."""
+    require_seed("--train-seed", cfg.train_seed)
+    for flag, value in (("--rounds", cfg.rounds), ("--acc-rounds", cfg.acc_rounds),
+                        ("--acc-local-epochs", cfg.acc_local_epochs)):
+        require(is_int_at_least(value, 1), flag, value, "an integer >= 1")
+    require_int_in("--threads", cfg.threads, 1, MAX_THREADS)
+    require(cfg.agent_steps is None or is_int_at_least(cfg.agent_steps, 1), "--agent-steps", cfg.agent_steps,
+            "an integer >= 1 (default: each agent's own)")
+    recipe = find_recipe(JOINT, "hapfl")
+    for preset in cfg.agents:  # an unknown preset names the known ones
+        stage_hyperparams(recipe, yaml_preset(preset))
+    labels = list(_rows(cfg, dict.fromkeys([*cfg.agents, "joint"])))  # the policies, none built
+    unknown = [p for p in cfg.acc_policies or () if p not in labels]
+    require(not unknown, "--acc-policies", unknown, f"labels separated by ';' among {labels}")

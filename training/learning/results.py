@@ -22,11 +22,11 @@ import numpy as np
 
 from fl_gym.atomic import write_text
 from fl_gym.baselines.rates import FedEntPolicy
-from fl_gym.training.cli import Parser, parse_ints, parse_kv
+from fl_gym.training.cli import Parser, parse_kv, parse_seed_list
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
 from fl_gym.training.trace import decision_trace
-from fl_gym.validation import require
+from fl_gym.validation import is_int_at_least, require
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,11 @@ def parser(family: str) -> argparse.ArgumentParser:
 
 def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], argv: list[str]) -> int:
     args = parser(family).parse_args(argv)
-    out, seeds, base = Path(args.out), parse_ints(args.seeds), parse_kv(args.env_kwargs, "--env-kwargs")
+    out, base = Path(args.out), parse_kv(args.env_kwargs, "--env-kwargs")
+    seeds = parse_seed_list(args.seeds, "--seeds")
+    agent_seeds = parse_seed_list(args.agent_seeds, "--agent-seeds")
+    require(is_int_at_least(args.agent_steps, 0), "--agent-steps", args.agent_steps,
+            "an integer >= 0 (0: no agent)")
     require("preset" not in base, "--env-kwargs preset", base.get("preset"),
             f"none: each section sets its own "
             f"preset; pick sections with --sections ({', '.join(sections)})")
@@ -102,7 +106,6 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
             logs[name] = fedent_log(kwargs, seeds[0], out / name / "fedent-log.md")
     if args.agent_steps > 0:
         folder = agent(out, env_id, args.agent_steps, {}, say)
-        agent_seeds = parse_ints(args.agent_seeds)
         tables["ppo-small"] = section(out, "ppo-small", env_id, [*AGENT_POLICIES[env_id], f"ppo:{folder}"],
                                       agent_seeds, {}, say)
         key, label, fixed = TRACE[env_id]
