@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fl_gym.validation import UserError
 
@@ -64,15 +64,26 @@ def write_json(path: str | Path, data: Any) -> Path:
     return write_text(path, json.dumps(data, indent=2, default=_jsonable) + "\n")
 
 
-def read_json(path: str | Path) -> Any:
-    """Read JSON written by :func:`write_json`; a damaged file (written by something else) is named."""
+def read_json(path: str | Path, keys: Sequence[str] = ()) -> Any:
+    """Read JSON written by :func:`write_json`; a damaged file (written by something else) is named.
+
+    ``keys``: what the caller reads, so that an object without them (another tool's file, one
+    edited by hand) is named as damaged too, rather than a ``KeyError`` deep in the caller.
+    """
     with open(path) as f:
         try:
-            return json.load(f)
+            value = json.load(f)
         except json.JSONDecodeError as err:  # write_json's files are whole: another writer damaged it
-            raise UserError(f"{path} is damaged ({err.msg}, line {err.lineno}); allowed: JSON as fl-gym "
-                            "writes it (remove the file, and the command that wrote it writes it again)"
-                            ) from None
+            _damaged(path, f"{err.msg}, line {err.lineno}")
+    missing = [k for k in keys if not (isinstance(value, dict) and k in value)]
+    if missing:
+        _damaged(path, f"no {missing[0]!r}")
+    return value
+
+
+def _damaged(path: str | Path, why: str) -> NoReturn:
+    raise UserError(f"{path} is damaged ({why}); allowed: JSON as fl-gym writes it (remove the file, and the "
+                    "command that wrote it writes it again)") from None
 
 
 def _jsonable(value: Any) -> Any:

@@ -27,3 +27,14 @@ def test_a_damaged_result_file_is_named_with_the_remedy(tmp_path):
     damaged = rf"^{re.escape(str(path))} is damaged \(Expecting .*, line 1\); allowed: JSON as fl-gym"
     with pytest.raises(ValueError, match=damaged + r" writes it \(remove the file"):
         read_json(path)
+
+
+def test_a_result_file_without_what_its_reader_reads_is_named_as_damaged(tmp_path):
+    """``benchmark report`` on a scores.json without 'seed' was a ``KeyError`` traceback."""
+    path = write_json(tmp_path / "scores.json", {"algo": "ppo", "seed": 0})
+    assert read_json(path, ("algo", "seed")) == {"algo": "ppo", "seed": 0}
+    for content, missing in (({"algo": "ppo"}, "seed"), ([1], "algo")):
+        write_json(path, content)
+        damaged = rf"^{re.escape(str(path))} is damaged \(no '{missing}'\); allowed: JSON as fl-gym writes it"
+        with pytest.raises(ValueError, match=damaged):
+            read_json(path, ("algo", "seed"))

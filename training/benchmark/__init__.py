@@ -21,7 +21,7 @@ import gymnasium as gym
 from fl_gym.agents.ppo import ALGOS
 from fl_gym.atomic import read_json, write_json
 from fl_gym.training.benchmark import report as reporting
-from fl_gym.training.benchmark.protocol import run_agent, task_references
+from fl_gym.training.benchmark.protocol import RECORD_KEYS, run_agent, task_references
 from fl_gym.training.benchmark.scores import normalized_score as _normalized
 from fl_gym.training.benchmark.tasks import Task, all_tasks, suite, suite_names
 from fl_gym.validation import require
@@ -119,8 +119,8 @@ def _agent_runs(runs_dir: Path, tasks: Sequence[Task]) -> dict[str, dict[str, li
     """
     agents: dict[str, dict[str, list[dict]]] = {}
     for task in tasks:
-        records = sorted((read_json(p) for p in (runs_dir / task.name).glob("*-seed*/scores.json")),
-                         key=lambda r: r["seed"])
+        found = (runs_dir / task.name).glob("*-seed*/scores.json")
+        records = sorted((read_json(p, RECORD_KEYS) for p in found), key=lambda r: r["seed"])
         for record in records:
             agents.setdefault(record["algo"], {}).setdefault(task.name, []).append(record)
             if "start" in record:

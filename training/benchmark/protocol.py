@@ -134,6 +134,9 @@ def per_federation_best(scores: list[list[list[float]]], returns: list[list[list
     return scores_[best, :, columns].T.tolist(), returns_[best, :, columns].T.tolist()
 
 
+RECORD_KEYS = ("algo", "seed", "scores")  # what a report reads of a scores.json record
+
+
 def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = True, say: Say = print
               ) -> dict[str, Any]:
     """Train (or resume) ``algo`` with ``seed`` on ``task`` in ``out_dir / task / ALGO-seedN``; score it.
@@ -143,7 +146,7 @@ def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = 
     folder = Path(out_dir) / task.name / f"{algo}-seed{seed}"
     done = folder / "scores.json"
     if done.is_file():
-        return read_json(done)
+        return read_json(done, RECORD_KEYS)
     if not (folder / "config.yml").is_file():
         cfg = runs.resolve(task.env_id, algo, _preset(task, algo), env_kwargs=task.train_kwargs(), seed=seed,
                            total_timesteps=task.budget)
