@@ -111,6 +111,7 @@ class ProcessWorker:
                                    daemon=True)
         self.process.start()
         work.close()
+        self.answered = False  # a reply has come: the worker got past importing the caller's script
 
     def send(self, call: tuple[str, tuple, dict[str, Any]]) -> None:
         """Start one call."""
@@ -122,15 +123,20 @@ class ProcessWorker:
     def receive(self) -> tuple[bool, Any]:
         """The oldest call's reply."""
         try:
-            return self.remote.recv()
+            reply = self.remote.recv()
         except (EOFError, ConnectionResetError) as err:
             raise self._lost() from err
+        self.answered = True
+        return reply
 
     def _lost(self) -> WorkerLost:
-        self.process.join(timeout=1)
-        return WorkerLost(f"worker process {self.process.pid} of this vector env has ended (exit code "
-                          f"{self.process.exitcode}), and its copies with it; close() the env and build a "
-                          "new one")
+        process = self.process
+        process.join(timeout=1)
+        ended = f"worker process {process.pid} of this vector env has ended (exit code {process.exitcode})"
+        if not self.answered:  # forkserver runs the caller's script in the worker first (as SubprocVecEnv)
+            return WorkerLost(f"{ended} before it answered: a script that starts workers needs its code "
+                              "under `if __name__ == \"__main__\":`; else its traceback above says why")
+        return WorkerLost(f"{ended}, and its copies with it; close() the env and build a new one")
 
     def join(self) -> None:
         """Wait for the worker to end (after ``close``)."""

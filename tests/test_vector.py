@@ -669,6 +669,21 @@ def test_ctrl_c_reaching_the_workers_leaves_them_to_the_parent():
     assert [w.process.exitcode for w in vec.workers] == [0, 0]
 
 
+def test_a_script_without_the_main_guard_is_told_so(tmp_path):
+    """A worker imports the script first and died starting workers of its own; the caller read
+    "has ended (exit code 1), and its copies with it; close() the env and build a new one"."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "noguard.py"
+    script.write_text('import fl_gym\nfl_gym.make_vec("FLAggregate-v0", 2, workers=2).close()\n')
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last.startswith("fl_gym.envs.sharded.WorkerLost: worker process")
+    assert last.endswith('before it answered: a script that starts workers needs its code under '
+                         '`if __name__ == "__main__":`; else its traceback above says why')
+
+
 def test_a_copy_its_worker_cannot_build_raises_its_own_error_in_the_caller_and_no_worker_is_left():
     """A bad argument raised in the worker processes, which died printing its traceback, and the caller
     got ``WorkerLost`` ("close() the env and build a new one") for an env it never received."""
