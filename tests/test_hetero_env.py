@@ -9,6 +9,7 @@ from fl_gym.baselines.hetero import (
     BalancedOraclePolicy,
     ClairvoyantOraclePolicy,
     GreedyBySpeedPolicy,
+    HAPFLPolicy,
     HistoryOraclePolicy,
     InverseTimePolicy,
     RandomPolicy,
@@ -404,3 +405,15 @@ def test_the_catalogue_observation_adds_what_each_ordinal_size_costs(preset, cat
     np.testing.assert_allclose(obs[k:], catalogue, rtol=1e-6)
     assert env.observation_space.shape == (k + 3,) and env.observation_space.contains(obs)
     assert env.unwrapped.client_rows.globals == 3
+
+
+def test_hapfl_policy_refuses_stage_models_of_another_client_count():
+    """A recipe trained on 6 clients a round, played on scale20's 12: SB3's traceback at the first predict."""
+    from stable_baselines3 import PPO
+
+    ppo1 = PPO("MlpPolicy", gym.make("FLHeteroAlloc-v0"), n_steps=16, batch_size=16)
+    ppo2 = PPO("MlpPolicy", gym.make("FLHeteroIntensity-v0"), n_steps=16, batch_size=16)
+    HAPFLPolicy(gym.make("FLHetero-v0"), ppo1, ppo2)
+    with pytest.raises(ValueError, match=r"^HAPFLPolicy: ppo1 was trained on observations of shape \(6,\); "
+                                         r"allowed: a model of this env's, of shape \(12,\)"):
+        HAPFLPolicy(gym.make("FLHetero-v0", preset="scale20"), ppo1, ppo2)
