@@ -26,6 +26,7 @@ import numpy as np
 from gymnasium import Env
 
 from fl_gym.baselines.base import RowPolicy
+from fl_gym.envs.base import require_fitting
 from fl_gym.envs.hetero.actions import HeteroSpec, split_of
 from fl_gym.envs.hetero.config import HISTORY_HORIZON, SIZE_NAMES
 from fl_gym.envs.registry import PolicyEntry
@@ -264,8 +265,9 @@ class HAPFLPolicy(HeteroPolicy):
         h = self.hetero
         if h.view != "joint":
             raise UserError(f"HAPFLPolicy: expected the joint view (FLHetero-v0), got {h.view!r}")
-        for name, model in (("ppo1", ppo1), ("ppo2", ppo2)):
-            _check_stage(name, model, env)
+        if isinstance(env, Env):
+            for name, model in (("ppo1", ppo1), ("ppo2", ppo2)):
+                require_fitting(f"HAPFLPolicy: {name}", model, env.observation_space)
         self.ppo1, self.ppo2 = ppo1, ppo2
 
     def act(self, row: np.ndarray) -> np.ndarray:
@@ -276,20 +278,6 @@ class HAPFLPolicy(HeteroPolicy):
         s2_obs = np.concatenate([row[:k] / h.time_ratio[sizes], row[k:]]).astype(np.float32)
         sigma = split_of(self.ppo2.predict(s2_obs, deterministic=True)[0])
         return h.encode(sizes, sigma)
-
-
-def _check_stage(name: str, model: Any, env: Env | HeteroSpec) -> None:
-    """Refuse a stage model of another observation shape (SB3 would fail at the first ``predict``).
-
-    A set policy (one with ``fits``) reads any client count; a spec, or a predictor without
-    spaces, is taken as it is.
-    """
-    space, shape = getattr(model, "observation_space", None), getattr(env, "observation_space", None)
-    if space is None or shape is None or hasattr(getattr(model, "policy", None), "fits"):
-        return
-    if space.shape != shape.shape:
-        raise UserError(f"HAPFLPolicy: {name} was trained on observations of shape {space.shape}; allowed: a "
-                        f"model of this env's, of shape {shape.shape} (its clients a round)")
 
 
 def _uniform(env: Env | HeteroSpec, size: str = "large") -> UniformPolicy:

@@ -65,6 +65,20 @@ class Predictor(Protocol):
         """Return ``(action, state)``."""
 
 
+def require_fitting(name: str, predictor: Any, observation_space: spaces.Space) -> None:
+    """Refuse a trained model whose observations have another shape (SB3 fails at its first ``predict``).
+
+    A set policy (one whose policy ``fits``) reads any client count; a predictor without
+    spaces (a fixed policy) is taken as it is.
+    """
+    space = getattr(predictor, "observation_space", None)
+    if space is None or hasattr(getattr(predictor, "policy", None), "fits"):
+        return
+    if space.shape != observation_space.shape:
+        raise UserError(f"{name} was trained on observations of shape {space.shape}; allowed: a model of "
+                        f"this env's, of shape {observation_space.shape}")
+
+
 @dataclass(frozen=True)
 class ClientRows:
     """How an observation lists one row of features per client, for policies over sets of clients.

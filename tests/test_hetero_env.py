@@ -407,7 +407,7 @@ def test_the_catalogue_observation_adds_what_each_ordinal_size_costs(preset, cat
     assert env.unwrapped.client_rows.globals == 3
 
 
-def test_hapfl_policy_refuses_stage_models_of_another_client_count():
+def test_hapfl_stage_models_of_another_client_count_are_refused():
     """A recipe trained on 6 clients a round, played on scale20's 12: SB3's traceback at the first predict."""
     from stable_baselines3 import PPO
 
@@ -417,3 +417,5 @@ def test_hapfl_policy_refuses_stage_models_of_another_client_count():
     with pytest.raises(ValueError, match=r"^HAPFLPolicy: ppo1 was trained on observations of shape \(6,\); "
                                          r"allowed: a model of this env's, of shape \(12,\)"):
         HAPFLPolicy(gym.make("FLHetero-v0", preset="scale20"), ppo1, ppo2)
+    with pytest.raises(ValueError, match=r"^allocation_policy was trained on observations of shape \(6,\)"):
+        gym.make("FLHeteroIntensity-v0", allocation_policy=ppo1, preset="scale20")

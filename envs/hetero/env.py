@@ -31,7 +31,7 @@ import numpy as np
 from gymnasium import spaces
 
 from fl_gym.clock import RoundLoad
-from fl_gym.envs.base import ClientRows, FLEnv, Predictor
+from fl_gym.envs.base import ClientRows, FLEnv, Predictor, require_fitting
 from fl_gym.envs.hetero.actions import ACTIONS, HeteroSpec, integerize, size_bins, split_of
 from fl_gym.envs.hetero.config import HISTORY_HORIZON, HeteroConfig
 from fl_gym.envs.registry import FAMILIES, family_of, resolve
@@ -187,12 +187,12 @@ class _HeteroEnv(FLEnv):
         return self.hetero.encode(sizes, sigma)
 
     def _inner(self, view: str) -> Predictor:
-        policy = self.injected[view]
+        policy, name = self.injected[view], f"{'allocation' if view == 'alloc' else 'intensity'}_policy"
         if callable(getattr(policy, "predict", None)):
+            require_fitting(name, policy, self.observation_space)
             return policy
         fixed = family_of(self.spec_id(view)).fixed_policies(self.spec_id(view))
-        require(isinstance(policy, str) and policy in fixed,
-                f"{'allocation' if view == 'alloc' else 'intensity'}_policy", policy,
+        require(isinstance(policy, str) and policy in fixed, name, policy,
                 "a predictor (with SB3's predict) or one of " + ", ".join(fixed))
         return fixed[policy].build(self.hetero.with_view(view))
 
