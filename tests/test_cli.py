@@ -445,6 +445,7 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["bench", "--sections", "engine", "--threads", "0"], "--threads='0'"),
     (["data", "describe", "digits", "--seed", "-1"], "--seed=-1"),
     (["fedavg", "--seed", "-1"], "--seed=-1"),
+    (["fedavg", "--model", "nope"], "--model='nope' is out of range; allowed: one of 'mlr'"),  # was models=
     (["fedavg", "--epochs", "1e9"], "--epochs=1000000000.0 is out of range; allowed: a float in (0, 1000]"),
     (["fedavg", "--lr", "1e9"], "--lr=1000000000.0 is out of range; allowed: a float in (0, 100]"),
     (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),

@@ -30,6 +30,7 @@ from fl_gym.validation import (
     UserError,
     is_int_at_least,
     require,
+    require_choice,
     require_copies,
     require_device,
     require_epochs,
@@ -685,10 +686,12 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     """A plain FedAvg run on the simulator, printing accuracy and simulated time per round."""
     from fl_gym import Federation, FederationConfig, RoundPlan
     from fl_gym.data import Dirichlet
+    from fl_gym.models.zoo import MODELS
 
     _threads(args.threads)
     require_rounds("--rounds", args.rounds)
     require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
+    require_choice("--model", args.model, MODELS)  # the config would name its field, models=
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
                            partition=Dirichlet(alpha=args.alpha), batch_size=args.batch_size)
     require_rate("--lr", args.lr)
