@@ -438,6 +438,8 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["compare", "FLSelectQueue-v0", "--policies", "cos-trim[smooth=x]"], "smooth='x' is out of range"),
     (["compare", "FLSelectPick-v0", "--policies", "pools[p_positive=2]"], "p_positive=2 is out of range"),
     (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
+    (["data", "describe", "digits", "--partition", "natural"],  # was numpy's traceback (nothing to stack)
+     "--partition='natural' is out of range; allowed: 'natural' only for a data set that comes partitioned"),
     (["bench", "--sections", "gpu"], "--sections"),
     (["bench", "--sections", "ppo", "--ppo-steps", "0"], "--ppo-steps=0"),
     (["bench", "--sections", "engine", "--repeats", "0"], "--repeats=0"),

@@ -653,6 +653,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     scheme = partition_scheme(args.partition, **knobs)  # a knob the scheme does not take is an error
     data = load_dataset(args.dataset, root=args.data_root, download=args.download)
     if args.partition == "natural":
+        require(bool(data.natural_split), "--partition", "natural",
+                f"'natural' only for a data set that comes partitioned (synthetic); {args.dataset} does not")
         parts = [train for train, _ in data.natural_split]
     else:
         parts = partition(data.y_train.numpy(), args.clients, scheme, np.random.default_rng(args.seed),
