@@ -33,7 +33,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from fl_gym.envs.vector import BatchedVecEnv, CopySeeds, StepCalls, copy_indices
+from fl_gym.envs.vector import BatchedVecEnv, CopySeeds, StepCalls, check_same_spaces, copy_indices
 from fl_gym.validation import is_int_at_least, require
 
 
@@ -161,11 +161,14 @@ class ShardedVecEnv(StepCalls, CopySeeds, VecEnv):
         self.shards = [list(s) for s in np.array_split(np.arange(n), workers)]
         self.workers = self._start_workers([[env_fns[i] for i in shard] for shard in self.shards],
                                            start_method)
-        try:  # every shard's reply: its copies built, or the error that stopped them
-            observation_space, action_space = self._everyone("spaces", lambda _: ())[0]
+        try:  # every shard's reply: its copies built (of one space each), or the error that stopped them
+            replies = self._everyone("spaces", lambda _: ())
+            firsts = [copies[0] for copies in self.shards]
+            check_same_spaces([(i, *spaces) for i, spaces in zip(firsts, replies, strict=True)])
         except Exception:
             self.close()
             raise
+        observation_space, action_space = replies[0]
         super().__init__(n, observation_space, action_space)
 
     def _start_workers(self, groups: list[list[Callable[[], gym.Env]]],

@@ -66,6 +66,22 @@ def copy_indices(indices: VecEnvIndices, copies: int) -> list[int]:
     return [int(i) % copies for i in wanted]
 
 
+def check_same_spaces(copies: Sequence[tuple[int, gym.Space, gym.Space]]) -> None:
+    """Refuse copies whose spaces differ from the first's (``(copy, observations, actions)`` each).
+
+    A vector env has one space of each. A client count that sets the spaces (a weight or a bit per
+    client) differs between copies only by the scenario randomisation, whose spaces cover its
+    range (``num_clients_range``).
+    """
+    _, obs, act = copies[0]
+    for i, other_obs, other_act in copies:
+        if other_obs != obs or other_act != act:
+            raise UserError(f"env_fns[{i}] builds observations of shape {other_obs.shape} and actions "
+                            f"{other_act}; allowed: copy 0's, of shape {obs.shape} and {act} (a vector env "
+                            "has one space of each; vary the clients per episode with randomize_scenario and "
+                            "num_clients_range)")
+
+
 # wrappers whose ``step`` hands the action on unchanged (observation, reward wrappers change what returns)
 ACTION_NEUTRAL = (Monitor, OrderEnforcing, PassiveEnvChecker, TimeLimit, RecordEpisodeStatistics,
                   gym.ObservationWrapper, gym.RewardWrapper)
@@ -155,11 +171,16 @@ class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
         require(len(env_fns) >= 1, "n_envs", len(env_fns), "an integer >= 1")
+        require(all(callable(fn) for fn in env_fns), "env_fns", [type(fn).__name__ for fn in env_fns],
+                "functions that build an env, as SB3's env_fns (e.g. lambda: gym.make(ENV_ID))")
         self.envs = [fn() for fn in env_fns]
+        require(all(isinstance(env, gym.Env) for env in self.envs), "env_fns",
+                [type(env).__name__ for env in self.envs], "functions that return a gymnasium env")
         ids = {e.spec.id if e.spec else type(e.unwrapped).__name__ for e in self.envs}
         require(len(ids) == 1, "env_fns", sorted(ids), "constructors of a single env id")
         require(all(hasattr(env.unwrapped, "federation") for env in self.envs), "env_fns", sorted(ids),
                 "constructors of an fl-gym env")
+        check_same_spaces([(i, e.observation_space, e.action_space) for i, e in enumerate(self.envs)])
         feds = [env.unwrapped.federation for env in self.envs]
         trains = any(fed.config.train for fed in feds)
         # one copy, or copies that train nothing (a timing backend), have nothing to merge: step in turn

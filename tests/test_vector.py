@@ -991,3 +991,22 @@ def test_the_batchers_synchronize_runs_after_each_turns_engine_calls_before_thei
     assert seen and seen[0] == before  # called before the turn's time was added
     assert vec.batcher.engine_seconds > seen[-1]
     vec.close()
+
+
+def test_copies_of_other_spaces_or_no_env_are_refused_when_the_vector_env_is_built():
+    """Copies of 10 and 12 clients built (the first copy's spaces) and failed at reset in numpy's stack;
+    an env where SB3 wants a function, or a function returning None, failed with an AttributeError."""
+    from fl_gym.envs.sharded import ShardedVecEnv
+    from fl_gym.envs.vector import BatchedVecEnv
+
+    ten, twelve = (lambda: gym.make("FLAggregate-v0")), (lambda: gym.make("FLAggregate-v0", num_clients=12))
+    other = (r"^env_fns\[2\] builds observations of shape \(87,\) and actions Box\(-1.0, 1.0, \(12,\), "
+             r"float32\); allowed: copy 0's, of shape \(73,\)")
+    with pytest.raises(ValueError, match=other):
+        BatchedVecEnv([ten, ten, twelve])
+    with pytest.raises(ValueError, match=other):  # the shards' spaces, compared in the caller
+        ShardedVecEnv([ten, ten, twelve, twelve], workers=2)
+    with pytest.raises(ValueError, match=r"^env_fns=\['OrderEnforcing'\] is out of range; allowed: func"):
+        BatchedVecEnv([gym.make("FLAggregate-v0")])
+    with pytest.raises(ValueError, match=r"^env_fns=\['NoneType'\] is out of range; allowed: functions that"):
+        BatchedVecEnv([lambda: None])
