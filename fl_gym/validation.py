@@ -21,6 +21,11 @@ class UserError(ValueError):
     """
 
 
+def one_line(error: BaseException) -> str:
+    """Another library's message on one line, to quote in a :class:`UserError` (its lines joined)."""
+    return " ".join(str(error).split())
+
+
 def require(ok: bool, name: str, value: object, allowed: str) -> None:
     """Raise :class:`UserError` naming the parameter, the value received and what is allowed."""
     if not ok:

@@ -225,7 +225,7 @@ class PolicyStrategy(Strategy):
     @cached_property
     def predictor(self) -> Predictor:
         """The policy that plays, built on :attr:`env` when given as a function of it (which checks it)."""
-        return self.policy if hasattr(self.policy, "predict") else self.policy(self.env)
+        return built(self.policy, self.env)
 
     def __init__(self, spec: EnvSpec, policy: Predictor | Callable[[FLEnv], Predictor], *, seed: int = 0,
                  deterministic: bool = True, label: str | None = None, node_timeout: float = 120.0) -> None:
@@ -403,7 +403,7 @@ def play(env: FLEnv, policy: Predictor | Callable[[FLEnv], Predictor], seed: int
     Yields each round's ``info`` scalars with ``reward`` and the policy's ``action``: the same
     loop for the Flower run and for the env it is compared with.
     """
-    policy = policy if hasattr(policy, "predict") else policy(env)
+    policy = built(policy, env)
     obs, _ = env.reset(seed=seed)
     for _ in range(num_rounds):
         action, _ = policy.predict(obs, deterministic=deterministic)
@@ -413,6 +413,11 @@ def play(env: FLEnv, policy: Predictor | Callable[[FLEnv], Predictor], seed: int
         if terminated or truncated:
             log.info("the env's episode ended after round %d", info["round"])
             return
+
+
+def built(policy: Predictor | Callable[[FLEnv], Predictor], env: FLEnv) -> Predictor:
+    """``policy`` itself if it predicts, else the predictor it builds on ``env`` (a fixed policy)."""
+    return policy if hasattr(policy, "predict") else policy(env)
 
 
 def _message(node: int, kind: str, *, config: ConfigRecord, arrays: ArrayRecord | None = None) -> Message:

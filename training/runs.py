@@ -42,6 +42,7 @@ from fl_gym.training.imitation import DEFAULTS, demonstrations, fixed_policy, im
 from fl_gym.validation import (
     UserError,
     is_int_at_least,
+    one_line,
     require,
     require_copies,
     require_int_in,
@@ -149,8 +150,7 @@ def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict
     except UserError:
         raise
     except (AssertionError, TypeError, AttributeError, ValueError) as err:  # SB3's own checks of a value
-        why = " ".join(str(err).split())  # SB3's messages span lines; the CLI's error is one
-        raise UserError(f"--hyperparams for {env_id} are not accepted by {algo}: {why}") from err
+        raise UserError(f"--hyperparams for {env_id} are not accepted by {algo}: {one_line(err)}") from err
     finally:
         env.close()
 

@@ -17,7 +17,7 @@ import torch
 
 from fl_gym.data.dataset import Dataset
 from fl_gym.data.synthetic import synthetic
-from fl_gym.validation import UserError, require_choice
+from fl_gym.validation import UserError, one_line, require_choice
 
 EMBEDDED = ("digits", "synthetic")
 TORCHVISION = ("mnist", "fashionmnist", "emnist-letters", "cifar10", "cifar100")
@@ -150,10 +150,9 @@ def _torchvision(name: str, root: str, download: bool) -> Dataset:
         x_train, y_train = _tv_split(name, root, True, download)
         x_test, y_test = _tv_split(name, root, False, download)
     except (RuntimeError, OSError) as err:  # torchvision: "Dataset not found"; urllib: no network
-        why = " ".join(str(err).split())  # torchvision lists each mirror it tried on a line of its own
-        raise DatasetNotFoundError(
+        raise DatasetNotFoundError(  # torchvision lists each mirror it tried on a line of its own
             f"dataset {name!r}: no usable files under {root}/{_TV_FOLDERS[name]} "
-            f"(download={download}: {why}). Put the files there in torchvision's layout, "
+            f"(download={download}: {one_line(err)}). Put the files there in torchvision's layout, "
             f"set FL_GYM_DATA or pass root=..., or where only the package registries are reachable build "
             f"MNIST and FashionMNIST with `fl-gym data prepare ROOT`"
         ) from err

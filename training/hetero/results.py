@@ -54,7 +54,15 @@ from fl_gym.baselines.hetero import (
 )
 from fl_gym.training.cli import Parser, parse_seed_list
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
-from fl_gym.validation import MAX_THREADS, is_int_at_least, require, require_int_in, require_seed
+from fl_gym.validation import (
+    MAX_THREADS,
+    is_int_at_least,
+    require,
+    require_epochs,
+    require_int_in,
+    require_rounds,
+    require_seed,
+)
 
 # Paper (Chen et al., its experiments): HAPFL's reductions on MNIST, (straggling latency %, training time %).
 PAPER_MNIST = {"FedAvg": (35.2, 26.1), "FedProx": (47.6, 40.4), "pFedMe": (37.1, 27.7)}
@@ -369,9 +377,9 @@ def reproduce(argv: list[str]) -> int:
 def check_flags(cfg: ResultsConfig) -> None:
     """Refuse a bad value before the first agent trains (hours, at the papers' step counts)."""
     require_seed("--train-seed", cfg.train_seed)
-    for flag, value in (("--rounds", cfg.rounds), ("--acc-rounds", cfg.acc_rounds),
-                        ("--acc-local-epochs", cfg.acc_local_epochs)):
-        require(is_int_at_least(value, 1), flag, value, "an integer >= 1")
+    require_rounds("--rounds", cfg.rounds)
+    require_rounds("--acc-rounds", cfg.acc_rounds)
+    require_epochs("--acc-local-epochs", cfg.acc_local_epochs)
     require_int_in("--threads", cfg.threads, 1, MAX_THREADS)
     require(cfg.agent_steps is None or is_int_at_least(cfg.agent_steps, 1), "--agent-steps", cfg.agent_steps,
             "an integer >= 1 (default: each agent's own)")
