@@ -16,9 +16,8 @@ from gymnasium import Env
 
 from fl_gym.baselines.base import RowPolicy
 from fl_gym.envs.aggregate.env import ROW
-from fl_gym.envs.aggregate.gompertz import gompertz
+from fl_gym.envs.aggregate.gompertz import gompertz, require_alpha
 from fl_gym.envs.registry import PolicyEntry
-from fl_gym.validation import is_positive, require
 
 
 class WeightsPolicy(RowPolicy):
@@ -59,7 +58,7 @@ class FedAdpPolicy(WeightsPolicy):
 
     def __init__(self, env: Env, alpha: float = 5.0) -> None:
         super().__init__(env)
-        require(is_positive(alpha), "alpha", alpha, "a float > 0")
+        require_alpha("alpha", alpha)
         self.alpha = alpha
 
     def offsets(self, rows):

@@ -44,7 +44,7 @@ class FedEntSettings:
     solver: str = "foc"
 
     def __post_init__(self) -> None:
-        require(0 < self.beta < 1, "beta", self.beta, "a float in (0, 1)")
+        require(is_positive(self.beta) and self.beta < 1, "beta", self.beta, "a float in (0, 1)")
         require(is_positive(self.eta_max), "eta_max", self.eta_max, "a float > 0")
         require_choice("denominator", self.denominator, ("sq_norm", "norm"))
         require_choice("solver", self.solver, ("foc", "argmin"))

@@ -30,7 +30,7 @@ from fl_gym.envs.base import require_fitting
 from fl_gym.envs.hetero.actions import HeteroSpec, split_of
 from fl_gym.envs.hetero.config import HISTORY_HORIZON, SIZE_NAMES
 from fl_gym.envs.registry import PolicyEntry
-from fl_gym.validation import UserError
+from fl_gym.validation import UserError, is_non_negative, require
 
 
 class HeteroPolicy(RowPolicy):
@@ -215,8 +215,7 @@ class HistoryOraclePolicy(BalancedOraclePolicy):
 
     def __init__(self, env: Env | HeteroSpec, rho: float = 0.9, fit: str = "largest") -> None:
         super().__init__(env, fit)
-        if not 0 <= rho <= 1:
-            raise UserError(f"rho={rho!r} is out of range; allowed: a float in [0, 1]")
+        require(is_non_negative(rho) and rho <= 1, "rho", rho, "a float in [0, 1]")
         self.rho = rho
 
     def _decide(self, rows: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from fl_gym.baselines.base import RowPolicy
 from fl_gym.baselines.fedent import FedEntSettings, MeanField, joint_solve, mean_field_offline, solve_eta
 from fl_gym.envs.rates.env import GLOBAL, ROW, RoundStats, unit_of
 from fl_gym.envs.registry import PolicyEntry
-from fl_gym.validation import is_int_at_least, is_positive, require
+from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_fraction
 
 
 class RatePolicy(RowPolicy):
@@ -69,7 +69,7 @@ class ConstantLRPolicy(RatePolicy):
         require(schedule in SCHEDULES, "schedule", schedule, ", ".join(SCHEDULES))
         if schedule == "step":
             gamma, step_size = 0.5 if gamma is None else gamma, 5 if step_size is None else step_size
-            require(is_positive(gamma) and gamma <= 1, "gamma", gamma, "a float in (0, 1]")
+            require_fraction("gamma", gamma)
             require(is_int_at_least(step_size, 1), "step_size", step_size, "an integer >= 1")
         else:
             require(gamma is None and step_size is None, "gamma, step_size", (gamma, step_size),
@@ -96,7 +96,7 @@ class DecayOnlyPolicy(RatePolicy):
 
     def __init__(self, env: Env, gamma: float = 0.99) -> None:
         super().__init__(env)
-        require(0 <= gamma <= 1, "gamma", gamma, "a float in [0, 1]")
+        require(is_non_negative(gamma) and gamma <= 1, "gamma", gamma, "a float in [0, 1]")
         self.gamma = gamma
 
     def rates(self, st):

@@ -28,7 +28,7 @@ from fl_gym.envs.registry import PolicyEntry
 from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
 from fl_gym.envs.select.pools import Pools
 from fl_gym.envs.select.spaces import PickLayout, QueueLayout, SelectLayout
-from fl_gym.validation import UserError, is_int_at_least, is_non_negative, is_positive, require
+from fl_gym.validation import UserError, is_int_at_least, is_non_negative, require, require_fraction
 
 
 class SelectPolicy(RowPolicy):
@@ -85,8 +85,7 @@ class RandomDropPolicy(SelectPolicy):
 
     def __init__(self, env: Env | SelectLayout, q: float = 0.8, seed: int = 0) -> None:
         super().__init__(env)
-        if not 0 < q <= 1:
-            raise UserError(f"q={q!r} is out of range; allowed: a float in (0, 1]")
+        require_fraction("q", q)
         self.q = q
         self._seed_rng(seed)
 
@@ -139,7 +138,7 @@ class EntropyCutPolicy(SelectPolicy):
 
     def __init__(self, env: Env | SelectLayout, h: float = 0.93) -> None:
         super().__init__(env)
-        require(is_positive(h) and h <= 1, "h", h, "a float in (0, 1]")
+        require_fraction("h", h)
         self.h = h
 
     def keep(self, soft_labels, sizes):
@@ -287,7 +286,7 @@ class EntropyCutPickPolicy(PickPolicy):
 
     def __init__(self, env: Env | PickLayout, m: int | None = None, h: float = 0.93, seed: int = 0) -> None:
         super().__init__(env, m, seed)
-        require(is_positive(h) and h <= 1, "h", h, "a float in (0, 1]")
+        require_fraction("h", h)
         self.h = h
 
     def pick(self, observation):
@@ -326,8 +325,7 @@ class TopLambdaEntropyPolicy(RowPolicy):
     """
 
     def __init__(self, env: Env | QueueLayout, lam: float = 0.9, seed: int = 0) -> None:
-        if not 0 < lam <= 1:
-            raise UserError(f"lam={lam!r} is out of range; allowed: a float in (0, 1]")
+        require_fraction("lam", lam)
         self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
         super().__init__(self.layout.observation_space())
         self.lam = lam

@@ -36,7 +36,7 @@ from gymnasium import Env
 
 from fl_gym.baselines.select import PickPolicy
 from fl_gym.envs.select.spaces import GLOBAL
-from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require
+from fl_gym.validation import is_int_at_least, is_non_negative, require, require_fraction
 
 
 class SystemPickPolicy(PickPolicy):
@@ -108,7 +108,7 @@ class OortPickPolicy(SystemPickPolicy):
         require(is_non_negative(alpha), "alpha", alpha, "a float >= 0")
         for name, value in (("epsilon", epsilon), ("decay", decay), ("min_epsilon", min_epsilon),
                             ("cutoff", cutoff)):
-            require(is_positive(value) and value <= 1, name, value, "a float in (0, 1]")
+            require_fraction(name, value)
         self.alpha, self.cutoff = alpha, cutoff
         self.epsilon, self.decay, self.min_epsilon = epsilon, decay, min_epsilon
 

@@ -31,7 +31,7 @@ from fl_gym.envs.base import FLEnv, ValidationGain, favor
 from fl_gym.envs.presets import PresetConfig
 from fl_gym.federation import Federation
 from fl_gym.records import RoundReport
-from fl_gym.validation import is_non_negative, is_positive, require, require_choice
+from fl_gym.validation import is_non_negative, is_positive, require, require_choice, require_fraction
 
 REWARDS = ("acc_gain", "acc_area", "loss_drop", "loss_area", "rounds", "favor")
 LOCAL_ALGORITHMS = ("fedavg", "fedprox", "feddyn")
@@ -72,8 +72,7 @@ class LearningConfig(PresetConfig):
         require_choice("server", self.server, SERVER_RULES)
         self.server_config()
         require_choice("reward", self.reward, REWARDS)
-        require(isinstance(self.target_accuracy, float) and 0 < self.target_accuracy <= 1, "target_accuracy",
-                self.target_accuracy, "a float in (0, 1]")
+        require_fraction("target_accuracy", self.target_accuracy)
         require(isinstance(self.stop_at_target, bool), "stop_at_target", self.stop_at_target, "True or False")
 
     def server_config(self) -> ServerConfig:

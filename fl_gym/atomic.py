@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from fl_gym.validation import UserError
+from fl_gym.validation import UserError, require
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -35,6 +35,21 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def require_writable(folder: str | Path, name: str) -> Path:
+    """``folder``, created, after a test write: output that cannot be written fails before the work."""
+    require(str(folder) != "", name, "", "a folder path")  # '' would quietly mean the working folder
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".fl-gym-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"{name}={str(folder)!r} cannot be written ({err.strerror or err}); allowed: a "
+                        "folder you can write to") from err
+    return folder
 
 
 def write_via(path: str | Path, write: Callable[[Path], object]) -> Path:

@@ -47,7 +47,7 @@ import numpy as np
 
 from fl_gym.clock import MAX_SIGMA
 from fl_gym.traces import load_availability
-from fl_gym.validation import is_non_negative, is_positive, require, require_choice, require_field_types
+from fl_gym.validation import is_non_negative, require, require_choice, require_field_types, require_fraction
 
 LATE = ("drop", "partial")
 
@@ -90,8 +90,7 @@ class BehaviourConfig:
 
     def __post_init__(self) -> None:
         require_field_types(self)
-        require(is_positive(self.availability) and self.availability <= 1, "availability", self.availability,
-                "a float in (0, 1]")
+        require_fraction("availability", self.availability)
         require(is_non_negative(self.availability_persistence) and self.availability_persistence < 1,
                 "availability_persistence", self.availability_persistence, "a float in [0, 1)")
         require(is_non_negative(self.dropout) and self.dropout < 1, "dropout", self.dropout,

@@ -85,9 +85,32 @@ def require_seed(name: str, value: object) -> None:
     require_int_in(name, value, 0, MAX_SEED)
 
 
+def require_seeds(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a list or tuple of one or more distinct seeds.
+
+    A seed played twice would count its episode twice in a mean; a string would be read as its
+    characters.
+    """
+    ok = isinstance(value, (list, tuple)) and len(value) >= 1 and len(set(value)) == len(value) \
+        and all(is_int_at_least(s, 0) and s <= MAX_SEED for s in value)
+    require(ok, name, value, f"a list of one or more distinct integer seeds in [0, {MAX_SEED}]")
+
+
+def require_mapping(name: str, value: object, optional: bool = True, of: str = "argument names to values"
+                    ) -> None:
+    """Raise ``ValueError`` unless ``value`` is a mapping (None too where ``optional``) of ``of``."""
+    require((optional and value is None) or isinstance(value, Mapping), name, value,
+            ("None or " if optional else "") + f"a mapping of {of}")
+
+
 def require_copies(name: str, value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is a number of vector-env copies in ``[1, MAX_COPIES]``."""
     require_int_in(name, value, 1, MAX_COPIES)
+
+
+def require_clients(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a number of clients in ``[1, MAX_CLIENTS]``."""
+    require_int_in(name, value, 1, MAX_CLIENTS)
 
 
 def require_rounds(name: str, value: object) -> None:
@@ -108,6 +131,16 @@ def require_epochs(name: str, value: object) -> None:
 def require_share(name: str, value: object) -> None:
     """Raise ``ValueError`` unless ``value`` is a finite float in ``[0, 1)`` (a share of clients or data)."""
     require(is_non_negative(value) and value < 1, name, value, "a float in [0, 1)")
+
+
+def require_fraction(name: str, value: object, optional: bool = False) -> None:
+    """Raise ``ValueError`` unless ``value`` is a float in ``(0, 1]`` (None too where ``optional``).
+
+    A probability, a share kept, a target accuracy: a string or None is refused in the message
+    too, not by Python's comparison.
+    """
+    require((optional and value is None) or (is_positive(value) and value <= 1), name, value,
+            ("None or " if optional else "") + "a float in (0, 1]")
 
 
 def is_positive(x: float) -> bool:

@@ -434,7 +434,7 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["compare", "FLSelectPick-v0", "--policies", "pools[m=0]"],  # picked nobody: the env drew for it
      "m=0 is out of range; allowed: None (the env's) or an integer in [1, 20]"),
     (["compare", "FLAggregate-v0", "--policies", "fedadp[alpha=-1]"],
-     "alpha=-1 is out of range; allowed: a float > 0"),
+     "alpha=-1 is out of range; allowed: a float in (0, 100] (FedAdp: 5)"),
     (["compare", "FLSelectQueue-v0", "--policies", "cos-trim[smooth=x]"], "smooth='x' is out of range"),
     (["compare", "FLSelectPick-v0", "--policies", "pools[p_positive=2]"], "p_positive=2 is out of range"),
     (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
@@ -446,8 +446,12 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["bench", "--sections", "engine", "--loop-repeats", "-1"], "--loop-repeats=-1"),
     (["bench", "--sections", "engine", "--threads", "0"], "--threads='0'"),
     (["data", "describe", "digits", "--seed", "-1"], "--seed=-1"),
+    (["data", "describe", "digits", "--clients", "0"], "--clients=0 is out of range"),  # was num_clients=
     (["fedavg", "--seed", "-1"], "--seed=-1"),
     (["fedavg", "--model", "nope"], "--model='nope' is out of range; allowed: one of 'mlr'"),  # was models=
+    (["fedavg", "--clients", "0"], "--clients=0 is out of range; allowed: an integer in [1, 1000000]"),
+    (["fedavg", "--alpha", "0"], "--alpha=0.0 is out of range; allowed: a float > 0"),  # was alpha=
+    (["fedavg", "--batch-size", "0"], "--batch-size=0 is out of range; allowed: an integer >= 1"),
     (["fedavg", "--epochs", "1e9"], "--epochs=1000000000.0 is out of range; allowed: a float in (0, 1000]"),
     (["fedavg", "--lr", "1e9"], "--lr=1000000000.0 is out of range; allowed: a float in (0, 100]"),
     (["bench", "--sections", "memory", "--memory-steps", "0"], "--memory-steps=0"),
@@ -646,7 +650,7 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     (["bench", "--sections", "vec", "--vec-envs", "5000"], "allowed: copy counts in [1, 4096]"),
     (["bench", "--sections", "ppo", "--ppo-envs", "10000"], "--ppo-envs=10000 is out of range"),
     (["bench", "--sections", "engine", "--repeats", "1001"], "allowed: an integer in [1, 1000]"),
-    (["fedavg", "--clients", str(10**12)], "num_clients=1000000000000 is out of range"),  # 931 GiB asked
+    (["fedavg", "--clients", str(10**12)], "--clients=1000000000000 is out of range"),  # 931 GiB asked
     (["fedavg", "--rounds", "100001"], "--rounds=100001 is out of range; allowed: an integer in [1, 100000]"),
     (["demo", "--out", ""], "--out='' is out of range"),
     (["demo", "--episodes", str(10**12)], "--episodes=1000000000000 is out of range"),  # a MemoryError

@@ -20,6 +20,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import fl_gym  # noqa: F401  (registers the ids)
 from fl_gym.envs.registry import FAMILIES, env_ids, family_of
+from fl_gym.validation import UserError
 
 IDS = env_ids()
 
@@ -207,6 +208,24 @@ def test_every_fixed_policy_names_its_parameters_and_a_policy_string_with_anothe
         refused = rf"policy '{re.escape(name)}\[nope=1\]': 'nope' is not one of its parameters; allowed: "
         with pytest.raises(ValueError, match=refused):
             policy_spec(f"{name}[nope=1]", env_id)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_every_fixed_policy_parameter_with_a_bad_value_is_refused_by_name_or_acts(env_id):
+    """``compare --policies 'random-drop[q=x]'`` passes the string on: ``0 < q`` was a ``TypeError``."""
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=0)
+    for name, entry in family_of(env_id).fixed_policies(env_id).items():
+        for param in entry.parameters():
+            for value in BAD_VALUES:
+                try:
+                    policy = entry.build(env, **{param: value})
+                except UserError as err:
+                    assert f"{param}=" in str(err) or "is out of range; allowed" in str(err), (name, str(err))
+                    continue
+                action, _ = policy.predict(obs, deterministic=True)
+                assert env.action_space.contains(np.asarray(action).astype(env.action_space.dtype)), \
+                    (name, param, value)
 
 
 @pytest.mark.parametrize("env_id", [i for i in IDS if family_of(i).name != "toy"])  # the toy's: no RowPolicy

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import gymnasium as gym
 import pytest
@@ -94,3 +95,46 @@ def test_a_flat_agent_is_listed_as_unable_on_another_client_count(tmp_path):
     assert "ppo:flat" in results["summary"]["held-out"] and "ppo:flat" not in results["summary"]["big"]
     assert "was trained on observations of shape (6,)" in results["unable"]["big"]["ppo:flat"]
     assert "| ppo:flat | cannot act:" in markdown(results)
+
+
+def test_an_error_that_is_no_refusal_is_raised_not_listed_as_unable(monkeypatch):
+    """Only a ``UserError`` (a policy that does not fit the variant) reads as "cannot act"; another
+    ``ValueError`` is a bug in the policy or the env, and a table would hide it."""
+    import fl_gym.training.generalisation as module
+
+    def broken(env_id, policies, *args, **kwargs):
+        if policies == ["inverse"]:
+            raise ValueError("a bug")
+        return compare(env_id, policies, *args, **kwargs)
+
+    monkeypatch.setattr(module, "compare", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        generalisation("FLHetero-v0", ["oracle", "inverse"], (9,), seeds=(1,),
+                       env_kwargs={"rounds_per_episode": 2}, progress=False)
+
+
+@pytest.mark.parametrize("which,kwargs,message", [
+    ("compare", dict(policies="oracle"), "--policies='oracle' is out of range; allowed: a list of one"),
+    ("compare", dict(policies=[]), "--policies=[] is out of range"),  # was an empty table
+    ("compare", dict(seeds=(-1,)), "--seeds=(-1,) is out of range"),  # was gymnasium's Error
+    ("compare", dict(seeds=(1, 1)), "--seeds=(1, 1) is out of range; allowed: a list of one or"),
+    ("compare", dict(env_kwargs="x"), "env_kwargs='x' is out of range; allowed: None or a mapping"),
+    # an unwritable folder failed after every episode
+    ("compare", dict(out_dir="/proc/fl-gym"), "out_dir='/proc/fl-gym' cannot be written"),
+    ("generalisation", dict(policies="oracle"), "--policies='oracle' is out of range"),
+    ("generalisation", dict(variants="x"), "variants='x' is out of range; allowed: None or a mapping of"),
+    ("generalisation", dict(variants={"v": 3}), "variants['v']=3 is out of range"),
+    ("generalisation", dict(scenario_seeds=(9, 9)), "scenario_seeds=(9, 9) is out of range"),
+    ("generalisation", dict(out_dir="/proc/fl-gym"), "out_dir='/proc/fl-gym' cannot be written"),
+])
+def test_the_python_functions_check_their_arguments_before_any_episode(which, kwargs, message, monkeypatch):
+    """What the command line checks for its flags, ``compare()`` and ``generalisation()`` check too."""
+    import fl_gym.training.compare as module
+
+    monkeypatch.setattr(module, "evaluate", lambda *a, **k: pytest.fail("an episode ran"))
+    run = {"compare": lambda **kw: compare("FLHetero-v0", **{"policies": ["oracle"], "seeds": (1,), **kw}),
+           "generalisation": lambda **kw: generalisation(
+               "FLHetero-v0", **{"policies": ["oracle"], "scenario_seeds": (9,), "seeds": (1,),
+                                 "progress": False, **kw})}[which]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        run(**kwargs)

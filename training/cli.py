@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fl_gym.atomic import require_writable
 from fl_gym.data.datasets import DatasetNotFoundError
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
 from fl_gym.validation import (
@@ -29,8 +30,10 @@ from fl_gym.validation import (
     MissingExtraError,
     UserError,
     is_int_at_least,
+    is_positive,
     require,
     require_choice,
+    require_clients,
     require_copies,
     require_device,
     require_epochs,
@@ -68,19 +71,9 @@ MADE: list[Path] = []
 
 
 def writable(folder: str | Path, flag: str) -> Path:
-    """``folder``, created, after a test write: an unwritable output fails before any work."""
-    require(str(folder) != "", flag, "", "a folder path")  # '' would quietly mean the working folder
-    folder = Path(folder)
-    MADE.extend(p for p in (folder, *folder.parents) if not p.exists())
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".fl-gym-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"{flag}={str(folder)!r} cannot be written ({err.strerror or err}); allowed: a "
-                        "folder you can write to") from err
-    return folder
+    """``folder``, created, after a test write (:func:`require_writable`); on failure what it made goes."""
+    MADE.extend(p for p in (Path(folder), *Path(folder).parents) if not p.exists())
+    return require_writable(folder, flag)
 
 
 def output_folder(args: argparse.Namespace, verb: str) -> Path:
@@ -649,6 +642,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     if args.out:
         writable(Path(args.out).parent, "--out")
     require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
+    require_clients("--clients", args.clients)
     knobs = {name: getattr(args, name) for name in SCHEME_FIELDS if getattr(args, name) is not None}
     scheme = partition_scheme(args.partition, **knobs)  # a knob the scheme does not take is an error
     data = load_dataset(args.dataset, root=args.data_root, download=args.download)
@@ -693,7 +687,11 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     _threads(args.threads)
     require_rounds("--rounds", args.rounds)
     require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
-    require_choice("--model", args.model, MODELS)  # the config would name its field, models=
+    # the config would name its fields (models=, num_clients=, ...), not the flags
+    require_choice("--model", args.model, MODELS)
+    require_clients("--clients", args.clients)
+    require(is_positive(args.alpha), "--alpha", args.alpha, "a float > 0")
+    require(is_int_at_least(args.batch_size, 1), "--batch-size", args.batch_size, "an integer >= 1")
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
                            partition=Dirichlet(alpha=args.alpha), batch_size=args.batch_size)
     require_rate("--lr", args.lr)

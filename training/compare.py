@@ -35,11 +35,18 @@ from tqdm import tqdm
 from fl_gym.agents.ppo import ALGOS
 from fl_gym.agents.recipes import compose, is_recipe, load_recipe
 from fl_gym.agents.sets import SetPolicy
-from fl_gym.atomic import write_json, write_text
+from fl_gym.atomic import require_writable, write_json, write_text
 from fl_gym.envs.registry import family_of, metrics_for, recipes_for
 from fl_gym.training.evaluation import Episode, aggregate, evaluate
 from fl_gym.training.plots import plot_bands
-from fl_gym.validation import UserError, is_int_at_least, require
+from fl_gym.validation import (
+    UserError,
+    is_int_at_least,
+    require,
+    require_fraction,
+    require_mapping,
+    require_seeds,
+)
 
 DEFAULT_SEEDS = tuple(range(10000, 10005))
 SERIES = ("accuracy", "round_time", "straggling_latency", "sim_time", "uploads")
@@ -154,6 +161,13 @@ def check_rounds(rounds: int | None, env: gym.Env) -> None:
             f"at most the episode's {horizon} rounds (raise rounds_per_episode with --env-kwargs)")
 
 
+def require_policies(policies: object) -> None:
+    """Raise ``ValueError`` unless ``policies`` is a list of policy strings (not one string: its letters)."""
+    require(isinstance(policies, (list, tuple)) and len(policies) >= 1
+            and all(isinstance(p, str) for p in policies), "--policies", policies,
+            "a list of one or more policy strings")
+
+
 def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_SEEDS,
             env_kwargs: dict | None = None,
             rounds: int | None = None, out_dir: str | Path | None = None, progress: bool = True,
@@ -168,8 +182,10 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
     (``per_seed``, in seed order), so a new target or statistic needs no rerun.
     """
     require(rounds is None or is_int_at_least(rounds, 1), "--rounds", rounds, "an integer >= 1")
-    require(target is None or 0 < target <= 1, "--target", target, "None or a float in (0, 1]")
-    require(len(seeds) >= 1, "--seeds", seeds, "at least one seed")
+    require_fraction("--target", target, optional=True)
+    require_seeds("--seeds", seeds)
+    require_mapping("env_kwargs", env_kwargs)
+    require_policies(policies)
     # bad policy strings fail before any work
     parsed = [policy_spec(policy, env_id, tuple(seeds)) for policy in policies]
     labels = [p.label for p in parsed]
@@ -178,6 +194,8 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
         env = gym.make(env_id, **{**(env_kwargs or {}), **p.env_kwargs})
         check_rounds(rounds, env)
         env.close()
+    if out_dir is not None:
+        require_writable(out_dir, "out_dir")
     episodes: dict[str, list[Episode]] = {}
     bar = tqdm(total=len(parsed) * len(seeds), desc=f"compare {env_id}", unit="episode",
                disable=None if progress else True)  # None: off when not writing to a terminal

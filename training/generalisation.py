@@ -20,9 +20,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from fl_gym.atomic import write_json, write_text
-from fl_gym.training.compare import DEFAULT_SEEDS, compare, policy_spec
-from fl_gym.validation import UserError, require
+from fl_gym.atomic import require_writable, write_json, write_text
+from fl_gym.training.compare import DEFAULT_SEEDS, compare, policy_spec, require_policies
+from fl_gym.validation import UserError, require, require_mapping, require_seeds
 
 HELD_OUT = (4242, 123, 777, 2024, 31337)
 METRICS = ("straggling_latency", "sim_time", "return")
@@ -49,9 +49,14 @@ def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequenc
         out_dir: where ``results.json`` and ``results.md`` go (None: nowhere).
         progress: print each scenario as it starts.
     """
-    require(len(scenario_seeds) >= 1 and all(s >= 0 for s in scenario_seeds), "scenario_seeds",
-            list(scenario_seeds), "one or more scenario seeds >= 0")
+    require_policies(policies)
+    require_seeds("scenario_seeds", scenario_seeds)
+    require_seeds("seeds", seeds)
+    require_mapping("env_kwargs", env_kwargs)
+    require_mapping("variants", variants, of="variant names to env arguments")
     variants = variants or {"held-out": {}}
+    for name, extra in variants.items():
+        require_mapping(f"variants[{name!r}]", extra, optional=False)
     for name, extra in variants.items():  # every variant's arguments checked before any episode is played
         try:
             gym.make(env_id, **{**(env_kwargs or {}), **extra, "scenario_seed": scenario_seeds[0]}).close()
@@ -59,6 +64,8 @@ def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequenc
             raise UserError(f"variant {name!r}: {exc}") from exc
     reference = policies[0] if reference is None and policies else reference
     require(reference in policies, "reference", reference, f"one of the policies {list(policies)}")
+    if out_dir is not None:
+        require_writable(out_dir, "out_dir")
     rows: list[dict[str, Any]] = []
     unable: dict[str, dict[str, str]] = {}  # variant -> policy -> why it cannot act there
     # loads each model once here
@@ -72,7 +79,7 @@ def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequenc
                 kwargs = {**(env_kwargs or {}), **extra, "scenario_seed": scenario}
                 try:
                     stats = compare(env_id, [policy], tuple(seeds), kwargs, progress=False)["summary"][label]
-                except ValueError as exc:  # e.g. a flat agent on another client count
+                except UserError as exc:  # e.g. a flat agent on another client count (a bug: raised)
                     require(policy != reference, "reference", reference,
                             f"a policy that acts on {name} ({exc})")
                     unable.setdefault(name, {})[label] = str(exc).splitlines()[0]

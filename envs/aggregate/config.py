@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fl_gym.envs.aggregate.gompertz import require_alpha
 from fl_gym.envs.learning import LearningConfig
-from fl_gym.validation import is_positive, require
+from fl_gym.validation import is_positive, require, require_fraction
 
 _PAPER = dict(num_clients=10, partition="mixed", num_iid=5, classes_per_client=1,
               samples_per_client=600, lr=0.01, batch_size=32, rounds_per_episode=300)
@@ -59,8 +60,6 @@ class AggregateConfig(LearningConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(is_positive(self.lr_decay) and self.lr_decay <= 1, "lr_decay", self.lr_decay,
-                "a float in (0, 1]")
+        require_fraction("lr_decay", self.lr_decay)
         require(is_positive(self.action_scale), "action_scale", self.action_scale, "a float > 0")
-        require(is_positive(self.gompertz_alpha) and self.gompertz_alpha <= 100, "gompertz_alpha",
-                self.gompertz_alpha, "a float in (0, 100] (FedAdp: 5)")
+        require_alpha("gompertz_alpha", self.gompertz_alpha)

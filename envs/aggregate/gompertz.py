@@ -4,6 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from fl_gym.validation import is_positive, require
+
+MAX_ALPHA = 100.0  # steeper is a step at 1 rad; at theta = 0, exp(alpha) overflows float64 beyond 709
+
+
+def require_alpha(name: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a Gompertz ``alpha`` in ``(0, MAX_ALPHA]``."""
+    require(is_positive(value) and value <= MAX_ALPHA, name, value,
+            f"a float in (0, {MAX_ALPHA:g}] (FedAdp: 5)")
+
 
 def gompertz(theta: np.ndarray, alpha: float = 5.0) -> np.ndarray:
     """``f(theta) = alpha (1 - exp(-exp(-alpha (theta - 1))))``, ``theta`` in radians.

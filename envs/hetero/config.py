@@ -35,6 +35,7 @@ from fl_gym.validation import (
     is_positive,
     require,
     require_choice,
+    require_fraction,
 )
 
 PRESETS = {
@@ -148,8 +149,7 @@ class HeteroConfig(EnvConfig):
         require_choice("obs_mode", self.obs_mode, OBS_MODES)
         require(self.residual_policy is None or isinstance(self.residual_policy, str), "residual_policy",
                 self.residual_policy, "None or a fixed policy's name")
-        require(self.target_accuracy is None or 0 < self.target_accuracy <= 1, "target_accuracy",
-                self.target_accuracy, "None or a float in (0, 1]")
+        require_fraction("target_accuracy", self.target_accuracy, optional=True)
         require(is_non_negative(self.prox_mu), "prox_mu", self.prox_mu, "a float >= 0")
         require_choice("aggregation", self.aggregation, WEIGHT_RULES)
 

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from fl_gym.config import FederationConfig
 from fl_gym.envs.presets import PresetConfig
-from fl_gym.validation import is_int_at_least, is_non_negative, require, require_choice
+from fl_gym.validation import is_int_at_least, is_non_negative, require, require_choice, require_fraction
 
 PRESETS = {
     "tiny": {"own": dict(clients_per_round=5, local_epochs=1, model="mlp-small", validation_size=150),
@@ -177,7 +177,7 @@ class PickConfig(SelectionConfig):
         require(self.reward_signal != "loss_vs_all", "reward_signal", self.reward_signal,
                 f"one of {', '.join(s for s in SIGNALS if s != 'loss_vs_all')} (every picked client is "
                 "aggregated, so there is no choice of uploads to compare with keeping all)")
-        require(0 < self.target_accuracy <= 1, "target_accuracy", self.target_accuracy, "a float in (0, 1]")
+        require_fraction("target_accuracy", self.target_accuracy)
         require(is_non_negative(self.lambda_time) and math.isfinite(self.lambda_time), "lambda_time",
                 self.lambda_time, "a finite float >= 0")
 

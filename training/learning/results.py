@@ -26,7 +26,7 @@ from fl_gym.training.cli import Parser, parse_kv, parse_seed_list
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
 from fl_gym.training.trace import decision_trace
-from fl_gym.validation import is_int_at_least, require
+from fl_gym.validation import is_int_at_least, require, require_fraction
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
     require("preset" not in base, "--env-kwargs preset", base.get("preset"),
             f"none: each section sets its own "
             f"preset; pick sections with --sections ({', '.join(sections)})")
-    require(args.target is None or 0 < args.target <= 1, "--target", args.target, "a float in (0, 1]")
+    require_fraction("--target", args.target, optional=True)
     chosen = [n for n in args.sections.split(",") if n] or list(sections)
     unknown = [n for n in chosen if n not in sections]
     require(not unknown, "--sections", unknown, ", ".join(sections))

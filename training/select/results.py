@@ -25,7 +25,7 @@ from fl_gym.atomic import write_text
 from fl_gym.training.cli import Parser, parse_kv, parse_seed_list
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
-from fl_gym.validation import is_int_at_least, require
+from fl_gym.validation import is_int_at_least, require, require_fraction
 
 SERVER = {"server_data_fraction": 0.1, "allow_server_data": True}
 AGENT_POLICIES = {"FLSelect-v0": ["fedentropy", "fedavg"], "FLSelectPick-v0": ["pools", "random-pick"],
@@ -52,7 +52,7 @@ def reproduce(argv: list[str]) -> int:
     base = parse_kv(args.env_kwargs, "--env-kwargs")
     require(is_int_at_least(args.agent_steps, 0), "--agent-steps", args.agent_steps,
             "an integer >= 0 (0: no agents)")
-    require(0 < args.target <= 1, "--target", args.target, "a float in (0, 1]")
+    require_fraction("--target", args.target)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables = {}
 
