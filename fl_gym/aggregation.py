@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fl_gym.validation import UserError, is_positive, require, require_choice
+from fl_gym.validation import UserError, is_positive, require, require_choice, require_field_types
 
 WEIGHT_RULES = ("datasize", "uniform", "entropy_acc")
 SERVER_RULES = ("average", "fedavgm", "fedadam")
@@ -76,6 +76,7 @@ class ServerConfig:
     momentum: float = 0.9
 
     def __post_init__(self) -> None:
+        require_field_types(self)  # a string or None reaches no comparison below
         require_choice("server", self.name, SERVER_RULES)
         require(self.lr is None or is_positive(self.lr), "server_lr", self.lr, "None or a float > 0")
         require(0 <= self.momentum < 1, "server_momentum", self.momentum, "a float in [0, 1)")

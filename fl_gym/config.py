@@ -20,13 +20,13 @@ from fl_gym.engine.losses import MutualDistillation
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.models.zoo import MODELS
 from fl_gym.validation import (
-    MAX_CLIENTS,
     UserError,
     is_int_at_least,
     is_non_negative,
     is_positive,
     require,
     require_choice,
+    require_clients,
     require_device,
     require_field_types,
     require_share,
@@ -152,8 +152,7 @@ class FederationConfig:
     def __post_init__(self) -> None:
         require_field_types(self)  # by the annotations, before any range check compares a value
         require_choice("dataset", self.dataset, DATASETS)
-        require(is_int_at_least(self.num_clients, 1) and self.num_clients <= MAX_CLIENTS, "num_clients",
-                self.num_clients, f"an integer in [1, {MAX_CLIENTS}]")
+        require_clients("num_clients", self.num_clients)
         require_choice("local_test", self.local_test, ("matched", "holdout", "none"))
         require(0 < self.local_test_fraction < 1, "local_test_fraction", self.local_test_fraction,
                 "a float in (0, 1)")

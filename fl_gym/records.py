@@ -18,7 +18,7 @@ import numpy as np
 
 from fl_gym.clock import RoundLoad
 from fl_gym.engine.trainer import Member
-from fl_gym.validation import UserError
+from fl_gym.validation import UserError, is_int_at_least, one_line, require
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,16 @@ class RoundPlan:
              model: int | np.ndarray = 0, epochs: float | np.ndarray = 1.0,
              aggregate: np.ndarray | None = None, weight: np.ndarray | None = None) -> RoundPlan:
         """Broadcast scalars to ``(K,)`` arrays; by default everyone trains and is aggregated."""
+        require(is_int_at_least(num_clients, 1), "num_clients", num_clients, "an integer >= 1")
 
-        def full(v: object, dtype: type) -> np.ndarray:
+        def full(name: str, v: object, dtype: type, allowed: str = "a number") -> np.ndarray:
             out = np.empty(num_clients, dtype)
-            out[...] = v  # a scalar or a (K,) array (np.broadcast_to costs several times more per plan)
+            try:
+                out[...] = v  # a scalar or a (K,) array (np.broadcast_to costs several times more per plan)
+            except (TypeError, ValueError) as err:  # numpy's message names neither the field nor the shape
+                shown = v.tolist() if isinstance(v, np.ndarray) else repr(v)
+                raise UserError(f"{name}={shown} is out of range; allowed: {allowed} or an array of them of "
+                                f"shape ({num_clients},) ({one_line(err)})") from err
             return out
 
         def mask(name: str, v: np.ndarray) -> np.ndarray:
@@ -58,12 +64,13 @@ class RoundPlan:
             if not is_mask(v):
                 raise UserError(f"{name}={v.tolist()} is out of range; allowed: a mask of shape "
                                 f"({num_clients},), bool or 0/1 (not client ids)")
-            return full(v, bool)
+            return full(name, v, bool, "a bool")
 
-        sel = full(True, bool) if selected is None else mask("selected", selected)
+        sel = full("selected", True, bool) if selected is None else mask("selected", selected)
         agg = sel.copy() if aggregate is None else mask("aggregate", aggregate)
-        return cls(sel, full(model, np.int64), full(epochs, np.float64), full(lr, np.float64), agg,
-                   None if weight is None else full(weight, np.float64))
+        return cls(sel, full("model", model, np.int64, "an integer"), full("epochs", epochs, np.float64),
+                   full("lr", lr, np.float64), agg,
+                   None if weight is None else full("weight", weight, np.float64))
 
     def validate(self, num_clients: int, num_models: int) -> None:
         """Raise ``ValueError`` naming the first field that is malformed."""

@@ -7,15 +7,23 @@ import pytest
 import torch
 
 from fl_gym.data import (
+    Dirichlet,
     PartitionReport,
+    PowerLaw,
+    classes_split,
+    dirichlet_split,
     holdout_split,
+    iid_split,
     label_entropy,
     load_dataset,
     matched_test_split,
     partition,
     partition_scheme,
+    power_law_split,
+    shards_split,
 )
 from fl_gym.data.datasets import DatasetNotFoundError
+from fl_gym.data.partition import one_class_split
 
 
 def test_digits_is_real_and_split(digits):
@@ -155,6 +163,29 @@ def test_shards_and_classes_shapes():
 def test_bad_partition_parameters_name_the_parameter(kwargs, num_clients, param):
     with pytest.raises(ValueError, match=f"{param}="):
         partition(LABELS, num_clients, partition_scheme(**kwargs), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("split,param", [
+    (lambda k: iid_split(600, k, _rng()), "num_clients"),
+    (lambda k: one_class_split(LABELS, k, _rng(), 10), "num_clients"),
+    (lambda k: dirichlet_split(LABELS, k, Dirichlet(), _rng(), 10), "num_clients"),
+    (lambda k: shards_split(LABELS, k, 2, _rng()), "num_clients"),
+    (lambda k: classes_split(LABELS, k, 2, 10, _rng()), "num_clients"),
+    (lambda k: power_law_split(600, k, PowerLaw(), _rng()), "num_clients"),
+    (lambda k: shards_split(LABELS, 10, 0, _rng()), "shards_per_client"),  # a ZeroDivisionError
+    (lambda k: classes_split(LABELS, 10, 0, 10, _rng()), "classes_per_client"),
+    (lambda k: classes_split(LABELS, 10, 2, 0, _rng()), "samples_per_client"),
+])
+def test_the_split_helpers_refuse_what_partition_refuses(split, param):
+    """The ``*_split`` helpers are public: no client (numpy's "number sections must be larger than
+    0", a division by zero) or more clients than samples is named as ``partition`` names it."""
+    for k in (0, 601):
+        with pytest.raises(ValueError, match=f"{param}="):
+            split(k)
+
+
+def _rng():
+    return np.random.default_rng(0)
 
 
 def test_dirichlet_gives_up_with_advice():

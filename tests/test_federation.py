@@ -12,7 +12,9 @@ from fl_gym import (
     ClockConfig,
     Federation,
     FederationConfig,
+    MutualDistillation,
     OptimizerConfig,
+    PFedMeConfig,
     RoundLoad,
     RoundPlan,
     ServerConfig,
@@ -516,6 +518,12 @@ def test_another_algorithms_setting_is_refused_not_ignored(changes, message):
      "optimizer='adam' is out of range; allowed: an OptimizerConfig"),
     (lambda: FederationConfig(train="yes"), "train='yes' is out of range; allowed: True or False"),
     (lambda: ClockConfig(bandwidth=None), "bandwidth=None is out of range"),
+    # these four compared the value first: Python's TypeError ("'<=' not supported", "has no len()")
+    (lambda: OptimizerConfig(momentum="0.9"), "momentum='0.9' is out of range; allowed: a real number"),
+    (lambda: OptimizerConfig(name="adam", betas=0.9), "betas=0.9 is out of range; allowed: a tuple of 2"),
+    (lambda: ServerConfig(momentum=None), "momentum=None is out of range; allowed: a real number"),
+    (lambda: PFedMeConfig(beta="1"), "beta='1' is out of range; allowed: a real number"),
+    (lambda: MutualDistillation(temperature=[1, 2]), "temperature=[1, 2] is out of range; allowed: a real"),
 ])
 def test_a_config_built_directly_checks_its_fields_types(build, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -530,8 +538,17 @@ def test_a_plan_broadcasts_scalars_copies_arrays_and_refuses_another_length():
     assert plan.model.dtype == np.int64 and plan.model.tolist() == [0, 1, 1]
     assert plan.selected.tolist() == [True, False, True] and plan.aggregate.tolist() == [True, False, True]
     assert plan.weight is None
-    with pytest.raises(ValueError, match="broadcast"):
+    with pytest.raises(ValueError, match=re.escape("lr=[0.1, 0.2] is out of range; allowed: a number or an "
+                                                   "array of them of shape (3,) (could not broadcast")):
         RoundPlan.make(3, lr=[0.1, 0.2])
+    for name in ("epochs", "lr", "weight", "model"):  # numpy's message named no field
+        with pytest.raises(ValueError, match=rf"^{name}='x' is out of range; allowed: a"):
+            RoundPlan.make(3, **{"lr": 0.1, name: "x"})
+    with pytest.raises(ValueError, match=r"^selected=\[1, 0\] is out of range; allowed: a bool or an array"):
+        RoundPlan.make(3, lr=0.1, selected=[1, 0])
+    for k in (0, -1, "3"):  # -1 was numpy's "negative dimensions", "3" a TypeError
+        with pytest.raises(ValueError, match="^num_clients="):
+            RoundPlan.make(k, lr=0.1)
     for name in ("selected", "aggregate"):  # client ids read as a mask selected others without a word
         allowed = r"is out of range; allowed: a mask of shape \(3,\), bool or 0/1 \(not client ids\)"
         with pytest.raises(ValueError, match=rf"^{name}=\[0, 1, 2\] {allowed}"):

@@ -222,10 +222,18 @@ def partition(labels: np.ndarray, num_clients: int, scheme: PartitionScheme, rng
     """Split sample indices ``0..len(labels)-1`` across ``num_clients`` clients by ``scheme``."""
     labels = np.asarray(labels)
     num_classes = int(labels.max()) + 1 if num_classes is None else num_classes
-    require(is_int_at_least(num_clients, 1), "num_clients", num_clients, "an integer >= 1")
-    require(num_clients <= len(labels), "num_clients", num_clients,
-            f"at most the number of samples ({len(labels)})")
+    _require_clients(num_clients, len(labels))
     return scheme._split(labels, num_clients, rng, num_classes)
+
+
+def _require_clients(num_clients: object, num_samples: int) -> None:
+    """A client count the split can serve: at least one, at most one client per sample.
+
+    Checked by :func:`partition` and by each ``*_split`` helper, which users may call directly.
+    """
+    require(is_int_at_least(num_clients, 1), "num_clients", num_clients, "an integer >= 1")
+    require(num_clients <= num_samples, "num_clients", num_clients,
+            f"at most the number of samples ({num_samples})")
 
 
 def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
@@ -235,6 +243,7 @@ def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generat
     Each class's samples are shuffled and cut into ``K / C`` near-equal shards; ``K`` must be a
     multiple of ``C``.
     """
+    _require_clients(num_clients, len(labels))
     require(num_clients % num_classes == 0, "num_clients", num_clients,
             f"a multiple of the number of classes ({num_classes}) for partition 'one_class'")
     per_class = num_clients // num_classes
@@ -245,12 +254,14 @@ def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generat
 
 def iid_split(num_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """A random split into ``num_clients`` parts whose sizes differ by at most one."""
+    _require_clients(num_clients, num_samples)
     return [np.sort(p) for p in np.array_split(rng.permutation(num_samples), num_clients)]
 
 
 def dirichlet_split(labels: np.ndarray, num_clients: int, cfg: Dirichlet, rng: np.random.Generator,
                     num_classes: int) -> list[np.ndarray]:
     """Per-class Dirichlet(alpha) shares; redraw until every client has ``min_size`` samples."""
+    _require_clients(num_clients, len(labels))
     require(num_clients * cfg.min_size <= len(labels), "min_size", cfg.min_size,
             f"at most len(labels)/num_clients = {len(labels) // num_clients}")
     by_class = [np.flatnonzero(labels == c) for c in range(num_classes)]
@@ -284,6 +295,8 @@ def _dirichlet_once(by_class: list[np.ndarray], num_clients: int, cfg: Dirichlet
 def shards_split(labels: np.ndarray, num_clients: int, shards_per_client: int,
                  rng: np.random.Generator) -> list[np.ndarray]:
     """McMahan's shards: sort by label, cut equal shards, deal ``shards_per_client`` to each."""
+    _require_clients(num_clients, len(labels))
+    require(is_int_at_least(shards_per_client, 1), "shards_per_client", shards_per_client, "an integer >= 1")
     num_shards = num_clients * shards_per_client
     require(num_shards <= len(labels), "shards_per_client", shards_per_client,
             f"at most len(labels)/num_clients = {len(labels) // num_clients}")
@@ -304,6 +317,10 @@ def classes_split(labels: np.ndarray, num_clients: int, classes_per_client: int,
     ``ceil(n / classes_per_client)`` free samples (so two one-class clients may share a class
     while it lasts); when too few classes qualify, ``ValueError`` says what to change.
     """
+    _require_clients(num_clients, len(labels))
+    for name, value, low in (("classes_per_client", classes_per_client, 1),
+                             ("samples_per_client", samples_per_client, 1), ("num_iid", num_iid, 0)):
+        require(is_int_at_least(value, low), name, value, f"an integer >= {low}")
     num_classes = int(labels.max()) + 1 if num_classes is None else num_classes
     require(classes_per_client <= num_classes, "classes_per_client", classes_per_client,
             f"at most the number of classes ({num_classes})")
@@ -334,6 +351,7 @@ def classes_split(labels: np.ndarray, num_clients: int, classes_per_client: int,
 def power_law_split(num_samples: int, num_clients: int, cfg: PowerLaw,
                     rng: np.random.Generator) -> list[np.ndarray]:
     """IID labels with sizes ``min_size + share_k * rest``, ``share_k`` from Pareto(exponent) draws."""
+    _require_clients(num_clients, num_samples)
     rest = num_samples - num_clients * cfg.min_size
     require(rest >= 0, "min_size", cfg.min_size,
             f"at most len(labels)/num_clients = {num_samples // num_clients}")

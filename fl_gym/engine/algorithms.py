@@ -38,7 +38,7 @@ from torch import Tensor
 from fl_gym.engine.losses import log_softmax
 from fl_gym.engine.optim import OptimizerConfig, StackOptimizer
 from fl_gym.models.architecture import Stack, prefix
-from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require
+from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_field_types
 
 if TYPE_CHECKING:
     from fl_gym.config import FederationConfig
@@ -63,6 +63,7 @@ class PFedMeConfig:
     beta: float = 1.0
 
     def __post_init__(self) -> None:
+        require_field_types(self)  # a string or None reaches no comparison below
         require(is_positive(self.lam), "pfedme.lam", self.lam, "a float > 0")
         require(is_int_at_least(self.inner_steps, 1), "pfedme.inner_steps", self.inner_steps,
                 "an integer >= 1")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fl_gym.validation import is_non_negative, require
+from fl_gym.validation import is_non_negative, require, require_field_types
 
 LossFn = Callable[[dict[str, Tensor], Tensor, Tensor], tuple[dict[str, Tensor], dict[str, Tensor]]]
 # torch's CPU log-softmax over a last dim narrower than this (10 classes) is 7-12x slower than the same
@@ -74,6 +74,7 @@ class MutualDistillation:
     lite: str = "lite"
 
     def __post_init__(self) -> None:
+        require_field_types(self)  # a string or None reaches no comparison below
         for name in ("l1", "l2", "l3", "l4"):
             require(is_non_negative(getattr(self, name)), name, getattr(self, name), "a float >= 0")
         require(self.temperature > 0, "kd_temperature", self.temperature, "a float > 0")

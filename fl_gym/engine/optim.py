@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from fl_gym.models.architecture import Stack
-from fl_gym.validation import is_non_negative, is_positive, require, require_choice
+from fl_gym.validation import is_non_negative, is_positive, require, require_choice, require_field_types
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class OptimizerConfig:
     eps: float = 1e-8
 
     def __post_init__(self) -> None:
+        require_field_types(self)  # a string or None reaches no comparison below
         require_choice("optimizer", self.name, ("sgd", "adam"))
         require(0 <= self.momentum < 1, "momentum", self.momentum, "a float in [0, 1)")
         require(is_non_negative(self.weight_decay), "weight_decay", self.weight_decay, "a float >= 0")
