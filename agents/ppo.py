@@ -29,7 +29,16 @@ from fl_gym.agents.features import FEATURE_EXTRACTORS
 from fl_gym.agents.recurrent import RecurrentPPO
 from fl_gym.agents.sets import SetPolicy, client_rows_of
 from fl_gym.envs.vectorize import batched_vec_env
-from fl_gym.validation import UserError, is_int_at_least, is_non_negative, is_positive
+from fl_gym.validation import (
+    UserError,
+    is_int_at_least,
+    is_non_negative,
+    is_positive,
+    require,
+    require_device,
+    require_int_in,
+    require_mapping,
+)
 
 ALGOS: dict[str, type[BaseAlgorithm]] = {"ppo": PPO, "recurrent-ppo": RecurrentPPO,
                                          "maskable-ppo": MaskablePPO}
@@ -135,8 +144,16 @@ def build_agent(env: gym.Env, hyperparams: dict[str, Any], algo: str = "ppo", se
     """An untrained agent of ``algo`` on ``env`` with ``hyperparams`` (a :func:`load_hyperparams` block).
 
     Raises:
-        ValueError: unknown ``algo``, unknown features extractor, or a key the algorithm does not take.
+        ValueError: unknown ``algo``, unknown features extractor, or a key the algorithm does not take;
+            a seed, device or verbosity SB3 would take in its own words (or, for a device this
+            machine lacks, not at all: it falls back to the CPU).
     """
+    require_mapping("hyperparams", hyperparams, optional=False, of="hyperparameter names to values")
+    require(seed is None or (is_int_at_least(seed, 0) and seed < 2**32), "seed", seed,
+            "None or an integer in [0, 2**32 - 1] (NumPy's legacy seeding, SB3's)")
+    if device != "auto":  # SB3's: the GPU if there is one
+        require_device("device", device)
+    require_int_in("verbose", verbose, 0, 2)
     check_hyperparams(hyperparams, algo)
     cls = ALGOS[algo]
     kwargs = {k: v for k, v in hyperparams.items() if k not in NOT_KWARGS}

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 import fl_gym  # noqa: F401
 from fl_gym.agents import (
@@ -57,6 +60,23 @@ def test_bad_preset_and_hyperparameter_name_the_problem():
         build_agent(env, {}, algo="dqn")
     with pytest.raises(ValueError, match="features_extractor='sqrt'"):
         build_agent(env, {"policy_kwargs": {"features_extractor": "sqrt"}})
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(hyperparams=None), "hyperparams=None is out of range; allowed: a mapping"),  # a TypeError
+    (dict(hyperparams="n_steps"), "hyperparams='n_steps' is out of range"),  # read letter by letter
+    (dict(seed=-1), "seed=-1 is out of range; allowed: None or an integer in [0, 2**32 - 1]"),  # NumPy's
+    (dict(seed="0"), "seed='0' is out of range"),  # NumPy's cast error
+    (dict(device="gpu"), "device='gpu' is out of range; allowed: a torch device"),  # torch's 30-name list
+    (dict(verbose="1"), "verbose='1' is out of range; allowed: an integer in [0, 2]"),  # a TypeError
+])
+def test_build_agents_other_arguments_are_checked_by_name(kwargs, message):
+    env = gym.make("FLHeteroAlloc-v0")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_agent(env, **{"hyperparams": {}, **kwargs})
+    if not torch.cuda.is_available():  # SB3 would quietly train on the CPU
+        with pytest.raises(ValueError, match="device='cuda' is out of range; allowed: a device this machine"):
+            build_agent(env, {}, device="cuda")
 
 
 @pytest.mark.parametrize("policy_kwargs,message", [
