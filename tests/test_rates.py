@@ -108,6 +108,10 @@ def test_action_map_is_log_uniform_and_inverts():
     assert rate_of(0, 1e-4, 1.0) == pytest.approx(1e-2)
     np.testing.assert_allclose(rate_of(unit_of([0.003, 0.05, 0.9], 1e-4, 1.0), 1e-4, 1.0), [0.003, 0.05, 0.9])
     assert unit_of(10.0, 1e-4, 1.0) == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # decay[gamma=0]'s zero rates printed numpy's "divide by zero"
+        assert unit_of(0.0, 1e-4, 1.0) == -1.0
+    assert np.isnan(unit_of(-1.0, 1e-4, 1.0))  # not a rate: NaN, which the env refuses as an action
 
 
 def _run(env, policy, seed=0, rounds=None):
