@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import warnings
 
 import gymnasium as gym
@@ -25,6 +26,7 @@ from fl_gym.baselines.select import (
 )
 from fl_gym.envs.select.spaces import PickLayout, SelectLayout
 from fl_gym.training import benchmark
+from fl_gym.training.benchmark.protocol import score_policy
 from fl_gym.training.benchmark.tasks import TRAIN_SCENARIOS, TUNING_SCENARIOS, TUNING_SEEDS, all_tasks, suite
 from fl_gym.training.cli import main, parse_seed_list
 from fl_gym.training.compare import policy_spec
@@ -312,12 +314,28 @@ def test_benchmark_cli_errors_are_one_line(argv, message, capsys, tmp_path):
 
 def test_a_new_method_is_scored_like_the_fixed_policies():
     from fl_gym.baselines.aggregate import FedAvgWeightsPolicy
-    from fl_gym.training.benchmark.protocol import score_policy
 
     task = all_tasks()["smoke-aggregate"]
     mine = score_policy(task, lambda env: FedAvgWeightsPolicy(env))
     np.testing.assert_array_equal(mine, score_policy(task, "fedavg"))
     assert mine.shape == (len(task.eval_seeds), len(task.test_scenarios))
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda out: benchmark.run("smoke", "ppo", [-1], out), "seeds=[-1] is out of range"),  # once a task began
+    (lambda out: benchmark.run("smoke", "ppo", [], out), "seeds=[] is out of range"),  # nothing, and no word
+    (lambda out: benchmark.run("smoke", "ppo", [0], "/proc/x"), "out='/proc/x' cannot be written"),
+    (lambda out: benchmark.suite_tasks("smoke", "smoke-hetero"), "--tasks='smoke-hetero' is out of range"),
+    (lambda out: benchmark.report("smoke", out, reps=0), "reps=0 is out of range"),
+    (lambda out: score_policy(all_tasks()["smoke-aggregate"], 3), "policy=3 is out of range"),
+])
+def test_the_python_functions_name_a_bad_argument_before_any_training(call, message, tmp_path, monkeypatch):
+    """What ``fl-gym benchmark`` checks for its flags, the functions behind it check too."""
+    import fl_gym.training.benchmark as module
+
+    monkeypatch.setattr(module, "run_agent", lambda *a, **k: pytest.fail("an agent trained"))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call(tmp_path)
 
 
 def test_task_headroom_by_hand():

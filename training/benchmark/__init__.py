@@ -19,12 +19,12 @@ from typing import Any
 import gymnasium as gym
 
 from fl_gym.agents.ppo import ALGOS
-from fl_gym.atomic import read_json, write_json
+from fl_gym.atomic import read_json, require_writable, write_json
 from fl_gym.training.benchmark import report as reporting
 from fl_gym.training.benchmark.protocol import RECORD_KEYS, run_agent, task_references
 from fl_gym.training.benchmark.scores import normalized_score as _normalized
 from fl_gym.training.benchmark.tasks import Task, all_tasks, suite, suite_names
-from fl_gym.validation import require
+from fl_gym.validation import require, require_int_in, require_seeds
 
 __all__ = ["Task", "all_tasks", "suite", "suite_names", "suite_tasks", "references", "run", "report",
            "normalized_score", "stored_references"]
@@ -33,6 +33,8 @@ __all__ = ["Task", "all_tasks", "suite", "suite_names", "suite_tasks", "referenc
 def suite_tasks(suite_name: str, only: Sequence[str] | None = None) -> list[Task]:
     """The suite's tasks, or those named in ``only``; a ``ValueError`` names an unknown suite or task."""
     tasks = suite(suite_name)
+    require(only is None or (isinstance(only, (list, tuple)) and all(isinstance(n, str) for n in only)),
+            "--tasks", only, "None or a list of task names")  # not one name: its letters
     if only:
         names = [t.name for t in tasks]
         unknown = [n for n in only if n not in names]
@@ -65,6 +67,10 @@ def run(suite_name: str, algo: str, seeds: Sequence[int], out: str | Path, only:
         progress: bool = True, say: Callable[[str], None] = print) -> dict[str, dict[str, list[dict]]]:
     """Train and score ``algo`` on every task and seed (resumable); ``algo="fixed"`` pins the references."""
     require(algo in (*ALGOS, "fixed"), "--algo", algo, f"{', '.join(ALGOS)}, or fixed (the references)")
+    suite_tasks(suite_name, only)  # an unknown suite or task, and the seeds and the folder, before any run
+    if algo != "fixed":
+        require_seeds("seeds", seeds)
+    require_writable(out, "out")
     if algo == "fixed":
         references(suite_name, out, only, say)
         return {}
@@ -137,6 +143,7 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
     The references come from ``runs_dir/references.json`` if the run pinned them, else the stored
     ones. Returns :func:`~fl_gym.training.benchmark.report.build`'s content and its ``markdown``.
     """
+    require_int_in("reps", reps, 1, 10**6)  # bootstrap resamples of the intervals
     runs_dir = Path(runs_dir)
     tasks = suite(suite_name)
     if not pinned(suite_name, runs_dir):

@@ -30,7 +30,7 @@ from fl_gym.training import runs
 from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
 from fl_gym.training.compare import PolicySpec, policy_spec
 from fl_gym.training.evaluation import Episode, evaluate
-from fl_gym.validation import UserError
+from fl_gym.validation import UserError, require, require_seeds
 
 Say = Callable[[str], None]
 
@@ -50,6 +50,10 @@ def play(task: Task, policy: str | Callable[[gym.Env], Any], split: str = "test"
     """
     scenarios = task.test_scenarios if scenarios is None else scenarios
     seeds = task.eval_seeds if seeds is None else seeds
+    require_seeds("scenarios", scenarios)
+    require_seeds("seeds", seeds)
+    require(isinstance(policy, str) or callable(policy), "policy", policy,
+            "a policy string or a function make_policy(env)")
     if isinstance(policy, str):
         chosen = policy_spec(policy, task.env_id, tuple(seeds))
     else:
