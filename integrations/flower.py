@@ -48,10 +48,19 @@ import torch
 from fl_gym.config import STATELESS
 from fl_gym.engine.probe import Probe
 from fl_gym.envs.base import FLEnv, Predictor
+from fl_gym.envs.registry import family_of
 from fl_gym.federation import Federation
 from fl_gym.models.architecture import Stack
 from fl_gym.records import Cohort, LocalStats, RoundPlan, RoundReport
-from fl_gym.validation import MissingExtraError, is_int_at_least, is_positive, require
+from fl_gym.validation import (
+    MissingExtraError,
+    UserError,
+    is_int_at_least,
+    is_positive,
+    require,
+    require_mapping,
+    require_seed,
+)
 
 INSTALL = 'pip install "fl-gym[flower]"'
 try:
@@ -83,6 +92,16 @@ class EnvSpec:
     env_id: str
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     scenario_seed: int = 0
+
+    def __post_init__(self) -> None:
+        family_of(self.env_id)  # an fl-gym id, named among them
+        require_mapping("env_kwargs", self.env_kwargs, optional=False)
+        try:
+            json.dumps(self.env_kwargs)
+        except (TypeError, ValueError) as err:
+            raise UserError(f"env_kwargs={self.env_kwargs!r} is out of range; allowed: JSON values (they are "
+                            f"sent to the clients: {err})") from err
+        require_seed("scenario_seed", self.scenario_seed)
 
     def to_json(self) -> str:
         """This ``EnvSpec`` as JSON, as sent to the clients."""
@@ -231,6 +250,8 @@ class PolicyStrategy(Strategy):
                  deterministic: bool = True, label: str | None = None, node_timeout: float = 120.0) -> None:
         require(is_int_at_least(seed, 0), "seed", seed, "an integer >= 0")
         require(is_positive(node_timeout), "node_timeout", node_timeout, "seconds > 0")
+        require(hasattr(policy, "predict") or callable(policy), "policy", policy,
+                "a predictor (SB3's predict) or a function of the env that builds one")
         self.spec, self.policy, self.seed = spec, policy, int(seed)
         self.deterministic, self.node_timeout = deterministic, float(node_timeout)
         self.label = label or type(policy).__name__
@@ -417,7 +438,10 @@ def play(env: FLEnv, policy: Predictor | Callable[[FLEnv], Predictor], seed: int
 
 def built(policy: Predictor | Callable[[FLEnv], Predictor], env: FLEnv) -> Predictor:
     """``policy`` itself if it predicts, else the predictor it builds on ``env`` (a fixed policy)."""
-    return policy if hasattr(policy, "predict") else policy(env)
+    predictor = policy if hasattr(policy, "predict") else policy(env)
+    require(hasattr(predictor, "predict"), "policy", policy, "a predictor or a function that returns one "
+            f"(this one returned {predictor!r})")
+    return predictor
 
 
 def _message(node: int, kind: str, *, config: ConfigRecord, arrays: ArrayRecord | None = None) -> Message:

@@ -12,6 +12,7 @@ batch's other kernel shapes, so there one test sample may differ (the slow case)
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -95,10 +96,28 @@ def test_a_scenario_drawn_per_episode_is_refused(name):
         EnvSpec("FLLearningRate-v0", {name: True}).make()
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [({"seed": -1}, "seed"), ({"node_timeout": 0}, "node_timeout")])
+@pytest.mark.parametrize(("kwargs", "name"), [({"seed": -1}, "seed"), ({"node_timeout": 0}, "node_timeout"),
+                                             ({"policy": 3}, "policy")])  # 'int' object is not callable, late
 def test_bad_strategy_arguments_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=f"{name}="):
-        PolicyStrategy(EnvSpec("FLLearningRate-v0"), lambda env: None, **kwargs)
+        PolicyStrategy(EnvSpec("FLLearningRate-v0"), **{"policy": lambda env: None, **kwargs})
+
+
+def test_a_policy_function_that_builds_no_predictor_is_named():
+    with pytest.raises(ValueError, match="policy=.* is out of range; allowed: a predictor or a function that "
+                                         r"returns one \(this one returned None\)"):
+        _ = PolicyStrategy(EnvSpec("FLLearningRate-v0"), lambda env: None).predictor
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    (lambda: EnvSpec("CartPole-v1"), "env_id='CartPole-v1' is not registered"),  # failed in a client app
+    (lambda: EnvSpec("FLLearningRate-v0", "preset=small"), "env_kwargs='preset=small' is out of range"),
+    (lambda: EnvSpec("FLLearningRate-v0", {"x": object()}), "allowed: JSON values (they are sent to the"),
+    (lambda: EnvSpec("FLLearningRate-v0", scenario_seed=-1), "scenario_seed=-1 is out of range"),
+])
+def test_an_env_spec_is_checked_where_it_is_made(spec, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        spec()
 
 
 class EmptyGrid:
