@@ -143,6 +143,12 @@ class ProcessWorker:
         self.process.join()
 
 
+def require_workers(workers: object, n: int) -> None:
+    """Raise ``ValueError`` unless ``workers`` shards can split ``n`` copies (one or more each)."""
+    require(is_int_at_least(workers, 1) and workers <= n, "workers", workers,
+            f"an integer in [1, n_envs={n}]")
+
+
 class ShardedVecEnv(StepCalls, CopySeeds, VecEnv):
     """SB3 ``VecEnv``: ``N`` copies in ``workers`` processes, each a batched group (module docstring).
 
@@ -156,8 +162,7 @@ class ShardedVecEnv(StepCalls, CopySeeds, VecEnv):
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], workers: int,
                  start_method: str | None = None) -> None:
         n = len(env_fns)
-        require(is_int_at_least(workers, 1) and workers <= n, "workers", workers,
-                f"an integer in [1, n_envs={n}]")
+        require_workers(workers, n)
         self.shards = [list(s) for s in np.array_split(np.arange(n), workers)]
         self.workers = self._start_workers([[env_fns[i] for i in shard] for shard in self.shards],
                                            start_method)

@@ -32,7 +32,7 @@ from typing import Any
 import gymnasium as gym
 
 from fl_gym.envs.registry import env_ids
-from fl_gym.envs.sharded import ShardedVecEnv, ShardServer, WorkerLost
+from fl_gym.envs.sharded import ShardedVecEnv, ShardServer, WorkerLost, require_workers
 from fl_gym.validation import MissingExtraError, UserError, is_int_at_least, is_non_negative, require
 
 INSTALL = 'pip install "fl-gym[ray]"'
@@ -116,6 +116,8 @@ class RayVecEnv(ShardedVecEnv):
                 "an integer >= 1")
         require(is_non_negative(num_gpus_per_worker), "num_gpus_per_worker", num_gpus_per_worker,
                 "a number >= 0")
+        if workers is not None:  # before Ray starts (seconds)
+            require_workers(workers, len(env_fns))
         ray = ensure_ray(address)
         self.num_cpus, self.num_gpus = num_cpus_per_worker, num_gpus_per_worker
         if workers is None:

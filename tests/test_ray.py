@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -58,10 +60,22 @@ def test_a_dead_actor_is_named_and_close_still_releases_the_others():
     vec = RayVecEnv(_fns("FLHetero-v0", 2), workers=2)
     vec.reset()
     ray.kill(vec.workers[1].actor)
+    _wait_until_dead(vec.workers[1].actor)  # the kill is asynchronous: a step sent at once could still win
     with pytest.raises(WorkerLost, match="a Ray actor of this vector env has died"):
         vec.step(np.stack([vec.action_space.sample()] * 2))
     vec.close()
     assert vec.closed
+
+
+def _wait_until_dead(actor, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=seconds)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the actor still answers {seconds} s after ray.kill")
 
 
 def test_a_copy_an_actor_cannot_build_raises_its_own_error_in_the_caller():
@@ -92,7 +106,11 @@ def test_ppo_trains_on_ray_actors_through_make_env():
 @pytest.mark.parametrize("kwargs,name", [(dict(num_cpus_per_worker=0), "num_cpus_per_worker"),
                                          (dict(num_gpus_per_worker=-1), "num_gpus_per_worker"),
                                          (dict(workers=5), "workers")])
-def test_bad_ray_arguments_name_the_parameter(kwargs, name):
+def test_bad_ray_arguments_name_the_parameter(kwargs, name, monkeypatch):
+    """Before Ray starts (seconds): ``workers`` was checked only once it had."""
+    import fl_gym.integrations.ray as module
+
+    monkeypatch.setattr(module, "ensure_ray", lambda *a, **k: pytest.fail("Ray started"))
     with pytest.raises(ValueError, match=name):
         RayVecEnv(_fns("FLHetero-v0", 2), **kwargs)
 
@@ -160,3 +178,17 @@ def test_a_sharded_federation_refuses_what_it_cannot_split(change, name):
 
     with pytest.raises(ValueError, match=name):
         RayFederation(FederationConfig(dataset="digits", num_clients=4, **change), workers=2)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(config="digits"), "config='digits' is out of range; allowed: a FederationConfig"),  # AttributeError
+    (dict(scenario_seed=-1), "scenario_seed=-1 is out of range"),  # after Ray had started
+    (dict(num_cpus_per_worker=0), "num_cpus_per_worker=0 is out of range"),  # Ray's own message
+])
+def test_a_sharded_federations_arguments_are_named_before_ray_starts(kwargs, message, monkeypatch):
+    import fl_gym.integrations.ray_federation as module
+    from fl_gym.config import FederationConfig
+
+    monkeypatch.setattr(module, "ensure_ray", lambda *a, **k: pytest.fail("Ray started"))
+    with pytest.raises(ValueError, match=message):
+        module.RayFederation(**{"config": FederationConfig(dataset="digits", num_clients=4), **kwargs})
