@@ -91,8 +91,8 @@ def require_seeds(name: str, value: object) -> None:
     A seed played twice would count its episode twice in a mean; a string would be read as its
     characters.
     """
-    ok = isinstance(value, (list, tuple)) and len(value) >= 1 and len(set(value)) == len(value) \
-        and all(is_int_at_least(s, 0) and s <= MAX_SEED for s in value)
+    ok = isinstance(value, (list, tuple)) and len(value) >= 1 \
+        and all(is_int_at_least(s, 0) and s <= MAX_SEED for s in value) and len(set(value)) == len(value)
     require(ok, name, value, f"a list of one or more distinct integer seeds in [0, {MAX_SEED}]")
 
 
@@ -136,8 +136,8 @@ def require_share(name: str, value: object) -> None:
 def require_fraction(name: str, value: object, optional: bool = False) -> None:
     """Raise ``ValueError`` unless ``value`` is a float in ``(0, 1]`` (None too where ``optional``).
 
-    A probability, a share kept, a target accuracy: a string or None is refused in the message
-    too, not by Python's comparison.
+    A probability, a share kept, a target accuracy. A string or None gets this message, not the
+    ``TypeError`` of comparing it.
     """
     require((optional and value is None) or (is_positive(value) and value <= 1), name, value,
             ("None or " if optional else "") + "a float in (0, 1]")

@@ -55,9 +55,8 @@ def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequenc
     require_mapping("env_kwargs", env_kwargs)
     require_mapping("variants", variants, of="variant names to env arguments")
     variants = variants or {"held-out": {}}
-    for name, extra in variants.items():
-        require_mapping(f"variants[{name!r}]", extra, optional=False)
     for name, extra in variants.items():  # every variant's arguments checked before any episode is played
+        require_mapping(f"variants[{name!r}]", extra, optional=False)
         try:
             gym.make(env_id, **{**(env_kwargs or {}), **extra, "scenario_seed": scenario_seeds[0]}).close()
         except ValueError as exc:
@@ -79,7 +78,8 @@ def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequenc
                 kwargs = {**(env_kwargs or {}), **extra, "scenario_seed": scenario}
                 try:
                     stats = compare(env_id, [policy], tuple(seeds), kwargs, progress=False)["summary"][label]
-                except UserError as exc:  # e.g. a flat agent on another client count (a bug: raised)
+                except UserError as exc:  # a policy that cannot act here, e.g. a flat agent on another
+                    # client count; any other error is a bug, and is raised
                     require(policy != reference, "reference", reference,
                             f"a policy that acts on {name} ({exc})")
                     unable.setdefault(name, {})[label] = str(exc).splitlines()[0]
