@@ -75,7 +75,7 @@ from fl_gym.records import (
     is_mask,
 )
 from fl_gym.traces import PlayedDevices, assign_devices, load_availability
-from fl_gym.validation import MAX_SCHEDULE, UserError, is_int_at_least, is_non_negative, require
+from fl_gym.validation import MAX_SCHEDULE, UserError, is_int_at_least, is_non_negative, one_line, require
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
 BEHAVIOUR_STREAM = 1 << 20  # the spawn key of the behaviour stream: far from the children reset spawns
@@ -620,6 +620,7 @@ class Federation:
         batch larger than every training client's data is the largest one's, as the schedule lays
         it out (:func:`~fl_gym.engine.schedule.layout`).
         """
+        require(isinstance(plan, RoundPlan), "plan", plan, "a RoundPlan (RoundPlan.make builds one)")
         plan.validate(self.num_clients, len(self.archs))
         sel = plan.selected
         batch_size = min(self.config.batch_size, int(self.sizes[sel].max()))
@@ -683,11 +684,12 @@ class Federation:
                 clients (a 0 leaves that update out of the average, even a NaN one); default
                 ``plan.weight`` (None = the config's rule).
         """
+        require(isinstance(trained, TrainedRound), "trained", trained, "the TrainedRound of train_round()")
         self._check_pending(trained.opened, "finish_round")
         plan = trained.plan
         if aggregate is not None or weight is not None:  # the plan's own were checked by train_round
             aggregate = plan.aggregate if aggregate is None else np.asarray(aggregate, bool)
-            weight = plan.weight if weight is None else np.asarray(weight, np.float64)
+            weight = plan.weight if weight is None else _floats("weight", weight)
             check_aggregation(plan.selected, aggregate, weight)
         aggregate = plan.aggregate if aggregate is None else aggregate
         weight = plan.weight if weight is None else weight
@@ -716,6 +718,8 @@ class Federation:
         return self.finish_round(self._train_round(opened, plan, steps))
 
     def _check_pending(self, opened: OpenedRound, phase: str) -> None:
+        require(isinstance(opened, OpenedRound), f"{phase}: opened", opened,
+                "the OpenedRound of open_round()")
         if opened.round != self.round + 1:
             raise UserError(f"{phase}: round {opened.round} is not pending (this federation has finished "
                              f"{self.round} rounds since reset); allowed: the round of the latest "
@@ -1110,3 +1114,11 @@ class Federation:
     def evaluate(self) -> GlobalEvaluation:
         """Test accuracy and loss of every global model (``(M,)`` each), then the companion's (NaN: none)."""
         return self._global_values(self._run_all(self._global_requests()))
+
+
+def _floats(name: str, values: object) -> np.ndarray:
+    """``values`` as float64, or a ``ValueError`` naming ``name`` (numpy's names neither it nor the value)."""
+    try:
+        return np.asarray(values, np.float64)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"{name}={values!r} is out of range; allowed: numbers ({one_line(err)})") from err

@@ -240,6 +240,24 @@ def test_bad_plans_are_rejected_before_anything_runs(tiny_config, field, value, 
     assert fed.round == 0
 
 
+def test_a_phase_given_another_object_names_what_it_takes(tiny_config):
+    """A string or a dict for a plan or a round was an ``AttributeError`` deep in the phase."""
+    fed = Federation(tiny_config, scenario_seed=0)
+    with pytest.raises(ValueError, match="^plan={'lr': 0.05} is out of range; allowed: a RoundPlan"):
+        fed.run_round({"lr": 0.05})
+    opened = fed.open_round()
+    with pytest.raises(ValueError, match="^train_round: opened=4 is out of range; allowed: the OpenedRound"):
+        fed.train_round(4, RoundPlan.make(4, lr=0.05))
+    trained = fed.train_round(opened, RoundPlan.make(4, lr=0.05))
+    with pytest.raises(ValueError, match="^trained=None is out of range; allowed: the TrainedRound"):
+        fed.finish_round(None)
+    with pytest.raises(ValueError, match=re.escape("weight='x' is out of range; allowed: numbers (could")):
+        fed.finish_round(trained, weight="x")  # numpy's "could not convert string to float" alone
+    assert fed.round == 0
+    fed.finish_round(trained)  # the refusals left the round pending
+    assert fed.round == 1
+
+
 def test_aggregate_must_be_subset_of_selected(tiny_config):
     fed = Federation(tiny_config)
     plan = RoundPlan.make(4, lr=0.05, selected=np.array([1, 0, 1, 1], bool), aggregate=np.ones(4, bool))
