@@ -12,6 +12,7 @@ last: it marks the folder complete).
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -141,9 +142,18 @@ def load_recipe(folder: str | Path) -> tuple[Recipe, dict[str, BaseAlgorithm]]:
     if not is_recipe(folder):
         raise FileNotFoundError(f"{folder} holds no finished training recipe ({RECIPE_FILE} and "
                                 "<stage>/model.zip)")
-    marker = read_json(folder / RECIPE_FILE)
+    marker = read_json(folder / RECIPE_FILE, ("recipe", "target"))
     recipe = find_recipe(marker["target"], marker["recipe"])
-    return recipe, {s.name: PPO.load(folder / s.name / "model.zip", device="cpu") for s in recipe.stages}
+    return recipe, {s.name: _stage_model(folder / s.name / "model.zip") for s in recipe.stages}
+
+
+def _stage_model(path: Path) -> BaseAlgorithm:
+    """A stage's model, or an error naming the file that is missing or damaged (SB3's would not)."""
+    if not zipfile.is_zipfile(path):  # False for a missing file too
+        state = "damaged" if path.exists() else "missing"
+        raise UserError(f"{path} is {state}; allowed: the stage's model as fl-gym train writes it (train the "
+                        "recipe again)")
+    return PPO.load(path, device="cpu")
 
 
 def yaml_preset(preset: str) -> str | None:

@@ -139,6 +139,15 @@ def test_dual_agent_end_to_end_and_round_trip(tmp_path):
     assert np.array_equal(loaded.predict(obs)[0], action)
     with pytest.raises(FileNotFoundError, match="no finished training recipe"):
         load_recipe(tmp_path)
+    (tmp_path / "hapfl" / "ppo2" / "model.zip").write_bytes(b"")  # SB3's own error named no stage
+    with pytest.raises(ValueError, match=r"ppo2/model.zip is damaged; allowed: the stage's model"):
+        load_recipe(tmp_path / "hapfl")
+    (tmp_path / "hapfl" / "ppo2" / "model.zip").unlink()
+    with pytest.raises(ValueError, match=r"ppo2/model.zip is missing"):
+        load_recipe(tmp_path / "hapfl")
+    (tmp_path / "hapfl" / "recipe.json").write_text('{"recipe": "hapfl"}')  # a KeyError
+    with pytest.raises(ValueError, match=r"recipe.json is damaged \(no 'target'\)"):
+        load_recipe(tmp_path / "hapfl")
     with pytest.raises(ValueError, match="recipe 'hapfl' is out of range for FLHeteroAlloc-v0"):
         find_recipe("FLHeteroAlloc-v0", "hapfl")
 
