@@ -65,18 +65,31 @@ class Predictor(Protocol):
         """Return ``(action, state)``."""
 
 
-def require_fitting(name: str, predictor: Any, observation_space: spaces.Space) -> None:
-    """Refuse a trained model whose observations have another shape (SB3 fails at its first ``predict``).
+def require_fitting(name: str, predictor: Any, observation_space: spaces.Space,
+                    action_space: spaces.Space | None = None, rows: ClientRows | None = None) -> None:
+    """Refuse a trained model that does not act on these spaces (SB3 fails in ``predict``, or acts wrong).
 
-    A set policy (one whose policy ``fits``) reads any client count; a predictor without
-    spaces (a fixed policy) is taken as it is.
+    A predictor without spaces (a fixed policy) is taken as it is. A set policy (one whose policy
+    ``fits``) reads any client count of its own row layout: it is checked against ``rows`` and
+    ``action_space`` where they are given. A flat one must have the observation's shape, and the
+    action space where it is given (not for a stage model that acts in a view of the env).
     """
     space = getattr(predictor, "observation_space", None)
-    if space is None or hasattr(getattr(predictor, "policy", None), "fits"):
+    if space is None:
         return
-    if space.shape != observation_space.shape:
-        raise UserError(f"{name} was trained on observations of shape {space.shape}; allowed: a model of "
-                        f"this env's, of shape {observation_space.shape}")
+    policy, act = getattr(predictor, "policy", None), predictor.action_space
+    if hasattr(policy, "fits"):
+        if rows is None or action_space is None or policy.fits(rows, observation_space, action_space):
+            return
+        raise UserError(f"{name} is a set policy of client rows {policy.client_rows}, trained with actions "
+                        f"{act}; allowed: a model of this env, whose rows are {rows} and actions are "
+                        f"{action_space}")
+    if space.shape == observation_space.shape and action_space in (None, act):
+        return
+    trained, allowed = (("", "") if action_space is None else
+                        (f" and actions {act}", f" and actions are {action_space}"))
+    raise UserError(f"{name} was trained on observations of shape {space.shape}{trained}; allowed: a model "
+                    f"of this env, whose observations have shape {observation_space.shape}{allowed}")
 
 
 @dataclass(frozen=True)

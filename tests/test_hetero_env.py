@@ -415,7 +415,8 @@ def test_hapfl_stage_models_of_another_client_count_are_refused():
     ppo2 = PPO("MlpPolicy", gym.make("FLHeteroIntensity-v0"), n_steps=16, batch_size=16)
     HAPFLPolicy(gym.make("FLHetero-v0"), ppo1, ppo2)
     with pytest.raises(ValueError, match=r"^HAPFLPolicy: ppo1 was trained on observations of shape \(6,\); "
-                                         r"allowed: a model of this env's, of shape \(12,\)"):
+                                         r"allowed: a model of this env, whose observations have shape "
+                                         r"\(12,\)$"):
         HAPFLPolicy(gym.make("FLHetero-v0", preset="scale20"), ppo1, ppo2)
     with pytest.raises(ValueError, match=r"^allocation_policy was trained on observations of shape \(6,\)"):
         gym.make("FLHeteroIntensity-v0", allocation_policy=ppo1, preset="scale20")

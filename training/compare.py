@@ -34,8 +34,8 @@ from tqdm import tqdm
 
 from fl_gym.agents.ppo import ALGOS
 from fl_gym.agents.recipes import compose, is_recipe, load_recipe
-from fl_gym.agents.sets import SetPolicy
 from fl_gym.atomic import require_writable, write_json, write_text
+from fl_gym.envs.base import require_fitting
 from fl_gym.envs.registry import family_of, metrics_for, recipes_for
 from fl_gym.training.evaluation import Episode, aggregate, evaluate
 from fl_gym.training.plots import plot_bands
@@ -107,23 +107,9 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
 
 
 def _fits(model: Any, env: gym.Env, policy: str) -> Any:
-    """``model`` if it acts on ``env``'s spaces (SB3 would fail deep in ``predict``, or act out of range).
-
-    A set policy acts on any client count (:mod:`fl_gym.agents.sets`) of its own row layout and
-    action per client.
-    """
-    obs, act = model.observation_space, model.action_space
-    if isinstance(model.policy, SetPolicy):
-        rows = env.get_wrapper_attr("client_rows")
-        if model.policy.fits(rows, env.observation_space, env.action_space):
-            return model
-        raise UserError(f"policy {policy!r} is a set policy of client rows {model.policy.client_rows}, "
-                        f"trained with actions {act}; allowed: a model of this env, whose rows are {rows} "
-                        f"and actions are {env.action_space}")
-    if obs.shape != env.observation_space.shape or act != env.action_space:
-        raise UserError(f"policy {policy!r} was trained on observations of shape {obs.shape} and actions "
-                        f"{act}; allowed: a model of this env, whose observations have shape "
-                        f"{env.observation_space.shape} and actions are {env.action_space}")
+    """``model`` if it acts on ``env`` (:func:`~fl_gym.envs.base.require_fitting`)."""
+    require_fitting(f"policy {policy!r}", model, env.observation_space, env.action_space,
+                    env.get_wrapper_attr("client_rows"))
     return model
 
 
