@@ -900,6 +900,18 @@ def test_plots_name_a_line_that_another_hides_and_use_a_log_axis_for_spans_over_
     assert image.imread(path).shape[2] in (3, 4)
 
 
+def test_a_plot_over_rounds_ticks_whole_rounds_only(tmp_path, monkeypatch):
+    """Five rounds were ticked 1.0, 1.5, 2.0, ...: a round 1.5 does not exist."""
+    from fl_gym.training import plots
+
+    closed = []
+    monkeypatch.setattr(plots.plt, "close", closed.append)  # keep the figure to read its axis
+    rounds = {"mean": [0.1, 0.2, 0.3, 0.4, 0.5], "std": [0.0] * 5}
+    plots.plot_bands({"a": (None, rounds)}, "round", "accuracy", "t", tmp_path / "p.png")
+    ticks = [t for t in closed[0].axes[0].get_xticks() if 1 <= t <= 5]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
 def _leaf_commands(parser, path=()):
     """Every (sub-)command's parser with its path, e.g. ``("data", "describe")``."""
     import argparse

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fl_gym.atomic import write_via  # noqa: E402
 
@@ -34,6 +35,8 @@ def plot_bands(lines: dict[str, tuple[list[float] | None, dict[str, list[float]]
         keep = ~np.isnan(mean)
         (line,) = ax.plot(xs[keep], mean[keep], marker="." if keep.sum() < 40 else None, label=shown[label])
         ax.fill_between(xs[keep], (mean - std)[keep], (mean + std)[keep], color=line.get_color(), alpha=0.2)
+    if all(x is None for x, _ in lines.values()):  # rounds: no tick between two of them
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return _finish(fig, ax, xlabel, ylabel, title, path, logx, [s["mean"] for _, s in lines.values()])
 
 
