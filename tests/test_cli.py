@@ -627,6 +627,16 @@ def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     assert code == 2 and "q=2 is out of range" in err
 
 
+def test_policies_split_at_commas_outside_brackets_and_lose_surrounding_spaces():
+    from fl_gym.training.cli import split_policies
+    from fl_gym.training.compare import policy_spec
+
+    assert split_policies("fedavg, random-drop[q=0.5, seed=3] ,ppo:runs/x") == [
+        "fedavg", "random-drop[q=0.5, seed=3]", "ppo:runs/x"]  # " fedavg" was a policy not known
+    assert split_policies(" , ,") == []
+    assert policy_spec("random-drop[q=0.5, seed=3]", "FLSelect-v0").label == "random-drop[q=0.5, seed=3]"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "FLAggregate-v0", "--run-id", "../../escaped"], "--run-id='../../escaped' is out of range"),
     (["compare", "FLAggregate-v0", "--policies", ""], "--policies='' is out of range"),

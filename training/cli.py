@@ -110,8 +110,11 @@ def exit_on_interrupt(line: str) -> Iterator[None]:
 
 
 def split_policies(text: str) -> list[str]:
-    """``--policies`` as policy strings: commas inside ``[...]`` separate a policy's kwargs, not policies."""
-    return [s for s in re.split(r",(?![^\[]*\])", text) if s]
+    """``--policies`` as policy strings: commas inside ``[...]`` separate a policy's kwargs, not policies.
+
+    Spaces around a policy go (``"fedavg, fedprox"`` is two policies, as a reader means it).
+    """
+    return [s.strip() for s in re.split(r",(?![^\[]*\])", text) if s.strip()]
 
 
 def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:

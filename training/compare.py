@@ -122,7 +122,7 @@ def _with_kwargs(policy: str) -> tuple[str, dict[str, Any]]:
         return policy, {}
     if not rest.endswith("]"):
         raise UserError(f"policy {policy!r}: expected NAME[key=value,...]")
-    return name, parse_kv([kv for kv in rest[:-1].split(",") if kv], f"policy {policy!r}")
+    return name, parse_kv([kv.strip() for kv in rest[:-1].split(",") if kv.strip()], f"policy {policy!r}")
 
 
 def _run_config(run_dir: Path) -> dict[str, Any]:
