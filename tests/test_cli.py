@@ -477,6 +477,7 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["reproduce", "hetero", "--acc-policies", "nope"], "--acc-policies=['nope'] is out of range; allowed: "
                                                         "labels separated by ';' among ['HAPFL PPO (fast)'"),
     (["reproduce", "hetero", "--agents", "fast,nope"], "preset='nope' is out of range"),
+    (["reproduce", "hetero", "--agents", " , "], "--agents='' is out of range; allowed: one or more presets"),
     (["reproduce", "hetero", "--eval-seeds", "-1"], "--eval-seeds='-1' is out of range"),
     (["reproduce", "hetero", "--threads", "0"], "--threads=0 is out of range"),
 ])
@@ -637,6 +638,20 @@ def test_policies_split_at_commas_outside_brackets_and_lose_surrounding_spaces()
     assert policy_spec("random-drop[q=0.5, seed=3]", "FLSelect-v0").label == "random-drop[q=0.5, seed=3]"
 
 
+def test_comma_separated_flags_lose_the_spaces_around_their_items(capsys):
+    """``--vec-ids "FLSelect-v0, FLAggregate-v0"`` named ' FLAggregate-v0' as not registered."""
+    from fl_gym.training.cli import _registered_ids, split_list
+
+    assert split_list(" vec, memory ,") == ["vec", "memory"]
+    assert _registered_ids("FLSelect-v0, FLAggregate-v0", "--vec-ids") == ["FLSelect-v0", "FLAggregate-v0"]
+    assert parse_kv(["lr = 0.1", " preset=small"], "--env-kwargs") == {"lr": 0.1, "preset": "small"}
+    assert main(["bench", "--sections", "engine, nope"]) == 2  # the known section passes, the other is named
+    assert "--sections=['nope'] is out of range" in capsys.readouterr().err
+    for flag in ("--sections", "--scenarios"):  # nothing to run was [''] and refused: it still is
+        assert main(["bench", *(["--sections", "engine"] if flag == "--scenarios" else []), flag, " , "]) == 2
+        assert f"{flag}=[] is out of range" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "FLAggregate-v0", "--run-id", "../../escaped"], "--run-id='../../escaped' is out of range"),
     (["compare", "FLAggregate-v0", "--policies", ""], "--policies='' is out of range"),
@@ -650,7 +665,7 @@ def test_policies_split_at_commas_outside_brackets_and_lose_surrounding_spaces()
     (["benchmark", "run", "--tasks", ""], "--tasks='' is out of range"),
     (["benchmark", "run", "--out", ""], "--out='' is out of range"),
     (["benchmark", "report", "--runs", ""], "--runs='' is out of range"),
-    (["bench", "--sections", "vec", "--vec-ids", ""], "--vec-ids=['']"),
+    (["bench", "--sections", "vec", "--vec-ids", ""], "--vec-ids='' is out of range; allowed: registered"),
     (["benchmark", "run", "--runs-dir", ""], "--runs-dir='' is out of range"),
     (["train", "--resume", ""], "--resume='' is out of range"),
     (["train", "FLHetero-v0", "--algo", "hapfl", "--n-envs", "0"], "--n-envs=0 is out of range"),  # a recipe

@@ -109,6 +109,11 @@ def exit_on_interrupt(line: str) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def split_list(text: str) -> list[str]:
+    """A comma-separated flag's items, spaces around each dropped and empty ones skipped (``"a, b,"``)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def split_policies(text: str) -> list[str]:
     """``--policies`` as policy strings: commas inside ``[...]`` separate a policy's kwargs, not policies.
 
@@ -127,6 +132,7 @@ def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
+        key = key.strip()  # 'a = 1' or the items of 'a=1, b=2'
         if not sep or not key:
             raise UserError(f"{what}: expected key=value, got {item!r}")
         try:
@@ -327,7 +333,7 @@ def cmd_generalise(args: argparse.Namespace) -> int:
     variants = {"held-out": {}, **{v: parse_kv(v.split(","), "--zero-shot") for v in args.zero_shot or []}}
     scenarios = (HELD_OUT if args.scenario_seeds is None  # '' is a mistake, not the default
                  else parse_seed_list(args.scenario_seeds, "--scenario-seeds"))
-    metrics = METRICS if args.metrics is None else [m for m in args.metrics.split(",") if m]
+    metrics = METRICS if args.metrics is None else split_list(args.metrics)
     require(bool(metrics), "--metrics", args.metrics, "one or more info keys, comma-separated")
     out = output_folder(args, "generalise")
     results = generalisation(args.env_id, specs, scenarios, variants, parse_seed_list(args.seeds, "--seeds"),
@@ -438,7 +444,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
     _threads(args.threads)
     given = getattr(args, "tasks", None)  # a report has no --tasks: it covers the whole suite
-    tasks = None if given is None else [t for t in given.split(",") if t]
+    tasks = None if given is None else split_list(given)
     require(tasks is None or bool(tasks), "--tasks", given, "one or more task names, comma-separated")
     chosen = benchmark.suite_tasks(args.suite, tasks)  # a ValueError naming an unknown suite or task
     if args.benchmark_command == "tasks":
@@ -473,9 +479,9 @@ def _registered_ids(text: str, flag: str) -> list[str]:
     """Comma-separated env ids, each registered, or a ValueError naming ``flag``."""
     from fl_gym.envs.registry import env_ids as registered
 
-    env_ids, known = text.split(","), registered()
+    env_ids, known = split_list(text), registered()
     unknown = [env_id for env_id in env_ids if env_id not in known]
-    require(not unknown, flag, unknown, f"registered ids: {', '.join(known)}")
+    require(bool(env_ids) and not unknown, flag, unknown or text, f"registered ids: {', '.join(known)}")
     return env_ids
 
 
@@ -522,10 +528,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Engine speed-up tables, env and vector-env steps per second, recipe and PPO wall time."""
     from fl_gym.training import bench, vec_bench
 
-    sections = args.sections.split(",")
+    sections = split_list(args.sections)
     known = ("engine", "envs", "recipes", "vec", "memory", "ppo", "ray", "behaviour", "graphs")
     unknown = sorted(set(sections) - set(known))
-    if unknown:
+    if unknown or not sections:
         raise UserError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
     require(is_int_at_least(args.ppo_steps, 1), "--ppo-steps", args.ppo_steps, "an integer >= 1")
     require_copies("--ppo-envs", args.ppo_envs)
@@ -538,9 +544,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     require_device("--device", args.device)
     if "graphs" in sections and not args.device.startswith("cuda"):
         raise UserError(f"--device={args.device!r} cannot run --sections graphs; allowed: a CUDA device")
-    scenarios = args.scenarios.split(",")  # every flag checked before any section runs
+    scenarios = split_list(args.scenarios)  # every flag checked before any section runs
     missing = [s for s in scenarios if s not in bench.SCENARIOS]
-    if missing:
+    if missing or not scenarios:
         raise UserError(f"--scenarios={missing} is out of range; allowed: {', '.join(bench.SCENARIOS)}")
     require(is_int_at_least(args.vec_calls, 0), "--vec-calls", args.vec_calls, "an integer >= 0")
     counts = tuple(parse_ints(args.vec_envs))

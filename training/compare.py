@@ -115,14 +115,14 @@ def _fits(model: Any, env: gym.Env, policy: str) -> Any:
 
 def _with_kwargs(policy: str) -> tuple[str, dict[str, Any]]:
     """``"name[a=1,b=x]"`` -> ``("name", {"a": 1, "b": "x"})``."""
-    from fl_gym.training.cli import parse_kv
+    from fl_gym.training.cli import parse_kv, split_list
 
     name, sep, rest = policy.partition("[")
     if not sep:
         return policy, {}
     if not rest.endswith("]"):
         raise UserError(f"policy {policy!r}: expected NAME[key=value,...]")
-    return name, parse_kv([kv.strip() for kv in rest[:-1].split(",") if kv.strip()], f"policy {policy!r}")
+    return name, parse_kv(split_list(rest[:-1]), f"policy {policy!r}")
 
 
 def _run_config(run_dir: Path) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from fl_gym.baselines.hetero import (
     RandomPolicy,
     UniformPolicy,
 )
-from fl_gym.training.cli import Parser, parse_seed_list
+from fl_gym.training.cli import Parser, parse_seed_list, split_list
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
 from fl_gym.validation import (
     MAX_THREADS,
@@ -364,7 +364,7 @@ def reproduce(argv: list[str]) -> int:
         dataset=args.dataset, data_root=args.data_root,
         out_dir=args.out or f"bench-results/hapfl-{args.dataset}",
         train_seed=args.train_seed, eval_seeds=parse_seed_list(args.eval_seeds, "--eval-seeds"),
-        rounds=args.rounds, agents=tuple(args.agents.split(",")), acc_rounds=args.acc_rounds,
+        rounds=args.rounds, agents=tuple(split_list(args.agents)), acc_rounds=args.acc_rounds,
         acc_local_epochs=args.acc_local_epochs,
         acc_seeds=parse_seed_list(args.acc_seeds or args.eval_seeds, "--acc-seeds"),
         acc_policies=tuple(args.acc_policies.split(";")) if args.acc_policies else None,
@@ -384,6 +384,7 @@ def check_flags(cfg: ResultsConfig) -> None:
     require(cfg.agent_steps is None or is_int_at_least(cfg.agent_steps, 1), "--agent-steps", cfg.agent_steps,
             "an integer >= 1 (default: each agent's own)")
     recipe = find_recipe(JOINT, "hapfl")
+    require(bool(cfg.agents), "--agents", ",".join(cfg.agents), "one or more presets, comma-separated")
     for preset in cfg.agents:  # an unknown preset names the known ones
         stage_hyperparams(recipe, yaml_preset(preset))
     labels = list(_rows(cfg, dict.fromkeys([*cfg.agents, "joint"])))  # the policies, none built

@@ -22,7 +22,7 @@ import numpy as np
 
 from fl_gym.atomic import write_text
 from fl_gym.baselines.rates import FedEntPolicy
-from fl_gym.training.cli import Parser, parse_kv, parse_seed_list
+from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, split_list
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
 from fl_gym.training.trace import decision_trace
@@ -90,7 +90,7 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
             f"none: each section sets its own "
             f"preset; pick sections with --sections ({', '.join(sections)})")
     require_fraction("--target", args.target, optional=True)
-    chosen = [n for n in args.sections.split(",") if n] or list(sections)
+    chosen = split_list(args.sections) or list(sections)
     unknown = [n for n in chosen if n not in sections]
     require(not unknown, "--sections", unknown, ", ".join(sections))
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
