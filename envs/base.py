@@ -77,7 +77,7 @@ def require_fitting(name: str, predictor: Any, observation_space: spaces.Space,
     space = getattr(predictor, "observation_space", None)
     if space is None:
         return
-    policy, act = getattr(predictor, "policy", None), predictor.action_space
+    policy, act = getattr(predictor, "policy", None), getattr(predictor, "action_space", None)
     if hasattr(policy, "fits"):
         if rows is None or action_space is None or policy.fits(rows, observation_space, action_space):
             return
