@@ -220,7 +220,7 @@ def test_every_fixed_policy_parameter_with_a_bad_value_is_refused_by_name_or_act
             for value in BAD_VALUES:
                 try:
                     policy = entry.build(env, **{param: value})
-                except UserError as err:
+                except UserError as err:  # named, or a policy for other scenarios (as in the test above)
                     assert f"{param}=" in str(err) or "is out of range; allowed" in str(err), (name, str(err))
                     continue
                 action, _ = policy.predict(obs, deterministic=True)
