@@ -72,6 +72,12 @@ def check_address(address: str | None, name: str = "address", timeout: float = 3
                         ) from err
 
 
+def require_cpus(num_cpus_per_worker: object) -> None:
+    """Raise ``ValueError`` unless each actor declares one or more whole CPUs (its torch threads)."""
+    require(is_int_at_least(num_cpus_per_worker, 1), "num_cpus_per_worker", num_cpus_per_worker,
+            "an integer >= 1")
+
+
 class RayWorker:
     """The transport to one shard in a Ray actor: calls are queued as futures and read in order."""
 
@@ -112,8 +118,7 @@ class RayVecEnv(ShardedVecEnv):
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], workers: int | None = None,
                  address: str | None = None, num_cpus_per_worker: int = 1,
                  num_gpus_per_worker: float = 0) -> None:
-        require(is_int_at_least(num_cpus_per_worker, 1), "num_cpus_per_worker", num_cpus_per_worker,
-                "an integer >= 1")
+        require_cpus(num_cpus_per_worker)
         require(is_non_negative(num_gpus_per_worker), "num_gpus_per_worker", num_gpus_per_worker,
                 "a number >= 0")
         if workers is not None:  # before Ray starts (seconds)

@@ -24,7 +24,7 @@ import torch
 
 from fl_gym.config import STATELESS, FederationConfig
 from fl_gym.federation import Federation
-from fl_gym.integrations.ray import ensure_ray, import_ray
+from fl_gym.integrations.ray import ensure_ray, import_ray, require_cpus
 from fl_gym.records import RoundPlan
 from fl_gym.validation import is_int_at_least, require, require_choice, require_seed
 
@@ -65,8 +65,7 @@ class RayFederation:
                  address: str | None = None, num_cpus_per_worker: int = 1) -> None:
         require(isinstance(config, FederationConfig), "config", config, "a FederationConfig")
         require_seed("scenario_seed", scenario_seed)
-        require(is_int_at_least(num_cpus_per_worker, 1), "num_cpus_per_worker", num_cpus_per_worker,
-                "an integer >= 1")
+        require_cpus(num_cpus_per_worker)
         require(config.train, "config.train", config.train, "True (a sharded federation trains)")
         require(len(config.models) == 1 and config.companion is None, "config.models", config.models,
                 "one model and no companion")

@@ -67,7 +67,7 @@ def run(suite_name: str, algo: str, seeds: Sequence[int], out: str | Path, only:
         progress: bool = True, say: Callable[[str], None] = print) -> dict[str, dict[str, list[dict]]]:
     """Train and score ``algo`` on every task and seed (resumable); ``algo="fixed"`` pins the references."""
     require(algo in (*ALGOS, "fixed"), "--algo", algo, f"{', '.join(ALGOS)}, or fixed (the references)")
-    suite_tasks(suite_name, only)  # an unknown suite or task, and the seeds and the folder, before any run
+    tasks = suite_tasks(suite_name, only)  # the suite, tasks, seeds and folder are checked before any run
     if algo != "fixed":
         require_seeds("seeds", seeds)
     require_writable(out, "out")
@@ -75,7 +75,7 @@ def run(suite_name: str, algo: str, seeds: Sequence[int], out: str | Path, only:
         references(suite_name, out, only, say)
         return {}
     results: dict[str, list[dict]] = {}
-    for task in suite_tasks(suite_name, only):
+    for task in tasks:
         for seed in seeds:
             say(f"{task.name}: {algo} seed {seed} ({task.budget} steps)")
             results.setdefault(task.name, []).append(run_agent(task, algo, seed, Path(out), progress, say))
