@@ -116,8 +116,9 @@ class FedEntPolicy(DecayOnlyPolicy):
             ``phi1(t)``, ``phi2(t+1)`` from it; for small configurations).
         solver: ``foc`` (the root of Eq. 21, the paper's) or ``argmin`` (the minimiser of the
             one-round cost). The root is not always a minimiser: deep networks give roots that
-            are maxima of the cost they are meant to minimise, and the policy warns once when it
-            plays one (``last.foc_not_min`` says which clients; ``argmin`` avoids them).
+            are maxima of the cost they are meant to minimise, and the policy warns when it first
+            plays one (once per process under Python's default filter, however many policies;
+            ``last.foc_not_min`` says which clients; ``argmin`` avoids them).
         denominator: ``sq_norm`` or ``norm`` (the printed Eq. 22).
 
     Attributes:
@@ -145,8 +146,9 @@ class FedEntPolicy(DecayOnlyPolicy):
             self.last = joint_solve(st.theta, st.s, st.a, st.b, self.settings)
             if self.last.foc_not_min.any() and not self._warned:
                 self._warned = True
-                warnings.warn(f"FedEnt (solver='foc'): round {st.round}'s root of Eq. 21 is not a minimiser "
-                              f"of the one-round cost for {int(self.last.foc_not_min.sum())} client(s); "
+                # one text for every policy and round: Python's default filter prints it once per process
+                warnings.warn("FedEnt (solver='foc'): a root of Eq. 21 is not a minimiser of the one-round "
+                              "cost for some clients (policy.last.foc_not_min names them each round); "
                               "solver='argmin' plays the minimiser", RuntimeWarning, stacklevel=2)
             return self.last.eta
         if self._episode is not self.env.schedule:  # a new episode: run Algorithm 1 once

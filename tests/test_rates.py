@@ -261,9 +261,27 @@ def test_fedent_warns_once_when_it_plays_a_root_that_is_not_a_minimiser(monkeypa
     m = len(env.unwrapped.round_stats.clients)
     monkeypatch.setattr(rates, "joint_solve", lambda *a, **k: Solution(np.full(m, 0.01), 1.0, 1,
                                                                           np.arange(m) == 0))
-    with pytest.warns(RuntimeWarning,
-                      match="root of Eq. 21 is not a minimiser of the one-round cost for 1 client"):
+    with pytest.warns(RuntimeWarning, match="a root of Eq. 21 is not a minimiser of the one-round cost"):
         obs, *_ = env.step(policy.predict(obs)[0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second round says nothing more
         env.step(policy.predict(obs)[0])
+
+
+def test_fedents_warning_is_printed_once_however_many_policies_play_such_a_root(monkeypatch):
+    """An evaluation builds a policy per episode: under Python's default filter only the first warns."""
+    from fl_gym.baselines import rates
+    from fl_gym.baselines.fedent import Solution
+
+    env = gym.make("FLLearningRate-v0", rounds_per_episode=3)
+    env.reset(seed=0)
+    m = len(env.unwrapped.round_stats.clients)
+    counts = iter([1, 3, 2])  # a different count of clients that are not minimisers each time
+    monkeypatch.setattr(rates, "joint_solve",
+                        lambda *a, **k: Solution(np.full(m, 0.01), 1.0, 1, np.arange(m) < next(counts)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for seed in (1, 2, 3):
+            obs, _ = env.reset(seed=seed)
+            env.step(FedEntPolicy(env).predict(obs)[0])
+    assert [str(w.message)[:40] for w in caught] == ["FedEnt (solver='foc'): a root of Eq. 21 "]
