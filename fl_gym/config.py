@@ -54,7 +54,8 @@ class FederationConfig:
         partition: how training data is split (:data:`fl_gym.data.partition.SCHEMES`; ``Natural()`` for
             ``synthetic``).
         local_test: each client's local test split: ``"matched"`` (test samples split like the
-            client's training labels), ``"holdout"`` (a fraction of its training data) or ``"none"``.
+            client's training labels), ``"holdout"`` (a fraction of its training data, kept out of
+            its training and scored with the data set's labels, as the matched split is) or ``"none"``.
         local_test_fraction: share held out with ``local_test="holdout"``.
         validation_size: test samples held out as a validation set (stratified, drawn with the
             scenario): ``RoundReport.val_accuracy`` is measured on them every round (an RL reward's

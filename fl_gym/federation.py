@@ -209,6 +209,9 @@ class Federation:
         self.noisy = np.zeros(cfg.num_clients, bool)  # drawn below, after every other scenario draw
         self._set_train_parts(train_parts)
         self.test_parts = [torch.as_tensor(p, device=self.device) for p in test_parts]
+        # what the local test parts index: a holdout of the clients' training samples, else the test set
+        held_out = cfg.local_test == "holdout"
+        self._local_test = (self.x_train, self.y_train) if held_out else (self.x_test, self.y_test)
         self.archs = [build_model(m, data.input_shape, data.num_classes) for m in cfg.models]
         self.companion_arch = build_model(cfg.companion, data.input_shape,
                                           data.num_classes) if cfg.companion else None
@@ -375,11 +378,8 @@ class Federation:
             return [p[0] for p in data.natural_split], [p[1] for p in data.natural_split]
         y = data.y_train.numpy()
         pool = np.arange(len(y))
-        if cfg.server_data_fraction > 0:  # class-balanced server share, disjoint from the clients
-            per_class = int(cfg.server_data_fraction * len(y) / data.num_classes)
-            self.server_indices = np.sort(np.concatenate(
-                [rng.choice(np.flatnonzero(y == c), per_class, replace=False)
-                 for c in range(data.num_classes)]))
+        if cfg.server_data_fraction > 0:
+            self.server_indices = self._server_share(y, data.num_classes, rng)
             pool = np.setdiff1d(pool, self.server_indices)
         parts = [pool[p] for p in partition(y[pool], cfg.num_clients, cfg.partition, rng, data.num_classes)]
         if cfg.local_test == "matched":
@@ -387,6 +387,17 @@ class Federation:
         if cfg.local_test == "holdout":
             return holdout_split(parts, cfg.local_test_fraction, rng)
         return parts, [np.zeros(0, np.int64) for _ in parts]
+
+    def _server_share(self, y: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
+        """The server's class-balanced share of the training labels ``y``: sorted ids no client gets."""
+        fraction = self.config.server_data_fraction
+        per_class = int(fraction * len(y) / num_classes)
+        smallest = int(np.bincount(y, minlength=num_classes).min())
+        require(per_class <= smallest, "server_data_fraction", fraction,
+                f"a float in [0, {smallest * num_classes / len(y):.4f}] (an equal share of every class: the "
+                f"{self.config.dataset} training set's smallest class has {smallest} samples)")
+        return np.sort(np.concatenate([rng.choice(np.flatnonzero(y == c), per_class, replace=False)
+                                       for c in range(num_classes)]))
 
     def reset(self, seed: int | None = None, *, sampler: np.random.Generator | None = None) -> None:
         """Start a new episode: fresh global models, server state and clock; same scenario.
@@ -920,7 +931,7 @@ class Federation:
             evaluated = member.stack if member.personal is None else member.personal  # pFedMe: theta
             if need_acc:
                 local.append((stats.companion.accuracy if lite else stats.local_accuracy, clients, "accuracy",
-                              self._eval_request(evaluated, self.x_test, self.y_test,
+                              self._eval_request(evaluated, *self._local_test,
                                                  [self.test_parts[i] for i in clients])))
             if cfg.soft_labels and not lite:
                 local.append((stats.soft_labels, clients, "soft_labels",

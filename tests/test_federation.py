@@ -174,6 +174,23 @@ def test_algorithms_run_and_learn(tiny_config, changes):
     assert np.all(np.isfinite(reports[-1].loss))
 
 
+def test_local_accuracy_of_a_holdout_split_scores_the_clients_held_out_training_samples(tiny_config):
+    """The holdout parts index the training set (they were read as test-set indices: wrong samples, or an
+    IndexError past the test set's length)."""
+    fed = Federation(tiny_config.replace(local_test="holdout", eval_local=True), scenario_seed=0)
+    arch, start = fed.archs[0], fed.global_models[0].clone()
+    rep = fed.run_round(RoundPlan.make(4, lr=1e-12))  # the trained models are the start, to float rounding
+    module = arch.module()
+    torch.nn.utils.vector_to_parameters(start, module.parameters())
+    with torch.no_grad():
+        expected = [float((module(fed.x_train[p]).argmax(1) == fed.y_train[p]).float().mean())
+                    for p in fed.test_parts]
+    assert max(int(p.max()) for p in fed.test_parts) >= len(fed.y_test)  # beyond the test set: it would fail
+    np.testing.assert_allclose(rep.local_accuracy, expected, atol=1e-6)
+    held = np.concatenate([p.numpy() for p in fed.test_parts])
+    assert not np.intersect1d(held, np.concatenate([p.numpy() for p in fed.train_parts])).size
+
+
 def test_companion_mutual_learning_reports_both_models():
     cfg = FederationConfig(num_clients=4, models=("mlp-small", "mlp-medium"), companion="mlr",
                            aggregation="entropy_acc", model_costs=(3.5, 13.0, 1.0),
@@ -275,6 +292,15 @@ def test_server_data_is_class_balanced_and_disjoint():
     assert not np.intersect1d(clients, fed.server_indices).size
     assert len(clients) + len(fed.server_indices) == len(labels)
     assert len(Federation(cfg.replace(server_data_fraction=0.0)).server_indices) == 0
+
+
+def test_a_server_share_larger_than_the_smallest_class_is_refused_by_name():
+    """An equal share of every class cannot take more of a class than it has (was numpy's sampling error)."""
+    cfg = FederationConfig(num_clients=5, partition=partition_scheme("iid"))
+    smallest = int(np.bincount(Federation(cfg).y_train.numpy()).min())
+    with pytest.raises(ValueError, match=rf"server_data_fraction=0.99 is out of range; allowed: a float in "
+                                         rf"\[0, 0\.\d+\] .* smallest class has {smallest} samples"):
+        Federation(cfg.replace(server_data_fraction=0.99))
 
 
 def test_assign_data_grows_a_working_set():
