@@ -1123,7 +1123,12 @@ class Federation:
         return GlobalEvaluation(np.asarray(accuracy[:m]), np.asarray(loss[:m]), *lite)
 
     def evaluate(self) -> GlobalEvaluation:
-        """Test accuracy and loss of every global model (``(M,)`` each), then the companion's (NaN: none)."""
+        """Test accuracy and loss of every global model (``(M,)`` each), then the companion's (NaN: none).
+
+        A timing-only federation (``train=False``) has no models: NaN for each, as its rounds report.
+        """
+        if not self.config.train:
+            return self._not_evaluated
         return self._global_values(self._run_all(self._global_requests()))
 
 

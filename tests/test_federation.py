@@ -86,6 +86,10 @@ def test_timing_only_federation_reports_times_without_learning(tiny_config):
     assert rep.straggling_latency == pytest.approx(np.nanmax(rep.client_time) - np.nanmin(rep.client_time))
     with pytest.raises(ValueError, match=r"train=False .*timing-only federation takes no probes"):
         fed.probe(np.array([0, 1]))
+    evaluation = fed.evaluate()  # no models: NaN, as its reports (it was a zip() error)
+    assert evaluation.accuracy.shape == (1,) and np.isnan(evaluation.accuracy).all()
+    assert np.isnan(evaluation.loss).all() and math.isnan(evaluation.companion_accuracy)
+    assert all(math.isnan(v) for v in fed.validation())
 
 
 @pytest.mark.parametrize("clients", [[4], [-1], [[0]], [], [True, False, True, False]])
