@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -114,11 +115,21 @@ def test_stack_rows_round_trip():
     assert torch.equal(out, rows)
 
 
-@pytest.mark.parametrize("name,shape",
-                         [("fedent-vgg11", (1, 8, 8)), ("cnn-small", (64,)), ("nope", (1, 8, 8))])
-def test_bad_model_requests(name, shape):
-    with pytest.raises(ValueError, match="input_shape|model="):
+@pytest.mark.parametrize("name,shape,why", [
+    ("fedent-vgg11", (1, 8, 8), r"it is too small: layer 16 \(MaxPool2d\) would output \(512, 0, 0\)"),
+    ("cnn-small", (64,), r"a network with conv layers takes \(C, H, W\) images"),
+])
+def test_a_model_that_cannot_take_the_input_shape_is_named_with_the_shape(name, shape, why):
+    """The user chose the model (an env's ``model``, a federation's ``models``), not the data set's shape."""
+    expected = (rf"^model='{name}' is out of range for input_shape={re.escape(str(shape))} \({why}\); "
+                r"allowed: a model that takes it \(mlr and the mlp-\* ")
+    with pytest.raises(ValueError, match=expected):
         build_model(name, shape, 10)
+
+
+def test_an_unknown_model_is_refused_by_name():
+    with pytest.raises(ValueError, match="model='nope' is out of range; allowed: one of 'mlr', "):
+        build_model("nope", (1, 8, 8), 10)
 
 
 PAPER_SHAPES = {"fedentropy-lenet": (3, 32, 32), "fedent-cifar10-cnn": (3, 32, 32),

@@ -32,6 +32,10 @@ from fl_gym.models.layers import AdaptiveAvgPool2d, Conv2d, Dropout, Flatten, La
 from fl_gym.validation import UserError, require_choice
 
 
+class _DoesNotFit(Exception):
+    """An input shape the network being built cannot take (:func:`build_model` names the model)."""
+
+
 class _Builder:
     """Appends layers while tracking the per-sample shape, so the zoo needs no arithmetic."""
 
@@ -43,14 +47,13 @@ class _Builder:
         self.layers.append(layer)
         self.shape = layer.out_shape(self.shape)
         if min(self.shape) < 1:
-            raise UserError(f"input_shape={self.input_shape} is too small for this network: layer "
-                             f"{len(self.layers)} ({type(layer).__name__}) would output {self.shape}")
+            raise _DoesNotFit(f"it is too small: layer {len(self.layers)} ({type(layer).__name__}) would "
+                              f"output {self.shape}")
         return self
 
     def conv(self, out: int, kernel: int, padding: int = 0) -> _Builder:
         if len(self.shape) != 3:
-            raise UserError(f"input_shape={self.input_shape} is out of range; allowed: (C, H, W) images for "
-                             "a network with conv layers")
+            raise _DoesNotFit("a network with conv layers takes (C, H, W) images")
         self.grouped = True
         return self.add(Conv2d(self.shape[0], out, kernel, padding)).add(ReLU())
 
@@ -160,4 +163,8 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int) -> Arch
             ``(C, H, W)``; the paper networks need their paper's image size).
     """
     require_choice("model", name, MODELS)
-    return _REGISTRY[name](tuple(input_shape), num_classes, name)
+    try:
+        return _REGISTRY[name](tuple(input_shape), num_classes, name)
+    except _DoesNotFit as err:  # the user chose the model, not the data set's shape: name the model
+        raise UserError(f"model={name!r} is out of range for input_shape={tuple(input_shape)} ({err}); "
+                        "allowed: a model that takes it (mlr and the mlp-* models take any)") from None
