@@ -127,6 +127,17 @@ def test_partitions_are_disjoint_and_seeded(cfg):
         assert len(flat) == len(LABELS)  # every sample lands somewhere
 
 
+@pytest.mark.parametrize("exponent", [1e-9, 1e-3])
+def test_a_power_law_too_skewed_for_floats_gives_the_rest_to_its_largest_draws(exponent):
+    """Pareto draws beyond float range made the shares NaN: negative sizes, clients sharing samples."""
+    for seed in range(5):
+        parts = partition(LABELS, 10, partition_scheme("power_law", exponent=exponent, min_size=2),
+                          np.random.default_rng(seed))
+        flat = np.concatenate(parts)
+        assert len(flat) == len(np.unique(flat)) and len(flat) <= len(LABELS)
+        assert min(len(p) for p in parts) >= 2 and max(len(p) for p in parts) >= len(LABELS) // 10
+
+
 def test_dirichlet_alpha_controls_skew_and_min_size():
     rng = np.random.default_rng(0)
     skewed = partition(LABELS, 10, partition_scheme("dirichlet", alpha=0.4, min_size=10), rng)

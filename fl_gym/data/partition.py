@@ -356,6 +356,8 @@ def power_law_split(num_samples: int, num_clients: int, cfg: PowerLaw,
     require(rest >= 0, "min_size", cfg.min_size,
             f"at most len(labels)/num_clients = {num_samples // num_clients}")
     draws = rng.pareto(cfg.exponent, num_clients) + 1.0
+    if not np.isfinite(draws.sum()):  # a tiny exponent draws beyond float range: the largest share the rest
+        draws = (draws == draws.max()).astype(np.float64)
     sizes = cfg.min_size + np.floor(rest * draws / draws.sum()).astype(int)
     cuts = np.cumsum(sizes)[:-1]
     used = rng.permutation(num_samples)[: sizes.sum()]
