@@ -75,7 +75,15 @@ from fl_gym.records import (
     is_mask,
 )
 from fl_gym.traces import PlayedDevices, assign_devices, load_availability
-from fl_gym.validation import MAX_SCHEDULE, UserError, is_int_at_least, is_non_negative, one_line, require
+from fl_gym.validation import (
+    MAX_SCHEDULE,
+    UserError,
+    is_int_at_least,
+    is_non_negative,
+    one_line,
+    require,
+    require_mapping,
+)
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
 BEHAVIOUR_STREAM = 1 << 20  # the spawn key of the behaviour stream: far from the children reset spawns
@@ -247,6 +255,7 @@ class Federation:
         self._nobody.flags.writeable = False
         self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes,
                                              self.companion_arch is not None, read_only=True)
+        self._episode = 0
         self.reset(scenario_seed)
 
     def _draw_noisy(self, rng: np.random.Generator) -> np.ndarray:
@@ -347,11 +356,12 @@ class Federation:
 
     def assign_many(self, assignment: dict[int, np.ndarray]) -> None:
         """:meth:`assign_data` for several clients at once (one recount)."""
+        require_mapping("assignment", assignment, optional=False, of="client ids to index arrays")
         parts = [p.cpu().numpy() for p in self.train_parts]
         for client, indices in assignment.items():
             indices = np.asarray(indices)
-            if not 0 <= client < self.num_clients:
-                raise UserError(f"client={client} is out of range; allowed: 0..{self.num_clients - 1}")
+            if not (is_int_at_least(client, 0) and client < self.num_clients):
+                raise UserError(f"client={client!r} is out of range; allowed: 0..{self.num_clients - 1}")
             if (indices.ndim != 1 or len(indices) == 0 or indices.dtype.kind not in "iu" or indices.min() < 0
                     or indices.max() >= len(self._labels)):
                 raise UserError(f"indices of client {client} are out of range; allowed: a non-empty 1-D "
@@ -412,6 +422,7 @@ class Federation:
         seeds = np.random.SeedSequence(seed)
         self.rng = np.random.default_rng(seeds)
         self.sampler = self.rng if sampler is None else sampler
+        self._episode += 1  # a round opened before this reset is no longer pending
         self.global_models, self.companion_model = [], None
         # a timing-only federation has no models and takes no probes
         self._probe_gen = self.generator(int(seeds.spawn(1)[0].generate_state(1)[0])) if cfg.train else None
@@ -435,6 +446,11 @@ class Federation:
         self._trace_start = 0.0  # a trace's episode starts at a time drawn within its longest period
         if self._online is not None:
             self._trace_start = self._behaviour_rng.uniform(0, self._online.trace.period.max())
+
+    @property
+    def episode(self) -> int:
+        """Resets since the federation was built (1 after the first): which episode a round belongs to."""
+        return self._episode
 
     @property
     def round(self) -> int:
@@ -571,7 +587,7 @@ class Federation:
             load = RoundLoad.of_normals(z, self.config.clock, self.last_load)
         self._load, self._load_source = load, None
         probe = self.probe_seconds(self.clock, self.sizes, load)
-        return OpenedRound(self.round + 1, mask, load, probe)
+        return OpenedRound(self.round + 1, mask, load, probe, self._episode)
 
     def _next_availability(self) -> np.ndarray:
         """``(K,)`` bool: who is reachable this round (the availability chain's next step; all while off)."""
@@ -731,6 +747,10 @@ class Federation:
     def _check_pending(self, opened: OpenedRound, phase: str) -> None:
         require(isinstance(opened, OpenedRound), f"{phase}: opened", opened,
                 "the OpenedRound of open_round()")
+        if opened.episode != self._episode:
+            raise UserError(f"{phase}: round {opened.round} of episode {opened.episode} is not pending (the "
+                            f"federation was reset since, to episode {self._episode}); allowed: a round "
+                            "opened after the latest reset()")
         if opened.round != self.round + 1:
             raise UserError(f"{phase}: round {opened.round} is not pending (this federation has finished "
                              f"{self.round} rounds since reset); allowed: the round of the latest "
@@ -973,6 +993,10 @@ class Federation:
     def _weights(self, weight: np.ndarray | None, clients: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
         if weight is not None:
             w = weight[clients]
+            with np.errstate(over="ignore"):
+                overflows = not np.isfinite(w.sum())
+            if overflows:  # finite weights whose sum is beyond float range: the same shares, scaled down
+                w = w / w.max()
             if w.sum() <= 0:
                 raise UserError(f"weight={w.tolist()} sums to 0 over aggregated clients {clients.tolist()}; "
                                  "allowed: at least one positive weight per aggregated model")

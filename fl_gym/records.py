@@ -133,12 +133,15 @@ class OpenedRound:
         load: the round's device dynamics; the clock charges this round's training under it.
         probe_time: ``(K,)`` seconds of one probe epoch per client under ``load``
             (``FederationConfig.probe_cost``; 0 without one).
+        episode: the federation's episode it was opened in (:attr:`Federation.episode
+            <fl_gym.federation.Federation.episode>`): after a reset it cannot be trained or finished.
     """
 
     round: int
     candidates: np.ndarray
     load: RoundLoad
     probe_time: np.ndarray
+    episode: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

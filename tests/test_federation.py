@@ -141,6 +141,16 @@ def test_plan_weights_override_and_one_client_gives_its_model(tiny_config):
     assert rep.weights.tolist() == [0.0, 0.0, 1.0, 0.0]
 
 
+def test_weights_whose_sum_overflows_give_the_shares_of_their_ratios(tiny_config):
+    """1e308 + 1e308 is inf: the shares were 0 and the global model the zero vector (10 % accuracy)."""
+    huge, scaled = Federation(tiny_config, scenario_seed=0), Federation(tiny_config, scenario_seed=0)
+    weight = np.array([1e308, 1e308, 1e300, 0.0])
+    report = huge.run_round(RoundPlan.make(4, lr=0.05, weight=weight))
+    expected = scaled.run_round(RoundPlan.make(4, lr=0.05, weight=weight / weight.max()))
+    assert report.weights.tolist() == expected.weights.tolist() and report.weights[0] == pytest.approx(0.5)
+    assert torch.equal(huge.global_models[0], scaled.global_models[0])
+
+
 def test_model_group_without_members_keeps_its_weights_bit_for_bit(tiny_config):
     cfg = tiny_config.replace(models=("mlp-small", "mlp-medium"))
     fed = Federation(cfg, scenario_seed=0)
@@ -390,6 +400,8 @@ def test_what_if_averages_check_their_subsets_and_weights_as_finish_round_does(t
     (lambda fed: fed.advance(float("nan")), r"round_time=nan is out of range"),  # every later time NaN
     (lambda fed: fed.advance("x"), r"round_time='x' is out of range"),  # a TypeError
     (lambda fed: fed.assign_data(0, np.array([1.5])), r"non-empty 1-D integer array"),  # an IndexError
+    (lambda fed: fed.assign_many({"x": np.array([1])}), r"client='x' is out of range"),  # a TypeError
+    (lambda fed: fed.assign_many([(0, np.array([1]))]), r"assignment=.* allowed: a mapping of client ids"),
     (lambda fed: fed.expected_times(fed.open_round(), -1.0), r"epochs=-1.0 is out of range"),  # times < 0
     (lambda fed: fed.expected_times(fed.open_round(), 1.0, model=5), r"model=5 is out of range"),
 ])
@@ -466,6 +478,24 @@ def test_a_finished_round_cannot_be_finished_again(tiny_config):
     fed.finish_round(trained)
     with pytest.raises(ValueError, match="finish_round: round 1 is not pending"):
         fed.finish_round(trained)
+
+
+def test_a_round_opened_before_a_reset_cannot_be_trained_or_finished_after_it(tiny_config):
+    """It was: round 1 again after the reset, so its stale updates entered the new episode's models."""
+    fed = Federation(tiny_config, scenario_seed=0)
+    plan = RoundPlan.make(4, lr=0.1)
+    opened = fed.open_round()
+    trained = fed.train_round(opened, plan)
+    fed.reset(seed=1)
+    start = fed.global_models[0].clone()
+    stale = r"round 1 of episode 1 is not pending \(the federation was reset since, to episode 2\)"
+    with pytest.raises(ValueError, match="finish_round: " + stale):
+        fed.finish_round(trained)
+    with pytest.raises(ValueError, match="train_round: " + stale):
+        fed.train_round(opened, plan)
+    assert torch.equal(fed.global_models[0], start) and fed.round == 0
+    fed.finish_round(fed.train_round(fed.open_round(), plan))  # the new episode's own round plays
+    assert fed.round == 1 and fed.episode == 2
 
 
 def test_scaffold_keeps_the_server_variate_the_mean_of_the_clients(tiny_config):

@@ -106,8 +106,9 @@ class HeteroClock:
 
     def _pending_of(self, i: int) -> HeteroRound:
         """Copy ``i``'s pending round as its ``_prepare`` builds it, of row views of the clock's arrays."""
-        k = self.counts[i]
-        opened = OpenedRound(self.feds[i].round + 1, self.masks[i, :k], self._load_of(i), self.probe[i, :k])
+        k, fed = self.counts[i], self.feds[i]
+        opened = OpenedRound(fed.round + 1, self.masks[i, :k], self._load_of(i), self.probe[i, :k],
+                             fed.episode)
         return HeteroRound(opened, self.slots[i], self.probe_ratio[i],
                            None if self.sizes is None else self.sizes[i])
 
