@@ -528,6 +528,10 @@ class Federation:
         clients = ids.astype(np.int64, copy=False)
         if models is None:
             models = self.global_models[0].expand(len(clients), -1)
+        shape = (len(clients), self.archs[0].num_params)
+        fits = isinstance(models, torch.Tensor) and tuple(models.shape) == shape
+        require(fits, "models", getattr(models, "shape", models), f"a tensor of shape {shape} (a first-size "
+                "model per client)")
         if self.remote is not None:
             key = int(torch.randint(2**62, (1,), generator=self._probe_gen if gen is None else gen))
             return self.remote.probe(self, clients, models, key)

@@ -103,6 +103,16 @@ def test_probe_refuses_client_ids_out_of_range_and_a_mask(tiny_config, clients):
     assert fed.probe(np.array([0, 3])).grad.shape == (2, fed.archs[0].num_params)
 
 
+@pytest.mark.parametrize("models", [torch.zeros(3, 5), torch.zeros(2, 5), "x"])
+def test_probe_refuses_models_of_another_shape_by_name(tiny_config, models):
+    """Not torch's split_with_sizes error from deep in the probe."""
+    fed = Federation(tiny_config, scenario_seed=0)
+    size = fed.archs[0].num_params
+    with pytest.raises(ValueError, match=rf"^models=.* allowed: a tensor of shape \(2, {size}\) \(a first"):
+        fed.probe(np.array([0, 3]), models)
+    assert fed.probe(np.array([0, 3]), fed.global_models[0].expand(2, -1)).grad.shape == (2, size)
+
+
 def test_round_times_follow_the_cost_model():
     clock = ClockConfig(seconds_per_unit=1e-3, sigma_dyn=0, sigma_drift=0, bandwidth=1e5,
                         aggregation_time=0.5)
