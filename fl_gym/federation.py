@@ -1094,15 +1094,17 @@ class Federation:
         """
         subsets = self._subsets(subsets)
         if weight is not None:
-            weight = np.asarray(weight, np.float64)
+            weight = _floats("weight", weight)
             check_aggregation(trained.plan.selected, trained.plan.aggregate, weight)
         if len(subsets) == 0:
             return np.empty((0, 2))
         if self.val_indices is None or trained.cohort is None:
             return np.full((len(subsets), 2), np.nan)
-        member = next(m for m in trained.cohort.members
-                      if m.role != LITE and int(trained.plan.model[trained.cohort.clients(m)[0]]) == 0)
-        clients = trained.cohort.clients(member)
+        cohort = trained.cohort
+        member = next((m for m in cohort.members
+                       if m.role != LITE and int(trained.plan.model[cohort.clients(m)[0]]) == 0), None)
+        # no client trained the first model: every subset keeps it
+        clients = np.zeros(0, np.int64) if member is None else cohort.clients(member)
         averages = []
         for subset in subsets:
             keep = subset[clients] & (trained.steps[clients] > 0)

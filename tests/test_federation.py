@@ -390,6 +390,7 @@ def test_a_weight_summing_to_0_over_the_aggregated_clients_is_refused_before_the
     (np.ones((1, 4), bool), np.ones(3), r"weight has shape \(3,\)"),  # an IndexError
     (np.ones((1, 4), bool), np.array([1.0, -1.0, 1.0, 1.0]), r"weight=\[1.0, -1.0, 1.0, 1.0\] is out of"),
     (np.ones((1, 4), bool), np.array([np.nan, 1.0, 1.0, 1.0]), r"weight=\[nan, 1.0, 1.0, 1.0\] is out of"),
+    (np.ones((1, 4), bool), "x", r"weight='x' is out of range; allowed: numbers"),  # numpy's message
 ])
 def test_what_if_averages_check_their_subsets_and_weights_as_finish_round_does(tiny_config, subsets, weight,
                                                                                match):
@@ -403,6 +404,16 @@ def test_what_if_averages_check_their_subsets_and_weights_as_finish_round_does(t
     assert fed.validate_averages(trained, np.zeros((0, 4), bool)).shape == (0, 2)  # nothing asked: no rows
     np.testing.assert_array_equal(fed.validate_averages(trained, [[1, 0, 1, 0]]),
                                   fed.validate_averages(trained, np.array([True, False, True, False])))
+
+
+def test_what_if_averages_keep_the_first_model_where_none_of_its_clients_trained(tiny_config):
+    """Every client trains the second model: each subset keeps the first (it was a StopIteration)."""
+    fed = Federation(tiny_config.replace(validation_size=100, models=("mlp-small", "mlp-medium")))
+    fed.reset(seed=0)
+    plan = RoundPlan.make(4, lr=0.05, model=1)
+    trained = fed.train_round(fed.open_round(plan.selected), plan)
+    unchanged = fed.validation()
+    np.testing.assert_array_equal(fed.validate_averages(trained, np.eye(4, dtype=bool)), [unchanged] * 4)
 
 
 @pytest.mark.parametrize("call,match", [
