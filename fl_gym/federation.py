@@ -589,9 +589,24 @@ class Federation:
             z = np.empty((3, k_all))
             self.draw_load(z)
             load = RoundLoad.of_normals(z, self.config.clock, self.last_load)
+        else:
+            self._check_load(load)
         self._load, self._load_source = load, None
         probe = self.probe_seconds(self.clock, self.sizes, load)
         return OpenedRound(self.round + 1, mask, load, probe, self._episode)
+
+    def _check_load(self, load: object) -> None:
+        """Refuse a given load unless it is a ``RoundLoad`` of finite factors > 0, one per client.
+
+        Else its times would fail at :meth:`advance`, after the round had trained, or not broadcast.
+        """
+        k = self.num_clients
+        factors = (load.availability, load.drift, load.noise) if isinstance(load, RoundLoad) else ()
+        fits = len(factors) == 3 and all(isinstance(v, np.ndarray) and v.shape == (k,)
+                                         and np.isfinite(v).all() and (v > 0).all() for v in factors)
+        with np.printoptions(threshold=20, edgeitems=3):  # a large federation's factors, elided
+            require(fits, "load", load, f"a RoundLoad of three ({k},) arrays of finite factors > 0 "
+                    f"(RoundLoad.still({k}): every factor 1)")
 
     def _next_availability(self) -> np.ndarray:
         """``(K,)`` bool: who is reachable this round (the availability chain's next step; all while off)."""

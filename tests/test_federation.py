@@ -416,6 +416,18 @@ def test_what_if_averages_keep_the_first_model_where_none_of_its_clients_trained
     np.testing.assert_array_equal(fed.validate_averages(trained, np.eye(4, dtype=bool)), [unchanged] * 4)
 
 
+@pytest.mark.parametrize("load", [RoundLoad.still(3), "x", RoundLoad(np.ones(4), np.ones(4), -np.ones(4)),
+                                  RoundLoad(np.full(4, np.nan), np.ones(4), np.ones(4))])
+def test_a_given_load_is_checked_when_the_round_opens(tiny_config, load):
+    """A load of 3 clients did not broadcast, a string was an AttributeError, and a factor <= 0 or NaN
+    failed only at the clock's advance, after the round had trained."""
+    fed = Federation(tiny_config, scenario_seed=0)
+    with pytest.raises(ValueError, match=r"^load=.* allowed: a RoundLoad of three \(4,\) arrays of finite "
+                                         r"factors > 0 \(RoundLoad.still\(4\): every factor 1\)$"):
+        fed.open_round(load=load)
+    assert fed.open_round(load=RoundLoad.still(4)).load.noise.tolist() == [1.0] * 4
+
+
 @pytest.mark.parametrize("call,match", [
     (lambda fed: fed.advance(-1.0), r"round_time=-1.0 is out of range"),  # the clock ran backwards
     (lambda fed: fed.advance(float("nan")), r"round_time=nan is out of range"),  # every later time NaN
