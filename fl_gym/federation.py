@@ -569,17 +569,19 @@ class Federation:
         self._next_link()
         if candidates is None:
             mask = available.copy()
-        elif isinstance(candidates, (int, np.integer)):
+        elif isinstance(candidates, (int, np.integer)) and not isinstance(candidates, (bool, np.bool_)):
             if not 1 <= candidates <= k_all:
                 raise UserError(f"candidates={candidates} is out of range; allowed: 1..{k_all}")
             order, mask = np.arange(k_all), np.zeros(k_all, bool)
             self.draw_candidates(order)
             mask[np.sort(first_available(order, available, candidates))] = True
         else:
-            mask = np.asarray(candidates, bool)
-            if mask.shape != (k_all,) or not mask.any():
+            given = np.asarray(candidates)
+            mask = given.astype(bool)
+            if mask.shape != (k_all,) or not mask.any() or not is_mask(given):  # ids would pick others
                 raise UserError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an "
-                                 f"int, or a bool mask of shape ({k_all},) with at least one client")
+                                f"int, or a mask of shape ({k_all},), bool or 0/1 (not client ids), with at "
+                                "least one client")
             mask = mask & available
             if not mask.any():
                 raise UserError(f"candidates={np.flatnonzero(candidates).tolist()} are all unavailable this "

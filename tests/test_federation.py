@@ -504,6 +504,16 @@ def test_open_round_draws_candidates_from_the_sampler(tiny_config):
         fed.open_round(5)
 
 
+@pytest.mark.parametrize("candidates", [np.array([0, 2, 3, 1]), np.array([0.5, 1, 1, 1]), True, "x"])
+def test_open_round_refuses_client_ids_for_a_mask_and_a_bool_for_a_count(tiny_config, candidates):
+    """Ids were read as a mask (``[0, 2, 3, 1]`` drew clients 1-3), and True as one candidate."""
+    fed = Federation(tiny_config.replace(train=False), scenario_seed=0)
+    allowed = r"allowed: an int, or a mask of shape \(4,\), bool or 0/1 \(not client ids\), with at least one"
+    with pytest.raises(ValueError, match=rf"^candidates has shape .* {allowed} client$"):
+        fed.open_round(candidates)
+    assert fed.open_round(np.array([1, 0, 1, 1])).candidates.tolist() == [True, False, True, True]
+
+
 def test_a_finished_round_cannot_be_finished_again(tiny_config):
     fed = Federation(tiny_config.replace(train=False), scenario_seed=0)
     plan = RoundPlan.make(4, lr=0.1)
