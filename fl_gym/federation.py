@@ -71,6 +71,7 @@ from fl_gym.records import (
     RoundPlan,
     RoundReport,
     TrainedRound,
+    as_mask,
     check_aggregation,
     is_mask,
 )
@@ -736,7 +737,8 @@ class Federation:
         self._check_pending(trained.opened, "finish_round")
         plan = trained.plan
         if aggregate is not None or weight is not None:  # the plan's own were checked by train_round
-            aggregate = plan.aggregate if aggregate is None else np.asarray(aggregate, bool)
+            k = self.num_clients
+            aggregate = plan.aggregate if aggregate is None else as_mask("aggregate", aggregate, k)
             weight = plan.weight if weight is None else _floats("weight", weight)
             check_aggregation(plan.selected, aggregate, weight)
         aggregate = plan.aggregate if aggregate is None else aggregate

@@ -101,6 +101,15 @@ def is_mask(values: np.ndarray) -> bool:
     return values.dtype == bool or bool(np.isin(values, (0, 1)).all())
 
 
+def as_mask(name: str, values: object, k: int) -> np.ndarray:
+    """``values`` as a ``(k,)`` bool mask, or a ``ValueError`` naming ``name`` (see :func:`is_mask`)."""
+    given = np.asarray(values)
+    if given.shape != (k,) or not is_mask(given):
+        raise UserError(f"{name} has shape {given.shape} and dtype {given.dtype}; allowed: a mask of shape "
+                        f"({k},), bool or 0/1 (not client ids)")
+    return given.astype(bool)
+
+
 def check_aggregation(selected: np.ndarray, aggregate: np.ndarray, weight: np.ndarray | None,
                       prefix: str = "") -> None:
     """Raise ``ValueError`` unless the aggregation decision fits the selection.

@@ -25,7 +25,7 @@ import torch
 from fl_gym.config import STATELESS, FederationConfig
 from fl_gym.federation import Federation
 from fl_gym.integrations.ray import ensure_ray, import_ray, require_cpus
-from fl_gym.records import RoundPlan
+from fl_gym.records import RoundPlan, as_mask
 from fl_gym.validation import is_int_at_least, require, require_choice, require_seed
 
 
@@ -96,9 +96,8 @@ class RayFederation:
 
         Returns the shards that trained and (with ``evaluate``) the new global model's test accuracy.
         """
-        selected = np.asarray(selected, bool)
-        require(selected.shape == (self.server.num_clients,) and selected.any(), "selected",
-                f"shape {selected.shape}", f"a ({self.server.num_clients},) bool mask with a True")
+        selected = as_mask("selected", selected, self.server.num_clients)
+        require(selected.any(), "selected", selected.tolist(), "a mask with at least one client")
         model = self.global_model.cpu()
         busy = [s for s in range(len(self.shards)) if (selected & (self.owner == s)).any()]
         futures = [self.shards[s].train.remote(model, selected & (self.owner == s), lr, epochs) for s in busy]

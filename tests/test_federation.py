@@ -446,6 +446,16 @@ def test_the_clock_data_and_expected_times_refuse_values_that_would_corrupt_them
     assert (fed.round, fed.elapsed) == (0, 0.0)
 
 
+def test_finish_round_refuses_client_ids_for_its_aggregate_mask(tiny_config):
+    """``aggregate=[0, 2, 3, 1]`` was read as a mask: clients 1-3 aggregated, not the ones named."""
+    fed = Federation(tiny_config, scenario_seed=0)
+    trained = fed.train_round(fed.open_round(), RoundPlan.make(4, lr=0.05))
+    with pytest.raises(ValueError, match=r"^aggregate has shape \(4,\) and dtype int64; allowed: a mask of "
+                                         r"shape \(4,\), bool or 0/1 \(not client ids\)$"):
+        fed.finish_round(trained, aggregate=np.array([0, 2, 3, 1]))
+    assert fed.finish_round(trained, aggregate=[1, 0, 1, 1]).aggregated.tolist() == [True, False, True, True]
+
+
 def test_a_zero_weight_leaves_a_diverged_update_out_of_the_average(tiny_config):
     """A weight of 0 means the update does not count: a NaN update given 0 leaves the global model
     what leaving the client out of ``aggregate`` gives (0 x NaN in the product made it NaN)."""

@@ -166,6 +166,8 @@ def test_a_sharded_round_equals_the_single_process_round():
         np.testing.assert_allclose(sharded.global_model.numpy(), alone.global_models[0].numpy(), atol=2e-6)
     assert np.abs(sharded.global_model.numpy() - start).max() > 1e-2  # the rounds trained something
     assert report["shards"] == [0] and report["accuracy"] == pytest.approx(alone.evaluate()[0][0], abs=1e-3)
+    with pytest.raises(ValueError, match=r"selected has shape \(6,\) .* bool or 0/1 \(not client ids\)"):
+        sharded.run_round(np.array([0, 2, 3, 1, 4, 5]), lr=0.5)  # ids were read as a mask
     sharded.close()
 
 
