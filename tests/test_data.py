@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -57,6 +58,16 @@ def test_synthetic_follows_fedprox_generator():
     # labels are concentrated per device (median about two classes)
     classes = [len(np.unique(ds.y_train.numpy()[t])) for t, _ in ds.natural_split]
     assert np.median(classes) <= 4
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(seed=-1), "seed=-1 is out of range; allowed: an integer >= 0"),  # numpy's "expected non-negative"
+    (dict(seed=1.5), "seed=1.5 is out of range"),
+    (dict(iid="yes"), "iid='yes' is out of range; allowed: True or False"),  # read as True: the IID set
+])
+def test_the_synthetic_generator_names_a_bad_seed_or_iid(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_dataset("synthetic", **kwargs)
 
 
 def test_synthetic_iid_shares_one_model_and_is_seeded():

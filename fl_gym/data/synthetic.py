@@ -33,6 +33,8 @@ def synthetic(alpha: float = 1.0, beta: float = 1.0, *, iid: bool = False, num_u
     require(is_int_at_least(num_users, 1), "num_users", num_users, "an integer >= 1")
     require(is_int_at_least(dimension, 1), "dimension", dimension, "an integer >= 1")
     require(is_int_at_least(num_classes, 2), "num_classes", num_classes, "an integer >= 2")
+    require(isinstance(iid, bool), "iid", iid, "True or False")
+    require(is_int_at_least(seed, 0), "seed", seed, "an integer >= 0")
     rng = np.random.default_rng(seed)
     sizes = rng.lognormal(4, 2, num_users).astype(int) + 50
     std_x = np.arange(1, dimension + 1, dtype=np.float64) ** (-1.2 / 2)
