@@ -170,7 +170,16 @@ def test_compare_runs_each_baseline_on_its_env_variant(tmp_path, capsys):
     assert time["fedavg"] < time["uniform"] < time["pfedme"]  # no LiteModel epochs; pFedMe's 5 inner passes
 
 
-def test_compare_with_accuracy_plots(tmp_path, capsys):
+def test_compare_with_accuracy_plots(tmp_path, capsys, monkeypatch):
+    from fl_gym.training import compare, plots
+
+    titles = []
+
+    def plot_bands(*args, **kwargs):
+        titles.append(args[3])
+        return plots.plot_bands(*args, **kwargs)
+
+    monkeypatch.setattr(compare, "plot_bands", plot_bands)
     code, _, _ = run_cli(["compare", "FLHetero-v0", "--policies", "greedy", "--seeds", "10000", "--rounds", 2,
                           "--env-kwargs", "backend=torch", "local_epochs=1", "--out", tmp_path,
                           "--no-progress"],
@@ -179,6 +188,7 @@ def test_compare_with_accuracy_plots(tmp_path, capsys):
                                                                     / "accuracy_vs_time.png").is_file()
     assert "accuracy_mean" in (tmp_path / "results.csv").read_text()
     assert "large model acc." in (tmp_path / "results.md").read_text()
+    assert titles and all(t.endswith(", one seed") for t in titles)  # not "mean of 1 seeds"
 
 
 def test_data_describe(tmp_path, capsys):

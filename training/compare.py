@@ -285,6 +285,7 @@ def _plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
     cumulative simulated time per round.
     """
     series, env_id, n = results["series"], results["env_id"], len(results["seeds"])
+    over = f"mean of {n} seeds" if n > 1 else "one seed"
     acc_label = results["columns"].get("accuracy", "accuracy")
     out = []
     for metric, ylabel in (("accuracy", f"test accuracy ({acc_label})"),
@@ -292,7 +293,7 @@ def _plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
                            ("sim_time", "cumulative simulated time (s)")):
         lines = {label: (None, s[metric]) for label, s in series.items() if s[metric]["mean"]}
         if lines:
-            out.append(plot_bands(lines, "round", ylabel, f"{env_id}: {ylabel}, mean of {n} seeds",
+            out.append(plot_bands(lines, "round", ylabel, f"{env_id}: {ylabel}, {over}",
                                   out_dir / f"{metric}.png"))
     for x, xlabel, name, logx in (("sim_time", "simulated time (s, log scale)", "time", True),
                                   ("uploads", "models uploaded (cumulative)", "uploads", False)):
@@ -300,6 +301,6 @@ def _plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
                  if s["accuracy"]["mean"] and s[x]["mean"]}
         if lines:
             out.append(plot_bands(lines, xlabel, f"test accuracy ({acc_label})",
-                                  f"{env_id}: accuracy against {xlabel.split(' (')[0]}, mean of {n} seeds",
+                                  f"{env_id}: accuracy against {xlabel.split(' (')[0]}, {over}",
                                   out_dir / f"accuracy_vs_{name}.png", logx=logx))
     return out
