@@ -527,12 +527,13 @@ class Federation:
                 and bool(((ids >= 0) & (ids < self.num_clients)).all()), "clients", ids.tolist(),
                 f"a non-empty 1-D array of integer client ids in 0..{self.num_clients - 1} (not a mask)")
         clients = ids.astype(np.int64, copy=False)
-        if models is None:
-            models = self.global_models[0].expand(len(clients), -1)
         shape = (len(clients), self.archs[0].num_params)
-        fits = isinstance(models, torch.Tensor) and tuple(models.shape) == shape
-        require(fits, "models", getattr(models, "shape", models), f"a tensor of shape {shape} (a first-size "
-                "model per client)")
+        if models is None:
+            models = self.global_models[0].expand(*shape)
+        else:  # the caller's: the default is the right shape by construction
+            fits = isinstance(models, torch.Tensor) and tuple(models.shape) == shape
+            require(fits, "models", getattr(models, "shape", models), f"a tensor of shape {shape} (a "
+                    "first-size model per client)")
         if self.remote is not None:
             key = int(torch.randint(2**62, (1,), generator=self._probe_gen if gen is None else gen))
             return self.remote.probe(self, clients, models, key)
@@ -1017,13 +1018,14 @@ class Federation:
         if weight is not None:
             w = weight[clients]
             with np.errstate(over="ignore"):
-                overflows = not np.isfinite(w.sum())
-            if overflows:  # finite weights whose sum is beyond float range: the same shares, scaled down
+                total = w.sum()
+            if not np.isfinite(total):  # finite weights whose sum is beyond float range: the same shares
                 w = w / w.max()
-            if w.sum() <= 0:
+                total = w.sum()
+            if total <= 0:
                 raise UserError(f"weight={w.tolist()} sums to 0 over aggregated clients {clients.tolist()}; "
                                  "allowed: at least one positive weight per aggregated model")
-            return w / w.sum()
+            return w / total
         return aggregation_weights(self.config.aggregation, self.sizes[clients], self.label_entropy[clients],
                                    accuracy[clients])
 
