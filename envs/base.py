@@ -54,7 +54,7 @@ from fl_gym.behaviour import BehaviourConfig
 from fl_gym.envs.scenario import BEHAVIOUR_FIELDS, EnvConfig
 from fl_gym.federation import Federation
 from fl_gym.records import RoundReport, TrainedRound
-from fl_gym.validation import UserError, is_int_at_least, require
+from fl_gym.validation import UserError, as_array, is_int_at_least, require
 
 
 class Predictor(Protocol):
@@ -349,7 +349,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def check_action(self, action: Any) -> np.ndarray:
         """The action as an array of the action space's shape, or a ``ValueError`` naming both."""
-        a = np.asarray(action)
+        a = as_array("action", action, f"numbers of {self.action_space}")
         return self.check_actions(a[None]).reshape(a.shape)
 
     def check_actions(self, actions: Any) -> np.ndarray:
@@ -358,7 +358,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         One pass over the rows (a vector env's copies); a bad row raises the ``ValueError`` that
         :meth:`check_action` raises for it, the first such row's.
         """
-        a = np.asarray(actions)
+        a = as_array("actions", actions, f"rows of actions of {self.action_space}")
         space, kind = self.action_space, a.dtype.kind
         if a.ndim == 0:
             raise UserError(f"actions={_short(a)} is one value; allowed: rows of actions of {space}")

@@ -36,7 +36,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 from fl_gym.engine.batcher import CohortBatcher
 from fl_gym.engine.pool import BufferPool
 from fl_gym.envs.registry import FAMILIES, resolve
-from fl_gym.validation import UserError, require, require_seed
+from fl_gym.validation import UserError, as_array, require, require_seed
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ def one_row_per_copy(actions: np.ndarray, copies: int) -> np.ndarray:
     SB3's ``DummyVecEnv`` reads the first rows and drops the rest: a batch of the wrong size, a
     bug in the caller's loop, would play silently.
     """
-    actions = np.asarray(actions)
+    actions = as_array("actions", actions, f"{copies} rows, one per copy")
     if actions.ndim == 0 or len(actions) != copies:
         raise UserError(f"actions has shape {actions.shape}; allowed: {copies} rows, one per copy")
     return actions

@@ -79,6 +79,7 @@ from fl_gym.traces import PlayedDevices, assign_devices, load_availability
 from fl_gym.validation import (
     MAX_SCHEDULE,
     UserError,
+    as_array,
     is_int_at_least,
     is_non_negative,
     one_line,
@@ -360,7 +361,7 @@ class Federation:
         require_mapping("assignment", assignment, optional=False, of="client ids to index arrays")
         parts = [p.cpu().numpy() for p in self.train_parts]
         for client, indices in assignment.items():
-            indices = np.asarray(indices)
+            indices = as_array(f"assignment[{client!r}]", indices, "a 1-D integer array")
             if not (is_int_at_least(client, 0) and client < self.num_clients):
                 raise UserError(f"client={client!r} is out of range; allowed: 0..{self.num_clients - 1}")
             if (indices.ndim != 1 or len(indices) == 0 or indices.dtype.kind not in "iu" or indices.min() < 0
@@ -522,7 +523,8 @@ class Federation:
             gen: the batches' generator instead of the probe stream (fixed batches per key).
         """
         require(self.config.train, "train", False, "True (a timing-only federation takes no probes)")
-        ids = np.asarray(clients)  # a bool mask would be read as the ids 0 and 1
+        # a bool mask would be read as the ids 0 and 1
+        ids = as_array("clients", clients, "a 1-D array of integer client ids")
         require(ids.ndim == 1 and len(ids) > 0 and ids.dtype.kind in "iu"
                 and bool(((ids >= 0) & (ids < self.num_clients)).all()), "clients", ids.tolist(),
                 f"a non-empty 1-D array of integer client ids in 0..{self.num_clients - 1} (not a mask)")
@@ -578,7 +580,7 @@ class Federation:
             self.draw_candidates(order)
             mask[np.sort(first_available(order, available, candidates))] = True
         else:
-            given = np.asarray(candidates)
+            given = as_array("candidates", candidates, f"an int, or a mask of shape ({k_all},), bool or 0/1")
             mask = given.astype(bool)
             if mask.shape != (k_all,) or not mask.any() or not is_mask(given):  # ids would pick others
                 raise UserError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an "

@@ -18,7 +18,7 @@ import numpy as np
 
 from fl_gym.clock import RoundLoad
 from fl_gym.engine.trainer import Member
-from fl_gym.validation import UserError, is_int_at_least, one_line, require
+from fl_gym.validation import UserError, as_array, is_int_at_least, one_line, require
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class RoundPlan:
             return out
 
         def mask(name: str, v: np.ndarray) -> np.ndarray:
-            v = np.asarray(v)
+            v = as_array(name, v, f"a mask of shape ({num_clients},), bool or 0/1")
             if not is_mask(v):
                 raise UserError(f"{name}={v.tolist()} is out of range; allowed: a mask of shape "
                                 f"({num_clients},), bool or 0/1 (not client ids)")
@@ -103,7 +103,7 @@ def is_mask(values: np.ndarray) -> bool:
 
 def as_mask(name: str, values: object, k: int) -> np.ndarray:
     """``values`` as a ``(k,)`` bool mask, or a ``ValueError`` naming ``name`` (see :func:`is_mask`)."""
-    given = np.asarray(values)
+    given = as_array(name, values, f"a mask of shape ({k},), bool or 0/1")
     if given.shape != (k,) or not is_mask(given):
         raise UserError(f"{name} has shape {given.shape} and dtype {given.dtype}; allowed: a mask of shape "
                         f"({k},), bool or 0/1 (not client ids)")

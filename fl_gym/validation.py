@@ -6,10 +6,12 @@ import dataclasses
 import functools
 import math
 import numbers
+import reprlib
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 
+import numpy as np
 import torch
 
 
@@ -24,6 +26,19 @@ class UserError(ValueError):
 def one_line(error: BaseException) -> str:
     """Another library's message on one line, to quote in a :class:`UserError` (its lines joined)."""
     return " ".join(str(error).split())
+
+
+def as_array(name: str, values: object, allowed: str) -> np.ndarray:
+    """``np.asarray(values)``, or a :class:`UserError` naming ``name`` (a ragged list, a mix of types).
+
+    numpy's own message ("an inhomogeneous shape after 1 dimensions") names neither the parameter
+    nor what it takes.
+    """
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"{name}={reprlib.repr(values)} is out of range; allowed: {allowed} "
+                        f"({one_line(err)})") from err
 
 
 def require(ok: bool, name: str, value: object, allowed: str) -> None:

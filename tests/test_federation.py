@@ -524,6 +524,26 @@ def test_open_round_refuses_client_ids_for_a_mask_and_a_bool_for_a_count(tiny_co
     assert fed.open_round(np.array([1, 0, 1, 1])).candidates.tolist() == [True, False, True, True]
 
 
+RAGGED = [1, [0], 1, 1]
+
+
+@pytest.mark.parametrize("name,call", [
+    ("candidates", lambda fed, trained: fed.open_round(RAGGED)),
+    ("selected", lambda fed, trained: RoundPlan.make(4, lr=0.1, selected=RAGGED)),
+    ("aggregate", lambda fed, trained: fed.finish_round(trained, aggregate=RAGGED)),
+    ("clients", lambda fed, trained: fed.probe([0, [1]])),
+    ("assignment[0]", lambda fed, trained: fed.assign_data(0, [1, [2]])),
+])
+def test_a_ragged_list_is_refused_by_name_where_arrays_come_in(tiny_config, name, call):
+    """numpy's "inhomogeneous shape" message named neither the parameter nor what it takes."""
+    fed = Federation(tiny_config, scenario_seed=0)
+    trained = fed.train_round(fed.open_round(), RoundPlan.make(4, lr=0.1))
+    message = rf"^{re.escape(name)}=\[.*\] is out of range; allowed: an? .*\(setting an array element with a"
+    with pytest.raises(ValueError, match=message):
+        call(fed, trained)
+    assert fed.round == 0
+
+
 def test_a_finished_round_cannot_be_finished_again(tiny_config):
     fed = Federation(tiny_config.replace(train=False), scenario_seed=0)
     plan = RoundPlan.make(4, lr=0.1)

@@ -586,6 +586,9 @@ def test_a_batch_of_actions_is_one_row_per_copy(workers):
         with pytest.raises(ValueError, match=rf"actions has shape {re.escape(str(actions.shape))}; "
                                              "allowed: 2 rows, one per copy"):
             vec.step(actions)
+    ragged = [np.zeros(10, np.float32), np.zeros(9, np.float32)]  # was numpy's "inhomogeneous shape"
+    with pytest.raises(ValueError, match=r"^actions=\[.*\] is out of range; allowed: 2 rows, one per copy "):
+        vec.step(ragged)
     vec.step(np.zeros((2, 10), np.float32))  # still steps after the refusals
     vec.close()
 
