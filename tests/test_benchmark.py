@@ -300,6 +300,13 @@ def test_agents_run_before_the_references_say_to_pin_them_and_the_report_names_t
     (["benchmark", "run", "--suite", "smoke", "--tasks", "nosuch"], "--tasks=['nosuch']"),
     (["benchmark", "run", "--suite", "smoke", "--seeds", "x"], "--seeds='x'"),
     (["benchmark", "run", "--suite", "smoke", "--algo", "nosuch"], "--algo='nosuch'"),
+    # found task by task, the run stopped at smoke-aggregate after training smoke-hetero
+    (["benchmark", "run", "--suite", "smoke", "--algo", "recurrent-ppo", "--seeds", "0"],
+     "--algo='recurrent-ppo' is out of range for tasks smoke-aggregate (smoke-aggregate: hyperparameter "
+     "'imitate' is out of range for algo='recurrent-ppo'; allowed: algo 'ppo'); allowed: --algo ppo, or "
+     "--tasks among those with a block for recurrent-ppo: smoke-hetero"),
+    (["benchmark", "run", "--suite", "smoke", "--algo", "maskable-ppo", "--seeds", "0"],
+     "for maskable-ppo: none"),
     (["benchmark", "report", "--suite", "smoke", "--reps", "3"], "--reps=3"),
     (["benchmark", "report", "--suite", "smoke", "--runs", "/nonexistent/runs"],
      "--runs='/nonexistent/runs'"),
@@ -309,6 +316,7 @@ def test_benchmark_cli_errors_are_one_line(argv, message, capsys, tmp_path):
     assert main([*argv, "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "b").exists()
 
 
 

@@ -21,7 +21,7 @@ import gymnasium as gym
 from fl_gym.agents.ppo import ALGOS
 from fl_gym.atomic import read_json, require_writable, write_json
 from fl_gym.training.benchmark import report as reporting
-from fl_gym.training.benchmark.protocol import RECORD_KEYS, run_agent, task_references
+from fl_gym.training.benchmark.protocol import RECORD_KEYS, check_algo, run_agent, task_references
 from fl_gym.training.benchmark.scores import normalized_score as _normalized
 from fl_gym.training.benchmark.tasks import Task, all_tasks, suite, suite_names
 from fl_gym.validation import require, require_int_in, require_seeds
@@ -74,6 +74,7 @@ def run(suite_name: str, algo: str, seeds: Sequence[int], out: str | Path, only:
     if algo == "fixed":
         references(suite_name, out, only, say)
         return {}
+    check_algo(tasks, algo)
     results: dict[str, list[dict]] = {}
     for task in tasks:
         for seed in seeds:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from fl_gym.training import runs
 from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
 from fl_gym.training.compare import PolicySpec, policy_spec
 from fl_gym.training.evaluation import Episode, evaluate
-from fl_gym.validation import UserError, require, require_seeds
+from fl_gym.validation import UserError, one_line, require, require_seeds
 
 Say = Callable[[str], None]
 
@@ -139,6 +140,29 @@ def per_federation_best(scores: list[list[list[float]]], returns: list[list[list
 
 
 RECORD_KEYS = ("algo", "seed", "scores")  # what a report reads of a scores.json record
+
+
+def check_algo(tasks: list[Task], algo: str) -> None:
+    """Refuse ``algo`` unless every task's hyperparameter block trains it, before any task trains.
+
+    A block written for PPO (an imitation start, the set policy) does not build another algorithm's
+    agent; found task by task, a suite run would stop at the first such task after hours of others.
+    """
+    misfits = {}
+    for task in tasks:
+        try:  # one copy: the checks of a run's config without its worker processes
+            with warnings.catch_warnings():  # the run says them (SB3's batch size warning: for one copy)
+                warnings.simplefilter("ignore")
+                runs.resolve(task.env_id, algo, _preset(task, algo), env_kwargs=task.train_kwargs(), n_envs=1,
+                             total_timesteps=task.budget)
+        except UserError as err:
+            misfits[task.name] = one_line(err)
+    if misfits:
+        fits = [t.name for t in tasks if t.name not in misfits]
+        first = next(iter(misfits))
+        raise UserError(f"--algo={algo!r} is out of range for tasks {', '.join(misfits)} ({first}: "
+                        f"{misfits[first]}); allowed: --algo ppo, or --tasks among those with a block for "
+                        f"{algo}: {', '.join(fits) or 'none'}")
 
 
 def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = True, say: Say = print
