@@ -766,6 +766,23 @@ print("finished")
 """
 
 
+@pytest.mark.parametrize("flags,expected", [
+    ([], "fl-gym: warning: FLSelectQueue-v0: the server holds 10% of the training data as raw samples and "
+         "sends them to every device\n"),
+    (["--traceback"], "UserWarning: FLSelectQueue-v0: the server holds 10%"),
+])
+def test_a_warning_is_one_line_naming_no_library_code(tmp_path, flags, expected):
+    """Python's form added the file and the library's code line that warned (``self._setup()``)."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "fl_gym.training.cli", *flags, "compare", "FLSelectQueue-v0", "--policies",
+            "queue-all", "--seeds", "0", "--rounds", "1", "--out", str(tmp_path / "out"), "--no-progress"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stderr and ("_setup()" in done.stderr) == bool(flags)
+
+
 def test_ctrl_c_ends_work_that_swallows_it_at_once(tmp_path):
     """``fl-gym flower``'s guard: Ctrl-C exits 130 with one line, however the library inside handles it."""
     import signal

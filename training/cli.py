@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -781,7 +782,8 @@ def _add_output_arguments(p: argparse.ArgumentParser, verb: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = Parser(prog="fl-gym", description="Federated learning as Gymnasium environments.")
-    parser.add_argument("--traceback", action="store_true", help="show the traceback of a user error too")
+    parser.add_argument("--traceback", action="store_true",
+                        help="show the traceback of a user error, and the code line a warning comes from")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("envs", help="list the registered env ids").set_defaults(func=cmd_envs)
@@ -799,12 +801,33 @@ def _remove_empty(folders: list[Path]) -> None:
             folder.rmdir()
 
 
+@contextlib.contextmanager
+def _warnings_in_one_line(keep: bool) -> Iterator[None]:
+    """Print a warning as ``fl-gym: warning: ...`` (``keep``: as Python prints it).
+
+    Python's form adds the file and the line of library code that raised it (``self._setup()``),
+    which tell a user of the command nothing.
+    """
+    def one_line(message: Warning | str, category: type[Warning], *_: object) -> str:
+        kind = "" if category is UserWarning else f" ({category.__name__})"
+        return f"fl-gym: warning: {message}{kind}\n"
+
+    original = warnings.formatwarning
+    if not keep:
+        warnings.formatwarning = one_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = original
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fl-gym`` console script."""
     args = build_parser().parse_args(argv)
     MADE.clear()
     try:
-        return args.func(args)
+        with _warnings_in_one_line(args.traceback):
+            return args.func(args)
     except USER_ERRORS as err:
         _remove_empty(MADE)
         if args.traceback:
