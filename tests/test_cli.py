@@ -447,7 +447,11 @@ def test_bench_behaviour_section_on_a_tiny_case():
      "alpha=-1 is out of range; allowed: a float in (0, 100] (FedAdp: 5)"),
     (["compare", "FLSelectQueue-v0", "--policies", "cos-trim[smooth=x]"], "smooth='x' is out of range"),
     (["compare", "FLSelectPick-v0", "--policies", "pools[p_positive=2]"], "p_positive=2 is out of range"),
-    (["data", "describe", "digits", "--alpha", "0"], "alpha=0.0"),
+    (["data", "describe", "digits", "--alpha", "0"], "error: --alpha=0.0 is out of range"),  # was alpha=
+    (["data", "describe", "digits", "--partition", "iid", "--alpha", "0.3"],
+     "error: --alpha=0.3 does not apply to partition='iid'"),
+    (["data", "describe", "digits", "--clients", "500"],  # the default min_size, which --min-size sets
+     "error: --min-size=10 is out of range; allowed: at most len(labels)/num_clients = 2"),
     (["data", "describe", "digits", "--partition", "natural"],  # was numpy's traceback (nothing to stack)
      "--partition='natural' is out of range; allowed: 'natural' only for a data set that comes partitioned"),
     (["bench", "--sections", "gpu"], "--sections"),

