@@ -826,13 +826,13 @@ def _warnings_in_one_line(keep: bool) -> Iterator[None]:
     Python's form adds the file and the line of library code that raised it (``self._setup()``),
     which tell a user of the command nothing.
     """
-    def one_line(message: Warning | str, category: type[Warning], *_: object) -> str:
+    def formatted(message: Warning | str, category: type[Warning], *_: object) -> str:
         kind = "" if category is UserWarning else f" ({category.__name__})"
         return f"fl-gym: warning: {message}{kind}\n"
 
     original = warnings.formatwarning
     if not keep:
-        warnings.formatwarning = one_line
+        warnings.formatwarning = formatted
     try:
         yield
     finally:
