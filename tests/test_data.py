@@ -98,7 +98,7 @@ def test_missing_torchvision_files_give_one_clear_error(tmp_path):
 
 @pytest.mark.parametrize("cut,said", [(0, r"do not parse \(ValueError: invalid literal"),
                                       (3, r"do not parse \(AssertionError\): damaged"),
-                                      (8, r"do not parse \(ValueError: offset"),
+                                      (8, r"do not parse \(ValueError: "),  # numpy's words
                                       (-1, r"\(download=False: shape")])
 def test_a_damaged_torchvision_file_is_named_with_what_to_do(tmp_path, cut, said):
     """A file cut short (an interrupted copy) was torchvision's bare AssertionError, or a parser's
@@ -116,7 +116,7 @@ def test_a_damaged_torchvision_file_is_named_with_what_to_do(tmp_path, cut, said
     labels = raw / "t10k-labels-idx1-ubyte"
     labels.write_bytes(labels.read_bytes()[:cut])
     _torchvision.cache_clear()
-    message = rf"^dataset 'mnist': .*{tmp_path}/MNIST.* {said}.*prepare ROOT"
+    message = rf"^dataset 'mnist': .*{re.escape(str(tmp_path))}/MNIST.* {said}.*prepare ROOT"
     with pytest.raises(DatasetNotFoundError, match=message):
         load_dataset("mnist", root=tmp_path, download=False)
 
