@@ -79,6 +79,18 @@ def test_every_tasks_hyperparameter_blocks_build_an_agent_that_acts(task):
         assert env.action_space.contains(agent.predict(obs, deterministic=True)[0])
 
 
+def test_the_algorithm_check_passes_the_blocks_a_task_names():
+    """``benchmark run``'s check before any training refuses only what could not train."""
+    from fl_gym.training.benchmark.protocol import check_algo
+
+    check_algo([all_tasks()["pick-noisy"]], "recurrent-ppo")  # its own bench-lstm block
+    check_algo(suite("smoke"), "ppo")
+    refused = (r"^--algo='recurrent-ppo' is out of range for tasks lr-noisy \(lr-noisy: hyperparameter "
+               r"policy='SetPolicy' .*; allowed: .* recurrent-ppo: pick-noisy$")
+    with pytest.raises(ValueError, match=refused):
+        check_algo([all_tasks()["lr-noisy"], all_tasks()["pick-noisy"]], "recurrent-ppo")
+
+
 def low_high(seed: int) -> bool:
     return TRAIN_SCENARIOS[0] <= seed < TRAIN_SCENARIOS[1]
 
