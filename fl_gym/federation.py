@@ -1143,8 +1143,8 @@ class Federation:
 
     def _subsets(self, subsets: np.ndarray) -> np.ndarray:
         """``(n, K)`` bool rows, or a ``ValueError`` (client ids would average other clients silently)."""
-        rows = np.atleast_2d(np.asarray(subsets))
         k = self.num_clients
+        rows = np.atleast_2d(as_array("subsets", subsets, f"(n, {k}) or ({k},) masks, bool or 0/1"))
         if rows.ndim != 2 or rows.shape[1] != k or not is_mask(rows):
             raise UserError(f"subsets has shape {rows.shape} and dtype {rows.dtype}; allowed: (n, {k}) or "
                             f"({k},) masks, bool or 0/1 (not client ids)")

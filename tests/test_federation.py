@@ -533,12 +533,13 @@ RAGGED = [1, [0], 1, 1]
     ("aggregate", lambda fed, trained: fed.finish_round(trained, aggregate=RAGGED)),
     ("clients", lambda fed, trained: fed.probe([0, [1]])),
     ("assignment[0]", lambda fed, trained: fed.assign_data(0, [1, [2]])),
+    ("subsets", lambda fed, trained: fed.validate_averages(trained, [[True] * 4, [True] * 3])),
 ])
 def test_a_ragged_list_is_refused_by_name_where_arrays_come_in(tiny_config, name, call):
     """numpy's "inhomogeneous shape" message named neither the parameter nor what it takes."""
     fed = Federation(tiny_config, scenario_seed=0)
     trained = fed.train_round(fed.open_round(), RoundPlan.make(4, lr=0.1))
-    message = rf"^{re.escape(name)}=\[.*\] is out of range; allowed: an? .* \(.+\)$"  # (numpy's words)
+    message = rf"^{re.escape(name)}=\[.*\] is out of range; allowed: .+ \(.+\)$"  # (numpy's words)
     with pytest.raises(ValueError, match=message):
         call(fed, trained)
     assert fed.round == 0
