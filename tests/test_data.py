@@ -273,6 +273,18 @@ def test_label_entropy_hand_values():
     assert label_entropy(np.array([1, 1])) == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("call", [
+    lambda parts: PartitionReport.of(LABELS, parts, 10),  # swapped: numpy's "inhomogeneous shape" message
+    lambda parts: PartitionReport.of(parts, LABELS.astype(float), 10),  # floats index nothing
+    lambda parts: partition(LABELS - 1, 4, partition_scheme("iid"), np.random.default_rng(0)),
+    lambda parts: partition(LABELS.reshape(60, 10), 4, partition_scheme("iid"), np.random.default_rng(0)),
+])
+def test_labels_that_are_not_class_ids_are_refused_by_name(call):
+    parts = [np.arange(10), np.arange(10, 30)]
+    with pytest.raises(ValueError, match=r"^labels.* allowed: a 1-D integer array of class ids >= 0"):
+        call(parts)
+
+
 def test_partition_report_table(digits, digits_parts):
     report = PartitionReport.of(digits_parts, digits.y_train.numpy(), 10)
     assert report.sizes.sum() == len(digits.y_train)

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fl_gym.validation import UserError, is_int_at_least, is_positive, require, require_choice
+from fl_gym.validation import UserError, as_array, is_int_at_least, is_positive, require, require_choice
 
 
 @dataclass(frozen=True)
@@ -220,10 +220,19 @@ def partition_scheme(kind: str, **knobs: Any) -> PartitionScheme:
 def partition(labels: np.ndarray, num_clients: int, scheme: PartitionScheme, rng: np.random.Generator,
               num_classes: int | None = None) -> list[np.ndarray]:
     """Split sample indices ``0..len(labels)-1`` across ``num_clients`` clients by ``scheme``."""
-    labels = np.asarray(labels)
+    labels = class_ids(labels)
     num_classes = int(labels.max()) + 1 if num_classes is None else num_classes
     _require_clients(num_clients, len(labels))
     return scheme._split(labels, num_clients, rng, num_classes)
+
+
+def class_ids(labels: object) -> np.ndarray:
+    """``labels`` as a 1-D integer array of class ids >= 0, or a ``ValueError`` naming ``labels``."""
+    allowed = "a 1-D integer array of class ids >= 0, one per sample"
+    ids = as_array("labels", labels, allowed)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu" or (len(ids) and ids.min() < 0):
+        raise UserError(f"labels has shape {ids.shape} and dtype {ids.dtype}; allowed: {allowed}")
+    return ids
 
 
 def _require_clients(num_clients: object, num_samples: int) -> None:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fl_gym.data.partition import class_ids
+
 
 def label_entropy(histogram: np.ndarray) -> np.ndarray:
     """Shannon entropy in bits of each row of a class histogram (``0 log 0 = 0``).
@@ -36,7 +38,7 @@ class PartitionReport:
     @classmethod
     def of(cls, parts: list[np.ndarray], labels: np.ndarray, num_classes: int) -> PartitionReport:
         """Summarise ``parts`` (index arrays into ``labels``)."""
-        labels = np.asarray(labels)
+        labels = class_ids(labels)  # the arguments swapped, say: numpy's message named neither
         hist = np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
         return cls(hist.sum(axis=1), hist, label_entropy(hist))
 
