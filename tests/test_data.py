@@ -285,6 +285,18 @@ def test_labels_that_are_not_class_ids_are_refused_by_name(call):
         call(parts)
 
 
+@pytest.mark.parametrize("kind", ["iid", "dirichlet", "shards", "classes", "one_class", "mixed", "power_law"])
+def test_num_classes_below_a_label_is_refused_not_split_without_that_class(kind):
+    """Dirichlet with ``num_classes=9`` on ten classes left class 9's samples out of every client."""
+    for num_classes in (9, 0, 2.5):
+        refused = rf"^num_classes={num_classes} is out of range; allowed: an integer >= 10, one past"
+        with pytest.raises(ValueError, match=refused):
+            partition(LABELS, 5, partition_scheme(kind), np.random.default_rng(0), num_classes)
+    clients = 10 if kind == "one_class" else 5  # one_class: a multiple of the classes
+    parts = partition(LABELS, clients, partition_scheme(kind), np.random.default_rng(0), 10)
+    assert len(np.unique(np.concatenate(parts))) == sum(len(p) for p in parts)
+
+
 def test_partition_report_table(digits, digits_parts):
     report = PartitionReport.of(digits_parts, digits.y_train.numpy(), 10)
     assert report.sizes.sum() == len(digits.y_train)

@@ -221,8 +221,11 @@ def partition(labels: np.ndarray, num_clients: int, scheme: PartitionScheme, rng
               num_classes: int | None = None) -> list[np.ndarray]:
     """Split sample indices ``0..len(labels)-1`` across ``num_clients`` clients by ``scheme``."""
     labels = class_ids(labels)
-    num_classes = int(labels.max()) + 1 if num_classes is None else num_classes
     _require_clients(num_clients, len(labels))
+    least = int(labels.max()) + 1  # a class id at or past num_classes was dropped from the split silently
+    num_classes = least if num_classes is None else num_classes
+    require(is_int_at_least(num_classes, least), "num_classes", num_classes,
+            f"an integer >= {least}, one past the largest label")
     return scheme._split(labels, num_clients, rng, num_classes)
 
 
