@@ -281,7 +281,7 @@ def test_label_entropy_hand_values():
 ])
 def test_labels_that_are_not_class_ids_are_refused_by_name(call):
     parts = [np.arange(10), np.arange(10, 30)]
-    with pytest.raises(ValueError, match=r"^labels.* allowed: a 1-D integer array of class ids >= 0"):
+    with pytest.raises(ValueError, match=r"^labels.* allowed: a non-empty 1-D integer array of class ids"):
         call(parts)
 
 
@@ -295,6 +295,18 @@ def test_num_classes_below_a_label_is_refused_not_split_without_that_class(kind)
     clients = 10 if kind == "one_class" else 5  # one_class: a multiple of the classes
     parts = partition(LABELS, clients, partition_scheme(kind), np.random.default_rng(0), 10)
     assert len(np.unique(np.concatenate(parts))) == sum(len(p) for p in parts)
+
+
+@pytest.mark.parametrize("call", [
+    lambda rng: dirichlet_split(LABELS, 5, Dirichlet(alpha=0.5), rng, 9),
+    lambda rng: classes_split(LABELS, 5, 2, 20, rng, num_classes=9),
+    lambda rng: one_class_split(LABELS, 9, rng, 9),
+    lambda rng: matched_test_split([np.arange(300), np.arange(300, 600)], LABELS, LABELS, rng, 9),
+    lambda rng: PartitionReport.of([np.arange(300), np.arange(300, 600)], LABELS, 9),  # was a histogram of 10
+])
+def test_the_split_helpers_refuse_a_num_classes_below_a_label_too(call):
+    with pytest.raises(ValueError, match=r"^num_classes=9 is out of range; allowed: an integer >= 10"):
+        call(np.random.default_rng(0))
 
 
 def test_partition_report_table(digits, digits_parts):

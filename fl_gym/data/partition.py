@@ -222,20 +222,24 @@ def partition(labels: np.ndarray, num_clients: int, scheme: PartitionScheme, rng
     """Split sample indices ``0..len(labels)-1`` across ``num_clients`` clients by ``scheme``."""
     labels = class_ids(labels)
     _require_clients(num_clients, len(labels))
-    least = int(labels.max()) + 1  # a class id at or past num_classes was dropped from the split silently
-    num_classes = least if num_classes is None else num_classes
-    require(is_int_at_least(num_classes, least), "num_classes", num_classes,
-            f"an integer >= {least}, one past the largest label")
-    return scheme._split(labels, num_clients, rng, num_classes)
+    return scheme._split(labels, num_clients, rng, class_count(int(labels.max()), num_classes))
 
 
-def class_ids(labels: object) -> np.ndarray:
-    """``labels`` as a 1-D integer array of class ids >= 0, or a ``ValueError`` naming ``labels``."""
-    allowed = "a 1-D integer array of class ids >= 0, one per sample"
-    ids = as_array("labels", labels, allowed)
-    if ids.ndim != 1 or ids.dtype.kind not in "iu" or (len(ids) and ids.min() < 0):
-        raise UserError(f"labels has shape {ids.shape} and dtype {ids.dtype}; allowed: {allowed}")
+def class_ids(labels: object, name: str = "labels") -> np.ndarray:
+    """``labels`` as a non-empty 1-D integer array of class ids >= 0, or a ``ValueError`` naming ``name``."""
+    allowed = "a non-empty 1-D integer array of class ids >= 0, one per sample"
+    ids = as_array(name, labels, allowed)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu" or not len(ids) or ids.min() < 0:
+        raise UserError(f"{name} has shape {ids.shape} and dtype {ids.dtype}; allowed: {allowed}")
     return ids
+
+
+def class_count(largest_label: int, num_classes: int | None) -> int:
+    """``num_classes``, default one past the largest label; fewer would drop a class from a split silently."""
+    least = largest_label + 1
+    require(num_classes is None or is_int_at_least(num_classes, least), "num_classes", num_classes,
+            f"an integer >= {least}, one past the largest label (or None: {least})")
+    return least if num_classes is None else num_classes
 
 
 def _require_clients(num_clients: object, num_samples: int) -> None:
@@ -255,6 +259,8 @@ def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generat
     Each class's samples are shuffled and cut into ``K / C`` near-equal shards; ``K`` must be a
     multiple of ``C``.
     """
+    labels = class_ids(labels)
+    num_classes = class_count(int(labels.max()), num_classes)
     _require_clients(num_clients, len(labels))
     require(num_clients % num_classes == 0, "num_clients", num_clients,
             f"a multiple of the number of classes ({num_classes}) for partition 'one_class'")
@@ -273,6 +279,8 @@ def iid_split(num_samples: int, num_clients: int, rng: np.random.Generator) -> l
 def dirichlet_split(labels: np.ndarray, num_clients: int, cfg: Dirichlet, rng: np.random.Generator,
                     num_classes: int) -> list[np.ndarray]:
     """Per-class Dirichlet(alpha) shares; redraw until every client has ``min_size`` samples."""
+    labels = class_ids(labels)
+    num_classes = class_count(int(labels.max()), num_classes)
     _require_clients(num_clients, len(labels))
     require(num_clients * cfg.min_size <= len(labels), "min_size", cfg.min_size,
             f"at most len(labels)/num_clients = {len(labels) // num_clients}")
@@ -329,11 +337,12 @@ def classes_split(labels: np.ndarray, num_clients: int, classes_per_client: int,
     ``ceil(n / classes_per_client)`` free samples (so two one-class clients may share a class
     while it lasts); when too few classes qualify, ``ValueError`` says what to change.
     """
+    labels = class_ids(labels)
     _require_clients(num_clients, len(labels))
     for name, value, low in (("classes_per_client", classes_per_client, 1),
                              ("samples_per_client", samples_per_client, 1), ("num_iid", num_iid, 0)):
         require(is_int_at_least(value, low), name, value, f"an integer >= {low}")
-    num_classes = int(labels.max()) + 1 if num_classes is None else num_classes
+    num_classes = class_count(int(labels.max()), num_classes)
     require(classes_per_client <= num_classes, "classes_per_client", classes_per_client,
             f"at most the number of classes ({num_classes})")
     require(num_clients * samples_per_client <= len(labels), "samples_per_client", samples_per_client,
@@ -384,7 +393,8 @@ def matched_test_split(train_parts: list[np.ndarray], train_labels: np.ndarray, 
     training (the ``train+matched_test`` protocol of Chen et al.; with a Dirichlet split these are the
     realised ``q_c``). Every test sample of a class some client trains on lands in exactly one client.
     """
-    num_classes = int(max(train_labels.max(), test_labels.max())) + 1 if num_classes is None else num_classes
+    train_labels, test_labels = class_ids(train_labels, "train_labels"), class_ids(test_labels, "test_labels")
+    num_classes = class_count(int(max(train_labels.max(), test_labels.max())), num_classes)
     counts = np.stack([np.bincount(train_labels[p], minlength=num_classes) for p in train_parts])  # (K, C)
     chunks: list[list[np.ndarray]] = [[] for _ in train_parts]
     for c in range(num_classes):
