@@ -222,6 +222,9 @@ def test_bad_partition_parameters_name_the_parameter(kwargs, num_clients, param)
     (lambda k: shards_split(LABELS, 10, 0, _rng()), "shards_per_client"),  # a ZeroDivisionError
     (lambda k: classes_split(LABELS, 10, 0, 10, _rng()), "classes_per_client"),
     (lambda k: classes_split(LABELS, 10, 2, 0, _rng()), "samples_per_client"),
+    (lambda k: iid_split(10.5 if k else "10", 2, _rng()), "num_samples"),  # numpy's AxisError, a TypeError
+    (lambda k: power_law_split(-1 if k else 0, 2, PowerLaw(), _rng()), "num_samples"),
+    (lambda k: shards_split([0, [1], 2] * 200, 2, 1, _rng()), "labels"),  # numpy's message
 ])
 def test_the_split_helpers_refuse_what_partition_refuses(split, param):
     """The ``*_split`` helpers are public: no client (numpy's "number sections must be larger than

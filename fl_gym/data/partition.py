@@ -247,6 +247,7 @@ def _require_clients(num_clients: object, num_samples: int) -> None:
 
     Checked by :func:`partition` and by each ``*_split`` helper, which users may call directly.
     """
+    require(is_int_at_least(num_samples, 1), "num_samples", num_samples, "an integer >= 1")
     require(is_int_at_least(num_clients, 1), "num_clients", num_clients, "an integer >= 1")
     require(num_clients <= num_samples, "num_clients", num_clients,
             f"at most the number of samples ({num_samples})")
@@ -315,6 +316,7 @@ def _dirichlet_once(by_class: list[np.ndarray], num_clients: int, cfg: Dirichlet
 def shards_split(labels: np.ndarray, num_clients: int, shards_per_client: int,
                  rng: np.random.Generator) -> list[np.ndarray]:
     """McMahan's shards: sort by label, cut equal shards, deal ``shards_per_client`` to each."""
+    labels = class_ids(labels)
     _require_clients(num_clients, len(labels))
     require(is_int_at_least(shards_per_client, 1), "shards_per_client", shards_per_client, "an integer >= 1")
     num_shards = num_clients * shards_per_client
@@ -410,7 +412,10 @@ def matched_test_split(train_parts: list[np.ndarray], train_labels: np.ndarray, 
 
 def holdout_split(parts: list[np.ndarray], fraction: float, rng: np.random.Generator
                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Cut each client's part into (train, local test), ``fraction`` of it (at least 1) to test."""
+    """Cut each client's part into (train, local test), ``fraction`` of it to test.
+
+    At least one sample to test, but a one-sample part keeps its sample to train (none to test).
+    """
     require(0 < fraction < 1, "local_test_fraction", fraction, "a float in (0, 1)")
     train, test = [], []
     for p in parts:
