@@ -19,7 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from fl_gym.validation import UserError
+from fl_gym.validation import UserError, require_types
 
 
 def resolve(entry_point: str | Any) -> Any:
@@ -60,12 +60,17 @@ class PolicyEntry:
         return [p.name for p in params if p.kind is not p.VAR_POSITIONAL]
 
     def check(self, label: str, kwargs: Mapping[str, Any]) -> None:
-        """Refuse a keyword the factory does not take, naming those it does (a ``TypeError`` when built)."""
+        """Refuse a keyword the factory does not take, or a value its annotation does not allow.
+
+        Else an unknown keyword is a ``TypeError`` when built, and ``alpha=true`` weighs as 1.0.
+        """
         allowed = self.parameters()
         unknown = [] if allowed is None else [k for k in kwargs if k not in allowed]
         if unknown:
             raise UserError(f"policy {label!r}: {unknown[0]!r} is not one of its parameters; allowed: "
                             f"{', '.join(allowed) or 'none'}")
+        factory = resolve(self.factory)
+        require_types(factory.__init__ if isinstance(factory, type) else factory, kwargs, f"policy {label!r}")
 
 
 @dataclass(frozen=True)

@@ -173,18 +173,20 @@ def is_int_at_least(x: object, low: int) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool) and int(x) >= low
 
 
-def require_types(cls: type, values: Mapping[str, object]) -> None:
-    """Raise ``ValueError`` for a value whose type its dataclass field's annotation does not allow.
+def require_types(owner: type | Callable, values: Mapping[str, object], label: str = "") -> None:
+    """Raise ``ValueError`` for a value whose type its annotation in ``owner`` does not allow.
 
-    The annotation is the one declaration of a field's type: ``float`` takes any real number but
-    a bool or NaN, ``int`` an integer, ``tuple[float, float]`` a tuple or list of two, a
-    ``Mapping`` a mapping, a class an instance of it, ``X | None`` either. Checked before a
-    config's own range checks, so a string or None reaches none of its comparisons.
+    ``owner``: a dataclass (its fields' annotations) or a function (its parameters'). The
+    annotation is the one declaration of a type: ``float`` takes any real number but a bool or
+    NaN, ``int`` an integer, ``tuple[float, float]`` a tuple or list of two, a ``Mapping`` a
+    mapping, a class an instance of it, ``X | None`` either. Checked before a config's own range
+    checks, so a string or None reaches none of its comparisons. ``label`` starts the message.
     """
-    hints = _hints(cls)
+    hints = _hints(owner)
     for name, value in values.items():
         if name in hints and not _matches(value, hints[name]):
-            raise UserError(f"{name}={value!r} is out of range; allowed: {_describe(hints[name])}")
+            raise UserError(f"{label + ': ' if label else ''}{name}={value!r} is out of range; allowed: "
+                            f"{_describe(hints[name])}")
 
 
 def require_field_types(config: object) -> None:
@@ -193,9 +195,9 @@ def require_field_types(config: object) -> None:
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, object]:
-    """``cls``'s resolved annotations, resolved once (every ``gym.make`` reads them)."""
-    return typing.get_type_hints(cls)
+def _hints(owner: type | Callable) -> dict[str, object]:
+    """``owner``'s resolved annotations, resolved once (every ``gym.make`` reads them)."""
+    return typing.get_type_hints(owner)
 
 
 def _matches(value: object, hint: object) -> bool:

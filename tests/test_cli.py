@@ -124,6 +124,10 @@ def test_other_algorithms_and_vec_envs(env_id, algo, extra, tmp_path, capsys):
     code, out, _ = run_cli(["compare", env_id, "--policies", f"{algo}:{folder}", "--seeds", 10000,
                             "--rounds", 3, "--out", tmp_path / "cmp", "--no-progress"], capsys)
     assert code == 0 and f"{algo}:{folder.name}" in out
+    if algo != "ppo":  # given as ppo:, the run loads and is labelled as the algorithm it trained with
+        code, out, _ = run_cli(["compare", env_id, "--policies", f"ppo:{folder}", "--seeds", 10000,
+                                "--rounds", 3, "--out", tmp_path / "cmp2", "--no-progress"], capsys)
+        assert code == 0 and f"| {algo}:{folder.name} " in out
 
 
 @pytest.fixture(scope="module")
@@ -412,6 +416,8 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["train", "FLHetero-v0", "--hyperparams", "learning_rat=0.1"],
      "hyperparameter 'learning_rat' is not accepted"),
     (["train", "FLHetero-v0", "--hyperparams", "lr"], "--hyperparams: expected key=value, got 'lr'"),
+    (["train", "FLHeteroAlloc-v0", "--env-kwargs", "num_clients_range="],  # YAML's None: the default
+     "--env-kwargs: 'num_clients_range=' has no value; allowed: key=value (key=null for None)"),
     (["train", "FLHetero-v0", "--env-kwargs", "backend=jax"], "backend='jax' is out of range"),
     (["train", "FLHetero-v0", "--env-kwargs", "bogus=1"], "argument 'bogus' is not accepted"),
     (["train", "FLHetero-v0", "--preset", "turbo"], "preset='turbo'"),
@@ -447,6 +453,12 @@ def test_bench_behaviour_section_on_a_tiny_case():
      "alpha=-1 is out of range; allowed: a float in (0, 100] (FedAdp: 5)"),
     (["compare", "FLSelectQueue-v0", "--policies", "cos-trim[smooth=x]"], "smooth='x' is out of range"),
     (["compare", "FLSelectPick-v0", "--policies", "pools[p_positive=2]"], "p_positive=2 is out of range"),
+    (["compare", "FLAggregate-v0", "--policies", "fedadp[alpha=true]"],  # weighed as alpha 1.0
+     "policy 'fedadp[alpha=true]': alpha=True is out of range; allowed: a real number (not NaN)"),
+    (["compare", "FLSelectQueue-v0", "--policies", "cos-trim[k=true]"],  # trimmed one device
+     "policy 'cos-trim[k=true]': k=True is out of range; allowed: an integer"),
+    (["compare", "FLLearningRate-v0", "--policies", "fedavg[lr=]"],  # played the env's rate
+     "policy 'fedavg[lr=]': 'lr=' has no value; allowed: key=value (key=null for None)"),
     (["data", "describe", "digits", "--alpha", "0"], "error: --alpha=0.0 is out of range"),  # was alpha=
     (["data", "describe", "digits", "--partition", "iid", "--alpha", "0.3"],
      "error: --alpha=0.3 does not apply to partition='iid'"),
@@ -494,6 +506,15 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["reproduce", "hetero", "--agents", " , "], "--agents='' is out of range; allowed: one or more presets"),
     (["reproduce", "hetero", "--eval-seeds", "-1"], "--eval-seeds='-1' is out of range"),
     (["reproduce", "hetero", "--threads", "0"], "--threads=0 is out of range"),
+    # a name past the file system's 255 bytes was an OSError's traceback wherever a path was read
+    (["train", "--resume", "y" * 300], "path 'yyyyyyyyyyyy...yy/config.yml' is out of range; allowed: a "
+                                       "path the file system takes (File name too long)"),
+    (["train", "FLAggregate-v0", "--run-id", "y" * 300], "allowed: a path the file system takes"),
+    (["compare", "FLAggregate-v0", "--policies", f"ppo:{'y' * 300}"], "y/recipe.json' is out of range"),
+    (["compare", "FLSelect-v0", "--policies", "fedavg", "--env-kwargs", f"availability_trace={'y' * 300}"],
+     "path 'yyyyyyyyyyyy...yyyyyyyyyyyyy' is out of range"),
+    (["compare", "FLAggregate-v0", "--policies", "fedavg", "--runs-dir", "y" * 300],
+     "--runs-dir='yyy"),  # named, as a folder that cannot be written is
 ])
 def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path):
     code, out, err = run_cli([*args, *(["--runs-dir", tmp_path] if args[0] == "train" else [])], capsys)

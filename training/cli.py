@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import os
 import re
+import reprlib
 import signal
 import sys
 import warnings
@@ -73,7 +75,8 @@ MADE: list[Path] = []
 
 def writable(folder: str | Path, flag: str) -> Path:
     """``folder``, created, after a test write (:func:`require_writable`); on failure what it made goes."""
-    MADE.extend(p for p in (Path(folder), *Path(folder).parents) if not p.exists())
+    # os.path.exists, unlike Path.exists, is False for a name past the file system's limit (an OSError)
+    MADE.extend(p for p in (Path(folder), *Path(folder).parents) if not os.path.exists(p))
     return require_writable(folder, flag)
 
 
@@ -136,6 +139,8 @@ def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
         key = key.strip()  # 'a = 1' or the items of 'a=1, b=2'
         if not sep or not key:
             raise UserError(f"{what}: expected key=value, got {item!r}")
+        if not value.strip():  # YAML reads nothing as None, which most arguments take as their default
+            raise UserError(f"{what}: {item!r} has no value; allowed: key=value (key=null for None)")
         try:
             out[key] = float(value) if NUMBER.fullmatch(value.strip()) else yaml.safe_load(value)
         except yaml.YAMLError as err:
@@ -839,6 +844,16 @@ def _warnings_in_one_line(keep: bool) -> Iterator[None]:
         warnings.formatwarning = original
 
 
+def _name_too_long(err: BaseException) -> bool:
+    """A path argument past the file system's limit: a mistake of the input wherever a command reads it."""
+    return isinstance(err, OSError) and err.errno == errno.ENAMETOOLONG
+
+
+def _too_long(err: OSError) -> str:
+    name = reprlib.repr(str(err.filename))
+    return f"path {name} is out of range; allowed: a path the file system takes ({err.strerror})"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fl-gym`` console script."""
     args = build_parser().parse_args(argv)
@@ -846,11 +861,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _warnings_in_one_line(args.traceback):
             return args.func(args)
-    except USER_ERRORS as err:
+    except Exception as err:
+        if not isinstance(err, USER_ERRORS) and not _name_too_long(err):
+            raise
         _remove_empty(MADE)
         if args.traceback:
             raise
-        print(f"fl-gym: error: {err}", file=sys.stderr)
+        print(f"fl-gym: error: {_too_long(err) if _name_too_long(err) else err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         _remove_empty(MADE)

@@ -85,11 +85,11 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
         raise UserError(f"policy {policy!r}: algorithm {algo!r} is out of range; allowed: "
                          f"{', '.join((*ALGOS, *recipes))}")
     target = Path(path)
-    label = f"{algo}:{target.stem if target.suffix == '.zip' else target.name}"
+    run_name = target.stem if target.suffix == ".zip" else target.name
     if is_recipe(target):
         recipe, models = load_recipe(target)
         _warn_seed_overlap(target, _run_config(target), eval_seeds)
-        return PolicySpec(label, lambda env: compose(recipe, env, models))
+        return PolicySpec(f"{algo}:{run_name}", lambda env: compose(recipe, env, models))
     if algo in recipes:
         raise FileNotFoundError(f"policy {policy!r}: no finished {algo} recipe at {target} (recipe.json)")
     model_path = target / "model.zip" if target.is_dir() else target
@@ -100,10 +100,11 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
     if not zipfile.is_zipfile(model_path):
         raise UserError(f"policy {policy!r}: {model_path} is not an SB3 model; allowed: a model file as "
                         "fl-gym train writes it (model.zip, a zip archive)")
-    recorded = run.get("algo")  # a MaskablePPO run given as ``ppo:`` loads as what it is
-    model = ALGOS[recorded if recorded in ALGOS else algo].load(model_path, device="cpu")
+    recorded = run.get("algo")  # a MaskablePPO run given as ``ppo:`` loads, and is labelled, as what it is
+    loaded = recorded if recorded in ALGOS else algo
+    model = ALGOS[loaded].load(model_path, device="cpu")
     bound = {k: v for k, v in (run.get("env_kwargs") or {}).items() if k in family_of(env_id).agent_kwargs}
-    return PolicySpec(label, lambda env: _fits(model, env, policy), bound)
+    return PolicySpec(f"{loaded}:{run_name}", lambda env: _fits(model, env, policy), bound)
 
 
 def _fits(model: Any, env: gym.Env, policy: str) -> Any:
