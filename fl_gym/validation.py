@@ -159,13 +159,13 @@ def require_fraction(name: str, value: object, optional: bool = False) -> None:
 
 
 def is_positive(x: float) -> bool:
-    """True for finite numbers > 0 (rejects NaN and inf)."""
-    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+    """True for finite numbers > 0 (rejects NaN, inf and bools: ``True`` is no rate)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def is_non_negative(x: float) -> bool:
-    """True for finite numbers >= 0 (rejects NaN and inf)."""
-    return isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
+    """True for finite numbers >= 0 (rejects NaN, inf and bools)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
 def is_int_at_least(x: object, low: int) -> bool:

@@ -436,6 +436,7 @@ def test_a_given_load_is_checked_when_the_round_opens(tiny_config, load):
     (lambda fed: fed.assign_many({"x": np.array([1])}), r"client='x' is out of range"),  # a TypeError
     (lambda fed: fed.assign_many([(0, np.array([1]))]), r"assignment=.* allowed: a mapping of client ids"),
     (lambda fed: fed.expected_times(fed.open_round(), -1.0), r"epochs=-1.0 is out of range"),  # times < 0
+    (lambda fed: fed.expected_times(fed.open_round(), True), r"epochs=True is out of range"),  # was 1 epoch
     (lambda fed: fed.expected_times(fed.open_round(), 1.0, model=5), r"model=5 is out of range"),
 ])
 def test_the_clock_data_and_expected_times_refuse_values_that_would_corrupt_them(tiny_config, call, match):
@@ -696,6 +697,13 @@ def test_a_plan_broadcasts_scalars_copies_arrays_and_refuses_another_length():
     for name in ("epochs", "lr", "weight", "model"):  # numpy's message named no field
         with pytest.raises(ValueError, match=rf"^{name}='x' is out of range; allowed: a"):
             RoundPlan.make(3, **{"lr": 0.1, name: "x"})
+    # numpy cast these without a word: model 1.7 trained model 1, "0.1" and True were numbers
+    for name, value in (("model", 1.7), ("model", True), ("model", "1"), ("lr", "0.1"), ("epochs", True),
+                        ("lr", None), ("weight", np.array([1.0, True, 2.0], object))):
+        with pytest.raises(ValueError, match=rf"^{name}=.+ is out of range; allowed: an? (number|integer)"):
+            RoundPlan.make(3, **{"lr": 0.1, name: value})
+    whole = RoundPlan.make(3, lr=1, epochs=np.int32(2), model=np.float32(2.0))  # numbers of any dtype
+    assert whole.model.tolist() == [2, 2, 2] and whole.lr.tolist() == [1.0] * 3 and whole.epochs[0] == 2.0
     with pytest.raises(ValueError, match=r"^selected=\[1, 0\] is out of range; allowed: a bool or an array"):
         RoundPlan.make(3, lr=0.1, selected=[1, 0])
     for k in (0, -1, "3"):  # -1 was numpy's "negative dimensions", "3" a TypeError
