@@ -28,7 +28,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from fl_gym.envs.registry import env_ids
 from fl_gym.envs.sharded import ShardedVecEnv
 from fl_gym.envs.vector import BatchedVecEnv
-from fl_gym.validation import is_int_at_least, require, require_copies, require_seed
+from fl_gym.validation import is_int_at_least, require, require_copies, require_mapping, require_seed
 
 SB3_KEYS = ("terminal_observation", "TimeLimit.truncated")
 COPIES_PER_WORKER = 8  # below this a worker's pipe round trip costs more than its core gains (performance.md)
@@ -78,6 +78,7 @@ def make_vec(env_id: str, n_envs: int, seed: int | None = None, monitor: bool = 
             "a registered fl-gym id (fl-gym envs lists them)")
     if seed is not None:
         require_seed("seed", seed)
+    require_mapping("env_kwargs", env_kwargs)
     arguments = {**(env_kwargs or {}), **kwargs}
 
     def build() -> gym.Env:
@@ -106,6 +107,7 @@ class GymBatchedVectorEnv(VectorEnv):
 
     def __init__(self, env_id: str, num_envs: int, workers: int | None = 1, **kwargs: Any) -> None:
         kwargs.pop("max_episode_steps", None)  # episodes end by the env's own rounds_per_episode
+        require_copies("num_envs", num_envs)  # Gymnasium's name for make_vec's n_envs
         self._vec: VecEnv = make_vec(env_id, num_envs, monitor=False, workers=workers, **kwargs)
         self.num_envs = num_envs
         self.single_observation_space = self._vec.observation_space

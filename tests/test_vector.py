@@ -937,6 +937,14 @@ def test_make_vec_refuses_copies_and_seeds_out_of_range_before_building_any(kwar
         fl_gym.make_vec(**arguments)
 
 
+def test_make_vec_names_env_kwargs_and_gymnasiums_num_envs_when_refusing_them():
+    """``env_kwargs=[...]`` was the ``TypeError`` of merging it; Gymnasium's ``num_envs`` read n_envs."""
+    with pytest.raises(ValueError, match=r"^env_kwargs=\[1\] is out of range; allowed: None or a mapping"):
+        fl_gym.make_vec("FLAggregate-v0", 2, env_kwargs=[1])
+    with pytest.raises(ValueError, match=r"^num_envs=0 is out of range; allowed: an integer in \[1, "):
+        gym.make_vec("FLAggregate-v0", 0, vectorization_mode="vector_entry_point")
+
+
 @pytest.mark.parametrize("env_id,kwargs", [(i, {}) for i in IDS]
                          + [("FLAggregate-v0", {"dataset": "synthetic"})])
 def test_every_copys_requests_merge_whatever_the_copy_count(env_id, kwargs):
