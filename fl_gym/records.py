@@ -22,15 +22,10 @@ from fl_gym.validation import UserError, as_array, is_int_at_least, one_line, re
 
 
 def _casts_exactly(values: object, dtype: type) -> bool:
-    """Whether ``values`` are numbers that ``dtype`` holds as they are (whole ones for an integer dtype).
-
-    A bool dtype takes any numbers: its masks were checked to be 0/1 (:func:`is_mask`).
-    """
-    kind = np.asarray(values).dtype.kind
-    if dtype is bool or kind in "iu":
-        return kind in "biuf"
-    if np.dtype(dtype).kind != "i":
-        return kind == "f"
+    """Whether ``values`` are numbers that ``dtype`` (float64 or int64) holds as they are (int64: whole)."""
+    kind = (values if isinstance(values, np.ndarray) else np.asarray(values)).dtype.kind
+    if kind in "iu" or (kind == "f" and dtype is np.float64):
+        return True
     with np.errstate(invalid="ignore"):
         return kind == "f" and bool(np.all(np.mod(values, 1) == 0))  # NaN and inf are not whole
 
@@ -64,15 +59,18 @@ class RoundPlan:
         require(is_int_at_least(num_clients, 1), "num_clients", num_clients, "an integer >= 1")
 
         def full(name: str, v: object, dtype: type, allowed: str = "a number") -> np.ndarray:
+            def refused(why: str = "") -> UserError:
+                shown = v.tolist() if isinstance(v, np.ndarray) else repr(v)
+                return UserError(f"{name}={shown} is out of range; allowed: {allowed} or an array of them of "
+                                 f"shape ({num_clients},){why}")
+
             out = np.empty(num_clients, dtype)
-            refused = f"{name}={v.tolist() if isinstance(v, np.ndarray) else repr(v)} is out of range; " \
-                      f"allowed: {allowed} or an array of them of shape ({num_clients},)"
             try:
                 out[...] = v  # a scalar or a (K,) array (np.broadcast_to costs several times more per plan)
             except (TypeError, ValueError, OverflowError) as err:  # numpy's names neither field nor shape
-                raise UserError(f"{refused} ({one_line(err)})") from err
-            if not _casts_exactly(v, dtype):  # numpy read "1" as 1 and cut a model id 1.7 to 1
-                raise UserError(refused)
+                raise refused(f" ({one_line(err)})") from err
+            if dtype is not bool and not _casts_exactly(v, dtype):  # numpy read "1" as 1, cut 1.7 to 1
+                raise refused()
             return out
 
         def mask(name: str, v: np.ndarray) -> np.ndarray:
