@@ -90,10 +90,15 @@ def read_json(path: str | Path, keys: Sequence[str] = ()) -> Any:
             value = json.load(f)
         except json.JSONDecodeError as err:  # write_json's files are whole: another writer damaged it
             _damaged(path, f"{err.msg}, line {err.lineno}")
+    require_keys(path, value, keys)
+    return value
+
+
+def require_keys(path: str | Path, value: Any, keys: Sequence[str]) -> None:
+    """Name ``path`` (a file, or a part of one) as damaged unless ``value`` is an object with ``keys``."""
     missing = [k for k in keys if not (isinstance(value, dict) and k in value)]
     if missing:
         _damaged(path, f"no {missing[0]!r}")
-    return value
 
 
 def _damaged(path: str | Path, why: str) -> NoReturn:

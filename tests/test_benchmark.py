@@ -307,6 +307,24 @@ def test_agents_run_before_the_references_say_to_pin_them_and_the_report_names_t
     assert f"pin them with {pin}" in capsys.readouterr().err
 
 
+def test_references_of_valid_json_but_another_shape_are_named_as_damaged(tmp_path, capsys):
+    """``[]`` in ``references/TASK.json`` was gathered into ``references.json`` as the task's record, and
+    the report then failed with a ``TypeError``'s traceback."""
+    out = tmp_path / "bench"
+    pin = ["benchmark", "run", "--suite", "smoke", "--algo", "fixed", "--tasks", "smoke-hetero",
+           "--out", str(out)]
+    assert main(pin) == 0
+    task = out / "references" / "smoke-hetero.json"
+    task.write_text("[]")
+    capsys.readouterr()
+    assert main(pin) == 2
+    assert f"{task} is damaged (no 'refs'); allowed: JSON as fl-gym writes it" in capsys.readouterr().err
+    gathered = out / "references.json"
+    gathered.write_text(json.dumps({"smoke-hetero": {"refs": {}}, "smoke-aggregate": []}))
+    assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out)]) == 2
+    assert f"{gathered}: smoke-hetero is damaged (no 'policies')" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["benchmark", "run", "--suite", "nosuch"], "suite='nosuch'"),
     (["benchmark", "run", "--suite", "smoke", "--tasks", "nosuch"], "--tasks=['nosuch']"),

@@ -19,9 +19,15 @@ from typing import Any
 import gymnasium as gym
 
 from fl_gym.agents.ppo import ALGOS
-from fl_gym.atomic import read_json, require_writable, write_json
+from fl_gym.atomic import read_json, require_keys, require_writable, write_json
 from fl_gym.training.benchmark import report as reporting
-from fl_gym.training.benchmark.protocol import RECORD_KEYS, check_algo, run_agent, task_references
+from fl_gym.training.benchmark.protocol import (
+    RECORD_KEYS,
+    REFERENCE_KEYS,
+    check_algo,
+    run_agent,
+    task_references,
+)
 from fl_gym.training.benchmark.scores import normalized_score as _normalized
 from fl_gym.training.benchmark.tasks import Task, all_tasks, suite, suite_names
 from fl_gym.validation import require, require_int_in, require_seeds
@@ -56,7 +62,7 @@ def references(suite_name: str, out: str | Path, only: Sequence[str] | None = No
         if not path.is_file():
             say(f"{task.name}: references")
             write_json(path, task_references(task, say))
-    records = {t.name: read_json(p) for t in suite(suite_name)
+    records = {t.name: read_json(p, REFERENCE_KEYS) for t in suite(suite_name)
                # also those pinned by another process
                if (p := out / "references" / f"{t.name}.json").is_file()}
     write_json(out / "references.json", records)
@@ -152,10 +158,13 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
                                 f"package; pin them with fl-gym benchmark run --suite {suite_name} "
                                 f"--algo fixed --out {runs_dir}")
     local = runs_dir / "references.json"
+    source = local if local.is_file() else _stored(suite_name)
     refs = read_json(local) if local.is_file() else stored_references(suite_name)
     missing = [t.name for t in tasks if t.name not in refs]
     require(not missing, "references", sorted(refs),
             f"a record for every task of {suite_name} (missing {missing})")
+    for task in tasks:  # a task's record edited or written by another tool
+        require_keys(f"{source}: {task.name}", refs[task.name], REFERENCE_KEYS)
     refs = {t.name: refs[t.name] for t in tasks}
     content = reporting.build(refs, _agent_runs(runs_dir, tasks), reps)
     specs = {t.name: env_spec_json(t) for t in tasks}

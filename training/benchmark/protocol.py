@@ -140,6 +140,7 @@ def per_federation_best(scores: list[list[list[float]]], returns: list[list[list
 
 
 RECORD_KEYS = ("algo", "seed", "scores")  # what a report reads of a scores.json record
+REFERENCE_KEYS = ("refs", "policies", "reference", "upper", "fixed", "tuned")  # ... of a task's references
 
 
 def check_algo(tasks: list[Task], algo: str) -> None:
