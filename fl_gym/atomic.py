@@ -85,11 +85,13 @@ def read_json(path: str | Path, keys: Sequence[str] = ()) -> Any:
     ``keys``: what the caller reads, so that an object without them (another tool's file, one
     edited by hand) is named as damaged too, rather than a ``KeyError`` deep in the caller.
     """
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         try:
             value = json.load(f)
         except json.JSONDecodeError as err:  # write_json's files are whole: another writer damaged it
             _damaged(path, f"{err.msg}, line {err.lineno}")
+        except UnicodeDecodeError as err:  # bytes no text file holds
+            _damaged(path, f"not UTF-8 text at byte {err.start}")
     require_keys(path, value, keys)
     return value
 

@@ -27,6 +27,9 @@ def test_a_damaged_result_file_is_named_with_the_remedy(tmp_path):
     damaged = rf"^{re.escape(str(path))} is damaged \(Expecting .*, line 1\); allowed: JSON as fl-gym"
     with pytest.raises(ValueError, match=damaged + r" writes it \(remove the file"):
         read_json(path)
+    path.write_bytes(b'{"a": \xff}')  # bytes of no text: was the UnicodeDecodeError's traceback
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} is damaged \(not UTF-8 text at byte 6\)"):
+        read_json(path)
 
 
 def test_a_result_file_without_what_its_reader_reads_is_named_as_damaged(tmp_path):

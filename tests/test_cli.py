@@ -86,9 +86,10 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, capsys
 
 @pytest.mark.parametrize("text,message", [("env_id: [unclosed", "does not parse as YAML"),
                                           ("env_id: FLHeteroAlloc-v0\nbogus: 1\n",
-                                           "key='bogus' is out of range")])
+                                           "key='bogus' is out of range"),
+                                          ("env_id: \udcff", "does not parse as YAML: 'utf-8' codec")])
 def test_resume_of_a_damaged_config_is_one_line(tmp_path, capsys, text, message):
-    (tmp_path / "config.yml").write_text(text)
+    (tmp_path / "config.yml").write_bytes(text.encode(errors="surrogateescape"))  # \udcff: the byte 0xff
     code, _, err = run_cli(["train", "--resume", tmp_path, "--no-progress"], capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 

@@ -185,9 +185,9 @@ def load_run(folder: str | Path) -> RunConfig:
     if not path.is_file():
         raise FileNotFoundError(f"{folder} is not a run folder (no config.yml)")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise UserError(f"{path} does not parse as YAML: {getattr(err, 'problem', err)}") from err
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:  # a YAML error has a problem, a decode error a reason
+        raise UserError(f"{path} does not parse as YAML: {getattr(err, 'problem', None) or err}") from err
     fields = [f.name for f in dataclasses.fields(RunConfig)]
     if not isinstance(data, dict):
         raise UserError(f"{path} is damaged; expected a mapping with keys {', '.join(fields)}")
