@@ -158,8 +158,8 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
                                 f"package; pin them with fl-gym benchmark run --suite {suite_name} "
                                 f"--algo fixed --out {runs_dir}")
     local = runs_dir / "references.json"
-    source = local if local.is_file() else _stored(suite_name)
-    refs = read_json(local) if local.is_file() else stored_references(suite_name)
+    source = local if local.is_file() else _stored(suite_name)  # one of them is: pinned() above
+    refs = read_json(source)
     missing = [t.name for t in tasks if t.name not in refs]
     require(not missing, "references", sorted(refs),
             f"a record for every task of {suite_name} (missing {missing})")
