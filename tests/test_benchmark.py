@@ -323,6 +323,10 @@ def test_references_of_valid_json_but_another_shape_are_named_as_damaged(tmp_pat
     gathered.write_text(json.dumps({"smoke-hetero": {"refs": {}}, "smoke-aggregate": []}))
     assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out)]) == 2
     assert f"{gathered}: smoke-hetero is damaged (no 'policies')" in capsys.readouterr().err
+    gathered.write_text("null")  # was the TypeError of looking a task up in None
+    assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out)]) == 2
+    assert f"{gathered}: tasks=[] is out of range; allowed: a record for every task of smoke (missing " \
+           "['smoke-hetero', 'smoke-aggregate'])" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -160,8 +160,9 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
     local = runs_dir / "references.json"
     source = local if local.is_file() else _stored(suite_name)  # one of them is: pinned() above
     refs = read_json(source)
-    missing = [t.name for t in tasks if t.name not in refs]
-    require(not missing, "references", sorted(refs),
+    found = sorted(refs) if isinstance(refs, dict) else []  # null or a list: written by another tool
+    missing = [t.name for t in tasks if t.name not in found]
+    require(not missing, f"{source}: tasks", found,
             f"a record for every task of {suite_name} (missing {missing})")
     for task in tasks:  # a task's record edited or written by another tool
         require_keys(f"{source}: {task.name}", refs[task.name], REFERENCE_KEYS)
