@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import importlib.resources
 import inspect
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,19 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 VEC_ENVS = ("dummy", "subproc", "batched", "ray")
+
+
+def is_whole_model(path: str | Path) -> bool:
+    """Whether ``path`` is an SB3 model file that reads back whole (its ``data`` and checksums).
+
+    ``zipfile.is_zipfile`` is not enough: a model cut short still holds the end record of the torch
+    file inside it (``policy.pth``, a zip archive itself), and so passes as a zip archive.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return "data" in archive.namelist() and archive.testzip() is None
+    except (OSError, zipfile.BadZipFile, EOFError):  # a missing file too
+        return False
 
 
 def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str = "dummy",

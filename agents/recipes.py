@@ -12,7 +12,6 @@ last: it marks the folder complete).
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 
-from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
+from fl_gym.agents.ppo import build_agent, is_whole_model, load_hyperparams, make_env
 from fl_gym.atomic import read_json, save_atomic, write_json
 from fl_gym.envs.registry import Recipe, Stage, family_of, resolve
 from fl_gym.validation import UserError
@@ -149,7 +148,7 @@ def load_recipe(folder: str | Path) -> tuple[Recipe, dict[str, BaseAlgorithm]]:
 
 def _stage_model(path: Path) -> BaseAlgorithm:
     """A stage's model, or an error naming the file that is missing or damaged (SB3's would not)."""
-    if not zipfile.is_zipfile(path):  # False for a missing file too
+    if not is_whole_model(path):  # False for a missing file too
         state = "damaged" if path.exists() else "missing"
         raise UserError(f"{path} is {state}; allowed: the stage's model as fl-gym train writes it (train the "
                         "recipe again)")

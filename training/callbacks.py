@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import warnings
-import zipfile
 from pathlib import Path
 
 from stable_baselines3.common.callbacks import BaseCallback
 from tqdm import tqdm
 
+from fl_gym.agents.ppo import is_whole_model
 from fl_gym.atomic import save_atomic
 from fl_gym.envs.registry import metrics_for
 from fl_gym.training.evaluation import flatten_info
@@ -69,10 +69,10 @@ def latest_checkpoint(folder: str | Path, prefix: str = "model") -> tuple[Path, 
             steps = int(path.stem.split("_")[-2])
         except ValueError:
             continue
-        if zipfile.is_zipfile(path):
+        if is_whole_model(path):
             found.append((steps, path))
         else:
-            warnings.warn(f"{path} is damaged (not a zip archive); passed over", stacklevel=2)
+            warnings.warn(f"{path} is damaged (not a whole model file); passed over", stacklevel=2)
     if not found:
         return None
     steps, path = max(found)

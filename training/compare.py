@@ -22,7 +22,6 @@ import dataclasses
 import io
 import math
 import warnings
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from fl_gym.agents.ppo import ALGOS
+from fl_gym.agents.ppo import ALGOS, is_whole_model
 from fl_gym.agents.recipes import compose, is_recipe, load_recipe
 from fl_gym.atomic import require_writable, write_json, write_text
 from fl_gym.envs.base import require_fitting
@@ -97,7 +96,7 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
         raise FileNotFoundError(f"policy {policy!r}: no model at {model_path}")
     run = _run_config(model_path.parent)
     _warn_seed_overlap(model_path.parent, run, eval_seeds)
-    if not zipfile.is_zipfile(model_path):
+    if not is_whole_model(model_path):
         raise UserError(f"policy {policy!r}: {model_path} is not an SB3 model; allowed: a model file as "
                         "fl-gym train writes it (model.zip, a zip archive)")
     recorded = run.get("algo")  # a MaskablePPO run given as ``ppo:`` loads, and is labelled, as what it is

@@ -24,7 +24,6 @@ import datetime
 import os
 import re
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,14 @@ import yaml
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CallbackList
 
-from fl_gym.agents.ppo import ALGOS, build_agent, check_hyperparams, load_hyperparams, make_env
+from fl_gym.agents.ppo import (
+    ALGOS,
+    build_agent,
+    check_hyperparams,
+    is_whole_model,
+    load_hyperparams,
+    make_env,
+)
 from fl_gym.agents.recipes import find_recipe, run_recipe, stage_hyperparams, write_recipe_marker
 from fl_gym.atomic import read_json, save_atomic, write_json, write_text
 from fl_gym.envs.registry import Stage, family_of, recipes_for
@@ -261,7 +267,7 @@ def _check_models(folder: Path, cfg: RunConfig) -> None:
     names = [folder / "model.zip"] if cfg.algo in ALGOS else [folder / name / "model.zip"
                                                               for name in cfg.hyperparams]
     for path in names:
-        if not path.is_file() or not zipfile.is_zipfile(path):
+        if not is_whole_model(path):
             raise UserError(f"run folder {folder} is marked complete (summary.json) but {path} is "
                             f"{'missing' if not path.is_file() else 'damaged'}; remove summary.json and the "
                             f"model to train again from the latest checkpoint")
@@ -299,7 +305,7 @@ def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, 
     algo = cfg.algo if cfg.algo in ALGOS else "ppo"  # a recipe's stages are PPO
     cls = ALGOS[algo]
     if final.is_file():
-        require(zipfile.is_zipfile(final), "model", str(final),
+        require(is_whole_model(final), "model", str(final),
                 "a whole SB3 model file (this one is damaged: "
                 "remove it to train on from the latest checkpoint)")
         return cls.load(final, device="cpu")
