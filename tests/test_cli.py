@@ -410,6 +410,21 @@ def test_bench_behaviour_section_on_a_tiny_case():
     assert "| against off |" in behaviour_table(results)
 
 
+def test_reproduce_hetero_loads_its_data_set_before_any_agent_trains(tmp_path, capsys, monkeypatch):
+    """Only the accuracy runs read the samples: a missing MNIST failed after every agent had trained."""
+    from fl_gym.data import DatasetNotFoundError
+    from fl_gym.training.hetero import results
+
+    def missing(name, root=None):
+        raise DatasetNotFoundError(f"dataset {name!r}: no usable files under {root}")
+
+    monkeypatch.setattr(results, "load_dataset", missing)
+    code, _, err = run_cli(["reproduce", "hetero", "--dataset", "mnist", "--data-root", tmp_path / "none",
+                            "--out", tmp_path / "out"], capsys)
+    assert code == 2 and f"dataset 'mnist': no usable files under {tmp_path / 'none'}" in err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("args,message", [
     (["train", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0' is not registered"),
     (["bench", "--sections", "ppo", "--ppo-env", "NoSuchEnv-v0"],
@@ -500,6 +515,8 @@ def test_bench_behaviour_section_on_a_tiny_case():
     (["reproduce", "rates", "--agent-seeds", "x"], "--agent-seeds='x' is out of range"),
     (["reproduce", "aggregate", "--seeds", "1,1"], "--seeds='1,1' is out of range; allowed: distinct seeds"),
     (["reproduce", "hetero", "--rounds", "0"], "--rounds=0 is out of range"),
+    (["reproduce", "hetero", "--dataset", "nope"], "--dataset='nope' is out of range"),  # after training
+    (["reproduce", "hetero", "--data-root", ""], "--data-root='' is out of range"),  # was the working folder
     (["reproduce", "hetero", "--acc-local-epochs", "-1"], "--acc-local-epochs=-1 is out of range"),
     (["reproduce", "hetero", "--acc-policies", "nope"], "--acc-policies=['nope'] is out of range; allowed: "
                                                         "labels separated by ';' among ['HAPFL PPO (fast)'"),

@@ -52,12 +52,14 @@ from fl_gym.baselines.hetero import (
     RandomPolicy,
     UniformPolicy,
 )
+from fl_gym.data import DATASETS, load_dataset
 from fl_gym.training.cli import Parser, parse_seed_list, split_list
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
 from fl_gym.validation import (
     MAX_THREADS,
     is_int_at_least,
     require,
+    require_choice,
     require_epochs,
     require_int_in,
     require_rounds,
@@ -375,7 +377,13 @@ def reproduce(argv: list[str]) -> int:
 
 
 def check_flags(cfg: ResultsConfig) -> None:
-    """Refuse a bad value before the first agent trains (hours, at the papers' step counts)."""
+    """Refuse a bad value before the first agent trains (hours, at the papers' step counts).
+
+    The data set is loaded here too: only the accuracy runs, after the agents, read its samples.
+    """
+    require_choice("--dataset", cfg.dataset, DATASETS)
+    require(cfg.data_root != "", "--data-root", "", "a folder (default: $FL_GYM_DATA or ~/.cache/fl_gym)")
+    load_dataset(cfg.dataset, root=cfg.data_root)
     require_seed("--train-seed", cfg.train_seed)
     require_rounds("--rounds", cfg.rounds)
     require_rounds("--acc-rounds", cfg.acc_rounds)
