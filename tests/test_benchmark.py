@@ -370,6 +370,8 @@ def test_a_new_method_is_scored_like_the_fixed_policies():
     (lambda out: benchmark.suite_tasks("smoke", "smoke-hetero"), "--tasks='smoke-hetero' is out of range"),
     (lambda out: benchmark.report("smoke", out, reps=0), "reps=0 is out of range"),
     (lambda out: score_policy(all_tasks()["smoke-aggregate"], 3), "policy=3 is out of range"),
+    (lambda out: score_policy(all_tasks()["smoke-aggregate"], lambda env: 3),  # was 'int' has no 'predict'
+     "make_policy(env)=3 is out of range; allowed: an object with SB3's predict(observation, state, "),
 ])
 def test_the_python_functions_name_a_bad_argument_before_any_training(call, message, tmp_path, monkeypatch):
     """What ``fl-gym benchmark`` checks for its flags, the functions behind it check too."""

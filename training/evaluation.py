@@ -75,6 +75,8 @@ class _Runner:
         self.episode = Episode(seed, final=final)
         self.state, self.start, self.done = None, np.ones((1,), dtype=bool), False
         self.trajectory: list[tuple[np.ndarray, Any]] | None = [] if record else None  # (observation, action)
+        require(callable(getattr(policy, "predict", None)), "make_policy(env)", policy,
+                "an object with SB3's predict(observation, state, episode_start, deterministic)")
         self.masks = _mask_source(env, policy)
 
     def reset(self) -> None:
