@@ -515,6 +515,9 @@ def test_reproduce_hetero_loads_its_data_set_before_any_agent_trains(tmp_path, c
     (["reproduce", "rates", "--agent-seeds", "x"], "--agent-seeds='x' is out of range"),
     (["reproduce", "aggregate", "--seeds", "1,1"], "--seeds='1,1' is out of range; allowed: distinct seeds"),
     (["reproduce", "hetero", "--rounds", "0"], "--rounds=0 is out of range"),
+    (["reproduce", "hetero", "--out", ""], "--out='' is out of range; allowed: a folder path"),  # the default
+    (["reproduce", "select", "--out", ""], "--out='' is out of range"),  # the working folder
+    (["reproduce", "rates", "--out", "/proc/x"], "--out='/proc/x' cannot be written"),  # after the first run
     (["reproduce", "hetero", "--dataset", "nope"], "--dataset='nope' is out of range"),  # after training
     (["reproduce", "hetero", "--data-root", ""], "--data-root='' is out of range"),  # was the working folder
     (["reproduce", "hetero", "--acc-local-epochs", "-1"], "--acc-local-epochs=-1 is out of range"),

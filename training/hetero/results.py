@@ -53,7 +53,7 @@ from fl_gym.baselines.hetero import (
     UniformPolicy,
 )
 from fl_gym.data import DATASETS, load_dataset
-from fl_gym.training.cli import Parser, parse_seed_list, split_list
+from fl_gym.training.cli import Parser, parse_seed_list, split_list, writable
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
 from fl_gym.validation import (
     MAX_THREADS,
@@ -364,7 +364,7 @@ def reproduce(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     cfg = ResultsConfig(
         dataset=args.dataset, data_root=args.data_root,
-        out_dir=args.out or f"bench-results/hapfl-{args.dataset}",
+        out_dir=f"bench-results/hapfl-{args.dataset}" if args.out is None else args.out,
         train_seed=args.train_seed, eval_seeds=parse_seed_list(args.eval_seeds, "--eval-seeds"),
         rounds=args.rounds, agents=tuple(split_list(args.agents)), acc_rounds=args.acc_rounds,
         acc_local_epochs=args.acc_local_epochs,
@@ -372,6 +372,7 @@ def reproduce(argv: list[str]) -> int:
         acc_policies=tuple(args.acc_policies.split(";")) if args.acc_policies else None,
         threads=args.threads, agent_steps=args.agent_steps)
     check_flags(cfg)
+    writable(cfg.out_dir, "--out")
     print(report(run(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))))
     return 0
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from fl_gym.atomic import write_text
 from fl_gym.baselines.rates import FedEntPolicy
-from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, split_list
+from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, split_list, writable
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
 from fl_gym.training.trace import decision_trace
@@ -81,7 +81,7 @@ def parser(family: str) -> argparse.ArgumentParser:
 
 def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], argv: list[str]) -> int:
     args = parser(family).parse_args(argv)
-    out, base = Path(args.out), parse_kv(args.env_kwargs, "--env-kwargs")
+    out, base = writable(args.out, "--out"), parse_kv(args.env_kwargs, "--env-kwargs")
     seeds = parse_seed_list(args.seeds, "--seeds")
     agent_seeds = parse_seed_list(args.agent_seeds, "--agent-seeds")
     require(is_int_at_least(args.agent_steps, 0), "--agent-steps", args.agent_steps,

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from fl_gym.atomic import write_text
-from fl_gym.training.cli import Parser, parse_kv, parse_seed_list
+from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, writable
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.sections import agent, section
 from fl_gym.validation import is_int_at_least, require, require_fraction
@@ -48,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
 def reproduce(argv: list[str]) -> int:
     """``fl-gym reproduce select [ARGS]``: run the sections, write and print ``report.md``."""
     args = parser().parse_args(argv)
-    out, seeds = Path(args.out), parse_seed_list(args.seeds, "--seeds")
+    out, seeds = writable(args.out, "--out"), parse_seed_list(args.seeds, "--seeds")
     base = parse_kv(args.env_kwargs, "--env-kwargs")
     require(is_int_at_least(args.agent_steps, 0), "--agent-steps", args.agent_steps,
             "an integer >= 0 (0: no agents)")
