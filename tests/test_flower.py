@@ -174,15 +174,17 @@ def test_the_client_app_trains_its_own_partition_like_the_federation():
     assert reply.content["metrics"]["num-examples"] == fed.sizes[4]
 
 
-@pytest.mark.parametrize("rounds,allowed", [("0", "an integer >= 1"),
-                                            ("21", "at most the episode's 20 rounds")])
-def test_cli_flower_rejects_bad_rounds_with_exit_2_before_flower_starts(rounds, allowed, tmp_path, capsys):
+@pytest.mark.parametrize("flag,value,allowed", [("--rounds", "0", "an integer >= 1"),
+                                                 ("--rounds", "21", "at most the episode's 20 rounds"),
+                                                 ("--seed", "-1", "an integer in [0, "),  # was seed=-1
+                                                 ("--scenario-seed", "-1", "an integer in [0, ")])
+def test_cli_flower_refuses_bad_flags_with_exit_2_before_it_starts(flag, value, allowed, tmp_path, capsys):
     """Zero rounds, or more than the env's episode (which would cut the run short): one line, no output."""
-    code = main(["flower", "FLLearningRate-v0", "--policy", "fedavg", "--rounds", rounds,
+    code = main(["flower", "FLLearningRate-v0", "--policy", "fedavg", "--rounds", "1", flag, value,
                  "--runs-dir", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
-    assert f"--rounds={rounds} is out of range" in err[0] and allowed in err[0]
+    assert f"{flag}={value} is out of range" in err[0] and allowed in err[0]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -43,6 +43,7 @@ from fl_gym.validation import (
     require_int_in,
     require_rate,
     require_rounds,
+    require_seed,
 )
 
 USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
@@ -383,6 +384,8 @@ def cmd_flower(args: argparse.Namespace) -> int:
     )
 
     require(is_int_at_least(args.rounds, 1), "--rounds", args.rounds, "an integer >= 1")
+    require_seed("--seed", args.seed)  # named as the flags, not as the fields they fill
+    require_seed("--scenario-seed", args.scenario_seed)
     spec = EnvSpec(args.env_id, parse_kv(args.env_kwargs, "--env-kwargs"), args.scenario_seed)
     strategy = strategy_for(spec, args.policy, args.seed)
     check_rounds(args.rounds, strategy.env)  # the env's episode bounds the run: refused, not cut short
