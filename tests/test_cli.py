@@ -516,6 +516,10 @@ def test_reproduce_hetero_loads_its_data_set_before_any_agent_trains(tmp_path, c
     (["reproduce", "aggregate", "--seeds", "1,1"], "--seeds='1,1' is out of range; allowed: distinct seeds"),
     (["reproduce", "hetero", "--rounds", "0"], "--rounds=0 is out of range"),
     (["reproduce", "hetero", "--out", ""], "--out='' is out of range; allowed: a folder path"),  # the default
+    (["reproduce", "hetero", "--eval-seeds", "1000,3"],  # scored the agents on an episode they trained on
+     "--eval-seeds='1000,3' is out of range; allowed: seeds the agents never trained on (their copies train "
+     "on seeds 0..7"),
+    (["reproduce", "hetero", "--train-seed", "5", "--acc-seeds", "12"], "--acc-seeds='12' is out of range"),
     (["reproduce", "select", "--out", ""], "--out='' is out of range"),  # the working folder
     (["reproduce", "rates", "--out", "/proc/x"], "--out='/proc/x' cannot be written"),  # after the first run
     (["reproduce", "hetero", "--dataset", "nope"], "--dataset='nope' is out of range"),  # after training

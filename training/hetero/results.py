@@ -394,8 +394,13 @@ def check_flags(cfg: ResultsConfig) -> None:
             "an integer >= 1 (default: each agent's own)")
     recipe = find_recipe(JOINT, "hapfl")
     require(bool(cfg.agents), "--agents", ",".join(cfg.agents), "one or more presets, comma-separated")
-    for preset in cfg.agents:  # an unknown preset names the known ones
-        stage_hyperparams(recipe, yaml_preset(preset))
+    blocks = [b for preset in cfg.agents  # an unknown preset names the known ones
+              for b in stage_hyperparams(recipe, yaml_preset(preset)).values()] + [load_hyperparams(JOINT)]
     labels = list(_rows(cfg, dict.fromkeys([*cfg.agents, "joint"])))  # the policies, none built
     unknown = [p for p in cfg.acc_policies or () if p not in labels]
     require(not unknown, "--acc-policies", unknown, f"labels separated by ';' among {labels}")
+    trained = range(cfg.train_seed, cfg.train_seed + max(int(b.get("n_envs", 1)) for b in blocks))
+    for flag, seeds in (("--eval-seeds", cfg.eval_seeds), ("--acc-seeds", cfg.acc_seeds)):
+        require(not set(trained) & set(seeds), flag, ",".join(map(str, seeds)),
+                f"seeds the agents never trained on (their copies train on seeds {trained.start}.."
+                f"{trained.stop - 1}: --train-seed and one per copy)")
