@@ -362,14 +362,15 @@ def parser() -> argparse.ArgumentParser:
 def reproduce(argv: list[str]) -> int:
     """``fl-gym reproduce hetero [ARGS]``: run, print the report."""
     args = parser().parse_args(argv)
+    acc_seeds = args.eval_seeds if args.acc_seeds is None else args.acc_seeds  # '' is refused
     cfg = ResultsConfig(
         dataset=args.dataset, data_root=args.data_root,
         out_dir=f"bench-results/hapfl-{args.dataset}" if args.out is None else args.out,
         train_seed=args.train_seed, eval_seeds=parse_seed_list(args.eval_seeds, "--eval-seeds"),
         rounds=args.rounds, agents=tuple(split_list(args.agents)), acc_rounds=args.acc_rounds,
         acc_local_epochs=args.acc_local_epochs,
-        acc_seeds=parse_seed_list(args.acc_seeds or args.eval_seeds, "--acc-seeds"),
-        acc_policies=tuple(args.acc_policies.split(";")) if args.acc_policies else None,
+        acc_seeds=parse_seed_list(acc_seeds, "--acc-seeds"),
+        acc_policies=None if args.acc_policies is None else tuple(args.acc_policies.split(";")),
         threads=args.threads, agent_steps=args.agent_steps)
     check_flags(cfg)
     writable(cfg.out_dir, "--out")
