@@ -122,6 +122,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     Args:
         config: the family's config (:attr:`config_class`); keyword arguments change it.
         scenario_seed: seeds the static scenario (partition, devices).
+        render_mode: None only: an FL round is not drawn (:meth:`render` returns None).
         kwargs: fields of :attr:`config_class` and of the shared
             :class:`~fl_gym.envs.scenario.ScenarioConfig`, flat.
 
@@ -143,7 +144,10 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
     device_behaviour: ClassVar[bool] = False
     client_rows: ClientRows | None = None
 
-    def __init__(self, config: EnvConfig | None = None, *, scenario_seed: int = 0, **kwargs: Any) -> None:
+    def __init__(self, config: EnvConfig | None = None, *, scenario_seed: int = 0,
+                 render_mode: str | None = None, **kwargs: Any) -> None:
+        require(render_mode is None, "render_mode", render_mode,
+                "None (a round's metrics are in each step's info, and fl-gym compare plots them)")
         require(is_int_at_least(scenario_seed, 0), "scenario_seed", scenario_seed, "an integer >= 0")
         self.config = self._build_config(config, kwargs)
         span = self.config.scenario.num_clients_range
@@ -243,6 +247,9 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
             return result
         reward, terminated, truncated, info = self.play(action)
         return self.observation(), reward, terminated, truncated, info
+
+    def render(self) -> None:
+        """Nothing, as Gymnasium asks of ``render_mode=None`` (the base class raised a bare error)."""
 
     def observation(self) -> np.ndarray:
         """The pending round's observation (:meth:`_observe`), kept in the space (:func:`within_space`)."""

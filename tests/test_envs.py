@@ -403,3 +403,18 @@ def test_the_env_docstrings_examples_run_as_written(module):
     for test in tests:
         runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_render_mode_is_none_only_and_render_draws_nothing(env_id):
+    """``render()`` was the base class's ``NotImplementedError`` with no message; ``render_mode="human"``
+    was refused as an unknown argument among forty."""
+    with pytest.raises(ValueError, match=r"^render_mode='human' is out of range; allowed: None \(a round's"):
+        with warnings.catch_warnings():  # Gymnasium's own warning: 'human' is not in render_modes
+            warnings.simplefilter("ignore")
+            gym.make(env_id, render_mode="human")
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    with warnings.catch_warnings():  # Gymnasium's: render called without a render mode
+        warnings.simplefilter("ignore")
+        assert env.render() is None
