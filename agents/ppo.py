@@ -51,13 +51,17 @@ POLICIES = {"ppo": ("MlpPolicy", "SetPolicy"), "recurrent-ppo": ("MlpPolicy", "M
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU,
                                            "leaky_relu": nn.LeakyReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 IMITATION = ("imitate", "imitate_episodes", "imitate_epochs", "imitate_lr")  # training/imitation.py
+# constructor arguments build_agent sets itself: a block's would be Python's "multiple values" TypeError
+SET_BY_FL_GYM = {"seed": "--seed", "tensorboard_log": "--tensorboard-log", "verbose": "--no-progress",
+                 "device": "none (fl-gym trains agents on the CPU)"}
 NOT_KWARGS = ("n_timesteps", "n_envs", *IMITATION)
 VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_timesteps": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
     "n_envs": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
-    "n_steps": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
+    # the rollout buffer holds n_steps x n_envs observations; 10**9 was numpy's MemoryError (1 TiB)
+    "n_steps": (lambda v: is_int_at_least(v, 1) and v <= 10**6, "an integer in [1, 1,000,000] (per copy)"),
     "batch_size": (lambda v: is_int_at_least(v, 2), "an integer >= 2"),
-    "n_epochs": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
+    "n_epochs": (lambda v: is_int_at_least(v, 1) and v <= 10**4, "an integer in [1, 10,000]"),
     "learning_rate": (is_positive, "a float > 0"),
     "gamma": (lambda v: is_non_negative(v) and v <= 1, "a float in [0, 1] (0: each step on its own)"),
     "gae_lambda": (lambda v: is_non_negative(v) and v <= 1, "a float in [0, 1]"),
@@ -195,6 +199,10 @@ def check_hyperparams(hyperparams: dict[str, Any], algo: str = "ppo") -> None:
     if unknown:
         raise UserError(f"hyperparameter {unknown[0]!r} is not accepted by {cls.__name__}; "
                          f"allowed: {', '.join(sorted(accepted))}")
+    taken = [key for key in SET_BY_FL_GYM if key in hyperparams]
+    if taken:
+        raise UserError(f"hyperparameter {taken[0]!r} is set by fl-gym, not by a block; allowed: "
+                        f"{SET_BY_FL_GYM[taken[0]]}")
     for key, (ok, allowed) in VALUE_RULES.items():
         if key in hyperparams and (isinstance(hyperparams[key], bool) or not ok(hyperparams[key])):
             raise UserError(f"hyperparameter {key}={hyperparams[key]!r} is out of range; allowed: {allowed}")

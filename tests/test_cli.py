@@ -444,6 +444,14 @@ def test_reproduce_hetero_loads_its_data_set_before_any_agent_trains(tmp_path, c
      "hyperparameter learning_rate='abc'"),
     (["train", "FLHeteroAlloc-v0", "--hyperparams", "n_steps=-5"], "hyperparameter n_steps=-5"),
     (["train", "FLHeteroAlloc-v0", "--hyperparams", "batch_size=0"], "hyperparameter batch_size=0"),
+    (["train", "FLHeteroAlloc-v0", "--hyperparams", "n_steps=1000000000"],  # numpy's MemoryError: 1 TiB
+     "hyperparameter n_steps=1000000000 is out of range; allowed: an integer in [1, 1,000,000] (per copy)"),
+    (["train", "FLHeteroAlloc-v0", "--hyperparams", "n_epochs=1000000000"], "an integer in [1, 10,000]"),
+    (["train", "FLHeteroAlloc-v0", "--hyperparams", "device=cuda"],  # Python's "multiple values" TypeError
+     "hyperparameter 'device' is set by fl-gym, not by a block; allowed: none (fl-gym trains agents on"),
+    (["train", "FLHeteroAlloc-v0", "--hyperparams", "seed=3"], "'seed' is set by fl-gym, not by a block"),
+    (["train", "FLHeteroAlloc-v0", "--hyperparams", "policy_kwargs={net_arch: [1000000000000]}"],  # torch's
+     "--hyperparams for FLHeteroAlloc-v0 are not accepted by ppo: "),  # RuntimeError: 292 TB of weights
     (["train", "FLHeteroAlloc-v0", "--env-kwargs", "scenario_seed=-1"], "scenario_seed=-1"),
     (["train", "FLHeteroAlloc-v0", "--env-kwargs", "scenario_seed=a"], "scenario_seed='a'"),
     (["train", "FLHeteroAlloc-v0", "--env-kwargs", "device=nope"], "device='nope'"),

@@ -155,7 +155,8 @@ def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict
         build_agent(env, block, algo)
     except UserError:
         raise
-    except (AssertionError, TypeError, AttributeError, ValueError) as err:  # SB3's own checks of a value
+    except (AssertionError, TypeError, AttributeError, ValueError,  # SB3's own checks of a value
+            MemoryError, RuntimeError) as err:  # and layers or buffers beyond memory (numpy's, torch's)
         raise UserError(f"--hyperparams for {env_id} are not accepted by {algo}: {one_line(err)}") from err
     finally:
         env.close()
