@@ -71,8 +71,8 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_grad_norm": (is_positive, "a float > 0"),
     "policy_kwargs": (lambda v: v is None or isinstance(v, dict), "a mapping such as {net_arch: [64, 64]}"),
     "imitate": (lambda v: isinstance(v, str) and bool(v), "a fixed policy of the env, by name"),
-    "imitate_episodes": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
-    "imitate_epochs": (lambda v: is_int_at_least(v, 1), "an integer >= 1"),
+    "imitate_episodes": (lambda v: is_int_at_least(v, 1) and v <= 10**4, "an integer in [1, 10,000]"),
+    "imitate_epochs": (lambda v: is_int_at_least(v, 1) and v <= 10**4, "an integer in [1, 10,000]"),
     "imitate_lr": (is_positive, "a float > 0"),
 }
 

@@ -447,6 +447,8 @@ def test_reproduce_hetero_loads_its_data_set_before_any_agent_trains(tmp_path, c
     (["train", "FLHeteroAlloc-v0", "--hyperparams", "n_steps=1000000000"],  # numpy's MemoryError: 1 TiB
      "hyperparameter n_steps=1000000000 is out of range; allowed: an integer in [1, 1,000,000] (per copy)"),
     (["train", "FLHeteroAlloc-v0", "--hyperparams", "n_epochs=1000000000"], "an integer in [1, 10,000]"),
+    (["train", "FLSelect-v0", "--preset", "bench-imitate", "--hyperparams", "imitate_episodes=1000000000"],
+     "hyperparameter imitate_episodes=1000000000 is out of range; allowed: an integer in [1, 10,000]"),
     (["train", "FLHeteroAlloc-v0", "--hyperparams", "device=cuda"],  # Python's "multiple values" TypeError
      "hyperparameter 'device' is set by fl-gym, not by a block; allowed: none (fl-gym trains agents on"),
     (["train", "FLHeteroAlloc-v0", "--hyperparams", "seed=3"], "'seed' is set by fl-gym, not by a block"),
