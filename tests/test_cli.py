@@ -530,7 +530,7 @@ def test_reproduce_hetero_loads_its_data_set_before_any_agent_trains(tmp_path, c
      "--eval-seeds='1000,3' is out of range; allowed: seeds the agents never trained on (their copies train "
      "on seeds 0..7"),
     (["reproduce", "hetero", "--train-seed", "5", "--acc-seeds", "12"], "--acc-seeds='12' is out of range"),
-    (["reproduce", "hetero", "--acc-seeds", ""], "--acc-seeds='' is out of range"),  # was --eval-seeds'
+    (["reproduce", "hetero", "--acc-seeds", ""], "--acc-seeds='' is out of range"),  # was --eval-seeds
     (["reproduce", "hetero", "--acc-policies", ""], "--acc-policies=[''] is out of range"),  # was all
     (["reproduce", "select", "--out", ""], "--out='' is out of range"),  # the working folder
     (["reproduce", "rates", "--out", "/proc/x"], "--out='/proc/x' cannot be written"),  # after the first run

@@ -179,7 +179,8 @@ def test_the_client_app_trains_its_own_partition_like_the_federation():
                                                  ("--seed", "-1", "an integer in [0, "),  # was seed=-1
                                                  ("--scenario-seed", "-1", "an integer in [0, ")])
 def test_cli_flower_refuses_bad_flags_with_exit_2_before_it_starts(flag, value, allowed, tmp_path, capsys):
-    """Zero rounds, or more than the env's episode (which would cut the run short): one line, no output."""
+    """Zero rounds, more than the env's episode (which would cut the run short), or a seed out of range
+    (named as its flag): one line, no output."""
     code = main(["flower", "FLLearningRate-v0", "--policy", "fedavg", "--rounds", "1", flag, value,
                  "--runs-dir", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
