@@ -222,7 +222,7 @@ def partition(labels: np.ndarray, num_clients: int, scheme: PartitionScheme, rng
     """Split sample indices ``0..len(labels)-1`` across ``num_clients`` clients by ``scheme``."""
     labels = class_ids(labels)
     _require_clients(num_clients, len(labels))
-    return scheme._split(labels, num_clients, rng, class_count(int(labels.max()), num_classes))
+    return scheme._split(labels, num_clients, rng, class_count(num_classes, labels))
 
 
 def class_ids(labels: object, name: str = "labels") -> np.ndarray:
@@ -234,9 +234,9 @@ def class_ids(labels: object, name: str = "labels") -> np.ndarray:
     return ids
 
 
-def class_count(largest_label: int, num_classes: int | None) -> int:
-    """``num_classes``, default one past the largest label; fewer would drop a class from a split silently."""
-    least = largest_label + 1
+def class_count(num_classes: int | None, *labels: np.ndarray) -> int:
+    """``num_classes``, default one past the largest of ``labels`` (fewer would drop a class silently)."""
+    least = max(int(ids.max()) for ids in labels) + 1
     require(num_classes is None or is_int_at_least(num_classes, least), "num_classes", num_classes,
             f"an integer >= {least}, one past the largest label (or None: {least})")
     return least if num_classes is None else num_classes
@@ -261,7 +261,7 @@ def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generat
     multiple of ``C``.
     """
     labels = class_ids(labels)
-    num_classes = class_count(int(labels.max()), num_classes)
+    num_classes = class_count(num_classes, labels)
     _require_clients(num_clients, len(labels))
     require(num_clients % num_classes == 0, "num_clients", num_clients,
             f"a multiple of the number of classes ({num_classes}) for partition 'one_class'")
@@ -281,7 +281,7 @@ def dirichlet_split(labels: np.ndarray, num_clients: int, cfg: Dirichlet, rng: n
                     num_classes: int) -> list[np.ndarray]:
     """Per-class Dirichlet(alpha) shares; redraw until every client has ``min_size`` samples."""
     labels = class_ids(labels)
-    num_classes = class_count(int(labels.max()), num_classes)
+    num_classes = class_count(num_classes, labels)
     _require_clients(num_clients, len(labels))
     require(num_clients * cfg.min_size <= len(labels), "min_size", cfg.min_size,
             f"at most len(labels)/num_clients = {len(labels) // num_clients}")
@@ -344,7 +344,7 @@ def classes_split(labels: np.ndarray, num_clients: int, classes_per_client: int,
     for name, value, low in (("classes_per_client", classes_per_client, 1),
                              ("samples_per_client", samples_per_client, 1), ("num_iid", num_iid, 0)):
         require(is_int_at_least(value, low), name, value, f"an integer >= {low}")
-    num_classes = class_count(int(labels.max()), num_classes)
+    num_classes = class_count(num_classes, labels)
     require(classes_per_client <= num_classes, "classes_per_client", classes_per_client,
             f"at most the number of classes ({num_classes})")
     require(num_clients * samples_per_client <= len(labels), "samples_per_client", samples_per_client,
@@ -396,7 +396,7 @@ def matched_test_split(train_parts: list[np.ndarray], train_labels: np.ndarray, 
     realised ``q_c``). Every test sample of a class some client trains on lands in exactly one client.
     """
     train_labels, test_labels = class_ids(train_labels, "train_labels"), class_ids(test_labels, "test_labels")
-    num_classes = class_count(int(max(train_labels.max(), test_labels.max())), num_classes)
+    num_classes = class_count(num_classes, train_labels, test_labels)
     counts = np.stack([np.bincount(train_labels[p], minlength=num_classes) for p in train_parts])  # (K, C)
     chunks: list[list[np.ndarray]] = [[] for _ in train_parts]
     for c in range(num_classes):

@@ -39,7 +39,7 @@ class PartitionReport:
     def of(cls, parts: list[np.ndarray], labels: np.ndarray, num_classes: int) -> PartitionReport:
         """Summarise ``parts`` (index arrays into ``labels``)."""
         labels = class_ids(labels)  # the arguments swapped, say: numpy's message named neither
-        num_classes = class_count(int(labels.max()), num_classes)  # a wider histogram would not stack
+        num_classes = class_count(num_classes, labels)  # a wider histogram would not stack
         hist = np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
         return cls(hist.sum(axis=1), hist, label_entropy(hist))
 
