@@ -847,14 +847,17 @@ def _warnings_in_one_line(keep: bool) -> Iterator[None]:
         warnings.formatwarning = original
 
 
-def _name_too_long(err: BaseException) -> bool:
-    """A path argument past the file system's limit: a mistake of the input wherever a command reads it."""
-    return isinstance(err, OSError) and err.errno == errno.ENAMETOOLONG
+def _user_error(err: Exception) -> str | None:
+    """The one line of a mistake of the input, None for anything else (a bug: its traceback shows).
 
-
-def _too_long(err: OSError) -> str:
-    name = reprlib.repr(str(err.filename))
-    return f"path {name} is out of range; allowed: a path the file system takes ({err.strerror})"
+    A path past the file system's limit is one wherever a command reads it.
+    """
+    if isinstance(err, USER_ERRORS):
+        return str(err)
+    if isinstance(err, OSError) and err.errno == errno.ENAMETOOLONG:
+        return (f"path {reprlib.repr(str(err.filename))} is out of range; allowed: a path the file system "
+                f"takes ({err.strerror})")
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -865,12 +868,13 @@ def main(argv: list[str] | None = None) -> int:
         with _warnings_in_one_line(args.traceback):
             return args.func(args)
     except Exception as err:
-        if not isinstance(err, USER_ERRORS) and not _name_too_long(err):
+        message = _user_error(err)
+        if message is None:
             raise
         _remove_empty(MADE)
         if args.traceback:
             raise
-        print(f"fl-gym: error: {_too_long(err) if _name_too_long(err) else err}", file=sys.stderr)
+        print(f"fl-gym: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         _remove_empty(MADE)
