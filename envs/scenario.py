@@ -270,10 +270,13 @@ class EnvConfig:
 
     Attributes:
         scenario: the shared scenario; None = :meth:`default_scenario`.
+        training_kwargs: the arguments under which a family that may run its clock alone trains
+            models (empty: it always trains), for an error to name when training is needed.
     """
 
     scenario: ScenarioConfig | None = None
     scenario_defaults: ClassVar[Mapping[str, Any]] = {}
+    training_kwargs: ClassVar[Mapping[str, Any]] = {}
 
     def __post_init__(self) -> None:
         if self.scenario is None:

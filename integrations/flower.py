@@ -118,8 +118,10 @@ class EnvSpec:
         """The env (unwrapped), checked for a remote federation."""
         env = gym.make(self.env_id, scenario_seed=self.scenario_seed, **self.env_kwargs).unwrapped
         cfg = env.federation.config
+        training = ", ".join(f"{k}={v!r}" for k, v in env.config.training_kwargs.items())
         require(cfg.train, "env_kwargs", self.env_kwargs,
-                f"arguments under which {self.env_id} trains models (this federation only runs its clock)")
+                f"arguments under which {self.env_id} trains models ({training}; without them this "
+                "federation only runs its clock)")
         require(cfg.algorithm in STATELESS, "algorithm", cfg.algorithm,
                 f"one of {', '.join(STATELESS)} (no client state across rounds)")
         for name in ("randomize_scenario", "redraw_partition"):

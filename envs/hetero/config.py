@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -115,6 +115,7 @@ class HeteroConfig(EnvConfig):
     pfedme: PFedMeConfig = field(default_factory=PFedMeConfig)
     distillation: MutualDistillation = field(default_factory=MutualDistillation)
     aggregation: str = "entropy_acc"
+    training_kwargs: ClassVar[Mapping[str, Any]] = {"backend": "torch"}
 
     @classmethod
     def default_scenario(cls, own: Mapping[str, Any]) -> dict[str, Any]:
