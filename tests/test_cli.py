@@ -6,6 +6,7 @@ import math
 import re
 import statistics
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,10 @@ import pytest
 import torch
 from stable_baselines3 import PPO
 
+from fl_gym.agents.ppo import make_env
 from fl_gym.training import runs
 from fl_gym.training.cli import main, parse_kv
+from fl_gym.validation import MAX_COPIES, MAX_SEED
 
 TINY = ["--hyperparams", "n_steps=16", "batch_size=16", "n_epochs=1", "--no-progress"]
 
@@ -74,14 +77,72 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, capsys
     assert not (folder / "model.zip").exists()
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["model_32_steps.zip"]
     monkeypatch.setattr(callbacks.FLMetricsCallback, "_on_step", original)
+    seeds = []
+    monkeypatch.setattr(runs, "make_env", lambda env_id, n, seed, *a, **k: seeds.append(seed) or make_env(
+        env_id, n, seed, *a, **k))
     code, _, _ = run_cli(["train", "--resume", folder, "--no-progress"], capsys)
     assert code == 0
+    assert seeds == [runs.session_seed(0, 32)]  # fresh episodes, not the first session's
     resumed = PPO.load(folder / "model.zip")
     assert resumed.num_timesteps == whole.num_timesteps == 96
     assert len(list((folder / "monitor").iterdir())) == 2  # one Monitor folder per session
     counts = [json.loads((f / "summary.json").read_text())["episodes"]
               for f in (folder, folder.parent / "whole")]
     assert counts == [12, 12]  # the episodes replayed after the checkpoint are counted once
+
+
+def _sessions(folder: Path, *starts: int) -> None:
+    """Monitor folders of sessions that started after ``starts`` steps, as ``_train_stage`` names them."""
+    for i, done in enumerate(starts):
+        (folder / "monitor" / f"s{i}-from{done}").mkdir(parents=True)
+
+
+def test_a_resumed_session_draws_fresh_seeds_away_from_the_evaluation_seeds():
+    assert runs.session_seed(7, 0) == 7  # from step 0: the run replays an uninterrupted one
+    resumed = [runs.session_seed(seed, done) for seed in (0, 7) for done in (32, 10000, 20000)]
+    assert len(set(resumed)) == 6  # fresh per seed and checkpoint
+    assert all(10**5 < s <= MAX_SEED - MAX_COPIES for s in resumed)  # was seed + done: 10000 on
+    assert runs.session_seed(0, 10000) == runs.session_seed(0, 10000)
+
+
+def test_the_seeds_a_run_trained_on_count_its_resumed_sessions_stages_and_imitation(tmp_path):
+    plain = runs.RunConfig("FLHeteroAlloc-v0", seed=5, n_envs=4)
+    assert runs.seeds_trained_on(plain) == {5, 6, 7, 8}
+    _sessions(tmp_path / "plain", 0, 10000)  # resumed from the 10,000-step checkpoint
+    s = runs.session_seed(5, 10000)
+    assert runs.seeds_trained_on(plain, tmp_path / "plain") == {5, 6, 7, 8, s, s + 1, s + 2, s + 3}
+    imitating = runs.RunConfig("FLHeteroAlloc-v0", hyperparams={"imitate": "uniform", "imitate_episodes": 3},
+                               n_envs=2)
+    assert runs.seeds_trained_on(imitating) == {0, 1, 2, 3, 4}  # demonstrations from seed + n_envs
+    assert len(runs.seeds_trained_on(runs.RunConfig("FLHeteroAlloc-v0", hyperparams={"imitate": "uniform"},
+                                                    n_envs=2))) == 2 + 64  # the default episodes
+    recipe = runs.RunConfig("FLHetero-v0", algo="hapfl", hyperparams={"ppo1": {"n_envs": 3}, "ppo2": {}},
+                            seed=10, n_envs=2)
+    _sessions(tmp_path / "recipe" / "ppo2", 0, 50)
+    # stage i seeded seed + i, with its block's copies (else the run's): ppo1 10-12, ppo2 11-12 and its
+    # session resumed after 50 steps
+    r = runs.session_seed(11, 50)
+    assert runs.seeds_trained_on(recipe, tmp_path / "recipe") == {10, 11, 12, r, r + 1}
+    # an unfinished stage resumes from its latest checkpoint: that session's copies count before it starts
+    (tmp_path / "recipe" / "ppo1" / "checkpoints").mkdir(parents=True)
+    with zipfile.ZipFile(tmp_path / "recipe" / "ppo1" / "checkpoints" / "model_300_steps.zip", "w") as z:
+        z.writestr("data", "{}")
+    c = runs.session_seed(10, 300)
+    assert runs.seeds_trained_on(recipe, tmp_path / "recipe") == {10, 11, 12, r, r + 1, c, c + 1, c + 2}
+    (tmp_path / "recipe" / "ppo1" / "model.zip").write_bytes(b"")  # finished: no session resumes it
+    assert runs.seeds_trained_on(recipe, tmp_path / "recipe") == {10, 11, 12, r, r + 1}
+
+
+def test_compare_warns_when_evaluation_seeds_trained_a_resumed_run(tmp_path):
+    from fl_gym.training.compare import policy_spec
+
+    folder = runs.create_run_dir(runs.RunConfig("FLHeteroAlloc-v0", n_envs=4), tmp_path / "run")
+    _sessions(folder, 0, 10000)
+    (folder / "model.zip").write_bytes(b"not a model")
+    s = runs.session_seed(0, 10000)
+    with pytest.warns(UserWarning, match=rf"evaluation seeds \[3, {s + 1}\] were used to train"), \
+            pytest.raises(ValueError, match="is not an SB3 model"):
+        policy_spec(f"ppo:{folder}", "FLHeteroAlloc-v0", eval_seeds=(3, s + 1, 10000))
 
 
 @pytest.mark.parametrize("text,message", [("env_id: [unclosed", "does not parse as YAML"),
@@ -527,8 +588,9 @@ def test_reproduce_hetero_loads_its_data_set_before_any_agent_trains(tmp_path, c
     (["reproduce", "hetero", "--rounds", "0"], "--rounds=0 is out of range"),
     (["reproduce", "hetero", "--out", ""], "--out='' is out of range; allowed: a folder path"),  # the default
     (["reproduce", "hetero", "--eval-seeds", "1000,3"],  # scored the agents on an episode they trained on
-     "--eval-seeds='1000,3' is out of range; allowed: seeds the agents never trained on (their copies train "
-     "on seeds 0..7"),
+     "--eval-seeds='1000,3' is out of range; allowed: seeds the agents never trained on (seeds 0-8 reset "
+     "their training episodes)"),
+    (["reproduce", "hetero", "--eval-seeds", "8"], "--eval-seeds='8' is out of range"),  # the second stage's
     (["reproduce", "hetero", "--train-seed", "5", "--acc-seeds", "12"], "--acc-seeds='12' is out of range"),
     (["reproduce", "hetero", "--acc-seeds", ""], "--acc-seeds='' is out of range"),  # was --eval-seeds
     (["reproduce", "hetero", "--acc-policies", ""], "--acc-policies=[''] is out of range"),  # was all
@@ -559,6 +621,31 @@ def test_user_mistakes_print_one_line_and_exit_2(args, message, capsys, tmp_path
     assert message in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.rglob("config.yml"))  # nothing half-created
+
+
+@pytest.mark.parametrize("args,message", [
+    (["rates", "--agent-seeds", "3"], "--agent-seeds='3' is out of range; allowed: seeds the agents never "
+                                      "trained on (seeds 0-3 reset their training episodes)"),
+    (["aggregate", "--agent-seeds", "1000,2"], "--agent-seeds='1000,2' is out of range"),
+    (["select", "--seeds", "10000,1"], "--seeds='10000,1' is out of range"),  # the agents' evaluation seeds
+])
+def test_reproduce_refuses_agent_evaluation_seeds_the_agents_train_on_before_any_section(args, message,
+                                                                                          capsys, tmp_path):
+    code, _, err = run_cli(["reproduce", *args, "--agent-steps", 64, "--out", tmp_path], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # no section ran, no agent folder was made
+
+
+def test_reproduce_counts_the_session_that_will_resume_an_agent(tmp_path, capsys):
+    folder = tmp_path / "agents" / "FLSelect-v0" / "ppo"
+    runs.create_run_dir(runs.RunConfig("FLSelect-v0", n_envs=4, total_timesteps=40000), folder)
+    (folder / "checkpoints").mkdir()
+    with zipfile.ZipFile(folder / "checkpoints" / "model_10000_steps.zip", "w") as z:
+        z.writestr("data", "{}")
+    s = runs.session_seed(0, 10000)
+    code, _, err = run_cli(["reproduce", "select", "--agent-steps", 40000, "--out", tmp_path, "--seeds",
+                            f"10000,{s + 3}"], capsys)
+    assert code == 2 and f"--seeds='10000,{s + 3}' is out of range" in err and f"{s}-{s + 3}" in err
 
 
 @pytest.mark.parametrize("args", [["train", "--env", "FLSelect-v0"], ["bench", "--section", "vec"]])

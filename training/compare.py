@@ -18,14 +18,13 @@ warning names any overlap with a loaded run's seeds.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -46,6 +45,9 @@ from fl_gym.validation import (
     require_mapping,
     require_seeds,
 )
+
+if TYPE_CHECKING:
+    from fl_gym.training.runs import RunConfig
 
 DEFAULT_SEEDS = tuple(range(10000, 10005))
 SERIES = ("accuracy", "round_time", "straggling_latency", "sim_time", "uploads")
@@ -99,10 +101,11 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
     if not is_whole_model(model_path):
         raise UserError(f"policy {policy!r}: {model_path} is not an SB3 model; allowed: a model file as "
                         "fl-gym train writes it (model.zip, a zip archive)")
-    recorded = run.get("algo")  # a MaskablePPO run given as ``ppo:`` loads, and is labelled, as what it is
-    loaded = recorded if recorded in ALGOS else algo
+    # a MaskablePPO run given as ``ppo:`` loads, and is labelled, as what it is
+    loaded = run.algo if run is not None and run.algo in ALGOS else algo
     model = ALGOS[loaded].load(model_path, device="cpu")
-    bound = {k: v for k, v in (run.get("env_kwargs") or {}).items() if k in family_of(env_id).agent_kwargs}
+    bound = {k: v for k, v in (run.env_kwargs if run is not None else {}).items()
+             if k in family_of(env_id).agent_kwargs}
     return PolicySpec(f"{loaded}:{run_name}", lambda env: _fits(model, env, policy), bound)
 
 
@@ -125,19 +128,21 @@ def _with_kwargs(policy: str) -> tuple[str, dict[str, Any]]:
     return name, parse_kv(split_list(rest[:-1]), f"policy {policy!r}")
 
 
-def _run_config(run_dir: Path) -> dict[str, Any]:
-    """A run folder's ``config.yml``, checked as ``train --resume`` checks it ({} when the model is alone)."""
+def _run_config(run_dir: Path) -> RunConfig | None:
+    """A run folder's ``config.yml``, checked as ``train --resume`` checks it (None: a model alone)."""
     # runs trains with imitation, which reads compare's policy strings: imported here, not at the top
     from fl_gym.training.runs import load_run
 
-    return dataclasses.asdict(load_run(run_dir)) if (run_dir / "config.yml").is_file() else {}
+    return load_run(run_dir) if (run_dir / "config.yml").is_file() else None
 
 
-def _warn_seed_overlap(run_dir: Path, run: dict[str, Any], eval_seeds: tuple[int, ...]) -> None:
-    if run:
-        used = set(range(run["seed"], run["seed"] + run["n_envs"] + 1)) & set(eval_seeds)
-        if used:
-            warnings.warn(f"evaluation seeds {sorted(used)} were used to train {run_dir}", stacklevel=3)
+def _warn_seed_overlap(run_dir: Path, run: RunConfig | None, eval_seeds: tuple[int, ...]) -> None:
+    """Warn when ``eval_seeds`` reset episodes that trained the run (``runs.seeds_trained_on``)."""
+    from fl_gym.training.runs import seeds_trained_on
+
+    used = seeds_trained_on(run, run_dir) & set(eval_seeds) if run is not None else set()
+    if used:
+        warnings.warn(f"evaluation seeds {sorted(used)} were used to train {run_dir}", stacklevel=3)
 
 
 def check_rounds(rounds: int | None, env: gym.Env) -> None:

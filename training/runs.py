@@ -24,10 +24,11 @@ import datetime
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CallbackList
@@ -46,6 +47,8 @@ from fl_gym.envs.registry import Stage, family_of, recipes_for
 from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
 from fl_gym.training.imitation import DEFAULTS, demonstrations, fixed_policy, imitate
 from fl_gym.validation import (
+    MAX_COPIES,
+    MAX_SEED,
     UserError,
     is_int_at_least,
     one_line,
@@ -204,6 +207,67 @@ def load_run(folder: str | Path) -> RunConfig:
     return RunConfig(**data)
 
 
+def session_seed(seed: int, done: int) -> int:
+    """The reset seed of the first copy of a session that starts after ``done`` steps (copy ``i``: ``+ i``).
+
+    A session from step 0 plays ``seed``, so a run restarted without a checkpoint replays an
+    uninterrupted one. A resumed session draws fresh episodes, from a seed derived from both and
+    spread over ``[0, MAX_SEED - MAX_COPIES]``: ``seed + done`` landed on the seeds evaluations
+    use (``compare``'s 10000 on) whenever a run resumed from its 10,000-step checkpoint.
+    """
+    if done == 0:
+        return seed
+    state = np.random.SeedSequence([seed, done]).generate_state(1, np.uint64)[0]
+    return int(state % np.uint64(MAX_SEED - MAX_COPIES + 1))
+
+
+def seeds_trained_on(cfg: RunConfig, folder: str | Path | None = None) -> set[int]:
+    """The reset seeds of ``cfg``'s training episodes, so that an evaluation can keep clear of them.
+
+    Stage ``i`` of a recipe is seeded ``seed + i`` (``run_recipe``; one stage otherwise); a session
+    that starts after ``done`` steps seeds its copies from :func:`session_seed` on. The sessions are read off
+    ``folder``'s monitor logs, with the one that will resume an unfinished stage from its latest
+    checkpoint; without a folder, the first session's. An imitation start plays its
+    demonstrations from ``seed + n_envs`` on.
+    """
+    blocks = [("", cfg.hyperparams)] if cfg.algo in ALGOS else list(cfg.hyperparams.items())
+    seeds: set[int] = set()
+    for i, (name, block) in enumerate(blocks):
+        seed = cfg.seed + i
+        n = cfg.n_envs if cfg.algo in ALGOS else int(block.get("n_envs", cfg.n_envs))
+        starts = {0} if folder is None else _session_starts(Path(folder, name))
+        for done in starts:
+            seeds.update(range(session_seed(seed, done), session_seed(seed, done) + n))
+        if "imitate" in block:
+            seeds.update(range(seed + n, seed + n + int({**DEFAULTS, **block}["imitate_episodes"])))
+    return seeds
+
+
+def _session_starts(folder: Path) -> set[int]:
+    """The steps after which a stage's sessions started, and the next one's if it is unfinished."""
+    names = (p.name for p in (folder / "monitor").glob("s*-from*"))
+    starts = {0, *(int(m[1]) for name in names if (m := re.fullmatch(r"s\d+-from(\d+)", name)))}
+    checkpoint = None if (folder / "model.zip").is_file() else latest_checkpoint(folder / "checkpoints")
+    return starts | ({checkpoint[1]} if checkpoint else set())
+
+
+def require_unseen(flag: str, seeds: Sequence[int], trained: set[int]) -> None:
+    """Refuse evaluation ``seeds`` (the value of ``flag``) that reset an episode the agents trained on."""
+    require(not trained & set(seeds), flag, ",".join(map(str, seeds)),
+            f"seeds the agents never trained on (seeds {_spans(trained)} reset their training episodes)")
+
+
+def _spans(seeds: set[int]) -> str:
+    """``{0, 1, 2, 7}`` -> ``"0-2, 7"``: the seed list syntax of the flags."""
+    spans: list[list[int]] = []
+    for seed in sorted(seeds):
+        if spans and seed == spans[-1][1] + 1:
+            spans[-1][1] = seed
+        else:
+            spans.append([seed, seed])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
 def train(folder: str | Path, progress: bool = True, say=print) -> dict[str, Any]:
     """Train (or continue) the run in ``folder`` to its ``total_timesteps``; returns its summary.
 
@@ -315,7 +379,7 @@ def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, 
     done = checkpoint[1] if checkpoint else 0
     session = len(list((folder / "monitor").glob("s*")))
     monitor = folder / "monitor" / f"s{session}-from{done}"
-    env = make_env(stage.env_id, n_envs, seed + done, cfg.vec_env, env_kwargs, monitor,
+    env = make_env(stage.env_id, n_envs, session_seed(seed, done), cfg.vec_env, env_kwargs, monitor,
                    ray_address=cfg.ray_address)
     tb = cfg.tensorboard_log or str(folder / "tb")
     if checkpoint:

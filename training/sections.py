@@ -27,14 +27,27 @@ def section(out: Path, name: str, env_id: str, policies: list[str], seeds: tuple
     return compare(env_id, policies, seeds, env_kwargs, out_dir=folder, progress=False, target=target)
 
 
-def agent(out: Path, env_id: str, steps: int, env_kwargs: dict[str, Any], say: Say,
-          algo: str = "ppo") -> Path:
-    """Train (or resume, or reuse) an agent under ``out/agents/ENV_ID/ALGO``; its folder."""
+def agent_run(out: Path, env_id: str, steps: int, env_kwargs: dict[str, Any], algo: str = "ppo"
+              ) -> tuple[Path, runs.RunConfig]:
+    """An agent's run folder, ``out/agents/ENV_ID/ALGO``, and its config: the stored one, or one to write."""
     folder = out / "agents" / env_id / algo
+    if (folder / "config.yml").is_file():
+        return folder, runs.load_run(folder)
+    return folder, runs.resolve(env_id, algo, env_kwargs=env_kwargs, total_timesteps=steps,
+                                save_freq=max(steps // 4, 240))
+
+
+def require_unseen(flag: str, seeds: tuple[int, ...], agents: list[tuple[Path, runs.RunConfig]]) -> None:
+    """Refuse evaluation ``seeds`` (``flag``) that reset a training episode of the :func:`agent_run` runs."""
+    trained = set().union(*(runs.seeds_trained_on(cfg, folder) for folder, cfg in agents))
+    runs.require_unseen(flag, seeds, trained)
+
+
+def agent(run: tuple[Path, runs.RunConfig], say: Say) -> Path:
+    """Train (or resume, or reuse) the agent of :func:`agent_run`; its folder."""
+    folder, cfg = run
     if not (folder / "config.yml").is_file():
-        cfg = runs.resolve(env_id, algo, env_kwargs=env_kwargs, total_timesteps=steps,
-                           save_freq=max(steps // 4, 240))
-        folder = runs.new_run_dir(cfg, out / "agents", algo)
-    say(f"training {algo} on {env_id} ({steps} steps)")
+        runs.create_run_dir(cfg, folder)
+    say(f"training {cfg.algo} on {cfg.env_id} ({cfg.total_timesteps} steps)")
     runs.train(folder, progress=False, say=say)
     return folder

@@ -55,6 +55,7 @@ from fl_gym.baselines.hetero import (
 from fl_gym.data import DATASETS, load_dataset
 from fl_gym.training.cli import Parser, parse_seed_list, split_list, writable
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
+from fl_gym.training.runs import RunConfig, require_unseen, seeds_trained_on
 from fl_gym.validation import (
     MAX_THREADS,
     is_int_at_least,
@@ -395,13 +396,14 @@ def check_flags(cfg: ResultsConfig) -> None:
             "an integer >= 1 (default: each agent's own)")
     recipe = find_recipe(JOINT, "hapfl")
     require(bool(cfg.agents), "--agents", ",".join(cfg.agents), "one or more presets, comma-separated")
-    blocks = [b for preset in cfg.agents  # an unknown preset names the known ones
-              for b in stage_hyperparams(recipe, yaml_preset(preset)).values()] + [load_hyperparams(JOINT)]
+    # the agents as _agents trains them (an unknown preset names the known ones)
+    plans = [RunConfig(JOINT, "hapfl", hyperparams=stage_hyperparams(recipe, yaml_preset(preset)),
+                       seed=cfg.train_seed) for preset in cfg.agents]
+    joint = load_hyperparams(JOINT)
+    plans.append(RunConfig(JOINT, hyperparams=joint, seed=cfg.train_seed, n_envs=int(joint.get("n_envs", 1))))
     labels = list(_rows(cfg, dict.fromkeys([*cfg.agents, "joint"])))  # the policies, none built
     unknown = [p for p in cfg.acc_policies or () if p not in labels]
     require(not unknown, "--acc-policies", unknown, f"labels separated by ';' among {labels}")
-    trained = range(cfg.train_seed, cfg.train_seed + max(int(b.get("n_envs", 1)) for b in blocks))
+    trained = set().union(*(seeds_trained_on(plan) for plan in plans))
     for flag, seeds in (("--eval-seeds", cfg.eval_seeds), ("--acc-seeds", cfg.acc_seeds)):
-        require(not set(trained) & set(seeds), flag, ",".join(map(str, seeds)),
-                f"seeds the agents never trained on (their copies train on seeds {trained.start}.."
-                f"{trained.stop - 1}: --train-seed and one per copy)")
+        require_unseen(flag, seeds, trained)

@@ -23,7 +23,7 @@ from typing import Any
 from fl_gym.atomic import write_text
 from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, writable
 from fl_gym.training.compare import markdown_table
-from fl_gym.training.sections import agent, section
+from fl_gym.training.sections import agent, agent_run, require_unseen, section
 from fl_gym.validation import is_int_at_least, require, require_fraction
 
 SERVER = {"server_data_fraction": 0.1, "allow_server_data": True}
@@ -44,6 +44,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _algo(env_id: str) -> str:
+    """The agent's algorithm: a pick is a masked choice."""
+    return "maskable-ppo" if env_id == "FLSelectPick-v0" else "ppo"
+
+
+def _agent_kwargs(env_id: str, base: dict[str, Any]) -> dict[str, Any]:
+    """The agent's env arguments: ``--env-kwargs``, and DDFL's server for the queue."""
+    return {**base, **(SERVER if env_id == "FLSelectQueue-v0" else {})}
+
+
 def reproduce(argv: list[str]) -> int:
     """``fl-gym reproduce select [ARGS]``: run the sections, write and print ``report.md``."""
     args = parser().parse_args(argv)
@@ -52,6 +62,9 @@ def reproduce(argv: list[str]) -> int:
     require(is_int_at_least(args.agent_steps, 0), "--agent-steps", args.agent_steps,
             "an integer >= 0 (0: no agents)")
     require_fraction("--target", args.target)
+    agents = {env_id: agent_run(out, env_id, args.agent_steps, _agent_kwargs(env_id, base), _algo(env_id))
+              for env_id in AGENT_POLICIES} if args.agent_steps > 0 else {}
+    require_unseen("--seeds", seeds, list(agents.values()))
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables = {}
 
@@ -65,12 +78,11 @@ def reproduce(argv: list[str]) -> int:
                                  ["fedprox", "fedprox+fedentropy", "scaffold", "scaffold+fedentropy", "moon",
                                   "moon+fedentropy"])
     tables["ddfl"] = run("ddfl", "FLSelectQueue-v0", ["fedavg-noniid", "top-entropy", "queue-all", "ddfl"])
-    if args.agent_steps > 0:
-        for env_id, fixed in AGENT_POLICIES.items():
-            kwargs = {**base, **(SERVER if env_id == "FLSelectQueue-v0" else {})}
-            algo = "maskable-ppo" if env_id == "FLSelectPick-v0" else "ppo"
-            folder = agent(out, env_id, args.agent_steps, kwargs, say, algo)
-            tables[f"ppo-{env_id}"] = run(f"ppo-{env_id}", env_id, [*fixed, f"{algo}:{folder}"], kwargs)
+    for env_id, plan in agents.items():
+        folder = agent(plan, say)
+        tables[f"ppo-{env_id}"] = run(f"ppo-{env_id}", env_id,
+                                      [*AGENT_POLICIES[env_id], f"{_algo(env_id)}:{folder}"],
+                                      _agent_kwargs(env_id, base))
     text = "\n".join(f"## {name}\n\n{markdown_table(r)}" for name, r in tables.items())
     write_text(out / "report.md", f"# Selection results, seeds {list(seeds)}, env kwargs {base}\n\n{text}")
     print(text)
