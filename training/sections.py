@@ -37,7 +37,8 @@ def agent_run(out: Path, env_id: str, steps: int, env_kwargs: dict[str, Any], al
                                 save_freq=max(steps // 4, 240))
 
 
-def require_unseen(flag: str, seeds: tuple[int, ...], agents: list[tuple[Path, runs.RunConfig]]) -> None:
+def require_unseen_by_agents(flag: str, seeds: tuple[int, ...],
+                             agents: list[tuple[Path, runs.RunConfig]]) -> None:
     """Refuse evaluation ``seeds`` (``flag``) that reset a training episode of the :func:`agent_run` runs."""
     trained = set().union(*(runs.seeds_trained_on(cfg, folder) for folder, cfg in agents))
     runs.require_unseen(flag, seeds, trained)
