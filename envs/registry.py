@@ -10,7 +10,6 @@ imports keep flowing one way (``fl_gym`` <- ``envs`` <- ``baselines``, ``agents`
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
@@ -191,10 +190,10 @@ def register_family(family: Family) -> None:
     for env_id, entry_point in family.envs.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point,
-                         vector_entry_point=functools.partial(_vector_env, env_id=env_id))
+                         vector_entry_point=f"fl_gym.envs.vector_entry:{env_id}")
 
 
-def _vector_env(num_envs: int, env_id: str, **kwargs: Any) -> gym.vector.VectorEnv:
+def vector_env(num_envs: int, env_id: str, **kwargs: Any) -> gym.vector.VectorEnv:
     """``gym.make_vec(env_id, n, vectorization_mode="vector_entry_point")``: the batched vector env."""
     from fl_gym.envs.vectorize import GymBatchedVectorEnv
 

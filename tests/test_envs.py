@@ -13,6 +13,7 @@ import weakref
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.utils.env_checker import check_env, data_equivalence
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,6 +38,24 @@ def test_gymnasium_and_sb3_check_env_without_warnings(env_id):
         check_env(env.unwrapped)
         sb3_check_env(env.unwrapped)
     assert [str(w.message) for w in caught] == []
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_a_spec_serialises_to_json_and_makes_the_same_env_and_vector_env(env_id):
+    """Gymnasium serialises no callables: the vector entry point is a string, as the entry point is."""
+    spec = gym.make(env_id, rounds_per_episode=3).spec
+    again = EnvSpec.from_json(spec.to_json())
+    assert again == spec and gym.make(again).unwrapped.rounds_per_episode == 3
+    vec = gym.make_vec(again, 2, vectorization_mode="vector_entry_point")
+    assert vec.num_envs == 2 and vec.unwrapped.spec.id == env_id
+    vec.close()
+
+
+def test_the_vector_entry_points_module_names_only_registered_ids():
+    from fl_gym.envs import vector_entry
+
+    with pytest.raises(AttributeError, match="no attribute 'FLNope-v0'"):
+        vector_entry.__getattr__("FLNope-v0")
 
 
 @pytest.mark.parametrize("env_id", IDS)

@@ -174,7 +174,6 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
 
 
 def env_spec_json(task: Task) -> str:
-    """The task's ``EnvSpec.to_json()`` with its arguments (the vector entry point, a callable, left out)."""
+    """The task's ``EnvSpec.to_json()``, with its arguments."""
     spec = gym.spec(task.env_id)
-    return dataclasses.replace(spec, kwargs={**spec.kwargs, **task.env_kwargs},
-                               vector_entry_point=None).to_json()
+    return dataclasses.replace(spec, kwargs={**spec.kwargs, **task.env_kwargs}).to_json()
