@@ -33,7 +33,14 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from fl_gym.envs.vector import BatchedVecEnv, CopySeeds, StepCalls, check_same_spaces, copy_indices
+from fl_gym.envs.vector import (
+    BatchedVecEnv,
+    CopySeeds,
+    StepCalls,
+    Unrendered,
+    check_same_spaces,
+    copy_indices,
+)
 from fl_gym.validation import is_int_at_least, require
 
 
@@ -149,7 +156,7 @@ def require_workers(workers: object, n: int) -> None:
             f"an integer in [1, n_envs={n}]")
 
 
-class ShardedVecEnv(StepCalls, CopySeeds, VecEnv):
+class ShardedVecEnv(StepCalls, CopySeeds, Unrendered, VecEnv):
     """SB3 ``VecEnv``: ``N`` copies in ``workers`` processes, each a batched group (module docstring).
 
     Args:

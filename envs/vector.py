@@ -137,6 +137,16 @@ class StepCalls:
             raise gym.error.ClosedEnvironmentError(f"{call}() after close(); build a new vector env")
 
 
+class Unrendered:
+    """SB3's ``DummyVecEnv`` answer for envs without a render mode (fl-gym's have none): no image per copy."""
+
+    num_envs: int
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        """``[None] * num_envs`` (SB3's base ``VecEnv`` raises a bare ``NotImplementedError``)."""
+        return [None] * self.num_envs
+
+
 class CopySeeds:
     """A seed per copy for an SB3 ``VecEnv``'s next reset (its :meth:`seed` takes one int: ``seed + i``)."""
 
@@ -158,7 +168,7 @@ class CopySeeds:
         self._seeds = list(seeds)
 
 
-class BatchedVecEnv(StepCalls, CopySeeds, VecEnv):
+class BatchedVecEnv(StepCalls, CopySeeds, Unrendered, VecEnv):
     """SB3 ``VecEnv`` over fl-gym envs whose rounds are batched across copies (module docstring).
 
     Auto-reset as SB3's ``DummyVecEnv``: a finished copy's last observation is in

@@ -621,6 +621,17 @@ def test_calls_out_of_sb3s_order_raise_gymnasiums_error_instead_of_hanging_or_mi
     vec.close()  # a second close does nothing
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_vector_envs_answer_get_images_as_dummy_vec_env_does_for_unrendered_envs(workers):
+    """SB3's VecEnv.get_images raised a bare NotImplementedError (VecVideoRecorder and render() call it)."""
+    vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=workers, rounds_per_episode=3)
+    dummy = DummyVecEnv([lambda: gym.make("FLAggregate-v0", rounds_per_episode=3)] * 2)
+    with pytest.warns(UserWarning, match="render mode is None"):
+        expected = dummy.get_images()
+    assert vec.get_images() == expected == [None, None]
+    vec.close()
+
+
 def test_a_sharded_step_cut_short_while_waiting_stays_in_flight_for_the_next_step_wait(monkeypatch):
     """Ctrl-C in step_wait left the replies in the pipes, and the next step read the old step's."""
     vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=2, rounds_per_episode=3)
