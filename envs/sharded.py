@@ -270,6 +270,10 @@ class ShardedVecEnv(StepCalls, CopySeeds, Unrendered, VecEnv):
         """Call a method of each copy (e.g. ``action_masks`` for MaskablePPO)."""
         return self._by_shard("env_method", indices, method_name, *method_args, **method_kwargs)
 
+    def call(self, name: str, *args: Any, indices: VecEnvIndices = None, **kwargs: Any) -> list[Any]:
+        """Gymnasium's ``call``: each copy's method ``name`` called (an attribute: its value)."""
+        return self._by_shard("call", indices, name, *args, **kwargs)
+
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
         """Whether each copy is wrapped in ``wrapper_class``."""
         return self._by_shard("env_is_wrapped", indices, wrapper_class)

@@ -317,6 +317,14 @@ class BatchedVecEnv(StepCalls, CopySeeds, Unrendered, VecEnv):
         return [env.get_wrapper_attr(method_name)(*method_args, **method_kwargs)
                 for env in self._targets(indices, "env_method")]
 
+    def call(self, name: str, *args: Any, indices: VecEnvIndices = None, **kwargs: Any) -> list[Any]:
+        """Gymnasium's ``call``: each copy's method ``name`` called (an attribute: its value)."""
+        out = []
+        for env in self._targets(indices, "call"):
+            value = env.get_wrapper_attr(name)
+            out.append(value(*args, **kwargs) if callable(value) else value)
+        return out
+
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
         """Whether each copy is wrapped in ``wrapper_class``."""
         out = []

@@ -10,6 +10,7 @@ finished copy resets within the step that ended it, its last observation and inf
 vector envs, would spend an extra step, and with it a real FL round, on every reset). Infos batch
 as Gymnasium's do, one array per key, except a key whose arrays differ in shape between copies
 (the ids a selection kept; copies of different client counts): an object array of each copy's.
+``call``, ``get_attr``, ``set_attr`` and ``render`` answer as ``SyncVectorEnv``'s do.
 """
 
 from __future__ import annotations
@@ -168,6 +169,26 @@ class GymBatchedVectorEnv(VectorEnv):
                     rows[i] = held[i]
                 vector_infos[key] = rows
         return super()._add_info(vector_infos, env_info, env_num)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Each copy's method ``name`` called (an attribute: its value), as ``SyncVectorEnv`` does."""
+        return tuple(self._vec.call(name, *args, **kwargs))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Each copy's attribute ``name`` (``SyncVectorEnv``'s: :meth:`call` with no arguments)."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name``: ``values[i]`` on copy ``i`` (a list or tuple), else one value on all."""
+        if not isinstance(values, list | tuple):
+            values = [values] * self.num_envs
+        require(len(values) == self.num_envs, "values", values, f"{self.num_envs} values, one per copy")
+        for i, value in enumerate(values):
+            self._vec.set_attr(name, value, indices=[i])
+
+    def render(self) -> tuple[None, ...]:
+        """Each copy's ``render()``: None, as the envs have no render mode."""
+        return self.call("render")
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close the copies."""

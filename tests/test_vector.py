@@ -632,6 +632,27 @@ def test_the_vector_envs_answer_get_images_as_dummy_vec_env_does_for_unrendered_
     vec.close()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_gymnasium_vector_env_calls_gets_and_sets_on_its_copies_as_sync_vector_env(workers):
+    """``call``, ``get_attr``, ``set_attr`` and ``render`` of ``SyncVectorEnv`` had been missing."""
+    vec = gym.make_vec("FLAggregate-v0", 2, vectorization_mode="vector_entry_point", workers=workers,
+                       rounds_per_episode=3)
+    sync = gym.make_vec("FLAggregate-v0", 2, vectorization_mode="sync", rounds_per_episode=3)
+    for env in (vec, sync):
+        env.reset(seed=0)
+        assert env.call("get_wrapper_attr", "rounds_per_episode") == (3, 3)  # a method, with its argument
+        assert env.call("rounds_played") == env.get_attr("rounds_played") == (0, 0)  # an attribute
+        env.set_attr("tag", ["a", "b"])
+        assert env.get_attr("tag") == ("a", "b")
+        env.set_attr("tag", "c")
+        assert env.get_attr("tag") == ("c", "c")
+        assert env.render() == (None, None)
+    with pytest.raises(ValueError, match=r"values=\['a'\] is out of range; allowed: 2 values, one per copy"):
+        vec.set_attr("tag", ["a"])
+    vec.close()
+    sync.close()
+
+
 def test_a_sharded_step_cut_short_while_waiting_stays_in_flight_for_the_next_step_wait(monkeypatch):
     """Ctrl-C in step_wait left the replies in the pipes, and the next step read the old step's."""
     vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=2, rounds_per_episode=3)
