@@ -9,6 +9,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -789,6 +790,46 @@ def test_compare_keeps_every_seeds_curve(tmp_path):
     curves = results["series"]["fedavg"]["accuracy"]
     assert np.asarray(curves["per_seed"]).shape == (2, 3)
     np.testing.assert_allclose(np.mean(curves["per_seed"], axis=0), curves["mean"])
+
+
+def test_an_interrupted_compare_resumes_with_the_policies_it_finished(tmp_path, capsys, monkeypatch):
+    from fl_gym.training import compare as module
+
+    played, evaluate = [], module.evaluate
+
+    def counted(make_env, make_policy, seeds, rounds):
+        played.append(seeds)
+        if len(played) == 2 and interrupt:
+            raise KeyboardInterrupt
+        return evaluate(make_env, make_policy, seeds, rounds)
+
+    monkeypatch.setattr(module, "evaluate", counted)
+    args = ["compare", "FLAggregate-v0", "--policies", "fedavg,fedadp", "--seeds", "1,2", "--rounds", 2,
+            "--out", tmp_path, "--no-progress"]
+    interrupt = True
+    code, _, err = run_cli(args, capsys)
+    assert code == 130 and f"continue with the same command and --out {tmp_path}" in err
+    assert len(list((tmp_path / "episodes").iterdir())) == 1 and not (tmp_path / "results.json").exists()
+    interrupt = False
+    assert run_cli(args, capsys)[0] == 0
+    assert len(played) == 3  # fedavg, fedadp interrupted, fedadp: fedavg's episodes were read back
+    whole = tmp_path / "whole"
+    assert run_cli([*args[:-3], "--out", whole, "--no-progress"], capsys)[0] == 0
+    assert (json.loads((tmp_path / "results.json").read_text())["summary"]
+            == json.loads((whole / "results.json").read_text())["summary"])
+    played.clear()  # other seeds: nothing kept applies
+    assert run_cli([*args[:4], "--seeds", "1,3", *args[6:]], capsys)[0] == 0 and len(played) == 2
+
+
+def test_kept_episodes_of_a_model_retrained_in_place_are_not_reused(tmp_path):
+    from fl_gym.training.compare import policy_spec
+
+    folder = runs.create_run_dir(runs.RunConfig("FLHeteroAlloc-v0"), tmp_path / "run")
+    model = PPO("MlpPolicy", gym.make("FLHeteroAlloc-v0"), n_steps=8, batch_size=8)
+    model.save(folder / "model.zip")
+    before = policy_spec(f"ppo:{folder}", "FLHeteroAlloc-v0").files
+    model.learn(8).save(folder / "model.zip")
+    assert policy_spec(f"ppo:{folder}", "FLHeteroAlloc-v0").files not in ("", before)
 
 
 def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):

@@ -303,8 +303,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     require(bool(specs), "--policies", args.policies, "one or more policies, comma-separated")
     out = output_folder(args, "compare")
     seeds = parse_seed_list(args.seeds, "--seeds")
-    results = compare(args.env_id, specs, seeds, parse_kv(args.env_kwargs, "--env-kwargs"),
-                      args.rounds, out, progress=not args.no_progress, target=args.target)
+    try:
+        results = compare(args.env_id, specs, seeds, parse_kv(args.env_kwargs, "--env-kwargs"),
+                          args.rounds, out, progress=not args.no_progress, target=args.target)
+    except KeyboardInterrupt:
+        _remove_empty(MADE)
+        kept = (out / "episodes").is_dir()  # the policies it finished
+        print(f"\ninterrupted{f'; continue with the same command and --out {out}' if kept else ''}",
+              file=sys.stderr)
+        return 130
     print(markdown_table(results))
     print(f"tables and plots in {out}")
     return 0

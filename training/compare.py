@@ -17,8 +17,11 @@ warning names any overlap with a loaded run's seeds.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import hashlib
 import io
+import json
 import math
 import warnings
 from collections.abc import Callable
@@ -32,7 +35,7 @@ from tqdm import tqdm
 
 from fl_gym.agents.ppo import ALGOS, is_whole_model
 from fl_gym.agents.recipes import compose, is_recipe, load_recipe
-from fl_gym.atomic import require_writable, write_json, write_text
+from fl_gym.atomic import read_json, require_writable, write_json, write_text
 from fl_gym.envs.base import require_fitting
 from fl_gym.envs.registry import family_of, metrics_for, recipes_for
 from fl_gym.training.evaluation import Episode, aggregate, evaluate
@@ -55,11 +58,16 @@ SERIES = ("accuracy", "round_time", "straggling_latency", "sim_time", "uploads")
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A policy to compare: its row label, a factory taking the env, and its env variant."""
+    """A policy to compare: its row label, a factory taking the env, and its env variant.
+
+    ``files`` is a digest of the files it loads: kept episodes of a model retrained in place are
+    not taken for the new model's.
+    """
 
     label: str
     factory: Callable[[gym.Env], Any]
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    files: str = ""
 
 
 def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_SEEDS) -> PolicySpec:
@@ -90,7 +98,8 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
     if is_recipe(target):
         recipe, models = load_recipe(target)
         _warn_seed_overlap(target, _run_config(target), eval_seeds)
-        return PolicySpec(f"{algo}:{run_name}", lambda env: compose(recipe, env, models))
+        return PolicySpec(f"{algo}:{run_name}", lambda env: compose(recipe, env, models),
+                          files=_digest(sorted(target.rglob("*.zip")) + [target / "recipe.json"]))
     if algo in recipes:
         raise FileNotFoundError(f"policy {policy!r}: no finished {algo} recipe at {target} (recipe.json)")
     model_path = target / "model.zip" if target.is_dir() else target
@@ -106,7 +115,16 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
     model = ALGOS[loaded].load(model_path, device="cpu")
     bound = {k: v for k, v in (run.env_kwargs if run is not None else {}).items()
              if k in family_of(env_id).agent_kwargs}
-    return PolicySpec(f"{loaded}:{run_name}", lambda env: _fits(model, env, policy), bound)
+    return PolicySpec(f"{loaded}:{run_name}", lambda env: _fits(model, env, policy), bound,
+                      _digest([model_path]))
+
+
+def _digest(paths: list[Path]) -> str:
+    """SHA-256 of the files' bytes, in order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def _fits(model: Any, env: gym.Env, policy: str) -> Any:
@@ -190,10 +208,13 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
     episodes: dict[str, list[Episode]] = {}
     bar = tqdm(total=len(parsed) * len(seeds), desc=f"compare {env_id}", unit="episode",
                disable=None if progress else True)  # None: off when not writing to a terminal
+    kept = None if out_dir is None else Path(out_dir) / "episodes"
     for p in parsed:
         kwargs = {**(env_kwargs or {}), **p.env_kwargs}
-        episodes[p.label] = []
-        episodes[p.label] += evaluate(lambda kw=kwargs: gym.make(env_id, **kw), p.factory, seeds, rounds)
+        key = {"env_id": env_id, "env_kwargs": kwargs, "seeds": list(seeds), "rounds": rounds,
+               "policy": p.label, "files": p.files}
+        episodes[p.label] = _kept(kept, key, lambda kw=kwargs, p=p: evaluate(lambda: gym.make(env_id, **kw),
+                                                                             p.factory, seeds, rounds))
         bar.update(len(seeds))  # the seeds' episodes run side by side in one batched vector env
     bar.close()
     results = {"env_id": env_id, "env_kwargs": env_kwargs or {}, "seeds": list(seeds),
@@ -204,6 +225,25 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
     if out_dir is not None:
         write_outputs(results, Path(out_dir))
     return results
+
+
+def _kept(folder: Path | None, key: dict[str, Any], play: Callable[[], list[Episode]]) -> list[Episode]:
+    """``play()``'s episodes, kept in ``folder`` (None: nowhere) under ``key``, what they depend on.
+
+    So a compare stopped part way resumes with the policies it had finished. A key that is no
+    JSON (an object among the env arguments) is its ``repr``: it may miss, never match another's.
+    """
+    if folder is None:
+        return play()
+    key = json.loads(json.dumps(key, sort_keys=True, default=repr))
+    path = folder / f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
+    with contextlib.suppress(FileNotFoundError, UserError):  # none yet, or not one of ours: play again
+        stored = read_json(path, ("key", "episodes"))
+        if stored["key"] == key:
+            return [Episode.of(e) for e in stored["episodes"]]
+    episodes = play()
+    write_json(path, {"key": key, "episodes": [e.as_dict() for e in episodes]})
+    return episodes
 
 
 def _to_target(episodes: list[Episode], target: float | None) -> dict[str, tuple[float, float]]:

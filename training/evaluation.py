@@ -50,6 +50,16 @@ class Episode:
     rounds: list[dict[str, float]] = field(default_factory=list)
     final: frozenset[str] = frozenset()
 
+    def as_dict(self) -> dict[str, Any]:
+        """The episode as JSON values (:meth:`of` reads it back)."""
+        return {"seed": self.seed, "rewards": self.rewards, "rounds": self.rounds,
+                "final": sorted(self.final)}
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Episode:
+        """The episode :meth:`as_dict` wrote."""
+        return cls(data["seed"], data["rewards"], data["rounds"], frozenset(data["final"]))
+
     def series(self, metric: str) -> list[float]:
         """The metric round by round (NaN where a round did not report it)."""
         return [r.get(metric, math.nan) for r in self.rounds]
