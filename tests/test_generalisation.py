@@ -25,6 +25,20 @@ def test_ratios_are_per_scenario_then_averaged_with_their_range():
     assert table["a"]["r"] == {"mean": 1.5, "ratio": None, "min_ratio": None, "max_ratio": None}
 
 
+def test_a_generalisation_run_keeps_its_episodes_and_resumes_without_replaying_them(tmp_path, monkeypatch):
+    from fl_gym.training import compare as module
+
+    args = ("FLHetero-v0", ["oracle", "inverse"], (77, 78), None, (5,), {"rounds_per_episode": 3})
+    first = generalisation(*args, out_dir=tmp_path, progress=False)
+    assert len(list((tmp_path / "episodes").iterdir())) == 4  # one per (policy, scenario)
+
+    def replayed(*_):
+        raise AssertionError("a kept episode was played again")
+
+    monkeypatch.setattr(module, "evaluate", replayed)
+    assert generalisation(*args, out_dir=tmp_path, progress=False)["rows"] == first["rows"]
+
+
 def test_each_scenario_row_is_what_compare_measures_there():
     variants = {"held-out": {}, "k": {"rounds_per_episode": 3}}
     results = generalisation("FLHetero-v0", ["oracle", "inverse"], (77, 78), variants, seeds=(5, 6),

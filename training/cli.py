@@ -307,11 +307,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         results = compare(args.env_id, specs, seeds, parse_kv(args.env_kwargs, "--env-kwargs"),
                           args.rounds, out, progress=not args.no_progress, target=args.target)
     except KeyboardInterrupt:
-        _remove_empty(MADE)
-        kept = (out / "episodes").is_dir()  # the policies it finished
-        print(f"\ninterrupted{f'; continue with the same command and --out {out}' if kept else ''}",
-              file=sys.stderr)
-        return 130
+        return _interrupted(out)
     print(markdown_table(results))
     print(f"tables and plots in {out}")
     return 0
@@ -338,6 +334,14 @@ def _generalise_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_generalise)
 
 
+def _interrupted(out: Path) -> int:
+    """Exit status 130 after Ctrl-C, saying how to continue where ``out`` kept finished episodes."""
+    _remove_empty(MADE)
+    hint = f"; continue with the same command and --out {out}" if (out / "episodes").is_dir() else ""
+    print(f"\ninterrupted{hint}", file=sys.stderr)
+    return 130
+
+
 def cmd_generalise(args: argparse.Namespace) -> int:
     """Evaluate policies on held-out scenarios (and zero-shot variants); write and print the tables."""
     from fl_gym.training.generalisation import HELD_OUT, METRICS, generalisation, markdown
@@ -350,9 +354,12 @@ def cmd_generalise(args: argparse.Namespace) -> int:
     metrics = METRICS if args.metrics is None else split_list(args.metrics)
     require(bool(metrics), "--metrics", args.metrics, "one or more info keys, comma-separated")
     out = output_folder(args, "generalise")
-    results = generalisation(args.env_id, specs, scenarios, variants, parse_seed_list(args.seeds, "--seeds"),
-                             parse_kv(args.env_kwargs, "--env-kwargs"), args.reference, metrics, out,
-                             progress=not args.no_progress)
+    seeds, env_kwargs = parse_seed_list(args.seeds, "--seeds"), parse_kv(args.env_kwargs, "--env-kwargs")
+    try:
+        results = generalisation(args.env_id, specs, scenarios, variants, seeds, env_kwargs, args.reference,
+                                 metrics, out, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        return _interrupted(out)
     print(markdown(results))
     print(f"tables in {out}")
     return 0

@@ -180,7 +180,7 @@ def require_policies(policies: object) -> None:
 def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_SEEDS,
             env_kwargs: dict | None = None,
             rounds: int | None = None, out_dir: str | Path | None = None, progress: bool = True,
-            target: float | None = None) -> dict[str, Any]:
+            target: float | None = None, episodes_dir: str | Path | None = None) -> dict[str, Any]:
     """Evaluate every policy on the same seeds; write tables and plots to ``out_dir``; return the results.
 
     ``env_kwargs`` apply to every policy; a baseline's own env variant is applied on top. With a
@@ -188,7 +188,9 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
     round whose ``accuracy`` reaches it (misses censored, :func:`_to_target`), ``time_to_target``,
     the median simulated seconds until then, and ``reached``, the share of episodes that did.
     ``series`` keeps each metric per round: its mean, its std and every episode's curve
-    (``per_seed``, in seed order), so a new target or statistic needs no rerun.
+    (``per_seed``, in seed order), so a new target or statistic needs no rerun. Each policy's
+    episodes are kept in ``episodes_dir`` (default: ``out_dir/episodes``) as it finishes, and read
+    back by a later call with the same arguments (:func:`_kept`).
     """
     require(rounds is None or is_int_at_least(rounds, 1), "--rounds", rounds, "an integer >= 1")
     require_fraction("--target", target, optional=True)
@@ -208,13 +210,17 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
     episodes: dict[str, list[Episode]] = {}
     bar = tqdm(total=len(parsed) * len(seeds), desc=f"compare {env_id}", unit="episode",
                disable=None if progress else True)  # None: off when not writing to a terminal
-    kept = None if out_dir is None else Path(out_dir) / "episodes"
+    if episodes_dir is None and out_dir is not None:
+        episodes_dir = Path(out_dir) / "episodes"
     for p in parsed:
         kwargs = {**(env_kwargs or {}), **p.env_kwargs}
         key = {"env_id": env_id, "env_kwargs": kwargs, "seeds": list(seeds), "rounds": rounds,
                "policy": p.label, "files": p.files}
-        episodes[p.label] = _kept(kept, key, lambda kw=kwargs, p=p: evaluate(lambda: gym.make(env_id, **kw),
-                                                                             p.factory, seeds, rounds))
+
+        def play(kw: dict[str, Any] = kwargs, p: PolicySpec = p) -> list[Episode]:
+            return evaluate(lambda: gym.make(env_id, **kw), p.factory, seeds, rounds)
+
+        episodes[p.label] = _kept(episodes_dir, key, play)
         bar.update(len(seeds))  # the seeds' episodes run side by side in one batched vector env
     bar.close()
     results = {"env_id": env_id, "env_kwargs": env_kwargs or {}, "seeds": list(seeds),
@@ -227,7 +233,7 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
     return results
 
 
-def _kept(folder: Path | None, key: dict[str, Any], play: Callable[[], list[Episode]]) -> list[Episode]:
+def _kept(folder: str | Path | None, key: dict[str, Any], play: Callable[[], list[Episode]]) -> list[Episode]:
     """``play()``'s episodes, kept in ``folder`` (None: nowhere) under ``key``, what they depend on.
 
     So a compare stopped part way resumes with the policies it had finished. A key that is no
@@ -236,7 +242,7 @@ def _kept(folder: Path | None, key: dict[str, Any], play: Callable[[], list[Epis
     if folder is None:
         return play()
     key = json.loads(json.dumps(key, sort_keys=True, default=repr))
-    path = folder / f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
+    path = Path(folder) / f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
     with contextlib.suppress(FileNotFoundError, UserError):  # none yet, or not one of ours: play again
         stored = read_json(path, ("key", "episodes"))
         if stored["key"] == key:

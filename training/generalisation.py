@@ -46,7 +46,8 @@ def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequenc
         reference: the policy string whose metrics the ratios divide by (one of ``policies``; None:
             the first).
         metrics: summary keys of ``fl-gym compare`` to tabulate.
-        out_dir: where ``results.json`` and ``results.md`` go (None: nowhere).
+        out_dir: where ``results.json`` and ``results.md`` go, and the episodes as they finish
+            (``episodes/``: a run stopped part way resumes with them; None: nowhere).
         progress: print each scenario as it starts.
     """
     require_policies(policies)
@@ -65,6 +66,7 @@ def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequenc
     require(reference in policies, "reference", reference, f"one of the policies {list(policies)}")
     if out_dir is not None:
         require_writable(out_dir, "out_dir")
+    kept = None if out_dir is None else Path(out_dir) / "episodes"  # so that a stopped run resumes
     rows: list[dict[str, Any]] = []
     unable: dict[str, dict[str, str]] = {}  # variant -> policy -> why it cannot act there
     # loads each model once here
@@ -77,7 +79,8 @@ def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequenc
                     print(f"{name}, {label}, scenario_seed={scenario}", flush=True)
                 kwargs = {**(env_kwargs or {}), **extra, "scenario_seed": scenario}
                 try:
-                    stats = compare(env_id, [policy], tuple(seeds), kwargs, progress=False)["summary"][label]
+                    stats = compare(env_id, [policy], tuple(seeds), kwargs, progress=False,
+                                    episodes_dir=kept)["summary"][label]
                 except UserError as exc:  # a policy that cannot act here, e.g. a flat agent on another
                     # client count; any other error is a bug, and is raised
                     require(policy != reference, "reference", reference,
