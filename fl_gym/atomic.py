@@ -24,10 +24,17 @@ def write_text(path: str | Path, text: str) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        raise
+        raise _naming(err, path) from err
     return path
+
+
+def _naming(err: BaseException, path: Path) -> BaseException:
+    """``err``, or for an ``OSError`` that names no file (a full disk, met mid-write) one naming ``path``."""
+    if isinstance(err, OSError) and err.filename is None and err.errno is not None:
+        return OSError(err.errno, err.strerror, str(path))
+    return err
 
 
 def _umask() -> int:
@@ -63,9 +70,9 @@ def write_via(path: str | Path, write: Callable[[Path], object]) -> Path:
     try:
         write(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
-        raise
+        raise _naming(err, path) from err
     return path
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 
 import pytest
 
-from fl_gym.atomic import read_json, write_json
+from fl_gym.atomic import read_json, write_json, write_via
 
 
 def test_result_files_follow_the_umask(tmp_path):
@@ -41,3 +42,32 @@ def test_a_result_file_without_what_its_reader_reads_is_named_as_damaged(tmp_pat
         damaged = rf"^{re.escape(str(path))} is damaged \(no '{missing}'\); allowed: JSON as fl-gym writes it"
         with pytest.raises(ValueError, match=damaged):
             read_json(path, ("algo", "seed"))
+
+
+def _full(*_):
+    raise OSError(errno.ENOSPC, "No space left on device")  # as a write past a full disk: no file named
+
+
+def test_a_full_disk_names_the_file_and_leaves_the_old_one_whole(tmp_path, monkeypatch):
+    path = write_json(tmp_path / "r.json", {"a": 1})
+    monkeypatch.setattr(os, "fsync", _full)
+    with pytest.raises(OSError) as raised:
+        write_json(path, {"a": 2})
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, str(path))
+    assert read_json(path) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    with pytest.raises(OSError) as raised:
+        write_via(tmp_path / "m.zip", _full)  # a model's or a plot's writer
+    assert raised.value.filename == str(tmp_path / "m.zip")
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_a_full_disk_is_one_line_on_the_command_line(tmp_path, monkeypatch, capsys):
+    from fl_gym.training.cli import main
+
+    monkeypatch.setattr(os, "fsync", _full)
+    code = main(["compare", "FLAggregate-v0", "--policies", "fedavg", "--seeds", "1", "--rounds", "1",
+                 "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"fl-gym: error: {tmp_path / 'episodes'}/")  # the first file it writes
+    assert "could not be written (No space left on device)" in err

@@ -864,13 +864,16 @@ def _warnings_in_one_line(keep: bool) -> Iterator[None]:
 def _user_error(err: Exception) -> str | None:
     """The one line of a mistake of the input, None for anything else (a bug: its traceback shows).
 
-    A path past the file system's limit is one wherever a command reads it.
+    A path past the file system's limit is one wherever a command reads it, and so is a full disk.
     """
     if isinstance(err, USER_ERRORS):
         return str(err)
     if isinstance(err, OSError) and err.errno == errno.ENAMETOOLONG:
         return (f"path {reprlib.repr(str(err.filename))} is out of range; allowed: a path the file system "
                 f"takes ({err.strerror})")
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"{err.filename or 'a file'} could not be written ({err.strerror}): free space there or "
+                "write elsewhere; what was written before is whole, and a resumable command goes on from it")
     return None
 
 
