@@ -99,7 +99,7 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
         recipe, models = load_recipe(target)
         _warn_seed_overlap(target, _run_config(target), eval_seeds)
         return PolicySpec(f"{algo}:{run_name}", lambda env: compose(recipe, env, models),
-                          files=_digest(sorted(target.rglob("*.zip")) + [target / "recipe.json"]))
+                          files=_digest(sorted(target.glob("*/model.zip")) + [target / "recipe.json"]))
     if algo in recipes:
         raise FileNotFoundError(f"policy {policy!r}: no finished {algo} recipe at {target} (recipe.json)")
     model_path = target / "model.zip" if target.is_dir() else target
