@@ -832,6 +832,21 @@ def test_kept_episodes_of_a_model_retrained_in_place_are_not_reused(tmp_path):
     assert policy_spec(f"ppo:{folder}", "FLHeteroAlloc-v0").files not in ("", before)
 
 
+def test_a_checkpoint_is_played_with_its_runs_arguments_and_seeds(tmp_path):
+    """A residual agent's checkpoint was played on the plain env: scored as another policy, unwarned."""
+    from fl_gym.training.compare import policy_spec
+
+    kwargs = {"residual_policy": "oracle"}
+    run = runs.RunConfig("FLHeteroIntensity-v0", env_kwargs=kwargs, n_envs=2)
+    folder = runs.create_run_dir(run, tmp_path / "r")
+    model = PPO("MlpPolicy", gym.make("FLHeteroIntensity-v0", **kwargs), n_steps=8, batch_size=8)
+    checkpoint = folder / "checkpoints" / "model_8_steps.zip"
+    model.save(checkpoint)
+    with pytest.warns(UserWarning, match=r"evaluation seeds \[1\] were used to train"):
+        spec = policy_spec(f"ppo:{checkpoint}", "FLHeteroIntensity-v0", (1, 9))
+    assert spec.env_kwargs == kwargs
+
+
 def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):
     code, out, _ = run_cli(["compare", "FLSelect-v0", "--policies", "random-drop[q=0.5,seed=3]",
                             "--seeds", 10000, "--rounds", 2, "--out", tmp_path, "--no-progress"], capsys)

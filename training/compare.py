@@ -105,8 +105,9 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
     model_path = target / "model.zip" if target.is_dir() else target
     if not model_path.is_file():
         raise FileNotFoundError(f"policy {policy!r}: no model at {model_path}")
-    run = _run_config(model_path.parent)
-    _warn_seed_overlap(model_path.parent, run, eval_seeds)
+    run_dir = _run_folder(model_path)
+    run = _run_config(run_dir)
+    _warn_seed_overlap(run_dir, run, eval_seeds)
     if not is_whole_model(model_path):
         raise UserError(f"policy {policy!r}: {model_path} is not an SB3 model; allowed: a model file as "
                         "fl-gym train writes it (model.zip, a zip archive)")
@@ -144,6 +145,18 @@ def _with_kwargs(policy: str) -> tuple[str, dict[str, Any]]:
     if not rest.endswith("]"):
         raise UserError(f"policy {policy!r}: expected NAME[key=value,...]")
     return name, parse_kv(split_list(rest[:-1]), f"policy {policy!r}")
+
+
+def _run_folder(model_path: Path) -> Path:
+    """The run folder of a model file: its own, or the run's of a checkpoint or a recipe stage's model.
+
+    A run's arguments (a residual agent's base policy) reach its checkpoints too: without them a
+    checkpoint was played on the plain env, and scored as another policy.
+    """
+    for folder in model_path.parents[:3]:  # the model in run/, run/checkpoints/ or run/stage/checkpoints/
+        if (folder / "config.yml").is_file():
+            return folder
+    return model_path.parent
 
 
 def _run_config(run_dir: Path) -> RunConfig | None:
