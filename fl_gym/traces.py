@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +129,11 @@ def load_availability(path: str) -> DeviceAvailability:
     table = _load("availability_trace", path, AVAILABILITY_FORMAT)
     ids = list(table)
     intervals = [_intervals(path, key, table[key]) for key in ids]
+    unreached = [key for key, (starts, _, period) in zip(ids, intervals, strict=True) if starts[-1] >= period]
+    if unreached:  # time is read modulo the period (by FedScale too): such an interval never comes
+        warnings.warn(f"availability_trace={path!r}: {len(unreached)} of {len(ids)} clients (first "
+                      f"{unreached[0]!r}) have intervals that start at or after their finish_time; the trace "
+                      "repeats every finish_time seconds, so those intervals are never reached", stacklevel=2)
     count = np.array([len(s) for s, _, _ in intervals])
     first = np.concatenate([[0], np.cumsum(count)[:-1]])
     starts = np.concatenate([s for s, _, _ in intervals])

@@ -50,6 +50,15 @@ def test_online_intervals_by_hand(tmp_path):
         np.testing.assert_array_equal(_reference_online(trace, devices, time), [on, True])
 
 
+def test_intervals_past_the_period_are_named_as_never_reached(tmp_path):
+    """The time is read modulo finish_time: an interval that starts after it is dead, and was silent."""
+    table = {1: {"active": [10], "inactive": [20], "finish_time": 100},
+             2: {"active": [10, 150], "inactive": [20, 160], "finish_time": 100}}
+    with pytest.warns(UserWarning, match=r"1 of 2 clients \(first 2\) have intervals that start at or after"):
+        trace = load_availability(_write(tmp_path, "availability.pkl", table))
+    assert [trace.online(np.array([1]), t)[0][0] for t in (15, 50, 155)] == [True, False, False]
+
+
 def test_when_no_device_is_online_the_one_back_soonest_is(tmp_path):
     table = {1: {"active": [80], "inactive": [90], "finish_time": 100},
              2: {"active": [30], "inactive": [40], "finish_time": 100}}
