@@ -844,6 +844,10 @@ def test_a_checkpoint_is_played_with_its_runs_arguments_and_seeds(tmp_path):
     with pytest.warns(UserWarning, match=r"evaluation seeds \[1\] were used to train"):
         spec = policy_spec(f"ppo:{checkpoint}", "FLHeteroIntensity-v0", (1, 9))
     assert spec.env_kwargs == kwargs
+    # labelled by run and file: another run's checkpoint of the same step was the same "ppo:model_8_steps"
+    assert spec.label == "ppo:r/checkpoints/model_8_steps"
+    model.save(folder / "model.zip")
+    assert policy_spec(f"ppo:{folder / 'model.zip'}", "FLHeteroIntensity-v0", (9,)).label == "ppo:r"
 
 
 def test_fixed_policy_kwargs_in_a_compare_spec(tmp_path, capsys):

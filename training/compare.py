@@ -94,11 +94,10 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
         raise UserError(f"policy {policy!r}: algorithm {algo!r} is out of range; allowed: "
                          f"{', '.join((*ALGOS, *recipes))}")
     target = Path(path)
-    run_name = target.stem if target.suffix == ".zip" else target.name
     if is_recipe(target):
         recipe, models = load_recipe(target)
         _warn_seed_overlap(target, _run_config(target), eval_seeds)
-        return PolicySpec(f"{algo}:{run_name}", lambda env: compose(recipe, env, models),
+        return PolicySpec(f"{algo}:{target.name}", lambda env: compose(recipe, env, models),
                           files=_digest(sorted(target.glob("*/model.zip")) + [target / "recipe.json"]))
     if algo in recipes:
         raise FileNotFoundError(f"policy {policy!r}: no finished {algo} recipe at {target} (recipe.json)")
@@ -116,8 +115,20 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
     model = ALGOS[loaded].load(model_path, device="cpu")
     bound = {k: v for k, v in (run.env_kwargs if run is not None else {}).items()
              if k in family_of(env_id).agent_kwargs}
-    return PolicySpec(f"{loaded}:{run_name}", lambda env: _fits(model, env, policy), bound,
-                      _digest([model_path]))
+    return PolicySpec(f"{loaded}:{_model_name(model_path, run_dir if run is not None else None)}",
+                      lambda env: _fits(model, env, policy), bound, _digest([model_path]))
+
+
+def _model_name(model_path: Path, run_dir: Path | None) -> str:
+    """A loaded model's label: its run's name, with the file's where it is not the run's model.zip.
+
+    So two runs' checkpoints of the same step (``model_32_steps``) are told apart.
+    """
+    if run_dir is None:
+        return model_path.parent.name if model_path.name == "model.zip" else model_path.stem
+    if model_path == run_dir / "model.zip":
+        return run_dir.name
+    return f"{run_dir.name}/{model_path.relative_to(run_dir).with_suffix('').as_posix()}"
 
 
 def _digest(paths: list[Path]) -> str:
