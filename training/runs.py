@@ -24,7 +24,7 @@ import datetime
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -236,8 +236,8 @@ def seeds_trained_on(cfg: RunConfig, folder: str | Path | None = None) -> set[in
         seed = cfg.seed + i
         n = cfg.n_envs if cfg.algo in ALGOS else int(block.get("n_envs", cfg.n_envs))
         starts = {0} if folder is None else _session_starts(Path(folder, name))
-        for done in starts:
-            seeds.update(range(session_seed(seed, done), session_seed(seed, done) + n))
+        for first in (session_seed(seed, done) for done in starts):
+            seeds.update(range(first, first + n))
         if "imitate" in block:
             seeds.update(range(seed + n, seed + n + int({**DEFAULTS, **block}["imitate_episodes"])))
     return seeds
@@ -251,8 +251,13 @@ def _session_starts(folder: Path) -> set[int]:
     return starts | ({checkpoint[1]} if checkpoint else set())
 
 
-def require_unseen(flag: str, seeds: Sequence[int], trained: set[int]) -> None:
-    """Refuse evaluation ``seeds`` (the value of ``flag``) that reset an episode the agents trained on."""
+def require_unseen(flag: str, seeds: Sequence[int], agents: Iterable[tuple[RunConfig, str | Path | None]]
+                   ) -> None:
+    """Refuse evaluation ``seeds`` (the value of ``flag``) that reset an episode the agents trained on.
+
+    ``agents``: each run's config and folder (None: a run not started, :func:`seeds_trained_on`).
+    """
+    trained = set().union(*(seeds_trained_on(cfg, folder) for cfg, folder in agents))
     require(not trained & set(seeds), flag, ",".join(map(str, seeds)),
             f"seeds the agents never trained on (seeds {_spans(trained)} reset their training episodes)")
 

@@ -28,25 +28,18 @@ def section(out: Path, name: str, env_id: str, policies: list[str], seeds: tuple
 
 
 def agent_run(out: Path, env_id: str, steps: int, env_kwargs: dict[str, Any], algo: str = "ppo"
-              ) -> tuple[Path, runs.RunConfig]:
-    """An agent's run folder, ``out/agents/ENV_ID/ALGO``, and its config: the stored one, or one to write."""
+              ) -> tuple[runs.RunConfig, Path]:
+    """An agent's config, the stored one or one to write, and its run folder ``out/agents/ENV_ID/ALGO``."""
     folder = out / "agents" / env_id / algo
     if (folder / "config.yml").is_file():
-        return folder, runs.load_run(folder)
-    return folder, runs.resolve(env_id, algo, env_kwargs=env_kwargs, total_timesteps=steps,
-                                save_freq=max(steps // 4, 240))
+        return runs.load_run(folder), folder
+    return runs.resolve(env_id, algo, env_kwargs=env_kwargs, total_timesteps=steps,
+                        save_freq=max(steps // 4, 240)), folder
 
 
-def require_unseen_by_agents(flag: str, seeds: tuple[int, ...],
-                             agents: list[tuple[Path, runs.RunConfig]]) -> None:
-    """Refuse evaluation ``seeds`` (``flag``) that reset a training episode of the :func:`agent_run` runs."""
-    trained = set().union(*(runs.seeds_trained_on(cfg, folder) for folder, cfg in agents))
-    runs.require_unseen(flag, seeds, trained)
-
-
-def agent(run: tuple[Path, runs.RunConfig], say: Say) -> Path:
+def agent(run: tuple[runs.RunConfig, Path], say: Say) -> Path:
     """Train (or resume, or reuse) the agent of :func:`agent_run`; its folder."""
-    folder, cfg = run
+    cfg, folder = run
     if not (folder / "config.yml").is_file():
         runs.create_run_dir(cfg, folder)
     say(f"training {cfg.algo} on {cfg.env_id} ({cfg.total_timesteps} steps)")

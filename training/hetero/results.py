@@ -55,7 +55,7 @@ from fl_gym.baselines.hetero import (
 from fl_gym.data import DATASETS, load_dataset
 from fl_gym.training.cli import Parser, parse_seed_list, split_list, writable
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
-from fl_gym.training.runs import RunConfig, require_unseen, seeds_trained_on
+from fl_gym.training.runs import RunConfig, require_unseen
 from fl_gym.validation import (
     MAX_THREADS,
     is_int_at_least,
@@ -404,6 +404,5 @@ def check_flags(cfg: ResultsConfig) -> None:
     labels = list(_rows(cfg, dict.fromkeys([*cfg.agents, "joint"])))  # the policies, none built
     unknown = [p for p in cfg.acc_policies or () if p not in labels]
     require(not unknown, "--acc-policies", unknown, f"labels separated by ';' among {labels}")
-    trained = set().union(*(seeds_trained_on(plan) for plan in plans))
     for flag, seeds in (("--eval-seeds", cfg.eval_seeds), ("--acc-seeds", cfg.acc_seeds)):
-        require_unseen(flag, seeds, trained)
+        require_unseen(flag, seeds, [(plan, None) for plan in plans])  # none started yet

@@ -24,7 +24,8 @@ from fl_gym.atomic import write_text
 from fl_gym.baselines.rates import FedEntPolicy
 from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, split_list, writable
 from fl_gym.training.compare import markdown_table
-from fl_gym.training.sections import agent, agent_run, require_unseen_by_agents, section
+from fl_gym.training.runs import require_unseen
+from fl_gym.training.sections import agent, agent_run, section
 from fl_gym.training.trace import decision_trace
 from fl_gym.validation import is_int_at_least, require, require_fraction
 
@@ -94,7 +95,7 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
     unknown = [n for n in chosen if n not in sections]
     require(not unknown, "--sections", unknown, ", ".join(sections))
     plan = agent_run(out, env_id, args.agent_steps, {}) if args.agent_steps > 0 else None
-    require_unseen_by_agents("--agent-seeds", agent_seeds, [plan] if plan else [])
+    require_unseen("--agent-seeds", agent_seeds, [plan] if plan else [])
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables: dict[str, dict[str, Any]] = {}
     logs = {}

@@ -23,7 +23,8 @@ from typing import Any
 from fl_gym.atomic import write_text
 from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, writable
 from fl_gym.training.compare import markdown_table
-from fl_gym.training.sections import agent, agent_run, require_unseen_by_agents, section
+from fl_gym.training.runs import require_unseen
+from fl_gym.training.sections import agent, agent_run, section
 from fl_gym.validation import is_int_at_least, require, require_fraction
 
 SERVER = {"server_data_fraction": 0.1, "allow_server_data": True}
@@ -64,7 +65,7 @@ def reproduce(argv: list[str]) -> int:
     require_fraction("--target", args.target)
     agents = {env_id: agent_run(out, env_id, args.agent_steps, _agent_kwargs(env_id, base), _algo(env_id))
               for env_id in AGENT_POLICIES} if args.agent_steps > 0 else {}
-    require_unseen_by_agents("--seeds", seeds, list(agents.values()))
+    require_unseen("--seeds", seeds, agents.values())
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables = {}
 
