@@ -3,13 +3,13 @@
 :class:`BatchedVecEnv` is an SB3 ``VecEnv``. It steps its copies in turn through one
 :class:`~fl_gym.engine.batcher.CohortBatcher`: every copy's local training and evaluation wait
 until all copies have reached theirs, then run as one stacked batch (``N x k`` clients in one
-cohort, ``N`` global models in one evaluation; past ``MERGED_COPIES`` copies, the copies step in
-turns of that many, each turn batched). Each copy keeps its own scenario, partition,
-models, server state, clock and random streams; the data set is loaded once (it is cached per
-process). Copy ``i`` seeded ``s + i`` plays the episode a stand-alone env seeded ``s + i`` plays,
-up to float rounding of the larger batched matrix products. Their actions are checked as rows
-before any copy plays, and their family encodes every copy's observation in one call over the
-copies (``FLEnv.observe_copies``).
+cohort, ``N`` global models in one evaluation; past ``MERGED_COPIES`` copies, or
+``MERGED_COPIES_GPU`` on a GPU, the copies step in turns of that many, each turn batched). Each
+copy keeps its own scenario, partition, models, server state, clock and random streams; the
+data set is loaded once (it is cached per process). Copy ``i`` seeded ``s + i`` plays the
+episode a stand-alone env seeded ``s + i`` plays, up to float rounding of the larger batched
+matrix products. Their actions are checked as rows before any copy plays, and their family
+encodes every copy's observation in one call over the copies (``FLEnv.observe_copies``).
 
 Copies that train nothing (a timing backend) have no engine calls to merge; where their family
 registers a ``vector_clock`` (see ``docs/extending.md``), it plays every copy's step as
@@ -195,7 +195,7 @@ class BatchedVecEnv(StepCalls, CopySeeds, Unrendered, VecEnv):
         trains = any(fed.config.train for fed in feds)
         # one copy, or copies that train nothing (a timing backend), have nothing to merge: step in turn
         merging = len(feds) > 1 and trains
-        self.batcher = CohortBatcher(len(feds)) if merging else None
+        self.batcher = CohortBatcher(len(feds), feds[0].device) if merging else None
         buffers = BufferPool()  # one pool for the copies' lasting state: it keeps what they hold at once
         for fed in feds if merging else ():
             fed.batcher, fed.buffers = self.batcher, buffers

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks, on a machine with a CUDA device and fl-gym installed (at most 810 s, the sum of
+# The GPU checks, on a machine with a CUDA device and fl-gym installed (at most 910 s, the sum of
 # the steps' limits; on one H200 the tests took 28 s and each vec step 43-59 s): the GPU tests,
 # then the benchmark sections docs/performance.md quotes for a GPU, each step under its own time
 # limit so that one slow step leaves the others' results. Logs go to OUT.
@@ -26,6 +26,9 @@ bench=("$python" -m fl_gym.training.cli bench)
 step tests 150 "$python" -m pytest -q -p no:cacheprovider "$repo/tests/test_gpu.py" "$repo/tests/test_vector.py" \
     -k "gpu or cuda"
 step graphs 120 "${bench[@]}" --sections graphs --device cuda --scenarios S3,S4,S1 --repeats 9
+# one process's 64 copies merged in turns of 16 (a CPU's) and of 64 (a GPU's)
+step turns 100 "${bench[@]}" --sections turns --device cuda --vec-envs 64 \
+    --vec-ids FLSelect-v0,FLAggregate-v0,FLLearningRate-v0
 for id in FLSelect-v0 FLAggregate-v0 FLLearningRate-v0; do
     step "vec-$id" 90 "${bench[@]}" --sections vec --device cuda --vec-envs 16 --vec-ids "$id"
     # the batched env replaying CUDA graphs of the merged trainings whose shape recurs

@@ -307,6 +307,26 @@ def test_bench_vec_section(capsys, monkeypatch):
         assert len(calls) == 3 and calls == sorted(calls, reverse=True) and calls[-1] > 0
 
 
+def test_bench_turns_section(capsys):
+    """Only the counts above the smallest turn, only the ids that train; the device's default turn marked."""
+    code, out, err = run_cli(["bench", "--sections", "turns", "--vec-envs", "1,3", "--vec-turns", "2,16",
+                              "--vec-ids", "FLAggregate-v0,FLHetero-v0"], capsys)
+    assert code == 0
+    rows = re.findall(r"^\| (\S+) \| (\d+) \| (.+) \| ([\d,.]+) \| ([\d.]+) \|$", out, re.M)
+    assert [row[:3] for row in rows] == [("FLAggregate-v0", "3", "2"),
+                                         ("FLAggregate-v0", "3", "16 (default)")]
+    assert rows[0][4] == "1.00" and float(rows[1][4]) > 0
+    assert "FLHetero-v0 trains nothing" in err
+
+
+def test_bench_turns_default_to_the_batchers_turns():
+    from fl_gym.engine import batcher
+    from fl_gym.training.cli import build_parser
+
+    args = build_parser().parse_args(["bench"])
+    assert args.vec_turns == f"{batcher.MERGED_COPIES},{batcher.MERGED_COPIES_GPU}"
+
+
 def test_the_engine_bound_is_the_one_process_rate_over_its_engine_share_by_the_dummy_rate():
     from fl_gym.training.vec_bench import VecResult, vec_table
 
@@ -892,6 +912,11 @@ def test_comma_separated_flags_lose_the_spaces_around_their_items(capsys):
     (["compare", "FLAggregate-v0", "--policies", "fedavg", "--seeds", "-1"], "--seeds='-1' is out of range"),
     (["bench", "--sections", "vec", "--vec-envs", "0"], "--vec-envs='0' is out of range"),
     (["bench", "--sections", "vec", "--vec-calls", "-1"], "--vec-calls=-1 is out of range"),
+    (["bench", "--sections", "turns", "--vec-turns", "4,4"], "allowed: distinct copy counts in [1, 4096]"),
+    (["bench", "--sections", "turns", "--vec-turns", "0"], "--vec-turns='0' is out of range"),
+    # every count steps in one turn of the smallest size: nothing to compare
+    (["bench", "--sections", "turns", "--vec-envs", "1,16"],
+     "--vec-envs='1,16' has no count above the smallest"),
     # '' is a mistake, not the default (the whole suite, the default folder)
     (["benchmark", "run", "--tasks", ""], "--tasks='' is out of range"),
     (["benchmark", "run", "--out", ""], "--out='' is out of range"),

@@ -26,6 +26,7 @@ from fl_gym.engine import (
     make_schedule,
     train_cohort,
 )
+from fl_gym.engine.batcher import MERGED_COPIES, MERGED_COPIES_GPU
 from fl_gym.engine.graphs import CohortGraphs
 from fl_gym.engine.reference import reference_train
 from fl_gym.models import Stack, build_model
@@ -109,6 +110,8 @@ def test_batched_copies_on_cuda_train_there_and_keep_the_cpu_clock(env_id):
         vec = fl_gym.make_vec(env_id, 3, seed=5, monitor=False, rounds_per_episode=3, device=device)
         feds = vec.get_attr("federation")
         assert feds[0].device.type == device and feds[1].x_train is feds[0].x_train
+        launch_bound = device == "cuda" and vec.batcher.graphs is None  # more copies merge in a turn
+        assert vec.batcher.turn == (MERGED_COPIES_GPU if launch_bound else MERGED_COPIES)
         vec.reset()
         vec.action_space.seed(0)
         steps = [vec.step(np.stack([vec.action_space.sample() for _ in range(3)])) for _ in range(4)]

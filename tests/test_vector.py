@@ -211,6 +211,21 @@ def test_training_statistics_averages_and_evaluation_merge_across_the_copies_of_
                                              ["TrainRequest", "StatsRequest"]]] * 4
 
 
+@pytest.mark.parametrize("device,graphs,turn", [
+    ("cpu", "0", "MERGED_COPIES"),
+    ("cuda", "0", "MERGED_COPIES_GPU"),  # launch-bound: more copies per merged call
+    ("cuda", "1", "MERGED_COPIES"),  # replays of graphs captured for the CPU's turns were faster
+    ("cpu", "1", "MERGED_COPIES"),
+])
+def test_copies_merge_in_larger_turns_on_a_gpu_unless_graphs_replay(device, graphs, turn, monkeypatch):
+    """Built without touching the device: the turn is read off its type and the graphs switch."""
+    from fl_gym.engine import batcher
+
+    monkeypatch.setenv("FL_GYM_CUDA_GRAPHS", graphs)
+    assert batcher.MERGED_COPIES != batcher.MERGED_COPIES_GPU
+    assert batcher.CohortBatcher(4, torch.device(device)).turn == getattr(batcher, turn)
+
+
 def _hand_offs(monkeypatch) -> dict[int, list[list[str]]]:
     """Each copy's hand-offs to its batcher from now on: the kinds of the requests of each."""
     from fl_gym.engine.batcher import CohortBatcher

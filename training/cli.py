@@ -518,7 +518,8 @@ def _bench_parser(sub: Any) -> None:
                    "sharded federation; needs fl-gym[ray]), behaviour (device behaviour's cost: a "
                    "10,000-client federation with an availability trace, and the envs that play it at 16 "
                    "copies), graphs (--scenarios' batched round on the CPU, eager on the GPU and as a CUDA "
-                   "graph replay; needs --device cuda)")
+                   "graph replay; needs --device cuda), turns (one process's batched env with its copies "
+                   "merged in turns of each --vec-turns size, at the --vec-envs counts above the smallest)")
     p.add_argument("--ppo-env", default="FLLearningRate-v0",
                    help="env id of the ppo section (its ppo.yml block)")
     p.add_argument("--ppo-steps", type=int, default=100_000, help="steps of the ppo section")
@@ -527,6 +528,8 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--vec-calls", type=int, default=0, metavar="N",
                    help="with the vec section, also list the N functions each one-process run calls most, "
                    "with their Python calls per copy-step (where the calls column's go; 0: none)")
+    p.add_argument("--vec-turns", default="16,64", help="copies merged in one turn, in the turns section "
+                   "(the defaults on a CPU and on a GPU)")
     p.add_argument("--vec-ids", default=None,
                    help="env ids of the vec section (default: the default id of every "
                    "family)")
@@ -552,7 +555,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fl_gym.training import bench, vec_bench
 
     sections = split_list(args.sections)
-    known = ("engine", "envs", "recipes", "vec", "memory", "ppo", "ray", "behaviour", "graphs")
+    known = ("engine", "envs", "recipes", "vec", "turns", "memory", "ppo", "ray", "behaviour", "graphs")
     unknown = sorted(set(sections) - set(known))
     if unknown or not sections:
         raise UserError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
@@ -575,6 +578,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     counts = tuple(parse_ints(args.vec_envs))
     require(bool(counts) and all(1 <= n <= MAX_COPIES for n in counts), "--vec-envs", args.vec_envs,
             f"copy counts in [1, {MAX_COPIES}]")
+    turns = tuple(parse_ints(args.vec_turns))
+    require(bool(turns) and len(set(turns)) == len(turns) and all(1 <= n <= MAX_COPIES for n in turns),
+            "--vec-turns", args.vec_turns, f"distinct copy counts in [1, {MAX_COPIES}]")
+    if "turns" in sections and max(counts) <= min(turns):
+        raise UserError(f"--vec-envs={args.vec_envs!r} has no count above the smallest --vec-turns "
+                        f"({min(turns)}), which the turns section needs: fewer copies step in one turn")
     # '' names no id (refused), not the defaults
     vec_ids = None if args.vec_ids is None else _registered_ids(args.vec_ids, "--vec-ids")
     memory_ids = None if args.memory_envs is None else _registered_ids(args.memory_envs, "--memory-envs")
@@ -597,6 +606,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(vec_bench.engine_kinds_table(results) + "\n")
         if args.vec_calls:
             print(vec_bench.busiest_table(results) + "\n")
+    if "turns" in sections:
+        results = vec_bench.turn_benchmark(counts, vec_ids or vec_bench.default_ids(), turns,
+                                           device=args.device, progress=say)
+        print(vec_bench.turn_table(results) + "\n")
     if "memory" in sections:
         results = vec_bench.memory_benchmark(memory_ids or vec_bench.training_ids(),
                                              (1, *(n for n in counts if n > 1)), args.memory_steps,

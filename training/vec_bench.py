@@ -1,4 +1,4 @@
-"""``fl-gym bench --sections vec,memory,ppo``: the vector envs on each family's default, memory, PPO.
+"""``fl-gym bench --sections vec,turns,memory,ppo``: the vector envs, their merged turns, memory, PPO.
 
 For each env id (by default every family's first, its default preset), SB3's
 ``DummyVecEnv`` (copies one after the other), ``SubprocVecEnv`` (one process per copy; up to 16
@@ -7,6 +7,8 @@ copies) and the batched vector env in one process and with its default workers
 at several copy counts, each the median of repeated timed runs of a few vector steps
 (interleaved, after a warm-up), with the ratios measured in the same run. One torch thread per
 process (the env's ``num_threads=1``, so worker processes do not oversubscribe the cores). The
+``turns`` section times the one-process batched env with its copies merged in turns of several
+sizes (:class:`~fl_gym.engine.batcher.CohortBatcher`'s ``turn``). The
 ``memory`` section reads the resident memory of the batched and the dummy vector env of every
 family that trains (and the models the copies hold, which the memory target adds), each in a
 fresh process; the ``ppo`` section times SB3 PPO for 100k steps on one accuracy-driven default
@@ -336,6 +338,59 @@ def vec_table(results: list[VecResult]) -> str:
                     f"{s['batched'] / s['dummy']:.2f} | {s['batched'] / s['subproc']:.2f} | "
                     f"{r.engine_share:.0%} | {r.engine_bound:.2f} | {r.calls:,.0f} |")
     return "\n".join(rows).replace("nan%", "-").replace("nan", "-")
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """Steps/s of one process's batched env with its copies merged in turns of each size.
+
+    ``default`` is the turn the batcher picks on the run's device (``MERGED_COPIES``, or
+    ``MERGED_COPIES_GPU`` on a GPU without CUDA graphs).
+    """
+
+    env_id: str
+    n_envs: int
+    steps_per_s: dict[int, float]
+    default: int
+
+
+def turn_benchmark(counts: tuple[int, ...], env_ids: Sequence[str], turns: tuple[int, ...], steps: int = 6,
+                   repeats: int = 5, device: str = "cpu",
+                   progress: Callable[[str], None] = print) -> list[TurnResult]:
+    """Each id that trains at each copy count in one process, merged in turns of each size, interleaved.
+
+    Whether merging more copies into one engine call pays on ``device``: on a CPU a merged call
+    costs about what its clients do, on a GPU about what its kernel launches do.
+    """
+    results = []
+    with torch_threads(1):
+        for env_id in env_ids:
+            if not _trains(env_id):
+                progress(f"{env_id} trains nothing: its copies merge no engine calls, in turns or not")
+                continue
+            for n in (n for n in counts if n > min(turns)):  # fewer copies: one turn at every size
+                progress(f"{env_id}, {n} copies on {device}: turns of {', '.join(map(str, turns))}...")
+                runs, vecs = zip(*[stepper(env_id, "batched-1", n, steps, device=device) for _ in turns],
+                                 strict=True)
+                default = vecs[0].batcher.turn
+                for vec, turn in zip(vecs, turns, strict=True):
+                    vec.batcher.turn = turn
+                seconds = interleaved_medians(list(runs), [repeats] * len(runs), torch.device(device))
+                for vec in vecs:
+                    vec.close()
+                results.append(TurnResult(env_id, n, {t: n * steps / s for t, s in zip(turns, seconds,
+                                                                                      strict=True)}, default))
+    return results
+
+
+def turn_table(results: list[TurnResult]) -> str:
+    """Markdown: steps/s at each turn size, and against the first size, the device's default marked."""
+    rows = ["| env id | copies | turns of | steps/s | against the first |", "|---|---|---|---|---|"]
+    for r in results:
+        first = next(iter(r.steps_per_s.values()))
+        rows += [f"| {r.env_id} | {r.n_envs} | {turn}{' (default)' if turn == r.default else ''} | "
+                 f"{rate:,.1f} | {rate / first:.2f} |" for turn, rate in r.steps_per_s.items()]
+    return "\n".join(rows)
 
 
 MEMORY_KINDS = ("batched", "dummy")

@@ -10,10 +10,10 @@ its memory past ``MERGED_TRAIN_CLIENTS`` clients, ``MERGED_EVAL_ROWS`` pairs of 
 or ``MERGED_VALUES`` values of activations or models) and hands each copy its share. A copy
 hands in the requests of one phase at once, in stages (a request's ``stage``): its training and
 then the statistics and local evaluations of the models it trains, its averages and then the
-evaluation of the models they make, each one hand-off. More than ``MERGED_COPIES`` copies step
-in turns of that many, one turn after the other. The copies' Python runs one after the other
-(the GIL would serialise it anyway); what gains is the engine, whose per-step cost grows far
-slower than the clients it stacks.
+evaluation of the models they make, each one hand-off. More than ``MERGED_COPIES`` copies
+(``MERGED_COPIES_GPU`` on a GPU) step in turns of that many, one turn after the other. The
+copies' Python runs one after the other (the GIL would serialise it anyway); what gains is the
+engine, whose per-step cost grows far slower than the clients it stacks.
 
 Requests are compatible when they train the same architecture in one role with the same local
 optimiser, batch size, loss and a stateless local algorithm (``LocalAlgorithm.stateless``: SGD,
@@ -261,6 +261,11 @@ MERGED_VALUES = 1 << 24
 # benchmarks (docs/performance.md), and 64 copies in one turn peaked at 1.1-1.4x the memory of
 # turns of 16.
 MERGED_COPIES = 16
+# On a GPU a merged call of the envs' small models is bound by its kernel launches, not its size:
+# one turn of 64 copies stepped 64 copies of the three accuracy-driven defaults 1.14-1.33x faster
+# than turns of 16 on one H200, eagerly (scripts/bench_turns.py; docs/performance.md). With CUDA
+# graphs turns stay at MERGED_COPIES: a turn of 64 replayed FLAggregate-v0's graphs 0.85x as fast.
+MERGED_COPIES_GPU = 64
 # A merged training's working set (the merged models, their gradients, the activations) grows with
 # its clients; past this many (or MERGED_VALUES) it trains in chunks, each still one batched call.
 MERGED_TRAIN_CLIENTS = 256
@@ -285,13 +290,17 @@ class CohortBatcher:
     merged by key and ordered by copy, and the waiting copies resume in copy order. All on one
     thread, a batched run is reproducible bit for bit, and it holds no per-copy thread stacks or
     allocator arenas (which a thread per copy, as the earlier designs had, did). The copies step
-    in turns of ``MERGED_COPIES`` consecutive copies (read when the batcher is built), each turn
-    run to its end before the next starts, so only one turn's mid-step state is alive at a time.
+    in turns of ``turn`` consecutive copies, each turn run to its end before the next starts, so
+    only one turn's mid-step state is alive at a time.
 
     Args:
         copies: the vector env's copies.
+        device: where their engine calls run: turns of ``MERGED_COPIES_GPU`` copies on a GPU (unless
+            CUDA graphs replay the trainings), of ``MERGED_COPIES`` elsewhere (read when the batcher
+            is built).
 
     Attributes:
+        turn: copies merged in one turn (set it to time another turn, as ``scripts/bench_turns.py``).
         flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
         engine_kinds: wall seconds spent in those calls by the requests' ``kind`` (``training``,
             ``evaluation``, ``probes``, ``statistics``, ``averages``), for the benchmark's engine
@@ -302,10 +311,12 @@ class CohortBatcher:
             trainings whose shape recurs; None (every training eager) otherwise.
     """
 
-    def __init__(self, copies: int) -> None:
-        self.copies, self.turn = copies, MERGED_COPIES
+    def __init__(self, copies: int, device: torch.device | str = "cpu") -> None:
+        self.copies = copies
         self.flushes, self.engine_kinds = 0, Counter()
         self.graphs = CohortGraphs() if os.environ.get("FL_GYM_CUDA_GRAPHS") == "1" else None
+        launch_bound = torch.device(device).type == "cuda" and self.graphs is None
+        self.turn = MERGED_COPIES_GPU if launch_bound else MERGED_COPIES
         self.synchronize: Callable[[], None] | None = None
         self._pending: list[_Pending] = []
         self._current = -1  # the copy whose greenlet runs
