@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,7 +105,7 @@ def test_a_damaged_torchvision_file_is_named_with_what_to_do(tmp_path, cut, said
     """A file cut short (an interrupted copy) was torchvision's bare AssertionError, or a parser's
     error naming neither the data set nor the file; torch's own (a cut in the data) was named already."""
     from fl_gym.data import offline
-    from fl_gym.data.datasets import _torchvision
+    from fl_gym.data.datasets import _read_torchvision
 
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
@@ -115,10 +116,34 @@ def test_a_damaged_torchvision_file_is_named_with_what_to_do(tmp_path, cut, said
     assert load_dataset("mnist", root=tmp_path, download=False).x_train.shape == (4, 1, 28, 28)
     labels = raw / "t10k-labels-idx1-ubyte"
     labels.write_bytes(labels.read_bytes()[:cut])
-    _torchvision.cache_clear()
+    _read_torchvision.cache_clear()
     message = rf"^dataset 'mnist': .*{re.escape(str(tmp_path))}/MNIST.* {said}.*prepare ROOT"
     with pytest.raises(DatasetNotFoundError, match=message):
         load_dataset("mnist", root=tmp_path, download=False)
+
+
+def test_a_data_set_is_read_once_whether_or_not_it_may_download(tmp_path, monkeypatch):
+    """An env that may download and a check that may not (HAPFL's timing backend and its accuracy
+    check) held two copies of MNIST; files fetched by the first call are read, not fetched again."""
+    from fl_gym.data import datasets, offline
+
+    def fetch(name, root, train, download):  # torchvision, with a download that writes small files
+        raw = Path(root) / "MNIST" / "raw"
+        if download and not raw.exists():
+            raw.mkdir(parents=True)
+            rng = np.random.default_rng(0)
+            for prefix, n in (("train", 4), ("t10k", 2)):
+                (raw / f"{prefix}-images-idx3-ubyte").write_bytes(offline.idx_images(rng.random((n, 784))))
+                (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(offline.idx_labels(rng.integers(0, 10, n)))
+            fetches.append(root)
+        return read(name, root, train, False)
+
+    fetches, read = [], datasets._tv_split
+    monkeypatch.setattr(datasets, "_tv_split", fetch)
+    first = load_dataset("mnist", root=tmp_path, download=True)
+    assert len(fetches) == 1 and first.x_train.shape == (4, 1, 28, 28)
+    assert load_dataset("mnist", root=tmp_path, download=False) is first
+    assert load_dataset("mnist", root=tmp_path, download=True) is first and len(fetches) == 1
 
 
 def test_a_failed_download_is_one_line(tmp_path, monkeypatch):

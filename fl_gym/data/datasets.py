@@ -145,14 +145,35 @@ def _tv_split(name: str, root: str, train: bool, download: bool) -> tuple[torch.
     return x, targets
 
 
-@functools.lru_cache(maxsize=4)
 def _torchvision(name: str, root: str, download: bool) -> Dataset:
+    """One copy per data set and folder, read from the files there (fetched first where missing).
+
+    ``download`` decides only whether missing files may be fetched, not which copy is returned:
+    a caller that may download and one that may not share the data set the first one read.
+    """
+    if download:
+        try:
+            return _read_torchvision(name, root)
+        except DatasetNotFoundError:
+            _splits(name, root, True)  # torchvision fetches what is missing; its errors say download=True
+    return _read_torchvision(name, root)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_torchvision(name: str, root: str) -> Dataset:
+    x_train, y_train, x_test, y_test = _splits(name, root, False)
+    x_train, x_test = _normalise(x_train, x_test)
+    num_classes = {"emnist-letters": 26, "cifar100": 100}.get(name, 10)
+    return Dataset(name, x_train, y_train, x_test, y_test, num_classes)
+
+
+def _splits(name: str, root: str, download: bool) -> tuple[torch.Tensor, ...]:
+    """The training and test images and labels as torchvision reads them, or an error saying what to do."""
     folder = f"{root}/{_TV_FOLDERS[name]}"
     prepare = ("or where only the package registries are reachable build MNIST and FashionMNIST with "
                "`fl-gym data prepare ROOT`")
     try:
-        x_train, y_train = _tv_split(name, root, True, download)
-        x_test, y_test = _tv_split(name, root, False, download)
+        return *_tv_split(name, root, True, download), *_tv_split(name, root, False, download)
     except (RuntimeError, OSError) as err:  # torchvision: "Dataset not found"; urllib: no network
         raise DatasetNotFoundError(  # torchvision lists each mirror it tried on a line of its own
             f"dataset {name!r}: no usable files under {folder} (download={download}: {one_line(err)}). Put "
@@ -165,6 +186,3 @@ def _torchvision(name: str, root: str, download: bool) -> Dataset:
             f"copy or download) or not torchvision's. Delete them and fetch them again (torchvision "
             f"downloads only missing files), {prepare}"
         ) from err
-    x_train, x_test = _normalise(x_train, x_test)
-    num_classes = {"emnist-letters": 26, "cifar100": 100}.get(name, 10)
-    return Dataset(name, x_train, y_train, x_test, y_test, num_classes)
