@@ -257,9 +257,8 @@ MERGED_EVAL_ROWS = 8192
 MERGED_VALUES = 1 << 24
 # Every copy in a turn holds its mid-step state (its clients' models, probe gradients, results)
 # until the turn ends; past this many copies they step in turns, one after the other, each turn's
-# requests merged. Merging more copies than this bought little or no speed in this project's CPU
-# benchmarks (docs/performance.md), and 64 copies in one turn peaked at 1.1-1.4x the memory of
-# turns of 16.
+# requests merged. On a CPU, merging 64 copies in one turn stepped them 1.00-1.17x as fast as turns
+# of 16 and peaked at 1.35-1.55x their memory, over the 64-copy memory target (docs/performance.md).
 MERGED_COPIES = 16
 # On a GPU a merged call of the envs' small models is bound by its kernel launches, not its size:
 # one turn of 64 copies stepped 64 copies of the three accuracy-driven defaults 1.14-1.33x faster
