@@ -840,6 +840,42 @@ def test_an_interrupted_compare_resumes_with_the_policies_it_finished(tmp_path, 
     assert run_cli([*args[:4], "--seeds", "1,3", *args[6:]], capsys)[0] == 0 and len(played) == 2
 
 
+def test_episodes_kept_by_other_code_are_played_again(tmp_path, monkeypatch):
+    """A folder of kept episodes outlives an upgrade: the old code's numbers are not mixed with the new's."""
+    from fl_gym.training import compare as module
+
+    played, evaluate = [], module.evaluate
+    monkeypatch.setattr(module, "evaluate", lambda *args: played.append(1) or evaluate(*args))
+    run = lambda: module.compare("FLAggregate-v0", ["fedavg"], (1,), rounds=2, out_dir=tmp_path,  # noqa: E731
+                                 progress=False)
+    run()
+    run()
+    assert len(played) == 1
+    upgraded = {**module.code_versions(), "fl_gym": "another"}
+    monkeypatch.setattr(module, "code_versions", lambda: upgraded)
+    run()
+    assert len(played) == 2
+
+
+def test_code_versions_digest_every_source_file_of_the_package(tmp_path, monkeypatch):
+    from fl_gym.training import compare as module
+
+    module.code_versions.cache_clear()
+    before = module.code_versions()
+    assert len(before["fl_gym"]) == 16 and before["torch"] == torch.__version__
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "rule.py").write_text("X = 1\n")
+    fake = type("Spec", (), {"submodule_search_locations": [str(package)]})
+    monkeypatch.setattr(module.importlib.util, "find_spec", lambda name: fake)
+    module.code_versions.cache_clear()
+    one = module.code_versions()["fl_gym"]
+    (package / "sub" / "rule.py").write_text("X = 2\n")  # a rule edited in a subfolder
+    module.code_versions.cache_clear()
+    assert module.code_versions()["fl_gym"] not in (one, before["fl_gym"])
+    module.code_versions.cache_clear()
+
+
 def test_kept_episodes_of_a_model_retrained_in_place_are_not_reused(tmp_path):
     from fl_gym.training.compare import policy_spec
 

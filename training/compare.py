@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import hashlib
+import importlib.util
 import io
 import json
 import math
@@ -239,7 +241,7 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
     for p in parsed:
         kwargs = {**(env_kwargs or {}), **p.env_kwargs}
         key = {"env_id": env_id, "env_kwargs": kwargs, "seeds": list(seeds), "rounds": rounds,
-               "policy": p.label, "files": p.files}
+               "policy": p.label, "files": p.files, "code": code_versions()}
 
         def play(kw: dict[str, Any] = kwargs, p: PolicySpec = p) -> list[Episode]:
             return evaluate(lambda: gym.make(env_id, **kw), p.factory, seeds, rounds)
@@ -274,6 +276,29 @@ def _kept(folder: str | Path | None, key: dict[str, Any], play: Callable[[], lis
     episodes = play()
     write_json(path, {"key": key, "episodes": [e.as_dict() for e in episodes]})
     return episodes
+
+
+# fl-gym's packages, whose folders differ between an installed copy and a checkout
+PACKAGES = ("fl_gym", "fl_gym.envs", "fl_gym.baselines", "fl_gym.agents", "fl_gym.training",
+            "fl_gym.integrations")
+
+
+@functools.cache
+def code_versions() -> dict[str, str]:
+    """The code an episode's numbers come from: a digest of fl-gym's source, torch's and numpy's versions.
+
+    Part of a kept episode's key, so a folder of them that outlives an upgrade (or an edit of the
+    source) has them played again rather than mixed with the new code's.
+    """
+    import torch
+
+    folders = {Path(folder) for name in PACKAGES
+               for folder in importlib.util.find_spec(name).submodule_search_locations}
+    files = sorted({f for folder in folders for f in folder.rglob("*.py")})
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode() + f.read_bytes())
+    return {"fl_gym": digest.hexdigest()[:16], "torch": torch.__version__, "numpy": np.__version__}
 
 
 def _to_target(episodes: list[Episode], target: float | None) -> dict[str, tuple[float, float]]:
