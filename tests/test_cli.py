@@ -806,6 +806,7 @@ def test_compare_keeps_every_seeds_curve(tmp_path):
     from fl_gym.training.compare import compare
 
     results = compare("FLAggregate-v0", ["fedavg"], (10000, 10001), {"rounds_per_episode": 3}, progress=False)
+    assert results["code"]["torch"] == torch.__version__  # what the numbers were measured with
     curves = results["series"]["fedavg"]["accuracy"]
     assert np.asarray(curves["per_seed"]).shape == (2, 3)
     np.testing.assert_allclose(np.mean(curves["per_seed"], axis=0), curves["mean"])

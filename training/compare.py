@@ -214,7 +214,8 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
     round whose ``accuracy`` reaches it (misses censored, :func:`_to_target`), ``time_to_target``,
     the median simulated seconds until then, and ``reached``, the share of episodes that did.
     ``series`` keeps each metric per round: its mean, its std and every episode's curve
-    (``per_seed``, in seed order), so a new target or statistic needs no rerun. Each policy's
+    (``per_seed``, in seed order), so a new target or statistic needs no rerun; ``code`` the
+    code the numbers come from (:func:`code_versions`). Each policy's
     episodes are kept in ``episodes_dir`` (default: ``out_dir/episodes``) as it finishes, and read
     back by a later call with the same arguments (:func:`_kept`).
     """
@@ -250,7 +251,7 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
         bar.update(len(seeds))  # the seeds' episodes run side by side in one batched vector env
     bar.close()
     results = {"env_id": env_id, "env_kwargs": env_kwargs or {}, "seeds": list(seeds),
-               "variants": {p.label: p.env_kwargs for p in parsed},
+               "variants": {p.label: p.env_kwargs for p in parsed}, "code": code_versions(),
                "columns": {m.key: m.label for m in metrics_for(env_id)},
                "summary": {s: {**aggregate(e), **_to_target(e, target)} for s, e in episodes.items()},
                "series": {s: {m: _series(e, m) for m in SERIES} for s, e in episodes.items()}}
