@@ -262,7 +262,7 @@ MERGED_VALUES = 1 << 24
 MERGED_COPIES = 16
 # On a GPU a merged call of the envs' small models is bound by its kernel launches, not its size:
 # one turn of 64 copies stepped 64 copies of the three accuracy-driven defaults 1.14-1.33x faster
-# than turns of 16 on one H200, eagerly (scripts/bench_turns.py; docs/performance.md). With CUDA
+# than turns of 16 on one H200, eagerly (fl-gym bench --sections turns; docs/performance.md). With CUDA
 # graphs turns stay at MERGED_COPIES: a turn of 64 replayed FLAggregate-v0's graphs 0.85x as fast.
 MERGED_COPIES_GPU = 64
 # A merged training's working set (the merged models, their gradients, the activations) grows with
@@ -299,7 +299,7 @@ class CohortBatcher:
             is built).
 
     Attributes:
-        turn: copies merged in one turn (set it to time another turn, as ``scripts/bench_turns.py``).
+        turn: copies merged in one turn (``fl-gym bench --sections turns`` sets it to time others).
         flushes: engine calls made (merged groups and lone requests), for tests and benchmarks.
         engine_kinds: wall seconds spent in those calls by the requests' ``kind`` (``training``,
             ``evaluation``, ``probes``, ``statistics``, ``averages``), for the benchmark's engine
