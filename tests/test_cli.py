@@ -951,6 +951,11 @@ def test_comma_separated_flags_lose_the_spaces_around_their_items(capsys):
     (["bench", "--sections", "vec", "--vec-calls", "-1"], "--vec-calls=-1 is out of range"),
     (["bench", "--sections", "turns", "--vec-turns", "4,4"], "allowed: distinct copy counts in [1, 4096]"),
     (["bench", "--sections", "turns", "--vec-turns", "0"], "--vec-turns='0' is out of range"),
+    # each list of counts named by its flag: the message said only "expected comma-separated integers"
+    (["bench", "--sections", "turns", "--vec-turns", "16,x"], "--vec-turns='16,x' is out of range; allowed: "
+     "comma-separated integers"),
+    (["bench", "--sections", "vec", "--vec-envs", "4,"], "--vec-envs='4,' is out of range"),
+    (["bench", "--sections", "engine", "--threads", "one"], "--threads='one' is out of range"),
     # every count steps in one turn of the smallest size: nothing to compare
     (["bench", "--sections", "turns", "--vec-envs", "1,16"],
      "--vec-envs='1,16' has no count above the smallest"),

@@ -149,12 +149,12 @@ def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
     return out
 
 
-def parse_ints(text: str) -> tuple[int, ...]:
-    """``"1,2,3"`` -> ``(1, 2, 3)``; a ``ValueError`` saying what was expected otherwise."""
+def parse_ints(text: str, flag: str) -> tuple[int, ...]:
+    """``"1,2,3"`` -> ``(1, 2, 3)``; a ``ValueError`` naming ``flag`` and what was expected otherwise."""
     try:
         return tuple(int(v) for v in text.split(","))
     except ValueError as err:
-        raise UserError(f"expected comma-separated integers, got {text!r}") from err
+        raise UserError(f"{flag}={text!r} is out of range; allowed: comma-separated integers") from err
 
 
 def _threads(n: int) -> None:
@@ -564,7 +564,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.memory_steps, 1), "--memory-steps", args.memory_steps, "an integer >= 1")
     for flag, repeats in (("--repeats", args.repeats), ("--loop-repeats", args.loop_repeats)):
         require_int_in(flag, repeats, 1, MAX_REPEATS)  # a median of more moves no figure
-    threads = list(parse_ints(args.threads))
+    threads = list(parse_ints(args.threads, "--threads"))
     require(all(1 <= n <= MAX_THREADS for n in threads), "--threads", args.threads,
             f"comma-separated integers in [1, {MAX_THREADS}]")
     require_device("--device", args.device)
@@ -575,10 +575,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if missing or not scenarios:
         raise UserError(f"--scenarios={missing} is out of range; allowed: {', '.join(bench.SCENARIOS)}")
     require(is_int_at_least(args.vec_calls, 0), "--vec-calls", args.vec_calls, "an integer >= 0")
-    counts = tuple(parse_ints(args.vec_envs))
+    counts = tuple(parse_ints(args.vec_envs, "--vec-envs"))
     require(bool(counts) and all(1 <= n <= MAX_COPIES for n in counts), "--vec-envs", args.vec_envs,
             f"copy counts in [1, {MAX_COPIES}]")
-    turns = tuple(parse_ints(args.vec_turns))
+    turns = tuple(parse_ints(args.vec_turns, "--vec-turns"))
     require(bool(turns) and len(set(turns)) == len(turns) and all(1 <= n <= MAX_COPIES for n in turns),
             "--vec-turns", args.vec_turns, f"distinct copy counts in [1, {MAX_COPIES}]")
     if "turns" in sections and max(counts) <= min(turns):
