@@ -6,6 +6,7 @@ import math
 import re
 import statistics
 import time
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -856,6 +857,24 @@ def test_episodes_kept_by_other_code_are_played_again(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "code_versions", lambda: upgraded)
     run()
     assert len(played) == 2
+
+
+def test_a_finished_section_of_other_code_is_kept_with_a_warning(tmp_path, monkeypatch):
+    """A reproduction resumed after an upgrade mixed the old code's sections with the new code's, unsaid."""
+    from fl_gym.training import compare, sections
+
+    def run():
+        return sections.section(tmp_path, "s", "FLAggregate-v0", ["fedavg"], (1,), {"rounds_per_episode": 2},
+                                lambda _: None)
+
+    run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kept = run()  # read back from the same code, quietly
+    upgraded = {**compare.code_versions(), "fl_gym": "another"}
+    monkeypatch.setattr(sections, "code_versions", lambda: upgraded)
+    with pytest.warns(UserWarning, match=r"/s was computed by other code .*delete the folder"):
+        assert run() == kept
 
 
 def test_code_versions_digest_every_source_file_of_the_package(tmp_path, monkeypatch):

@@ -1,18 +1,20 @@
 """Resumable result sections for ``fl-gym reproduce``: one ``compare`` call or one agent run each.
 
 A section's folder holds its tables and plots; a finished one (its ``results.json`` exists) is
-read back instead of rerun, so an interrupted reproduction resumes where it stopped.
+read back instead of rerun, so an interrupted reproduction resumes where it stopped; with a
+warning where other code computed it (an upgrade since), whose numbers may differ from this code's.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fl_gym.atomic import read_json
 from fl_gym.training import runs
-from fl_gym.training.compare import compare
+from fl_gym.training.compare import code_versions, compare
 
 Say = Callable[[str], None]
 
@@ -22,7 +24,12 @@ def section(out: Path, name: str, env_id: str, policies: list[str], seeds: tuple
     """``compare`` into ``out/name``, or its stored results."""
     folder = out / name
     if (folder / "results.json").is_file():
-        return read_json(folder / "results.json")
+        stored = read_json(folder / "results.json")
+        if stored.get("code") != code_versions():  # older results hold none
+            warnings.warn(f"{folder} was computed by other code ({stored.get('code', 'not recorded')}, "
+                          f"now {code_versions()}): its numbers are kept; delete the folder to compute them "
+                          "again", stacklevel=2)
+        return stored
     say(f"{name}: {env_id}, {', '.join(policies)} on seeds {list(seeds)}")
     return compare(env_id, policies, seeds, env_kwargs, out_dir=folder, progress=False, target=target)
 
