@@ -258,8 +258,10 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     assert hetero["policies"][hetero["upper"]]["test"] == np.stack(best, axis=1).tolist()
     assert main(["benchmark", "run", "--suite", "smoke", "--algo", "ppo", "--seeds", "0-1", "--out", str(out),
                  "--no-progress"]) == 0
-    assert main(["benchmark", "run", "--suite", "smoke", "--algo", "ppo", "--seeds", "0", "--out", str(out),
-                 "--no-progress"]) == 0  # finished runs are not redone
+    with warnings.catch_warnings():  # finished runs are not redone, and they are this code's: no warning
+        warnings.simplefilter("error")
+        assert main(["benchmark", "run", "--suite", "smoke", "--algo", "ppo", "--seeds", "0", "--out",
+                     str(out), "--no-progress"]) == 0
     assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out), "--reps", "200"]) == 0
     assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out), "--out", str(tmp_path / "r"),
                  "--reps", "200"]) == 0
@@ -294,6 +296,27 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     for name in ("report.md", "report.csv", "profile_test.png", "profile_extrapolation.png"):
         assert (out / name).is_file()
     assert "IQM [95 % CI]" in capsys.readouterr().out
+
+
+def test_a_finished_run_of_other_code_is_kept_with_a_warning(tmp_path):
+    """A suite resumed after an upgrade scored its runs with two codes in one report, unsaid."""
+    from fl_gym.training.benchmark.protocol import run_agent
+    from fl_gym.training.compare import code_versions
+
+    task = all_tasks()["smoke-aggregate"]
+    done = tmp_path / task.name / "ppo-seed0" / "scores.json"
+    done.parent.mkdir(parents=True)
+    record = {"algo": "ppo", "seed": 0, "scores": {"test": [[0.5]]}}
+    for code, said in ((code_versions(), None), ({"fl_gym": "older"}, "'older'"), (None, "not recorded")):
+        done.write_text(json.dumps({**record, **({"code": code} if code else {})}))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert run_agent(task, "ppo", 0, tmp_path, progress=False)["scores"] == record["scores"]
+        messages = [str(w.message) for w in caught]
+        if said is None:  # this code's record: read back quietly
+            assert messages == []
+        else:
+            assert len(messages) == 1 and "was computed by other code" in messages[0] and said in messages[0]
 
 
 def test_agents_run_before_the_references_say_to_pin_them_and_the_report_names_the_command(tmp_path, capsys):

@@ -872,8 +872,8 @@ def test_a_finished_section_of_other_code_is_kept_with_a_warning(tmp_path, monke
         warnings.simplefilter("error")
         kept = run()  # read back from the same code, quietly
     upgraded = {**compare.code_versions(), "fl_gym": "another"}
-    monkeypatch.setattr(sections, "code_versions", lambda: upgraded)
-    with pytest.warns(UserWarning, match=r"/s was computed by other code .*delete the folder"):
+    monkeypatch.setattr(compare, "code_versions", lambda: upgraded)
+    with pytest.warns(UserWarning, match=r"/s was computed by other code .*delete it to compute them again"):
         assert run() == kept
 
 

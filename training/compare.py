@@ -302,6 +302,19 @@ def code_versions() -> dict[str, str]:
     return {"fl_gym": digest.hexdigest()[:16], "torch": torch.__version__, "numpy": np.__version__}
 
 
+def warn_if_other_code(record: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``record`` (results read back from ``path``), with a warning where other code computed them.
+
+    Results finished by an older fl-gym are kept, not recomputed (that may take hours): the warning
+    says so, and how to recompute them. Records older than this check hold no ``code``.
+    """
+    if record.get("code") != code_versions():
+        warnings.warn(f"{path} was computed by other code ({record.get('code', 'not recorded')}, now "
+                      f"{code_versions()}): its numbers are kept; delete it to compute them again",
+                      stacklevel=3)
+    return record
+
+
 def _to_target(episodes: list[Episode], target: float | None) -> dict[str, tuple[float, float]]:
     """``rounds_to_target``, ``time_to_target`` (median, NaN), ``reached`` (mean, std); {} without a target.
 

@@ -7,14 +7,13 @@ warning where other code computed it (an upgrade since), whose numbers may diffe
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fl_gym.atomic import read_json
 from fl_gym.training import runs
-from fl_gym.training.compare import code_versions, compare
+from fl_gym.training.compare import compare, warn_if_other_code
 
 Say = Callable[[str], None]
 
@@ -24,12 +23,7 @@ def section(out: Path, name: str, env_id: str, policies: list[str], seeds: tuple
     """``compare`` into ``out/name``, or its stored results."""
     folder = out / name
     if (folder / "results.json").is_file():
-        stored = read_json(folder / "results.json")
-        if stored.get("code") != code_versions():  # older results hold none
-            warnings.warn(f"{folder} was computed by other code ({stored.get('code', 'not recorded')}, "
-                          f"now {code_versions()}): its numbers are kept; delete the folder to compute them "
-                          "again", stacklevel=2)
-        return stored
+        return warn_if_other_code(read_json(folder / "results.json"), folder)
     say(f"{name}: {env_id}, {', '.join(policies)} on seeds {list(seeds)}")
     return compare(env_id, policies, seeds, env_kwargs, out_dir=folder, progress=False, target=target)
 
