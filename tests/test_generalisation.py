@@ -10,7 +10,7 @@ import pytest
 from stable_baselines3 import PPO
 
 from fl_gym.training.cli import main
-from fl_gym.training.compare import compare
+from fl_gym.training.compare import code_versions, compare
 from fl_gym.training.generalisation import generalisation, markdown, summarise
 
 
@@ -60,7 +60,9 @@ def test_generalise_cli_writes_tables_and_names_a_bad_reference(tmp_path, capsys
                  "--no-progress"])
     text = capsys.readouterr().out
     assert code == 0 and "## held-out" in text and "## preset=scale20" in text and "| greedy |" in text
-    assert set(json.loads((out / "results.json").read_text())["summary"]) == {"held-out", "preset=scale20"}
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["summary"]) == {"held-out", "preset=scale20"}
+    assert results["code"]["fl_gym"] == code_versions()["fl_gym"]  # what the numbers were computed with
     assert main(["generalise", "FLHetero-v0", "--policies", "greedy", "--reference", "oracle"]) == 2
     assert "reference" in capsys.readouterr().err
 
