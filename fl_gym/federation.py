@@ -257,7 +257,7 @@ class Federation:
         self._nobody.flags.writeable = False
         self._no_learning = LocalStats.empty(cfg.num_clients, self.num_classes,
                                              self.companion_arch is not None, read_only=True)
-        self._episode = 0
+        self._episode = self._openings = 0
         self.reset(scenario_seed)
 
     def _draw_noisy(self, rng: np.random.Generator) -> np.ndarray:
@@ -599,7 +599,21 @@ class Federation:
             self._check_load(load)
         self._load, self._load_source = load, None
         probe = self.probe_seconds(self.clock, self.sizes, load)
-        return OpenedRound(self.round + 1, mask, load, probe, self._episode)
+        return OpenedRound(self.round + 1, mask, load, probe, self._episode, self.begin_round())
+
+    def begin_round(self) -> int:
+        """Count a round as opened; its number among the openings (earlier ones are no longer pending).
+
+        :meth:`open_round` counts its own; a driver that opens rounds itself (a family's vector
+        clock, drawing with :meth:`draw_candidates` and :meth:`draw_load`) counts each here.
+        """
+        self._openings += 1
+        return self._openings
+
+    @property
+    def openings(self) -> int:
+        """Rounds opened since the federation was built: the latest is the one that may be trained."""
+        return self._openings
 
     def _check_load(self, load: object) -> None:
         """Refuse a given load unless it is a ``RoundLoad`` of finite factors > 0, one per client.
@@ -777,6 +791,10 @@ class Federation:
             raise UserError(f"{phase}: round {opened.round} of episode {opened.episode} is not pending (the "
                             f"federation was reset since, to episode {self._episode}); allowed: a round "
                             "opened after the latest reset()")
+        if opened.opening != self._openings:
+            later = self._openings - opened.opening
+            raise UserError(f"{phase}: round {opened.round} is not pending (a round was opened since it, "
+                            f"{later} more time(s)); allowed: the OpenedRound of the latest open_round()")
         if opened.round != self.round + 1:
             raise UserError(f"{phase}: round {opened.round} is not pending (this federation has finished "
                              f"{self.round} rounds since reset); allowed: the round of the latest "

@@ -158,6 +158,9 @@ class OpenedRound:
             (``FederationConfig.probe_cost``; 0 without one).
         episode: the federation's episode it was opened in (:attr:`Federation.episode
             <fl_gym.federation.Federation.episode>`): after a reset it cannot be trained or finished.
+        opening: its number among the federation's openings (:attr:`Federation.openings
+            <fl_gym.federation.Federation.openings>`): once a later round is opened it cannot be
+            trained or finished either.
     """
 
     round: int
@@ -165,6 +168,7 @@ class OpenedRound:
     load: RoundLoad
     probe_time: np.ndarray
     episode: int = 0
+    opening: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

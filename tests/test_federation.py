@@ -573,6 +573,23 @@ def test_a_round_opened_before_a_reset_cannot_be_trained_or_finished_after_it(ti
     assert fed.round == 1 and fed.episode == 2
 
 
+def test_a_round_opened_again_supersedes_the_one_before(tiny_config):
+    """The earlier opening's candidates and load were trained under the later opening's draws."""
+    fed = Federation(tiny_config, scenario_seed=0)
+    plan = RoundPlan.make(4, lr=0.1)
+    first = fed.open_round()
+    trained = fed.train_round(first, plan)
+    second = fed.open_round(2)
+    superseded = r"round 1 is not pending \(a round was opened since it, 1 more time\(s\)\); allowed: "
+    with pytest.raises(ValueError, match="train_round: " + superseded):
+        fed.train_round(first, plan)
+    with pytest.raises(ValueError, match="finish_round: " + superseded):
+        fed.finish_round(trained)
+    assert fed.round == 0 and fed.openings == second.opening == 2
+    fed.finish_round(fed.train_round(second, RoundPlan.make(4, lr=0.1, selected=second.candidates)))
+    assert fed.round == 1
+
+
 def test_scaffold_keeps_the_server_variate_the_mean_of_the_clients(tiny_config):
     fed = Federation(tiny_config.replace(algorithm="scaffold"), scenario_seed=0)
     plan = RoundPlan.make(4, lr=0.05, aggregate=np.array([1, 1, 0, 1], bool))

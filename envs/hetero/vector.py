@@ -108,7 +108,7 @@ class HeteroClock:
         """Copy ``i``'s pending round as its ``_prepare`` builds it, of row views of the clock's arrays."""
         k, fed = self.counts[i], self.feds[i]
         opened = OpenedRound(fed.round + 1, self.masks[i, :k], self._load_of(i), self.probe[i, :k],
-                             fed.episode)
+                             fed.episode, fed.openings)
         return HeteroRound(opened, self.slots[i], self.probe_ratio[i],
                            None if self.sizes is None else self.sizes[i])
 
@@ -217,6 +217,7 @@ class HeteroClock:
         order = np.tile(np.arange(width), (n, 1))
         z = np.empty((n, 3, width)) if (self.counts == width).all() else np.zeros((n, 3, width))
         for f, ids, normals, k in zip(self.feds, order, z, self.counts.tolist(), strict=True):
+            f.begin_round()
             if k == width:
                 f.draw_candidates(ids)
                 f.draw_load(normals)
