@@ -301,7 +301,7 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
 def test_a_finished_run_of_other_code_is_kept_with_a_warning(tmp_path):
     """A suite resumed after an upgrade scored its runs with two codes in one report, unsaid."""
     from fl_gym.training.benchmark.protocol import run_agent
-    from fl_gym.training.compare import code_versions
+    from fl_gym.training.provenance import code_versions
 
     task = all_tasks()["smoke-aggregate"]
     done = tmp_path / task.name / "ppo-seed0" / "scores.json"

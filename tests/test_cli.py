@@ -146,6 +146,51 @@ def test_compare_warns_when_evaluation_seeds_trained_a_resumed_run(tmp_path):
         policy_spec(f"ppo:{folder}", "FLHeteroAlloc-v0", eval_seeds=(3, s + 1, 10000))
 
 
+def test_a_run_trained_by_other_code_is_reused_with_a_warning(tmp_path, capsys, monkeypatch):
+    """After an upgrade a run's model was scored, and its checkpoints trained on, with no word of it."""
+    from fl_gym.training import provenance
+    from fl_gym.training.compare import policy_spec
+
+    assert run_cli(["train", "FLHeteroAlloc-v0", "--n-timesteps", 64, "--runs-dir", tmp_path, "--run-id", "r",
+                    "--save-freq", 32, *TINY], capsys)[0] == 0
+    folder = tmp_path / "FLHeteroAlloc-v0" / "r"
+    assert runs.trained_by(folder) == [provenance.code_versions()]
+    uses = (lambda: runs.train(folder, progress=False, say=lambda _: None),
+            lambda: policy_spec(f"ppo:{folder}", "FLHeteroAlloc-v0", eval_seeds=(10**6,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for use in uses:  # this code's run: reused quietly
+            use()
+    upgraded = {**provenance.code_versions(), "fl_gym": "another"}
+    monkeypatch.setattr(provenance, "code_versions", lambda: upgraded)
+    for use in uses:
+        with pytest.warns(UserWarning, match=rf"run {re.escape(str(folder))} was trained by other code "
+                                             r"\(\{'fl_gym': '[0-9a-f]{16}'.*delete the run folder"):
+            use()
+
+
+def test_the_code_a_run_was_trained_by_is_its_sessions_that_left_steps(tmp_path):
+    from fl_gym.atomic import write_json
+
+    def checkpoint(folder, steps):
+        (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(folder / "checkpoints" / f"model_{steps}_steps.zip", "w") as z:
+            z.writestr("data", "{}")
+
+    folder = tmp_path / "run"
+    _sessions(folder, 0, 0, 32)  # the first session stopped before its first checkpoint; the third resumed
+    for i, code in ((0, "a"), (1, "b")):  # the third, from before sessions recorded their code
+        write_json(folder / "monitor" / f"s{i}-from0" / "code.json", {"fl_gym": code})
+    checkpoint(folder, 32)
+    assert runs.trained_by(folder) == [{"fl_gym": "b"}]  # the third has left no step yet
+    checkpoint(folder, 64)
+    assert runs.trained_by(folder) == [{"fl_gym": "b"}, None]
+    _sessions(folder / "ppo1", 0)  # a recipe's finished stage
+    write_json(folder / "ppo1" / "monitor" / "s0-from0" / "code.json", {"fl_gym": "c"})
+    (folder / "ppo1" / "model.zip").write_bytes(b"")
+    assert runs.trained_by(folder) == [{"fl_gym": "b"}, None, {"fl_gym": "c"}]
+
+
 @pytest.mark.parametrize("text,message", [("env_id: [unclosed", "does not parse as YAML"),
                                           ("env_id: FLHeteroAlloc-v0\nbogus: 1\n",
                                            "key='bogus' is out of range"),
@@ -845,6 +890,7 @@ def test_an_interrupted_compare_resumes_with_the_policies_it_finished(tmp_path, 
 def test_episodes_kept_by_other_code_are_played_again(tmp_path, monkeypatch):
     """A folder of kept episodes outlives an upgrade: the old code's numbers are not mixed with the new's."""
     from fl_gym.training import compare as module
+    from fl_gym.training import provenance
 
     played, evaluate = [], module.evaluate
     monkeypatch.setattr(module, "evaluate", lambda *args: played.append(1) or evaluate(*args))
@@ -853,15 +899,15 @@ def test_episodes_kept_by_other_code_are_played_again(tmp_path, monkeypatch):
     run()
     run()
     assert len(played) == 1
-    upgraded = {**module.code_versions(), "fl_gym": "another"}
-    monkeypatch.setattr(module, "code_versions", lambda: upgraded)
+    upgraded = {**provenance.code_versions(), "fl_gym": "another"}
+    monkeypatch.setattr(provenance, "code_versions", lambda: upgraded)
     run()
     assert len(played) == 2
 
 
 def test_a_finished_section_of_other_code_is_kept_with_a_warning(tmp_path, monkeypatch):
     """A reproduction resumed after an upgrade mixed the old code's sections with the new code's, unsaid."""
-    from fl_gym.training import compare, sections
+    from fl_gym.training import provenance, sections
 
     def run():
         return sections.section(tmp_path, "s", "FLAggregate-v0", ["fedavg"], (1,), {"rounds_per_episode": 2},
@@ -871,14 +917,14 @@ def test_a_finished_section_of_other_code_is_kept_with_a_warning(tmp_path, monke
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         kept = run()  # read back from the same code, quietly
-    upgraded = {**compare.code_versions(), "fl_gym": "another"}
-    monkeypatch.setattr(compare, "code_versions", lambda: upgraded)
+    upgraded = {**provenance.code_versions(), "fl_gym": "another"}
+    monkeypatch.setattr(provenance, "code_versions", lambda: upgraded)
     with pytest.warns(UserWarning, match=r"/s was computed by other code .*delete it to compute them again"):
         assert run() == kept
 
 
 def test_code_versions_digest_every_source_file_of_the_package(tmp_path, monkeypatch):
-    from fl_gym.training import compare as module
+    from fl_gym.training import provenance as module
 
     module.code_versions.cache_clear()
     before = module.code_versions()

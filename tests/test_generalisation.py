@@ -10,8 +10,9 @@ import pytest
 from stable_baselines3 import PPO
 
 from fl_gym.training.cli import main
-from fl_gym.training.compare import code_versions, compare
+from fl_gym.training.compare import compare
 from fl_gym.training.generalisation import generalisation, markdown, summarise
+from fl_gym.training.provenance import code_versions
 
 
 def test_ratios_are_per_scenario_then_averaged_with_their_range():

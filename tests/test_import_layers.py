@@ -16,7 +16,8 @@ GENERIC = ["fl_gym", "envs/base.py", "envs/registry.py", "envs/scenario.py", "en
            "envs/learning.py",
            "envs/vector.py", "agents", "training/cli.py", "training/compare.py", "training/evaluation.py",
            "training/callbacks.py", "training/runs.py", "training/bench.py", "training/plots.py",
-           "training/agent_demo.py", "training/sections.py", "training/trace.py", "training/imitation.py"]
+           "training/agent_demo.py", "training/sections.py", "training/trace.py", "training/imitation.py",
+           "training/provenance.py"]
 
 
 def _layer_of(module: str) -> str:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import functools
 import hashlib
-import importlib.util
 import io
 import json
 import math
@@ -40,6 +38,7 @@ from fl_gym.agents.recipes import compose, is_recipe, load_recipe
 from fl_gym.atomic import read_json, require_writable, write_json, write_text
 from fl_gym.envs.base import require_fitting
 from fl_gym.envs.registry import family_of, metrics_for, recipes_for
+from fl_gym.training import provenance
 from fl_gym.training.evaluation import Episode, aggregate, evaluate
 from fl_gym.training.plots import plot_bands
 from fl_gym.validation import (
@@ -98,7 +97,7 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
     target = Path(path)
     if is_recipe(target):
         recipe, models = load_recipe(target)
-        _warn_seed_overlap(target, _run_config(target), eval_seeds)
+        _warn_about_run(target, _run_config(target), eval_seeds)
         return PolicySpec(f"{algo}:{target.name}", lambda env: compose(recipe, env, models),
                           files=_digest(sorted(target.glob("*/model.zip")) + [target / "recipe.json"]))
     if algo in recipes:
@@ -108,7 +107,7 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
         raise FileNotFoundError(f"policy {policy!r}: no model at {model_path}")
     run_dir = _run_folder(model_path)
     run = _run_config(run_dir)
-    _warn_seed_overlap(run_dir, run, eval_seeds)
+    _warn_about_run(run_dir, run, eval_seeds)
     if not is_whole_model(model_path):
         raise UserError(f"policy {policy!r}: {model_path} is not an SB3 model; allowed: a model file as "
                         "fl-gym train writes it (model.zip, a zip archive)")
@@ -180,13 +179,19 @@ def _run_config(run_dir: Path) -> RunConfig | None:
     return load_run(run_dir) if (run_dir / "config.yml").is_file() else None
 
 
-def _warn_seed_overlap(run_dir: Path, run: RunConfig | None, eval_seeds: tuple[int, ...]) -> None:
-    """Warn when ``eval_seeds`` reset episodes that trained the run (``runs.seeds_trained_on``)."""
-    from fl_gym.training.runs import seeds_trained_on
+def _warn_about_run(run_dir: Path, run: RunConfig | None, eval_seeds: tuple[int, ...]) -> None:
+    """Warn when ``eval_seeds`` trained the run, or other code did (a model file alone records neither).
 
-    used = seeds_trained_on(run, run_dir) & set(eval_seeds) if run is not None else set()
+    ``runs.seeds_trained_on`` and ``runs.trained_by`` read what the run folder records.
+    """
+    from fl_gym.training.runs import seeds_trained_on, trained_by
+
+    if run is None:
+        return
+    used = seeds_trained_on(run, run_dir) & set(eval_seeds)
     if used:
         warnings.warn(f"evaluation seeds {sorted(used)} were used to train {run_dir}", stacklevel=3)
+    provenance.warn_if_trained_by_other_code(run_dir, trained_by(run_dir))
 
 
 def check_rounds(rounds: int | None, env: gym.Env) -> None:
@@ -215,7 +220,7 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
     the median simulated seconds until then, and ``reached``, the share of episodes that did.
     ``series`` keeps each metric per round: its mean, its std and every episode's curve
     (``per_seed``, in seed order), so a new target or statistic needs no rerun; ``code`` the
-    code the numbers come from (:func:`code_versions`). Each policy's
+    code the numbers come from (:func:`~fl_gym.training.provenance.code_versions`). Each policy's
     episodes are kept in ``episodes_dir`` (default: ``out_dir/episodes``) as it finishes, and read
     back by a later call with the same arguments (:func:`_kept`).
     """
@@ -242,7 +247,7 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
     for p in parsed:
         kwargs = {**(env_kwargs or {}), **p.env_kwargs}
         key = {"env_id": env_id, "env_kwargs": kwargs, "seeds": list(seeds), "rounds": rounds,
-               "policy": p.label, "files": p.files, "code": code_versions()}
+               "policy": p.label, "files": p.files, "code": provenance.code_versions()}
 
         def play(kw: dict[str, Any] = kwargs, p: PolicySpec = p) -> list[Episode]:
             return evaluate(lambda: gym.make(env_id, **kw), p.factory, seeds, rounds)
@@ -251,7 +256,7 @@ def compare(env_id: str, policies: list[str], seeds: tuple[int, ...] = DEFAULT_S
         bar.update(len(seeds))  # the seeds' episodes run side by side in one batched vector env
     bar.close()
     results = {"env_id": env_id, "env_kwargs": env_kwargs or {}, "seeds": list(seeds),
-               "variants": {p.label: p.env_kwargs for p in parsed}, "code": code_versions(),
+               "variants": {p.label: p.env_kwargs for p in parsed}, "code": provenance.code_versions(),
                "columns": {m.key: m.label for m in metrics_for(env_id)},
                "summary": {s: {**aggregate(e), **_to_target(e, target)} for s, e in episodes.items()},
                "series": {s: {m: _series(e, m) for m in SERIES} for s, e in episodes.items()}}
@@ -277,42 +282,6 @@ def _kept(folder: str | Path | None, key: dict[str, Any], play: Callable[[], lis
     episodes = play()
     write_json(path, {"key": key, "episodes": [e.as_dict() for e in episodes]})
     return episodes
-
-
-# fl-gym's packages, whose folders differ between an installed copy and a checkout
-PACKAGES = ("fl_gym", "fl_gym.envs", "fl_gym.baselines", "fl_gym.agents", "fl_gym.training",
-            "fl_gym.integrations")
-
-
-@functools.cache
-def code_versions() -> dict[str, str]:
-    """The code an episode's numbers come from: a digest of fl-gym's source, torch's and numpy's versions.
-
-    Part of a kept episode's key, so a folder of them that outlives an upgrade (or an edit of the
-    source) has them played again rather than mixed with the new code's.
-    """
-    import torch
-
-    folders = {Path(folder) for name in PACKAGES
-               for folder in importlib.util.find_spec(name).submodule_search_locations}
-    files = sorted({f for folder in folders for f in folder.rglob("*.py")})
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.name.encode() + f.read_bytes())
-    return {"fl_gym": digest.hexdigest()[:16], "torch": torch.__version__, "numpy": np.__version__}
-
-
-def warn_if_other_code(record: dict[str, Any], path: Path) -> dict[str, Any]:
-    """``record`` (results read back from ``path``), with a warning where other code computed them.
-
-    Results finished by an older fl-gym are kept, not recomputed (that may take hours): the warning
-    says so, and how to recompute them. Records older than this check hold no ``code``.
-    """
-    if record.get("code") != code_versions():
-        warnings.warn(f"{path} was computed by other code ({record.get('code', 'not recorded')}, now "
-                      f"{code_versions()}): its numbers are kept; delete it to compute them again",
-                      stacklevel=3)
-    return record
 
 
 def _to_target(episodes: list[Episode], target: float | None) -> dict[str, tuple[float, float]]:

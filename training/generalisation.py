@@ -21,7 +21,8 @@ import gymnasium as gym
 import numpy as np
 
 from fl_gym.atomic import require_writable, write_json, write_text
-from fl_gym.training.compare import DEFAULT_SEEDS, code_versions, compare, policy_spec, require_policies
+from fl_gym.training import provenance
+from fl_gym.training.compare import DEFAULT_SEEDS, compare, policy_spec, require_policies
 from fl_gym.validation import UserError, require, require_mapping, require_seeds
 
 HELD_OUT = (4242, 123, 777, 2024, 31337)
@@ -94,7 +95,8 @@ def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequenc
     results = {"env_id": env_id, "env_kwargs": dict(env_kwargs or {}), "variants": {k: dict(v) for k, v in
                variants.items()}, "scenario_seeds": list(scenario_seeds), "seeds": list(seeds),
                "reference": reference, "metrics": list(metrics), "rows": rows,
-               "summary": summarise(rows, reference, metrics), "unable": unable, "code": code_versions()}
+               "summary": summarise(rows, reference, metrics), "unable": unable,
+               "code": provenance.code_versions()}
     if out_dir is not None:
         out = Path(out_dir)
         write_json(out / "results.json", results)

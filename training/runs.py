@@ -5,7 +5,9 @@ A run lives in ``runs/<env-id>/<run-id>/``:
 * ``config.yml``: everything resolved (env id, algorithm, hyperparameters, env kwargs, seed, ...),
   so ``--resume RUN_DIR`` needs nothing else;
 * ``checkpoints/``: ``model_<steps>_steps.zip`` every ``save_freq`` steps (at rollout starts);
-* ``monitor/``: SB3 ``Monitor`` CSVs, one folder per session (``s<i>-from<steps>``);
+* ``monitor/``: SB3 ``Monitor`` CSVs, one folder per session (``s<i>-from<steps>``), with the
+  code that session trained with (``code.json``: :func:`trained_by` reads it, and a run trained
+  by other code warns when it is resumed or reused);
 * ``tb/``: TensorBoard logs (SB3's and the FL metrics under ``fl/``);
 * ``model.zip`` and ``summary.json`` when the run completes.
 
@@ -21,9 +23,11 @@ import contextlib
 import csv
 import dataclasses
 import datetime
+import math
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,7 @@ from fl_gym.atomic import read_json, save_atomic, write_json, write_text
 from fl_gym.envs.registry import Stage, family_of, recipes_for
 from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
 from fl_gym.training.imitation import DEFAULTS, demonstrations, fixed_policy, imitate
+from fl_gym.training.provenance import code_versions, warn_if_trained_by_other_code
 from fl_gym.validation import (
     MAX_COPIES,
     MAX_SEED,
@@ -280,6 +285,7 @@ def train(folder: str | Path, progress: bool = True, say=print) -> dict[str, Any
     """
     folder = Path(folder)
     cfg = load_run(folder)
+    warn_if_trained_by_other_code(folder, trained_by(folder))
     if (folder / "summary.json").is_file():
         _check_models(folder, cfg)
         say(f"{folder}: already complete")
@@ -384,6 +390,7 @@ def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, 
     done = checkpoint[1] if checkpoint else 0
     session = len(list((folder / "monitor").glob("s*")))
     monitor = folder / "monitor" / f"s{session}-from{done}"
+    write_json(monitor / "code.json", code_versions())  # what trains this session's steps (trained_by)
     env = make_env(stage.env_id, n_envs, session_seed(seed, done), cfg.vec_env, env_kwargs, monitor,
                    ray_address=cfg.ray_address)
     tb = cfg.tensorboard_log or str(folder / "tb")
@@ -434,17 +441,46 @@ def _monitor_summary(folder: Path) -> dict[str, Any]:
     ``n`` envs an episode's end is placed at ``start + n * its env-local end step``).
     """
     returns = []
-    for monitor in sorted(p for p in folder.rglob("monitor") if p.is_dir()):
-        sessions = sorted(monitor.glob("s*-from*"), key=lambda p: int(p.name.split("-")[0][1:]))
-        starts = [int(re.sub(r".*-from", "", p.name)) for p in sessions] + [None]
-        for path, start, end in zip(sessions, starts, starts[1:], strict=False):
-            csvs = sorted(path.glob("*.monitor.csv"))
-            for csv_path in csvs:
-                returns += _episodes(csv_path, start, end, len(csvs))
+    for path, start, end in _sessions(folder):
+        csvs = sorted(path.glob("*.monitor.csv"))
+        for csv_path in csvs:
+            returns += _episodes(csv_path, start, end, len(csvs))
     if not returns:
         return {"episodes": 0}
     return {"episodes": len(returns), "last_episode_return": returns[-1],
             "mean_return_last_10": float(sum(returns[-10:]) / len(returns[-10:]))}
+
+
+def _sessions(folder: Path) -> list[tuple[Path, int, int | None]]:
+    """Every training session of a run (each stage's), in order, with its first step and the next one's.
+
+    ``(monitor folder, first step, the next session's first step or None for a stage's last)``.
+    """
+    out = []
+    for monitor in sorted(p for p in folder.rglob("monitor") if p.is_dir()):
+        sessions = sorted(monitor.glob("s*-from*"), key=lambda p: int(p.name.split("-")[0][1:]))
+        starts = [int(re.sub(r".*-from", "", p.name)) for p in sessions]
+        out += zip(sessions, starts, [*starts[1:], None], strict=True)
+    return out
+
+
+def trained_by(folder: str | Path) -> list[dict[str, str] | None]:
+    """The code (:func:`~fl_gym.training.provenance.code_versions`) of each session whose steps a run holds.
+
+    A session that left no checkpoint past its first step (the next one restarted where it did)
+    counts not. None: a session of a run from before sessions recorded their code.
+    """
+    codes = []
+    for path, start, end in _sessions(Path(folder)):
+        if end is None:  # a stage's last session: its model, or the checkpoints it wrote
+            stage = path.parents[1]
+            with warnings.catch_warnings():  # a damaged checkpoint is said where training passes it over
+                warnings.simplefilter("ignore")
+                checkpoint = latest_checkpoint(stage / "checkpoints")
+            end = math.inf if (stage / "model.zip").is_file() else checkpoint[1] if checkpoint else 0
+        if end > start:
+            codes.append(read_json(path / "code.json") if (path / "code.json").is_file() else None)
+    return codes
 
 
 def _episodes(path: Path, start: int, end: int | None, n_envs: int) -> list[float]:

@@ -13,7 +13,8 @@ from typing import Any
 
 from fl_gym.atomic import read_json
 from fl_gym.training import runs
-from fl_gym.training.compare import compare, warn_if_other_code
+from fl_gym.training.compare import compare
+from fl_gym.training.provenance import warn_if_other_code
 
 Say = Callable[[str], None]
 

@@ -27,10 +27,11 @@ import gymnasium as gym
 import numpy as np
 
 from fl_gym.atomic import read_json, write_json
-from fl_gym.training import runs
+from fl_gym.training import provenance, runs
 from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
-from fl_gym.training.compare import PolicySpec, code_versions, policy_spec, warn_if_other_code
+from fl_gym.training.compare import PolicySpec, policy_spec
 from fl_gym.training.evaluation import Episode, evaluate
+from fl_gym.training.provenance import warn_if_other_code
 from fl_gym.validation import UserError, one_line, require, require_seeds
 
 Say = Callable[[str], None]
@@ -182,8 +183,9 @@ def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = 
         runs.create_run_dir(cfg, folder)
     start = time.perf_counter()
     runs.train(folder, progress=progress, say=say)
-    record = {"task": task.name, "algo": algo, "seed": seed, "budget": task.budget, "code": code_versions(),
-              "train_wall_s_last_session": time.perf_counter() - start, **_tested(task, f"{algo}:{folder}")}
+    record = {"task": task.name, "algo": algo, "seed": seed, "budget": task.budget,
+              "code": provenance.code_versions(), "train_wall_s_last_session": time.perf_counter() - start,
+              **_tested(task, f"{algo}:{folder}")}
     if (folder / "imitated.zip").is_file():  # where training started (training/imitation.py), scored alike
         record["start"] = _tested(task, f"{algo}:{folder / 'imitated.zip'}")
     write_json(done, record)

@@ -1,0 +1,65 @@
+"""The code a result or a trained model comes from, and the warnings when it is not this code.
+
+Results and models outlive an upgrade in their folders (a resumed reproduction, a benchmark run,
+a run folder reused for its model). They are kept, not recomputed (that may take hours), and
+what was made by other code is said, with how to make it again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# fl-gym's packages, whose folders differ between an installed copy and a checkout
+PACKAGES = ("fl_gym", "fl_gym.envs", "fl_gym.baselines", "fl_gym.agents", "fl_gym.training",
+            "fl_gym.integrations")
+
+
+@functools.cache
+def code_versions() -> dict[str, str]:
+    """The code numbers come from: a digest of fl-gym's source, torch's and numpy's versions.
+
+    Part of a kept episode's key, so a folder of them that outlives an upgrade (or an edit of the
+    source) has them played again rather than mixed with the new code's.
+    """
+    import torch
+
+    folders = {Path(folder) for name in PACKAGES
+               for folder in importlib.util.find_spec(name).submodule_search_locations}
+    files = sorted({f for folder in folders for f in folder.rglob("*.py")})
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode() + f.read_bytes())
+    return {"fl_gym": digest.hexdigest()[:16], "torch": torch.__version__, "numpy": np.__version__}
+
+
+def warn_if_other_code(record: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``record`` (results read back from ``path``), with a warning where other code computed them.
+
+    Records older than this check hold no ``code``.
+    """
+    if record.get("code") != code_versions():
+        warnings.warn(f"{path} was computed by other code ({record.get('code', 'not recorded')}, now "
+                      f"{code_versions()}): its numbers are kept; delete it to compute them again",
+                      stacklevel=3)
+    return record
+
+
+def warn_if_trained_by_other_code(folder: Path, codes: list[dict[str, str] | None]) -> None:
+    """Warn where a run's model was trained, in part or whole, by other code than this.
+
+    ``codes``: the code of each training session whose steps the run's model holds (None: a
+    session from before sessions recorded it). Issued from here, so a process warns once per
+    folder (Python's default filter), however many callers reuse the model.
+    """
+    other = next((code for code in codes if code != code_versions()), False)
+    if other is not False:
+        warnings.warn(f"run {folder} was trained by other code ({other or 'not recorded'}, now "
+                      f"{code_versions()}): its model and checkpoints are kept, and they train on or are "
+                      f"scored as they are; delete the run folder to train it again", stacklevel=1)
