@@ -942,6 +942,30 @@ def test_code_versions_digest_every_source_file_of_the_package(tmp_path, monkeyp
     module.code_versions.cache_clear()
 
 
+def test_code_versions_agree_between_a_checkout_and_an_installed_copy(tmp_path, monkeypatch):
+    """The files were hashed in the order of their paths, which differ between the two layouts."""
+    from fl_gym.training import provenance as module
+
+    def layout(root, installed):  # a checkout holds fl_gym.envs in envs/, an installed copy in fl_gym/envs/
+        folders = {name: root / ("fl_gym/" if installed and name != "fl_gym" else "")
+                   / name.removeprefix("fl_gym.") for name in module.PACKAGES}
+        for name, folder in folders.items():
+            (folder / "sub").mkdir(parents=True, exist_ok=True)
+            (folder / "sub" / "rule.py").write_text(f"NAME = {name!r}\n")
+            (folder / "z.py").write_text("Z = 1\n")
+        return {name: type("Spec", (), {"submodule_search_locations": [str(folder)]})
+                for name, folder in folders.items()}
+
+    digests = []
+    for installed in (False, True):
+        specs = layout(tmp_path / str(installed), installed)
+        monkeypatch.setattr(module.importlib.util, "find_spec", specs.get)
+        module.code_versions.cache_clear()
+        digests.append(module.code_versions()["fl_gym"])
+    module.code_versions.cache_clear()
+    assert digests[0] == digests[1]
+
+
 def test_kept_episodes_of_a_model_retrained_in_place_are_not_reused(tmp_path):
     from fl_gym.training.compare import policy_spec
 

@@ -26,16 +26,18 @@ def code_versions() -> dict[str, str]:
     """The code numbers come from: a digest of fl-gym's source, torch's and numpy's versions.
 
     Part of a kept episode's key, so a folder of them that outlives an upgrade (or an edit of the
-    source) has them played again rather than mixed with the new code's.
+    source) has them played again rather than mixed with the new code's. Each file counts by its
+    module path (``fl_gym/envs/base.py``), so a checkout and an installed copy of the same source
+    (whose sub-packages lie in other folders) agree.
     """
     import torch
 
-    folders = {Path(folder) for name in PACKAGES
-               for folder in importlib.util.find_spec(name).submodule_search_locations}
-    files = sorted({f for folder in folders for f in folder.rglob("*.py")})
+    files = {f"{name.replace('.', '/')}/{f.relative_to(folder).as_posix()}": f for name in PACKAGES
+             for folder in map(Path, importlib.util.find_spec(name).submodule_search_locations)
+             for f in folder.rglob("*.py")}
     digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.name.encode() + f.read_bytes())
+    for key in sorted(files):
+        digest.update(key.encode() + files[key].read_bytes())
     return {"fl_gym": digest.hexdigest()[:16], "torch": torch.__version__, "numpy": np.__version__}
 
 
