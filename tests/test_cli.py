@@ -1385,6 +1385,17 @@ def test_train_refuses_a_seed_or_copy_count_out_of_range_before_a_run_folder_exi
     assert len(err.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
 
 
+def test_train_refuses_a_rollout_buffer_past_the_machines_memory(tmp_path, capsys, monkeypatch):
+    """numpy allocates it unwritten: it filled through the first rollout and ran out of memory hours in."""
+    monkeypatch.setattr(runs, "physical_memory", lambda: 2**20)  # 1 MiB; FLHeteroAlloc-v0's copy-step: 96 B
+    args = ["train", "FLHeteroAlloc-v0", "--n-envs", 2, "--runs-dir", tmp_path, *TINY]
+    code, _, err = run_cli([*args, "--hyperparams", "n_steps=16384"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+    assert re.search(r"n_steps=16384 with 2 copies needs a rollout buffer of .* GiB, more than this "
+                     r"machine's .* GiB; allowed: n_steps \* n_envs at most 10,922", err), err  # 2**20 // 96
+    assert run_cli([*args, "--n-timesteps", 32], capsys)[0] == 0  # 16 steps of 2 copies fit
+
+
 @pytest.mark.parametrize("command", [["compare", "FLHeteroAlloc-v0", "--policies", "fedavg"],
                                      ["generalise", "FLHeteroAlloc-v0", "--policies", "fedavg"],
                                      ["flower", "FLLearningRate-v0", "--policy", "fedavg"]])

@@ -160,7 +160,7 @@ def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict
     try:
         if algo == "maskable-ppo" and not env.has_attr("action_masks"):
             raise UserError(f"--algo maskable-ppo needs an env with action_masks(); {env_id} has none")
-        build_agent(env, block, algo)
+        _require_buffer_fits(build_agent(env, block, algo), env_id)
     except UserError:
         raise
     except (AssertionError, TypeError, AttributeError, ValueError,  # SB3's own checks of a value
@@ -168,6 +168,37 @@ def _probe_agent(env_id: str, block: dict[str, Any], algo: str, env_kwargs: dict
         raise UserError(f"--hyperparams for {env_id} are not accepted by {algo}: {one_line(err)}") from err
     finally:
         env.close()
+
+
+def _require_buffer_fits(agent: BaseAlgorithm, env_id: str) -> None:
+    """Refuse a rollout buffer larger than this machine's memory.
+
+    Its arrays are allocated, not yet written, when the agent is built: they fill through the first
+    rollout, which would run out of memory (or swap) hours into the run rather than here.
+    """
+    buffer = getattr(agent, "rollout_buffer", None)
+    held = _array_bytes(vars(buffer).values()) if buffer is not None else 0
+    memory = physical_memory()
+    if held > memory:
+        n_steps, n_envs = agent.n_steps, agent.n_envs
+        most = int(memory // (held / (n_steps * n_envs)))
+        raise UserError(f"--hyperparams for {env_id}: n_steps={n_steps} with {n_envs} copies needs a "
+                        f"rollout buffer of {held / 2**30:.1f} GiB, more than this machine's "
+                        f"{memory / 2**30:.1f} GiB; allowed: n_steps * n_envs at most {most:,}")
+
+
+def _array_bytes(values: Iterable[Any]) -> int:
+    """The bytes of the numpy arrays among ``values`` (and in their dicts: a dict space's observations)."""
+    return sum(v.nbytes if isinstance(v, np.ndarray) else _array_bytes(v.values()) if isinstance(v, dict)
+               else 0 for v in values)
+
+
+def physical_memory() -> float:
+    """This machine's memory in bytes (infinite where the system does not say)."""
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows), or no such name
+        return math.inf
 
 
 def new_run_dir(cfg: RunConfig, runs_dir: str | Path = "runs", run_id: str | None = None) -> Path:
