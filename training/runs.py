@@ -281,8 +281,7 @@ def seeds_trained_on(cfg: RunConfig, folder: str | Path | None = None) -> set[in
 
 def _session_starts(folder: Path) -> set[int]:
     """The steps after which a stage's sessions started, and the next one's if it is unfinished."""
-    names = (p.name for p in (folder / "monitor").glob("s*-from*"))
-    starts = {0, *(int(m[1]) for name in names if (m := re.fullmatch(r"s\d+-from(\d+)", name)))}
+    starts = {0, *(start for _, start, _ in _sessions(folder))}
     checkpoint = None if (folder / "model.zip").is_file() else latest_checkpoint(folder / "checkpoints")
     return starts | ({checkpoint[1]} if checkpoint else set())
 
@@ -482,6 +481,9 @@ def _monitor_summary(folder: Path) -> dict[str, Any]:
             "mean_return_last_10": float(sum(returns[-10:]) / len(returns[-10:]))}
 
 
+SESSION = re.compile(r"s(\d+)-from(\d+)")  # a session's monitor folder: its number, the step it started from
+
+
 def _sessions(folder: Path) -> list[tuple[Path, int, int | None]]:
     """Every training session of a run (each stage's), in order, with its first step and the next one's.
 
@@ -489,9 +491,10 @@ def _sessions(folder: Path) -> list[tuple[Path, int, int | None]]:
     """
     out = []
     for monitor in sorted(p for p in folder.rglob("monitor") if p.is_dir()):
-        sessions = sorted(monitor.glob("s*-from*"), key=lambda p: int(p.name.split("-")[0][1:]))
-        starts = [int(re.sub(r".*-from", "", p.name)) for p in sessions]
-        out += zip(sessions, starts, [*starts[1:], None], strict=True)
+        found = sorted((int(m[1]), int(m[2]), p) for p in monitor.iterdir()
+                       if (m := SESSION.fullmatch(p.name)))
+        starts = [start for _, start, _ in found]
+        out += zip([path for *_, path in found], starts, [*starts[1:], None], strict=True)
     return out
 
 
