@@ -60,8 +60,8 @@ def warn_if_trained_by_other_code(folder: Path, codes: list[dict[str, str] | Non
     session from before sessions recorded it). Issued from here, so a process warns once per
     folder (Python's default filter), however many callers reuse the model.
     """
-    other = next((code for code in codes if code != code_versions()), False)
-    if other is not False:
-        warnings.warn(f"run {folder} was trained by other code ({other or 'not recorded'}, now "
-                      f"{code_versions()}): its model and checkpoints are kept, and they train on or are "
-                      f"scored as they are; delete the run folder to train it again", stacklevel=1)
+    others = [code for code in codes if code != code_versions()]
+    if others:
+        warnings.warn(f"run {folder} was trained by other code ({others[0] or 'not recorded'}, now "
+                      f"{code_versions()}): its model and checkpoints are used as they are; delete the run "
+                      f"folder to train it again", stacklevel=1)
