@@ -296,6 +296,18 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
     for name in ("report.md", "report.csv", "profile_test.png", "profile_extrapolation.png"):
         assert (out / name).is_file()
     assert "IQM [95 % CI]" in capsys.readouterr().out
+    from fl_gym.training.provenance import code_versions
+
+    done = sorted(out.glob("*/*-seed*/scores.json"))
+    this = json.dumps(code_versions(), sort_keys=True)
+    assert report["codes"] == {this: len(done)} and f"scored them: {this} ({len(done)} runs)." in (
+        out / "report.md").read_text()
+    older = {**json.loads(done[0].read_text()), "code": {"fl_gym": "older"}}  # a run scored before an upgrade
+    done[0].write_text(json.dumps(older))
+    with pytest.warns(UserWarning, match="its agent runs were scored by 2 codes"):
+        assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out), "--reps", "200"]) == 0
+    assert json.loads((out / "report.json").read_text())["codes"] == {this: len(done) - 1,
+                                                                       '{"fl_gym": "older"}': 1}
 
 
 def test_a_finished_run_of_other_code_is_kept_with_a_warning(tmp_path):

@@ -11,6 +11,9 @@ See ``docs/benchmark.md``.
 from __future__ import annotations
 
 import dataclasses
+import json
+import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -143,6 +146,13 @@ def _agent_runs(runs_dir: Path, tasks: Sequence[Task]) -> dict[str, dict[str, li
     return agents
 
 
+def _codes(agents: dict[str, dict[str, list[dict]]]) -> dict[str, int]:
+    """How many agent runs each code scored (``scores.json``'s ``code`` as JSON; ``null``: not recorded)."""
+    runs = (record for algo, per_task in agents.items() if not algo.endswith(reporting.START)
+            for records in per_task.values() for record in records)
+    return dict(Counter(json.dumps(record.get("code"), sort_keys=True) for record in runs))
+
+
 def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None, reps: int = 2000
            ) -> dict[str, Any]:
     """Tables of the suite's references and every agent run under ``runs_dir``, written to ``out``.
@@ -167,7 +177,12 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
     for task in tasks:  # a task's record edited or written by another tool
         require_keys(f"{source}: {task.name}", refs[task.name], REFERENCE_KEYS)
     refs = {t.name: refs[t.name] for t in tasks}
-    content = reporting.build(refs, _agent_runs(runs_dir, tasks), reps)
+    agents = _agent_runs(runs_dir, tasks)
+    content = {**reporting.build(refs, agents, reps), "codes": _codes(agents)}
+    if len(content["codes"]) > 1:
+        warnings.warn(f"{runs_dir}: its agent runs were scored by {len(content['codes'])} codes (report.md "
+                      f"counts them), which the report compares as one; to score them all with this code, "
+                      f"delete the others' scores.json and run fl-gym benchmark run again", stacklevel=2)
     specs = {t.name: env_spec_json(t) for t in tasks}
     reporting.write_report(content, refs, suite_name, specs, Path(out or runs_dir))
     return {**content, "markdown": reporting.markdown(content, refs, suite_name)}

@@ -163,6 +163,9 @@ def _role(method: str, record: Mapping[str, Any]) -> str:
 def markdown(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str) -> str:
     """The report as Markdown: suite aggregates, then one table per task, per split."""
     lines = [f"# Benchmark {suite_name}", "", hardware_line(), ""]
+    if report.get("codes"):
+        lines += ["Agent runs by the code that scored them: " + "; ".join(
+            f"{code} ({runs} run{'s' * (runs > 1)})" for code, runs in report["codes"].items()) + ".", ""]
     for split, body in report["splits"].items():
         lines += [f"## {split} split", "", "| method | runs | IQM [95 % CI] | mean [95 % CI] | median | "
                   "P(> best fixed) [95 % CI] | tasks >= 1 |", "|---|---|---|---|---|---|---|"]
