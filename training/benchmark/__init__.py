@@ -181,8 +181,8 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
     content = {**reporting.build(refs, agents, reps), "codes": _codes(agents)}
     if len(content["codes"]) > 1:
         warnings.warn(f"{runs_dir}: its agent runs were scored by {len(content['codes'])} codes (report.md "
-                      f"counts them), which the report compares as one; to score them all with this code, "
-                      f"delete the others' scores.json and run fl-gym benchmark run again", stacklevel=2)
+                      f"counts them), which the report compares as one; fl-gym benchmark run scores again, "
+                      f"with the code it runs, every run whose scores.json is deleted", stacklevel=2)
     specs = {t.name: env_spec_json(t) for t in tasks}
     reporting.write_report(content, refs, suite_name, specs, Path(out or runs_dir))
     return {**content, "markdown": reporting.markdown(content, refs, suite_name)}

@@ -31,7 +31,6 @@ from fl_gym.training import provenance, runs
 from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
 from fl_gym.training.compare import PolicySpec, policy_spec
 from fl_gym.training.evaluation import Episode, evaluate
-from fl_gym.training.provenance import warn_if_other_code
 from fl_gym.validation import UserError, one_line, require, require_seeds
 
 Say = Callable[[str], None]
@@ -176,7 +175,7 @@ def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = 
     folder = Path(out_dir) / task.name / f"{algo}-seed{seed}"
     done = folder / "scores.json"
     if done.is_file():
-        return warn_if_other_code(read_json(done, RECORD_KEYS), done)
+        return provenance.warn_if_other_code(read_json(done, RECORD_KEYS), done)
     if not (folder / "config.yml").is_file():
         cfg = runs.resolve(task.env_id, algo, _preset(task, algo), env_kwargs=task.train_kwargs(), seed=seed,
                            total_timesteps=task.budget)
