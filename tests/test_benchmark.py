@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import warnings
 
@@ -300,8 +301,11 @@ def test_benchmark_run_and_report_end_to_end(tmp_path, capsys):
 
     done = sorted(out.glob("*/*-seed*/scores.json"))
     this = json.dumps(code_versions(), sort_keys=True)
-    assert report["codes"] == {this: len(done)} and f"scored them: {this} ({len(done)} runs)." in (
+    assert report["codes"] == {this: len(done)} and f"scored them (runs): {this} ({len(done)})." in (
         out / "report.md").read_text()
+    assert list(report["machines"].values()) == [len(done)]  # one machine, this one
+    assert json.loads(next(iter(report["machines"])))["cpus"] == os.cpu_count()
+    assert report["reference_codes"] == {this: len(suite("smoke"))}  # pinned above by this code
     older = {**json.loads(done[0].read_text()), "code": {"fl_gym": "older"}}  # a run scored before an upgrade
     done[0].write_text(json.dumps(older))
     with pytest.warns(UserWarning, match="its agent runs were scored by 2 codes"):

@@ -1,4 +1,4 @@
-"""The code a result or a trained model comes from, and the warnings when it is not this code.
+"""The code (and machine) a result or a trained model comes from; warnings when it is not this code.
 
 Results and models outlive an upgrade in their folders (a resumed reproduction, a benchmark run,
 a run folder reused for its model). They are kept, not recomputed (that may take hours), and
@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import os
+import platform
 import warnings
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,15 @@ def code_versions() -> dict[str, str]:
     for key in sorted(files):
         digest.update(key.encode() + files[key].read_bytes())
     return {"fl_gym": digest.hexdigest()[:16], "torch": torch.__version__, "numpy": np.__version__}
+
+
+def hardware() -> dict[str, Any]:
+    """The machine numbers are measured on, and the torch threads they use."""
+    import torch
+
+    return {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
 
 
 def warn_if_other_code(record: dict[str, Any], path: Path) -> dict[str, Any]:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
-import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,10 +23,15 @@ import numpy as np
 from fl_gym.atomic import write_json, write_text
 from fl_gym.training.benchmark import scores
 from fl_gym.training.benchmark.tasks import SPLITS
+from fl_gym.training.provenance import hardware
 
 BEST, REFERENCE, UPPER = "best fixed", "reference (FedAvg)", "upper reference"
 START = " start"  # ``ALGO start``: where an agent's training began, scored alike (an imitation start)
 PROFILE_TAUS = np.linspace(-0.5, 2.5, 61)
+# what a report's numbers come from, as counted in it (as JSON; null: a record from before it was kept)
+ORIGINS = {"codes": "Agent runs by the code that scored them (runs)",
+           "machines": "Agent runs by the machine that trained and scored them (runs)",
+           "reference_codes": "References by the code that pinned them (tasks)"}
 
 
 def run_values(matrix: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
@@ -163,9 +166,10 @@ def _role(method: str, record: Mapping[str, Any]) -> str:
 def markdown(report: Mapping[str, Any], refs: Mapping[str, Any], suite_name: str) -> str:
     """The report as Markdown: suite aggregates, then one table per task, per split."""
     lines = [f"# Benchmark {suite_name}", "", hardware_line(), ""]
-    if report.get("codes"):
-        lines += ["Agent runs by the code that scored them: " + "; ".join(
-            f"{code} ({runs} run{'s' * (runs > 1)})" for code, runs in report["codes"].items()) + ".", ""]
+    for key, counted in ORIGINS.items():
+        if report.get(key):
+            origins = "; ".join(f"{origin} ({n})" for origin, n in report[key].items())
+            lines += [f"{counted}: {origins}.", ""]
     for split, body in report["splits"].items():
         lines += [f"## {split} split", "", "| method | runs | IQM [95 % CI] | mean [95 % CI] | median | "
                   "P(> best fixed) [95 % CI] | tasks >= 1 |", "|---|---|---|---|---|---|---|"]
@@ -213,19 +217,10 @@ def table_csv(report: Mapping[str, Any]) -> str:
     return buffer.getvalue()
 
 
-def hardware() -> dict[str, Any]:
-    """What the numbers were measured on."""
-    import torch
-
-    return {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "threads": torch.get_num_threads()}
-
-
 def hardware_line() -> str:
-    """One line for the report's header."""
+    """One line for the report's header: where it was written (its runs' machines follow it)."""
     h = hardware()
-    return f"Measured on {h['machine']}, {h['cpus']} CPUs, Python {h['python']}, torch {h['torch']}."
+    return f"Reported on {h['machine']}, {h['cpus']} CPUs, Python {h['python']}, torch {h['torch']}."
 
 
 def plot_profiles(report: Mapping[str, Any], split: str, path: Path) -> Path:
