@@ -30,7 +30,7 @@ START = " start"  # ``ALGO start``: where an agent's training began, scored alik
 PROFILE_TAUS = np.linspace(-0.5, 2.5, 61)
 # what a report's numbers come from, as counted in it (as JSON; null: a record from before it was kept)
 ORIGINS = {"codes": "Agent runs by the code that scored them (runs)",
-           "machines": "Agent runs by the machine that trained and scored them (runs)",
+           "machines": "Agent runs by the machine that scored them (runs)",
            "reference_codes": "References by the code that pinned them (tasks)"}
 
 
