@@ -52,6 +52,11 @@ def hardware() -> dict[str, Any]:
             "threads": torch.get_num_threads()}
 
 
+def origin() -> dict[str, Any]:
+    """What a record's numbers come from: this ``code`` (:func:`code_versions`) and ``hardware``."""
+    return {"code": code_versions(), "hardware": hardware()}
+
+
 def warn_if_other_code(record: dict[str, Any], path: Path) -> dict[str, Any]:
     """``record`` (results read back from ``path``), with a warning where other code computed them.
 

@@ -11,10 +11,8 @@ See ``docs/benchmark.md``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -146,18 +144,6 @@ def _agent_runs(runs_dir: Path, tasks: Sequence[Task]) -> dict[str, dict[str, li
     return agents
 
 
-def _origins(agents: dict[str, dict[str, list[dict]]], refs: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """The report's ``ORIGINS``: its agent runs counted by code and machine, its references by code."""
-    runs = [record for algo, per_task in agents.items() if not algo.endswith(reporting.START)
-            for records in per_task.values() for record in records]
-
-    def count(values: Iterable[Any]) -> dict[str, int]:
-        return dict(Counter(json.dumps(value, sort_keys=True) for value in values))
-
-    return {"codes": count(r.get("code") for r in runs), "machines": count(r.get("hardware") for r in runs),
-            "reference_codes": count(record.get("code") for record in refs.values())}
-
-
 def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None, reps: int = 2000
            ) -> dict[str, Any]:
     """Tables of the suite's references and every agent run under ``runs_dir``, written to ``out``.
@@ -183,7 +169,7 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
         require_keys(f"{source}: {task.name}", refs[task.name], REFERENCE_KEYS)
     refs = {t.name: refs[t.name] for t in tasks}
     agents = _agent_runs(runs_dir, tasks)
-    content = {**reporting.build(refs, agents, reps), **_origins(agents, refs)}
+    content = reporting.build(refs, agents, reps)
     if len(content["codes"]) > 1:
         warnings.warn(f"{runs_dir}: its agent runs were scored by {len(content['codes'])} codes (report.md "
                       f"counts them), which the report compares as one; fl-gym benchmark run scores again, "

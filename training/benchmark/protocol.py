@@ -127,8 +127,7 @@ def task_references(task: Task, say: Say = print) -> dict[str, Any]:
             "upper": task.upper_name, "uppers": list(task.uppers), "fixed": fixed, "tuned": tuned,
             "refs": refs, "policies": policies, "returns": returns,
             "test_scenarios": list(task.test_scenarios), "eval_seeds": list(task.eval_seeds),
-            "wall_s": time.perf_counter() - start, "code": provenance.code_versions(),
-            "hardware": provenance.hardware()}
+            "wall_s": time.perf_counter() - start, **provenance.origin()}
 
 
 def per_federation_best(scores: list[list[list[float]]], returns: list[list[list[float]]]
@@ -183,8 +182,7 @@ def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = 
         runs.create_run_dir(cfg, folder)
     start = time.perf_counter()
     runs.train(folder, progress=progress, say=say)
-    record = {"task": task.name, "algo": algo, "seed": seed, "budget": task.budget,
-              "code": provenance.code_versions(), "hardware": provenance.hardware(),
+    record = {"task": task.name, "algo": algo, "seed": seed, "budget": task.budget, **provenance.origin(),
               "train_wall_s_last_session": time.perf_counter() - start, **_tested(task, f"{algo}:{folder}")}
     if (folder / "imitated.zip").is_file():  # where training started (training/imitation.py), scored alike
         record["start"] = _tested(task, f"{algo}:{folder / 'imitated.zip'}")

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +77,23 @@ def suite_matrix(per_task: Mapping[str, np.ndarray], refs: Mapping[str, Any],
     return np.stack(columns, axis=1)
 
 
+def origins(refs: Mapping[str, Any], agents: Mapping[str, Mapping[str, list[dict]]]
+            ) -> dict[str, dict[str, int]]:
+    """The ``ORIGINS``: the agent runs counted by code and machine, the references by code."""
+    runs = [record for method, per_task in agents.items() if not method.endswith(START)
+            for records in per_task.values() for record in records]
+
+    def count(values: Iterable[Any]) -> dict[str, int]:
+        return dict(Counter(json.dumps(value, sort_keys=True) for value in values))
+
+    return {"codes": count(r.get("code") for r in runs), "machines": count(r.get("hardware") for r in runs),
+            "reference_codes": count(record.get("code") for record in refs.values())}
+
+
 def build(refs: Mapping[str, Any], agents: Mapping[str, Mapping[str, list[dict]]], reps: int = 2000
           ) -> dict[str, Any]:
-    """The report's content: per split, per-task rows and suite aggregates."""
-    report: dict[str, Any] = {"tasks": list(refs), "splits": {}}
+    """The report's content: per split, per-task rows and suite aggregates; its :func:`origins`."""
+    report: dict[str, Any] = {"tasks": list(refs), "splits": {}, **origins(refs, agents)}
     for split in SPLITS:
         runs = method_runs(refs, agents, split)
         tasks = {t: _task_rows(runs, refs[t], t, split) for t in refs}
