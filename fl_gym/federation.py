@@ -208,7 +208,7 @@ class Federation:
             torch.set_num_threads(cfg.num_threads)
         if cfg.train and cfg.keep_freed_memory and self.device.type == "cpu":
             keep_freed_memory()
-        data = self._dataset = dataset if dataset is not None else self._load(cfg)
+        data = self._dataset = dataset if dataset is not None else self._load_dataset(cfg)
         self.num_classes = data.num_classes
         scenario = np.random.default_rng(scenario_seed)
         self.server_indices = np.zeros(0, np.int64)
@@ -333,7 +333,7 @@ class Federation:
         return self._validation(self._run_all(self._validation_requests()))
 
     @staticmethod
-    def _load(cfg: FederationConfig) -> Dataset:
+    def _load_dataset(cfg: FederationConfig) -> Dataset:
         if cfg.train or cfg.dataset not in TORCHVISION:
             return load_dataset(cfg.dataset, root=cfg.data_root, download=cfg.download,
                                 **dict(cfg.dataset_kwargs))

@@ -40,6 +40,24 @@ def test_envs_lists_every_id(capsys):
     assert "# toy: a toy family" in out and "fastest-half" in out
 
 
+def test_version_names_the_release_and_the_code_results_record(capsys):
+    import importlib.metadata
+    import platform
+
+    import fl_gym
+    from fl_gym.training.provenance import code_versions
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    code = code_versions()
+    assert capsys.readouterr().out == (
+        f"fl-gym {fl_gym.__version__} (code {code['fl_gym']}, torch {torch.__version__}, numpy "
+        f"{np.__version__}, Python {platform.python_version()})\n")
+    # the installed metadata's version is the package's own (one source: fl_gym.__version__)
+    assert importlib.metadata.version("fl-gym") == fl_gym.__version__
+
+
 def test_train_writes_a_complete_run(tmp_path, capsys):
     code, out, _ = run_cli(["train", "FLHeteroAlloc-v0", "--n-timesteps", 64, "--runs-dir", tmp_path,
                             "--run-id", "r1", "--save-freq", 32, *TINY], capsys)

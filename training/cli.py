@@ -49,6 +49,27 @@ from fl_gym.validation import (
 USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
 
 
+class _Version(argparse.Action):
+    """``--version``: fl-gym's version and the code it runs (the digest results record), then exit.
+
+    Worked out when asked for, not when the parser is built: the digest reads every source file.
+    """
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        import platform
+
+        from fl_gym import __version__
+        from fl_gym.training.provenance import code_versions
+
+        code = code_versions()
+        print(f"fl-gym {__version__} (code {code['fl_gym']}, torch {code['torch']}, numpy {code['numpy']}, "
+              f"Python {platform.python_version()})")
+        parser.exit()
+
+
 class Parser(argparse.ArgumentParser):
     """An argument parser whose mistakes are one line (``fl-gym train: error: ...``) and exit 2.
 
@@ -837,6 +858,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="fl-gym", description="Federated learning as Gymnasium environments.")
     parser.add_argument("--traceback", action="store_true",
                         help="show the traceback of a user error, and the code line a warning comes from")
+    parser.add_argument("--version", action=_Version,
+                        help="print fl-gym's version and the digest of its code (what results record), "
+                             "with torch's, numpy's and Python's versions")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("envs", help="list the registered env ids").set_defaults(func=cmd_envs)
