@@ -76,6 +76,14 @@ def test_every_package_is_listed_for_installation():
             assert package in listed, f"{package} ({init.parent}) is missing from pyproject's packages"
 
 
+def test_the_package_ships_its_type_annotations():
+    """PEP 561's marker, installed with the package: without it mypy skips every ``import fl_gym``."""
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert (ROOT / "fl_gym" / "py.typed").is_file() and "py.typed" in cfg["package-data"]["fl_gym"]
+
+
 def test_the_simulator_and_the_envs_load_no_rl_library():
     import subprocess
     import sys
