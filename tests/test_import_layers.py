@@ -63,11 +63,18 @@ def test_generic_modules_name_no_family():
     assert offenders == []
 
 
+def _setuptools_table() -> dict:
+    """pyproject's ``[tool.setuptools]`` (tomllib from Python 3.11; tomli, pytest's dependency, on 3.10)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        import tomli as tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
 def test_every_package_is_listed_for_installation():
     """A sub-package missing from pyproject's list imports in an editable install but not from a wheel."""
-    import tomllib
-
-    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    cfg = _setuptools_table()
     listed = set(cfg["packages"])
     for name, folder in cfg["package-dir"].items():
         for init in (ROOT / folder).rglob("__init__.py"):
@@ -78,9 +85,7 @@ def test_every_package_is_listed_for_installation():
 
 def test_the_package_ships_its_type_annotations():
     """PEP 561's marker, installed with the package: without it mypy skips every ``import fl_gym``."""
-    import tomllib
-
-    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    cfg = _setuptools_table()
     assert (ROOT / "fl_gym" / "py.typed").is_file() and "py.typed" in cfg["package-data"]["fl_gym"]
 
 
