@@ -581,11 +581,12 @@ class Federation:
             mask[np.sort(first_available(order, available, candidates))] = True
         else:
             given = as_array("candidates", candidates, f"an int, or a mask of shape ({k_all},), bool or 0/1")
-            mask = given.astype(bool)
-            if mask.shape != (k_all,) or not mask.any() or not is_mask(given):  # ids would pick others
-                raise UserError(f"candidates has shape {mask.shape} with {int(mask.sum())} set; allowed: an "
-                                f"int, or a mask of shape ({k_all},), bool or 0/1 (not client ids), with at "
-                                "least one client")
+            # ids would pick other clients; text is no mask either (numpy 1 cannot even cast "x" to bool)
+            mask = given.astype(bool) if is_mask(given) else None
+            if mask is None or mask.shape != (k_all,) or not mask.any():
+                held = "" if mask is None else f" with {int(mask.sum())} set"
+                raise UserError(f"candidates has shape {given.shape}{held}; allowed: an int, or a mask of "
+                                f"shape ({k_all},), bool or 0/1 (not client ids), with at least one client")
             mask = mask & available
             if not mask.any():
                 raise UserError(f"candidates={np.flatnonzero(candidates).tolist()} are all unavailable this "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -109,10 +111,10 @@ def test_a_validation_loss_is_charged_at_most_ten_ln_c_and_a_diverged_ones_at_th
     without a validation split the gain stays NaN, not charged as a divergence."""
     from fl_gym.envs.base import ValidationGain, charged_loss
 
-    cap = 10 * np.log(10)
+    cap = 10 * math.log(10)  # as the env computes it (numpy's log may differ in the last bit)
     np.testing.assert_array_equal(charged_loss(np.array([0.5, 2.3, cap, 40.0, np.nan, np.inf]), 10),
                                   [0.5, 2.3, cap, cap, cap, cap])
-    assert charged_loss(0.7, 10) == 0.7 and charged_loss(float("nan"), 2) == 10 * np.log(2)
+    assert charged_loss(0.7, 10) == 0.7 and charged_loss(float("nan"), 2) == 10 * math.log(2)
     fed = Federation(FederationConfig(num_clients=4))
     fed.reset(seed=0)
     assert fed.val_indices is None
