@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import errno
 import os
+import platform
 import re
 import reprlib
 import signal
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from fl_gym import __version__
 from fl_gym.atomic import require_writable
 from fl_gym.data.datasets import DatasetNotFoundError
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
@@ -59,9 +61,6 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        import platform
-
-        from fl_gym import __version__
         from fl_gym.training.provenance import code_versions
 
         code = code_versions()
