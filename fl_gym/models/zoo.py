@@ -31,6 +31,9 @@ from fl_gym.models.architecture import Architecture
 from fl_gym.models.layers import AdaptiveAvgPool2d, Conv2d, Dropout, Flatten, Layer, Linear, MaxPool2d, ReLU
 from fl_gym.validation import UserError, require_choice
 
+# a catalogue entry: (input shape, classes, the architecture's name) -> the architecture
+Maker = Callable[[Sequence[int], int, str], Architecture]
+
 
 class _DoesNotFit(Exception):
     """An input shape the network being built cannot take (:func:`build_model` names the model)."""
@@ -41,7 +44,8 @@ class _Builder:
 
     def __init__(self, input_shape: Sequence[int]) -> None:
         self.input_shape = self.shape = tuple(input_shape)
-        self.layers, self.grouped = [], False
+        self.layers: list[Layer] = []
+        self.grouped = False
 
     def add(self, layer: Layer) -> _Builder:
         self.layers.append(layer)
@@ -75,7 +79,7 @@ class _Builder:
         return Architecture(name, input_shape, num_classes, self.layers)
 
 
-def _mlp(hidden: Sequence[int]) -> Callable[[Sequence[int], int], Architecture]:
+def _mlp(hidden: Sequence[int]) -> Maker:
     def make(shape: Sequence[int], classes: int, name: str) -> Architecture:
         b = _Builder(shape).flatten()
         for h in hidden:
@@ -84,14 +88,14 @@ def _mlp(hidden: Sequence[int]) -> Callable[[Sequence[int], int], Architecture]:
     return make
 
 
-def _cnn(c: int, f: int) -> Callable[[Sequence[int], int, str], Architecture]:
+def _cnn(c: int, f: int) -> Maker:
     def make(shape, classes, name):
         b = _Builder(shape).conv(c, 3, 1).pool().conv(2 * c, 3, 1).pool().flatten()
         return b.dense(f).dense(classes, relu=False).build(name, classes, shape)
     return make
 
 
-def _hapfl(c: int, f: int) -> Callable[[Sequence[int], int, str], Architecture]:
+def _hapfl(c: int, f: int) -> Maker:
     def make(shape, classes, name):
         b = _Builder(shape).conv(c, 3, 1).pool().conv(2 * c, 3, 1).pool().conv(4 * c, 3, 1).pool()
         b.add(AdaptiveAvgPool2d(2)).flatten()
@@ -99,7 +103,7 @@ def _hapfl(c: int, f: int) -> Callable[[Sequence[int], int, str], Architecture]:
     return make
 
 
-def _mcmahan(dropout: float) -> Callable[[Sequence[int], int, str], Architecture]:
+def _mcmahan(dropout: float) -> Maker:
     def make(shape, classes, name):
         b = _Builder(shape).conv(32, 5, 2).pool().conv(64, 5, 2).pool().flatten()
         b = b.dense(512, dropout=dropout / 2).dense(classes, relu=False, dropout=dropout)
@@ -107,7 +111,7 @@ def _mcmahan(dropout: float) -> Callable[[Sequence[int], int, str], Architecture
     return make
 
 
-def _lenet(pad: int) -> Callable[[Sequence[int], int, str], Architecture]:
+def _lenet(pad: int) -> Maker:
     def make(shape, classes, name):
         b = _Builder(shape).conv(6, 5, pad).pool().conv(16, 5).pool().flatten().dense(120).dense(84)
         return b.dense(classes, relu=False).build(name, classes, shape)
@@ -131,7 +135,7 @@ def _vgg11(shape, classes, name):
     return b.flatten().dense(classes, relu=False).build(name, classes, shape)
 
 
-_REGISTRY: dict[str, Callable[[Sequence[int], int, str], Architecture]] = {
+_REGISTRY: dict[str, Maker] = {
     "mlr": _mlp(()),
     "mlp-small": _mlp((64,)),
     "mlp-medium": _mlp((200,)),
