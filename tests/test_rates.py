@@ -111,7 +111,7 @@ def test_action_map_is_log_uniform_and_inverts():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # decay[gamma=0]'s zero rates printed numpy's "divide by zero"
         assert unit_of(0.0, 1e-4, 1.0) == -1.0
-    assert np.isnan(unit_of(-1.0, 1e-4, 1.0))  # not a rate: NaN, which the env refuses as an action
+        assert np.isnan(unit_of(-1.0, 1e-4, 1.0))  # not a rate: NaN, which the env refuses as an action
 
 
 def _run(env, policy, seed=0, rounds=None):

@@ -34,9 +34,12 @@ def rate_of(u: np.ndarray, lr_min: float, lr_max: float) -> np.ndarray:
 
 
 def unit_of(lr: np.ndarray, lr_min: float, lr_max: float) -> np.ndarray:
-    """The action of rate ``lr`` (inverse of :func:`rate_of`, clipped to ``[-1, 1]``; a rate of 0 is -1)."""
+    """The action of rate ``lr`` (inverse of :func:`rate_of`, clipped to ``[-1, 1]``; a rate of 0 is -1).
+
+    A negative rate is no rate: its action is NaN, which the env refuses by name.
+    """
     lo, hi = math.log(lr_min), math.log(lr_max)
-    with np.errstate(divide="ignore"):  # log(0) = -inf, clipped to -1 without numpy's warning
+    with np.errstate(divide="ignore", invalid="ignore"):  # log(0) = -inf, clipped to -1; log(-1) = NaN
         log = np.log(np.asarray(lr, np.float64))
     return np.clip(2 * (log - lo) / (hi - lo) - 1, -1, 1)
 
