@@ -580,13 +580,11 @@ class Federation:
             self.draw_candidates(order)
             mask[np.sort(first_available(order, available, candidates))] = True
         else:
-            given = as_array("candidates", candidates, f"an int, or a mask of shape ({k_all},), bool or 0/1")
-            # ids would pick other clients; text is no mask either (numpy 1 cannot even cast "x" to bool)
-            mask = given.astype(bool) if is_mask(given) else None
-            if mask is None or mask.shape != (k_all,) or not mask.any():
-                held = "" if mask is None else f" with {int(mask.sum())} set"
-                raise UserError(f"candidates has shape {given.shape}{held}; allowed: an int, or a mask of "
-                                f"shape ({k_all},), bool or 0/1 (not client ids), with at least one client")
+            allowed = (f"an int, or a mask of shape ({k_all},), bool or 0/1 (not client ids), with at "
+                       "least one client")
+            mask = as_mask("candidates", candidates, k_all, allowed)
+            if not mask.any():
+                raise UserError(f"candidates has shape {mask.shape} with 0 set; allowed: {allowed}")
             mask = mask & available
             if not mask.any():
                 raise UserError(f"candidates={np.flatnonzero(candidates).tolist()} are all unavailable this "

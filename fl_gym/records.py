@@ -115,12 +115,16 @@ def is_mask(values: np.ndarray) -> bool:
     return values.dtype == bool or bool(np.isin(values, (0, 1)).all())
 
 
-def as_mask(name: str, values: object, k: int) -> np.ndarray:
-    """``values`` as a ``(k,)`` bool mask, or a ``ValueError`` naming ``name`` (see :func:`is_mask`)."""
-    given = as_array(name, values, f"a mask of shape ({k},), bool or 0/1")
+def as_mask(name: str, values: object, k: int, allowed: str | None = None) -> np.ndarray:
+    """``values`` as a ``(k,)`` bool mask, or a ``ValueError`` naming ``name`` (see :func:`is_mask`).
+
+    ``allowed``: what the parameter takes, as the error says it (default: such a mask). Values are
+    checked before they are cast: ids would pick other clients, and numpy 1 cannot cast text.
+    """
+    allowed = allowed or f"a mask of shape ({k},), bool or 0/1 (not client ids)"
+    given = as_array(name, values, allowed)
     if given.shape != (k,) or not is_mask(given):
-        raise UserError(f"{name} has shape {given.shape} and dtype {given.dtype}; allowed: a mask of shape "
-                        f"({k},), bool or 0/1 (not client ids)")
+        raise UserError(f"{name} has shape {given.shape} and dtype {given.dtype}; allowed: {allowed}")
     return given.astype(bool)
 
 
