@@ -30,7 +30,7 @@ from fl_gym.engine.losses import log_softmax
 from fl_gym.engine.pool import BufferPool
 from fl_gym.engine.probe import gradients_at
 from fl_gym.engine.reference import reference_train
-from fl_gym.engine.schedule import BatchDraw
+from fl_gym.engine.schedule import BatchDraw, padded
 from fl_gym.engine.updates import update_statistics
 from fl_gym.models import Stack, build_model
 
@@ -122,6 +122,14 @@ def test_a_batch_beyond_every_clients_data_is_the_full_batch(digits_parts):
 
 def test_fractional_epochs_round_steps():
     assert local_steps(np.array([100, 100, 5]), np.array([0.5, 0.0, 0.01]), 10).tolist() == [5, 0, 1]
+
+
+def test_padded_table_holds_each_part_then_zeros():
+    parts = [torch.tensor([5, 3]), torch.tensor([], dtype=torch.int64), torch.tensor([7, 8, 9])]
+    table = padded(parts, np.array([2, 0, 3]), 4)
+    assert table.tolist() == [[5, 3, 0, 0], [0, 0, 0, 0], [7, 8, 9, 0]]
+    assert table.dtype == torch.int64
+    assert padded([], np.array([], np.int64), 3).shape == (0, 3)
 
 
 def test_schedule_rejects_unsorted_steps(digits_parts):

@@ -45,11 +45,9 @@ def padded(parts: list[Tensor], sizes: np.ndarray, width: int) -> Tensor:
     """``(k, width)`` int64 table whose row ``i`` starts with ``parts[i]`` (``sizes[i]`` long), then zeros."""
     device = parts[0].device if parts else None
     table = torch.zeros(len(parts), width, dtype=torch.int64, device=device)
-    if len(parts):
-        sizes_t = torch.as_tensor(sizes, device=device)
-        rows = torch.repeat_interleave(torch.arange(len(parts), device=device), sizes_t)
-        starts = torch.repeat_interleave(torch.cumsum(sizes_t, 0) - sizes_t, sizes_t)
-        table[rows, torch.arange(len(rows), device=device) - starts] = torch.cat(parts)
+    if len(parts):  # a mask fills its True places in row-major order: each row's part, then zeros
+        filled = torch.arange(width, device=device) < torch.as_tensor(sizes, device=device).unsqueeze(1)
+        table.masked_scatter_(filled, torch.cat(parts))
     return table
 
 
