@@ -80,25 +80,33 @@ class MemberRun:
         opt: the optimiser stepping ``trained``.
         grad: flat gradient buffer in ``trained``'s layout.
         active: member clients still stepping.
+        live_params: the active clients' views of ``trained``'s blocks.
+        live_grads: their views of the gradient buffer's blocks.
     """
 
     def __init__(self, stack: Stack, trained: Stack, opt: StackOptimizer) -> None:
         self.stack, self.trained, self.opt = stack, trained, opt
         self.grad = torch.zeros_like(trained.flat)
         self.grad_blocks = trained.views(self.grad)
-        self.active = stack.k
         self.extra: list[StackOptimizer] = []
         self.state: dict[str, Tensor] = {}  # an algorithm's per-round tensors
+        self._slice(stack.k)
+
+    def _slice(self, active: int) -> None:
+        """Slice the live views once per change of ``active``, not at every local step."""
+        self.active = active
+        self.live_params = prefix(self.trained.blocks, active)
+        self.live_grads = prefix(self.grad_blocks, active)
 
     def set_active(self, active: int) -> None:
         """Step only the first ``active`` member clients from now on."""
-        self.active = active
+        self._slice(active)
         for opt in (self.opt, *self.extra):
             opt.set_active(active)
 
     def restart(self) -> None:
         """Back to the round's first step: every client active, fresh optimisers (rows: the caller's)."""
-        self.active = self.stack.k
+        self._slice(self.stack.k)
         for opt in (self.opt, *self.extra):
             opt.restart()
 

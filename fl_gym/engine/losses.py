@@ -37,10 +37,10 @@ def log_softmax(logits: Tensor) -> Tensor:
 def _ce(logits: Tensor, y: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Weighted cross-entropy: ``(loss (k,), dlogits (k,B,C), probabilities (k,B,C))``."""
     logp = log_softmax(logits)
-    loss = -(logp.gather(-1, y.unsqueeze(-1)).squeeze(-1) * w).sum(1)
+    label = y.unsqueeze(-1)
+    loss = (logp.gather(-1, label).squeeze(-1) * w).sum(1).neg_()
     p = logp.exp()
-    grad = p.clone()
-    grad.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(w, -1.0).unsqueeze(-1))
+    grad = p.scatter_add(-1, label, torch.full_like(w, -1.0).unsqueeze(-1))  # p - one-hot
     return loss, grad.mul_(w.unsqueeze(-1)), p
 
 

@@ -25,7 +25,7 @@ from fl_gym.engine.algorithms import SGD, LocalAlgorithm, MemberRun
 from fl_gym.engine.losses import LossFn, cross_entropy
 from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.engine.schedule import BatchSchedule
-from fl_gym.models.architecture import Stack, prefix
+from fl_gym.models.architecture import Stack
 
 PLAIN = SGD()
 
@@ -132,16 +132,20 @@ def run_steps(members: list[Member], runs: list[MemberRun], x: Tensor, y: Tensor
     Without member slots the host only launches kernels here, so a CUDA graph can capture it
     (:mod:`fl_gym.engine.graphs`).
     """
-    prev_active = len(schedule.steps)
+    k = len(schedule.steps)
+    prev_active = k
+    # each step's rows as views made in one call, not indexed out step by step
+    idx_rows, weight_rows = schedule.idx.unbind(0), schedule.weight.unbind(0)
+    history_rows = {r: h.unbind(0) for r, h in history.items()}
     for s, a in enumerate(schedule.active):
         if a != prev_active:
             for member, run in zip(members, runs, strict=True):
                 run.set_active(member.active(a))
             prev_active = a
-        idx, w = schedule.idx[s, :a], schedule.weight[s, :a]
-        gradients = partial(_gradients, members, runs, x, idx, y[idx], w, a, loss_fn, gen, algorithm)
+        idx, w = (idx_rows[s], weight_rows[s]) if a == k else (idx_rows[s][:a], weight_rows[s][:a])
+        gradients = partial(_gradients, members, runs, x, idx, y.take(idx), w, a, loss_fn, gen, algorithm)
         for r, v in algorithm.step(runs, gradients).items():
-            history[r][s, :a] = v
+            history_rows[r][s][:a].copy_(v)
 
 
 def mean_losses(history: dict[str, Tensor], schedule: BatchSchedule, device: torch.device) -> TrainResult:
@@ -167,8 +171,7 @@ def _gradients(members: list[Member], runs: list[MemberRun], x: Tensor, idx: Ten
     logits: dict[str, Tensor] = {}
     tapes = []
     for m, run in live:
-        arch = run.trained.arch
-        params = prefix(run.trained.blocks, run.active)
+        arch, params = run.trained.arch, run.live_params
         ids = idx if m.slots is None else idx[m.slots[: run.active]]
         xb = arch.gather(x, ids)
         out, tape = arch.forward(params, xb, True, gen)
@@ -185,5 +188,5 @@ def _gradients(members: list[Member], runs: list[MemberRun], x: Tensor, idx: Ten
     losses, dlogits = loss_fn(logits, yb, w)
     for (m, run), (params, tape, extra) in zip(live, tapes, strict=True):
         d = dlogits[m.role] if m.slots is None else dlogits[m.role][m.slots[: run.active]]
-        run.trained.arch.backward(params, tape, d, prefix(run.grad_blocks, run.active), extra)
+        run.trained.arch.backward(params, tape, d, run.live_grads, extra)
     return losses
