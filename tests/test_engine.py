@@ -30,7 +30,7 @@ from fl_gym.engine.losses import log_softmax
 from fl_gym.engine.pool import BufferPool
 from fl_gym.engine.probe import gradients_at
 from fl_gym.engine.reference import reference_train
-from fl_gym.engine.schedule import BatchDraw, padded
+from fl_gym.engine.schedule import BatchDraw, padded, stable_order
 from fl_gym.engine.updates import update_statistics
 from fl_gym.models import Stack, build_model
 
@@ -130,6 +130,16 @@ def test_padded_table_holds_each_part_then_zeros():
     assert table.tolist() == [[5, 3, 0, 0], [0, 0, 0, 0], [7, 8, 9, 0]]
     assert table.dtype == torch.int64
     assert padded([], np.array([], np.int64), 3).shape == (0, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_stable_order_is_torchs_stable_argsort(dtype):
+    gen = torch.Generator().manual_seed(0)
+    keys = torch.rand(3, 40, 130, generator=gen, dtype=dtype)
+    keys[:, :, 100:] = 2.0  # padding: equal keys keep their positions' order
+    keys[0, 0, :50] = torch.randint(0, 4, (50,), generator=gen) / 8  # ties among real keys, and zeros
+    for case in (keys, keys.transpose(0, 1)):
+        assert torch.equal(stable_order(case), case.argsort(dim=-1, stable=True))
 
 
 def test_schedule_rejects_unsorted_steps(digits_parts):

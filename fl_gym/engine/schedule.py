@@ -120,6 +120,21 @@ def make_schedule(parts: list[Tensor], steps: np.ndarray, batch_size: int,
     return layout(BatchDraw.draw(parts, steps, batch_size, gen), batch_size)
 
 
+def stable_order(keys: Tensor) -> Tensor:
+    """``keys.argsort(dim=-1, stable=True)`` for keys that are not negative.
+
+    On the CPU, float32 keys sort as one array of integers ``bits << 32 | position``: a non-negative
+    float orders as its bit pattern, and the position breaks ties as a stable sort does. NumPy sorts
+    those integers with vector instructions; torch's stable argsort of random keys, a comparison
+    sort, stalls on mispredicted branches, and for a merged cohort of 160 clients took 3x as long.
+    """
+    if keys.device.type != "cpu" or keys.dtype != torch.float32:
+        return keys.argsort(dim=-1, stable=True)
+    bits = keys.contiguous().numpy().view(np.int32).astype(np.int64)
+    ordered = np.sort(bits << 32 | np.arange(keys.shape[-1]), axis=-1)
+    return torch.from_numpy(ordered & 0xFFFFFFFF)
+
+
 def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
     """The schedule of a drawn cohort whose clients are sorted by steps, most first."""
     parts, steps = draw.parts, draw.steps
@@ -134,7 +149,7 @@ def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
     steps_t = torch.as_tensor(steps, device=device)
     num_steps = int(steps[0])
     pad = torch.as_tensor(np.arange(draw.keys.shape[2]) >= n_np[:, None], device=device)
-    perms = draw.keys.masked_fill(pad, 2.0).argsort(dim=2, stable=True)
+    perms = stable_order(draw.keys.masked_fill(pad, 2.0))
     epochs = perms.shape[0]
     s = torch.arange(num_steps, device=device)
     epoch_of = s.unsqueeze(0) // nb.unsqueeze(1)  # (k, S)
@@ -142,9 +157,11 @@ def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
            + torch.arange(batch_size, device=device))
     valid = (pos < n.view(k, 1, 1)) & (s.view(1, -1, 1) < steps_t.view(k, 1, 1))  # (k, S, B)
     pos = torch.where(valid, pos, torch.zeros_like(pos))
-    client = torch.arange(k, device=device).view(k, 1, 1)
-    local = perms[epoch_of.clamp(max=epochs - 1).unsqueeze(-1), client, pos]
-    idx = padded(parts, n_np, draw.keys.shape[2])[client, local]
+    # flat positions taken in one gather each (indexing with three broadcast index tensors took 3x as long)
+    width = draw.keys.shape[2]
+    row = torch.arange(k, device=device).view(k, 1, 1) * width  # each client's row of a (k, width) table
+    local = perms.take((epoch_of.clamp(max=epochs - 1) * (k * width)).unsqueeze(-1) + row + pos)
+    idx = padded(parts, n_np, width).take(row + local)
     count = valid.sum(-1, keepdim=True).clamp_min(1)
     weight = valid.float() / count
     active = (steps[None, :] > np.arange(num_steps)[:, None]).sum(axis=1).tolist()
