@@ -356,7 +356,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def check_action(self, action: Any) -> np.ndarray:
         """The action as an array of the action space's shape, or a ``ValueError`` naming both."""
-        a = as_array("action", action, f"numbers of {self.action_space}")
+        a = as_array("action", action, lambda: f"numbers of {self.action_space}")
         return self.check_actions(a[None]).reshape(a.shape)
 
     def check_actions(self, actions: Any) -> np.ndarray:
@@ -365,7 +365,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         One pass over the rows (a vector env's copies); a bad row raises the ``ValueError`` that
         :meth:`check_action` raises for it, the first such row's.
         """
-        a = as_array("actions", actions, f"rows of actions of {self.action_space}")
+        a = as_array("actions", actions, lambda: f"rows of actions of {self.action_space}")
         space, kind = self.action_space, a.dtype.kind
         if a.ndim == 0:
             raise UserError(f"actions={_short(a)} is one value; allowed: rows of actions of {space}")

@@ -28,16 +28,18 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
-def as_array(name: str, values: object, allowed: str) -> np.ndarray:
+def as_array(name: str, values: object, allowed: str | Callable[[], str]) -> np.ndarray:
     """``np.asarray(values)``, or a :class:`UserError` naming ``name`` (a ragged list, a mix of types).
 
     numpy's own message ("an inhomogeneous shape after 1 dimensions") names neither the parameter
-    nor what it takes.
+    nor what it takes. ``allowed`` may be a call that says it, made only for the message (an action
+    space's text takes longer to write than an env's step spends on its action).
     """
     try:
         return np.asarray(values)
     except (TypeError, ValueError) as err:
-        raise UserError(f"{name}={reprlib.repr(values)} is out of range; allowed: {allowed} "
+        said = allowed() if callable(allowed) else allowed
+        raise UserError(f"{name}={reprlib.repr(values)} is out of range; allowed: {said} "
                         f"({one_line(err)})") from err
 
 

@@ -57,13 +57,13 @@ def integerize(sigma: np.ndarray, total: int) -> np.ndarray:
 
 def split_of(logits: np.ndarray) -> np.ndarray:
     """The epoch split that split logits give: ``softmax(3 a)`` of ``a`` clipped to ``[-1, 1]`` (per row)."""
-    return softmax(np.clip(np.asarray(logits), -1, 1))
+    return softmax(np.asarray(logits).clip(-1, 1))
 
 
 def size_bins(a: np.ndarray, num_sizes: int) -> np.ndarray:
     """Ordinal bins of ``[-1, 1]``: ``min(delta-1, floor((a+1)/2 * delta))``."""
     bins = np.floor((np.asarray(a, dtype=np.float64) + 1.0) / 2.0 * num_sizes).astype(np.int64)
-    return np.clip(bins, 0, num_sizes - 1)
+    return np.minimum(np.maximum(bins, 0), num_sizes - 1)  # np.clip's dtype checks cost 3x as much
 
 
 def size_centres(sizes: np.ndarray, num_sizes: int) -> np.ndarray:
@@ -120,7 +120,7 @@ class SizesAndSplit(HeteroAction):
 
     def decode(self, num_sizes: int, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The bins of the first half, ``softmax(3 a)`` of the second."""
-        a = np.clip(np.asarray(action), -1, 1)
+        a = np.asarray(action).clip(-1, 1)
         k = a.shape[-1] // 2
         return size_bins(a[..., :k], num_sizes), softmax(a[..., k:])
 

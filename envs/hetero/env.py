@@ -267,7 +267,7 @@ class _HeteroEnv(FLEnv):
             return history_features(ratio, seen[rows, 0, slots], rounds - seen[rows, 1, slots])
         if self.config.obs_mode != "extended":
             catalogue = self._catalogue[: self.client_rows.globals]
-            return np.concatenate([1.0 / ratio, np.broadcast_to(catalogue, (len(ratio), len(catalogue)))],
+            return np.concatenate([1.0 / ratio, np.tile(catalogue, (len(ratio), 1))],
                                   axis=1).astype(np.float32)
         prev = (records.prev_size[rows, slots] + 1) / self.num_sizes
         extras = records.extras
@@ -390,7 +390,7 @@ class _HeteroEnv(FLEnv):
             "hetero/straggling_compute": compute.max(axis=1) - compute.min(axis=1),
             "hetero/straggling_local": train.max(axis=1) - train.min(axis=1), "hetero/r1": r1,
             "hetero/r2_seconds": r2_seconds,
-            "hetero/time_ratio": np.broadcast_to(self.time_ratio, (len(train), len(self.time_ratio))).copy(),
+            "hetero/time_ratio": np.tile(self.time_ratio, (len(train), 1)),
             "hetero/cost_ratio": self.time_ratio[decision.sizes] * probe_ratio,
             "hetero/label_entropy": entropy}
 
