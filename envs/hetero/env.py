@@ -381,15 +381,15 @@ class _HeteroEnv(FLEnv):
         ``r1`` is ``(N,)``, the rounds' ``R^1``.
         """
         per_epoch = train / epochs
-        r2_seconds = train.min(axis=1) - train.max(axis=1)
+        fastest, slowest = train.min(axis=1), train.max(axis=1)
         return {
             "hetero/sizes": decision.sizes.copy(), "hetero/epoch_share": decision.sigma,
             "hetero/epochs": epochs,
             "hetero/probe_time": probe, "hetero/train_time": train, "hetero/train_time_per_epoch": per_epoch,
             "hetero/compute_time": compute,
             "hetero/straggling_compute": compute.max(axis=1) - compute.min(axis=1),
-            "hetero/straggling_local": train.max(axis=1) - train.min(axis=1), "hetero/r1": r1,
-            "hetero/r2_seconds": r2_seconds,
+            "hetero/straggling_local": slowest - fastest, "hetero/r1": r1,
+            "hetero/r2_seconds": fastest - slowest,
             "hetero/time_ratio": np.tile(self.time_ratio, (len(train), 1)),
             "hetero/cost_ratio": self.time_ratio[decision.sizes] * probe_ratio,
             "hetero/label_entropy": entropy}
