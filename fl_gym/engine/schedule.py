@@ -157,7 +157,7 @@ def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
            + torch.arange(batch_size, device=device))
     valid = (pos < n.view(k, 1, 1)) & (s.view(1, -1, 1) < steps_t.view(k, 1, 1))  # (k, S, B)
     pos = torch.where(valid, pos, torch.zeros_like(pos))
-    # flat positions taken in one gather each (indexing with three broadcast index tensors took 3x as long)
+    # flat positions taken in one gather each (indexing by three broadcast index tensors was the slowest line)
     width = draw.keys.shape[2]
     row = torch.arange(k, device=device).view(k, 1, 1) * width  # each client's row of a (k, width) table
     local = perms.take((epoch_of.clamp(max=epochs - 1) * (k * width)).unsqueeze(-1) + row + pos)
