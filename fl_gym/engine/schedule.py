@@ -148,9 +148,9 @@ def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
     nb = (n + batch_size - 1) // batch_size
     steps_t = torch.as_tensor(steps, device=device)
     num_steps = int(steps[0])
-    pad = torch.as_tensor(np.arange(draw.keys.shape[2]) >= n_np[:, None], device=device)
+    epochs, _, width = draw.keys.shape
+    pad = torch.as_tensor(np.arange(width) >= n_np[:, None], device=device)
     perms = stable_order(draw.keys.masked_fill(pad, 2.0))
-    epochs = perms.shape[0]
     s = torch.arange(num_steps, device=device)
     epoch_of = s.unsqueeze(0) // nb.unsqueeze(1)  # (k, S)
     pos = ((s.unsqueeze(0) % nb.unsqueeze(1)).unsqueeze(-1) * batch_size
@@ -158,7 +158,6 @@ def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
     valid = (pos < n.view(k, 1, 1)) & (s.view(1, -1, 1) < steps_t.view(k, 1, 1))  # (k, S, B)
     pos = torch.where(valid, pos, torch.zeros_like(pos))
     # flat positions taken in one gather each (indexing by three broadcast index tensors was the slowest line)
-    width = draw.keys.shape[2]
     row = torch.arange(k, device=device).view(k, 1, 1) * width  # each client's row of a (k, width) table
     local = perms.take((epoch_of.clamp(max=epochs - 1) * (k * width)).unsqueeze(-1) + row + pos)
     idx = padded(parts, n_np, width).take(row + local)
