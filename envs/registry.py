@@ -145,7 +145,8 @@ class Family:
         vector_clock: entry point of a class that plays one step of many copies that train
             nothing (a timing backend) as arrays: ``cls(unwrapped_envs)`` with ``step(actions)``
             returning each copy's step and ``refresh(i)`` after copy ``i`` resets
-            (:class:`~fl_gym.envs.vector.BatchedVecEnv` uses it).
+            (:class:`~fl_gym.envs.vector.BatchedVecEnv` uses it, and such an env alone steps as
+            its one row).
         agent_kwargs: env arguments a trained agent is bound to (without them its observation or
             action means something else); ``fl-gym compare`` evaluates a loaded run with its values.
         tasks: entry point of the family's benchmark tasks, a tuple of

@@ -837,8 +837,8 @@ INJECTED = [("FLHeteroAlloc-v0", {"intensity_policy": "inverse", "obs_mode": "ex
             ("FLHeteroIntensity-v0", {"allocation_policy": "random"})]
 
 
-@pytest.mark.parametrize("env_id,kwargs", [(i, {"obs_mode": m}) for i in TIMING for m in OBS_MODES] + INJECTED
-                         + [(TIMING[0], {"randomize_scenario": True}),
+TIMING_CASES = ([(i, {"obs_mode": m}) for i in TIMING for m in OBS_MODES] + INJECTED
+                + [(TIMING[0], {"randomize_scenario": True}),
                             (TIMING[0], {"residual_policy": "oracle"}),
                             (TIMING[0], {"randomize_scenario": True, "num_clients_range": (6, 14),
                                          "obs_mode": "history"}),
@@ -849,13 +849,24 @@ INJECTED = [("FLHeteroAlloc-v0", {"intensity_policy": "inverse", "obs_mode": "ex
                             # links that take time: the round's communication, timed over rows
                             (TIMING[0], {"bandwidth": 2e5, "bandwidth_heterogeneity": 4.0,
                                          "download_ratio": 2.0, "aggregation_time": 0.5})])
+
+
+def _phase_step(env, action):
+    """``env``'s step through its federation's phases (``FLEnv.play``, then the observation), as every
+    family that trains steps: the reference a timing clock's rows must equal."""
+    u = env.unwrapped
+    reward, terminated, truncated, info = u.play(action)
+    return u.observation(), reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("env_id,kwargs", TIMING_CASES)
 def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     """The family's vector clock plays every copy's step as arrays; observations, rewards and
-    every info value equal the stand-alone env's exactly, through auto-resets (which, with
-    ``randomize_scenario``, bring new device profiles and partitions, and with ``num_clients_range``
-    copies of different client counts, padded to the widest), with the views' injected
-    policies asked in one batch (fixed ones by name) or per copy (``random``: each copy's stream).
-    The copies hold the state their own steps would have left: a copy's pending round, built
+    every info value equal those of the stand-alone env stepped through the federation's phases
+    exactly, through auto-resets (which, with ``randomize_scenario``, bring new device profiles
+    and partitions, and with ``num_clients_range`` copies of different client counts, padded to
+    the widest), with the views' injected policies asked in one batch (fixed ones by name) or per
+    copy (``random``: each copy's stream). The copies hold the state their own steps would have left: a copy's pending round, built
     when read, is its twin's, and a copy stepped alone in between plays on as its twin."""
     n, rounds = 3, 3
     vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, rounds_per_episode=rounds, **kwargs)
@@ -874,15 +885,54 @@ def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     for copy, twin in zip(vec.envs, solo, strict=True):
         _assert_same_record(copy.unwrapped._pending, twin.unwrapped._pending)
     action = _actions(vec.action_space, 1, rng)[0]
-    np.testing.assert_array_equal(vec.envs[1].step(action)[0], solo[1].step(action)[0])
+    np.testing.assert_array_equal(vec.envs[1].step(action)[0], _phase_step(solo[1], action)[0])
     for _ in range(rounds):
         _assert_vector_step_is_each_twins_step(vec, solo, _actions(vec.action_space, n, rng))
+
+
+@pytest.mark.parametrize("env_id,kwargs", TIMING_CASES)
+def test_a_timing_envs_own_step_is_its_clocks_one_row_and_the_phases_episode(env_id, kwargs):
+    """A stand-alone timing env steps as the one row of its family's vector clock (the federation's
+    phases play no step of it) and plays the phases' episode bit for bit: observations, rewards and
+    every info value and its type, through resets, with a step through the phases in between."""
+    rounds = 3
+    alone, twin = (gym.make(env_id, rounds_per_episode=rounds, **kwargs) for _ in range(2))
+    phase_steps, play = [], alone.unwrapped._play
+
+    def spy(*args):
+        phase_steps.append(args)
+        return play(*args)
+
+    alone.unwrapped._play = spy
+    np.testing.assert_array_equal(alone.reset(seed=7)[0], twin.reset(seed=7)[0])
+    rng = np.random.default_rng(1)
+    for t in range(2 * rounds + 2):
+        action = _actions(alone.action_space, 1, rng)[0]
+        mine = _phase_step(alone, action) if t == rounds + 1 else alone.step(action)
+        theirs = _phase_step(twin, action)
+        _assert_same_step(mine, theirs)
+        if mine[2] or mine[3]:
+            np.testing.assert_array_equal(alone.reset()[0], twin.reset()[0])
+    assert len(phase_steps) == 1  # the one step asked of the phases
+
+
+def _assert_same_step(mine, theirs):
+    """Two steps' ``(obs, reward, terminated, truncated, info)`` equal exactly, info's values of one type."""
+    np.testing.assert_array_equal(mine[0], theirs[0])
+    assert mine[1:4] == theirs[1:4] and type(mine[1]) is type(theirs[1])
+    assert list(mine[4]) == list(theirs[4])
+    for key, value in theirs[4].items():
+        assert type(mine[4][key]) is type(value), key
+        if isinstance(value, dict):
+            assert mine[4][key] == value, key
+        else:
+            np.testing.assert_array_equal(mine[4][key], value, err_msg=key)
 
 
 def _assert_vector_step_is_each_twins_step(vec, solo, actions):
     obs, rewards, dones, infos = vec.step(actions)
     for i, env in enumerate(solo):
-        o, r, terminated, truncated, info = env.step(actions[i])
+        o, r, terminated, truncated, info = _phase_step(env, actions[i])
         assert dones[i] == (terminated or truncated) and rewards[i] == np.float32(r)
         if dones[i]:
             np.testing.assert_array_equal(infos[i]["terminal_observation"], o)

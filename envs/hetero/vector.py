@@ -3,12 +3,14 @@
 A timing-backend step trains nothing: it is the clock (:mod:`fl_gym.clock`), the
 decision algebra and the rewards, a few dozen small numpy operations per copy, so a vector env
 of ``N`` copies spends its time in Python overhead. :class:`HeteroClock` plays one step of every
-copy of a :class:`~fl_gym.envs.vector.BatchedVecEnv` with ``(N, K)`` arrays instead. The rules
-are written once, over rows of copies, and a stand-alone env applies them to its one row: the
-env's ``decide``, ``features``, ``timing_terms`` and ``timing_info``, its
-:class:`~fl_gym.envs.hetero.env.ClientRecords`, the federation's :class:`~fl_gym.clock.Clock`
-and its draws (``Federation.draw_candidates``, ``draw_load``, from each copy's own generators in
-its own order), so copy ``i`` plays exactly, bit for bit, the episode a stand-alone env plays.
+copy of a :class:`~fl_gym.envs.vector.BatchedVecEnv` with ``(N, K)`` arrays instead, and a
+stand-alone env's step is its one row (``FLEnv.step``); the env's round through the federation's
+phases (``FLEnv.play``) is what the tests hold both to. The rules are written once, over rows of
+copies, and the phases apply them to one row: the env's ``decide``, ``features``,
+``timing_terms`` and ``timing_info``, its :class:`~fl_gym.envs.hetero.env.ClientRecords`, the
+federation's :class:`~fl_gym.clock.Clock` and its draws (``Federation.draw_candidates``,
+``draw_load``, from each copy's own generators in its own order), so copy ``i`` plays exactly,
+bit for bit, the episode an env seeded alike plays through the phases.
 What stays here is the gathering of the copies' rows and the hand-back. Afterwards each env
 holds the state its own ``step`` would have left (rounds, clock, client records, the next pending
 round, whose record is built from the clock's rows when first read), so anything may read a copy
@@ -118,16 +120,18 @@ class HeteroClock:
 
     # ---- one step ----------------------------------------------------------------------------
 
-    def step(self, actions: np.ndarray) -> list[tuple[np.ndarray, float, bool, bool, dict[str, Any]]]:
+    def step(self, actions: np.ndarray, *, checked: bool = False
+             ) -> list[tuple[np.ndarray, float, bool, bool, dict[str, Any]]]:
         """Play every copy's pending round; each copy's ``(obs, reward, terminated, truncated, info)``.
 
-        A copy that reset, or stepped alone, since the clock's last step holds a round the clock
-        has not read yet: it reads it first.
+        ``checked``: the rows are checked already (``FLEnv.check_actions``). A copy that reset, or
+        stepped alone, since the clock's last step holds a round the clock has not read yet: it
+        reads it first.
         """
         for i in [i for i, env in enumerate(self.envs) if not env.pending_deferred_to(self.builders[i])]:
             self.refresh(i)
         first = self.envs[0]
-        decision = self._decisions(np.asarray(actions))
+        decision = self._decisions(np.asarray(actions) if checked else first.check_actions(actions))
         sizes, tau = decision.sizes, decision.epochs
         train, probe, client, uploaded = self._times(sizes, tau)
         _, round_time, latency = self.feds[0].round_seconds(client)
@@ -159,10 +163,9 @@ class HeteroClock:
                      strict=True)
         return [dict(zip(keys, row, strict=True)) for row in values]
 
-    def _decisions(self, actions: np.ndarray) -> HeteroDecision:
-        """Every copy's decision, as rows (``_HeteroEnv.decide``; a bad action raises its copy's error)."""
+    def _decisions(self, a: np.ndarray) -> HeteroDecision:
+        """Every copy's decision, as rows of checked actions (``_HeteroEnv.decide``)."""
         first = self.envs[0]
-        a = first.check_actions(actions)
         if first.residual is not None:  # per copy: a residual asks its base policy
             decisions = [env.decide_round(self._pending_of(i), row)
                          for i, (env, row) in enumerate(zip(self.envs, a, strict=True))]
