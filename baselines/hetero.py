@@ -117,14 +117,13 @@ class GreedyBySpeedPolicy(HeteroPolicy):
     """Rank clients by ``S^1``, cut ``delta`` equal-count groups; the fastest group gets the largest model."""
 
     def sizes(self, probe_ratio):
-        d = self.hetero.num_sizes
-        order = np.argsort(probe_ratio, axis=-1, kind="stable")
-        # rank positions per group, fastest first
-        groups = np.array_split(np.arange(probe_ratio.shape[-1]), d)
-        by_rank = np.concatenate([np.full(len(g), d - 1 - i) for i, g in enumerate(groups)])
-        sizes = np.empty(probe_ratio.shape, np.int64)
-        np.put_along_axis(sizes, order, np.broadcast_to(by_rank, probe_ratio.shape), axis=-1)
-        return sizes
+        d, k = self.hetero.num_sizes, np.shape(probe_ratio)[-1]
+        order = np.argsort(probe_ratio, axis=-1, kind="stable").reshape(-1, k)
+        # the size at each rank, fastest first: d equal-count groups, the first k % d one larger
+        by_rank = np.repeat(np.arange(d - 1, -1, -1), k // d + (np.arange(d) < k % d))
+        sizes = np.empty(order.shape, np.int64)
+        sizes[np.arange(len(order))[:, None], order] = by_rank
+        return sizes.reshape(np.shape(probe_ratio))
 
 
 class InverseTimePolicy(UniformPolicy):

@@ -16,6 +16,7 @@ from fl_gym.baselines.hetero import (
     UniformPolicy,
     balanced_sizes,
 )
+from fl_gym.envs.hetero.actions import HeteroSpec
 from fl_gym.envs.hetero.config import HeteroConfig
 from fl_gym.envs.registry import family_of
 
@@ -420,3 +421,15 @@ def test_hapfl_stage_models_of_another_client_count_are_refused():
         HAPFLPolicy(gym.make("FLHetero-v0", preset="scale20"), ppo1, ppo2)
     with pytest.raises(ValueError, match=r"^allocation_policy was trained on observations of shape \(6,\)"):
         gym.make("FLHeteroIntensity-v0", allocation_policy=ppo1, preset="scale20")
+
+
+def test_greedy_by_speed_gives_the_fastest_equal_count_group_the_largest_size_by_hand():
+    """k = 7 slots, 3 sizes: ranks 0-2 (the fastest, np.array_split's larger first group) the largest,
+    3-4 the middle, 5-6 the smallest; a tie ranks the lower slot first; each row of a batch alone."""
+    policy = GreedyBySpeedPolicy(HeteroSpec("alloc", 7, 3, np.array([1.0, 2.0, 4.0])))
+    ratio = np.array([5.0, 1.0, 3.0, 7.0, 2.0, 6.0, 4.0])
+    np.testing.assert_array_equal(policy.sizes(ratio), [1, 2, 2, 0, 2, 0, 1])
+    tied = np.array([2.0, 1.0, 2.0, 2.0, 1.0, 3.0, 2.0])  # fastest: slots 1, 4, then 0; 2, 3; 6, 5
+    rows = policy.sizes(np.stack([ratio, tied])[None])
+    assert rows.shape == (1, 2, 7)
+    np.testing.assert_array_equal(rows[0], [[1, 2, 2, 0, 2, 0, 1], [2, 2, 1, 1, 2, 0, 0]])

@@ -866,8 +866,9 @@ def test_timing_copies_play_the_standalone_episode_bit_for_bit(env_id, kwargs):
     exactly, through auto-resets (which, with ``randomize_scenario``, bring new device profiles
     and partitions, and with ``num_clients_range`` copies of different client counts, padded to
     the widest), with the views' injected policies asked in one batch (fixed ones by name) or per
-    copy (``random``: each copy's stream). The copies hold the state their own steps would have left: a copy's pending round, built
-    when read, is its twin's, and a copy stepped alone in between plays on as its twin."""
+    copy (``random``: each copy's stream). The copies hold the state their own steps would have
+    left: a copy's pending round, built when read, is its twin's, and a copy stepped alone in
+    between plays on as its twin."""
     n, rounds = 3, 3
     vec = fl_gym.make_vec(env_id, n, seed=5, monitor=False, rounds_per_episode=rounds, **kwargs)
     assert vec._clock is None and vec._clock_class is not None  # built at the first reset
