@@ -27,7 +27,7 @@ generators; nothing random leaves it and comes back. With ``train=False`` only t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple, Protocol
 
@@ -308,7 +308,7 @@ class Federation:
         return EvalRequest(stack, x, y, parts, self.config.eval_batch_size, scores=not soft_labels,
                            soft_labels=soft_labels)
 
-    def _run_all(self, requests: list[Request]) -> list[Any]:
+    def _run_all(self, requests: Sequence[Request]) -> list[Any]:
         """Run ``requests`` (through the batcher, in one of its flushes, if there is one)."""
         return self.batcher.run_all(requests) if self.batcher else [request.run() for request in requests]
 

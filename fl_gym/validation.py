@@ -160,17 +160,17 @@ def require_fraction(name: str, value: object, optional: bool = False) -> None:
             ("None or " if optional else "") + "a float in (0, 1]")
 
 
-def is_positive(x: float) -> bool:
+def is_positive(x: object) -> typing.TypeGuard[float]:
     """True for finite numbers > 0 (rejects NaN, inf and bools: ``True`` is no rate)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def is_non_negative(x: float) -> bool:
+def is_non_negative(x: object) -> typing.TypeGuard[float]:
     """True for finite numbers >= 0 (rejects NaN, inf and bools)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
-def is_int_at_least(x: object, low: int) -> bool:
+def is_int_at_least(x: object, low: int) -> typing.TypeGuard[int]:
     """True for Python or NumPy integers (not bools) that are >= ``low``."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool) and int(x) >= low
 

@@ -28,7 +28,7 @@ import functools
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, ClassVar, TypeVar
@@ -312,7 +312,7 @@ class CohortBatcher:
 
     def __init__(self, copies: int, device: torch.device | str = "cpu") -> None:
         self.copies = copies
-        self.flushes, self.engine_kinds = 0, Counter()
+        self.flushes, self.engine_kinds = 0, Counter[str]()
         self.graphs = CohortGraphs() if os.environ.get("FL_GYM_CUDA_GRAPHS") == "1" else None
         launch_bound = torch.device(device).type == "cuda" and self.graphs is None
         self.turn = MERGED_COPIES_GPU if launch_bound else MERGED_COPIES
@@ -352,7 +352,7 @@ class CohortBatcher:
             ready = sorted({item.copy for item in self._pending})
             self._flush()
 
-    def run_all(self, requests: list[Request]) -> list[Any]:
+    def run_all(self, requests: Sequence[Request]) -> list[Any]:
         """Run ``requests`` in one flush (each with the others' compatible ones); their results in order.
 
         A copy's training with the update statistics (:class:`StatsRequest`) and evaluations of
