@@ -915,6 +915,7 @@ def test_a_timing_envs_own_step_is_its_clocks_one_row_and_the_phases_episode(env
         if mine[2] or mine[3]:
             np.testing.assert_array_equal(alone.reset()[0], twin.reset()[0])
     assert len(phase_steps) == 1  # the one step asked of the phases
+    _assert_same_record(alone.unwrapped.pending, twin.unwrapped.pending)  # built from the clock's row
 
 
 def _assert_same_step(mine, theirs):
