@@ -702,9 +702,9 @@ class Federation:
     def _train_round(self, opened: OpenedRound, plan: RoundPlan, steps: np.ndarray) -> TrainedRound:
         """:meth:`train_round` for a plan already validated (``steps``: what :meth:`_validate` returned)."""
         if (plan.selected & ~opened.candidates).any():
-            chosen = np.flatnonzero(plan.selected).tolist()
+            asked = np.flatnonzero(plan.selected).tolist()
             allowed = np.flatnonzero(opened.candidates).tolist()
-            raise UserError(f"plan.selected={chosen} is out of range; allowed: a subset of round "
+            raise UserError(f"plan.selected={asked} is out of range; allowed: a subset of round "
                              f"{opened.round}'s candidates {allowed}")
         chosen = plan.selected.nonzero()[0]  # the round's arithmetic runs over these clients only
         times = self._compute_times(opened, plan, steps, chosen)

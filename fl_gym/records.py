@@ -64,7 +64,7 @@ class RoundPlan:
                 return UserError(f"{name}={shown} is out of range; allowed: {allowed} or an array of them of "
                                  f"shape ({num_clients},){why}")
 
-            out = np.empty(num_clients, dtype)
+            out: np.ndarray = np.empty(num_clients, dtype)
             try:
                 out[...] = v  # a scalar or a (K,) array (np.broadcast_to costs several times more per plan)
             except (TypeError, ValueError, OverflowError) as err:  # numpy's names neither field nor shape

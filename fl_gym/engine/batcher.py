@@ -369,7 +369,7 @@ class CohortBatcher:
     def _submit(self, request: Request) -> Any:
         return self._submit_all([request])[0]
 
-    def _submit_all(self, requests: list[Request]) -> list[Any]:
+    def _submit_all(self, requests: Sequence[Request]) -> list[Any]:
         if self._current < 0:  # called outside run() (a copy's method called directly): nothing to merge with
             return [request.run() for request in requests]
         items = [_Pending(request, self._current) for request in requests]

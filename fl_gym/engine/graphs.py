@@ -157,7 +157,7 @@ class CohortGraphs:
             if len(self._seen) > self.remembered:
                 self._seen.popitem(last=False)
             return train_cohort([member], x, y, schedule, lr, optimizer, algorithm=algorithm), member.stack
-        start = [member.stack.flat]
+        start: list[Tensor] | None = [member.stack.flat]
         if graphed is None:  # the second time: capture (the member's stack becomes the graph's)
             graphed = self._graphs[key] = GraphedCohort([member], x, y, schedule, lr, optimizer,
                                                         algorithm=algorithm)
