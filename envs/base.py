@@ -66,6 +66,20 @@ class Predictor(Protocol):
         """Return ``(action, state)``."""
 
 
+class VectorClock(Protocol):
+    """A family's step of copies that train nothing, as arrays (``Family.vector_clock``).
+
+    Built from the copies' unwrapped envs; an env alone is a clock's one copy.
+    """
+
+    def step(self, actions: np.ndarray, *, checked: bool = False
+             ) -> list[tuple[np.ndarray, float, bool, bool, dict[str, Any]]]:
+        """Every copy's step from its row of ``actions`` (``checked``: by ``FLEnv.check_actions``)."""
+
+    def refresh(self, i: int) -> None:
+        """Read copy ``i`` back after a reset or a step of its own."""
+
+
 def require_fitting(name: str, predictor: Any, observation_space: spaces.Space,
                     action_space: spaces.Space | None = None, rows: ClientRows | None = None) -> None:
     """Refuse a trained model that does not act on these spaces (SB3 fails in ``predict``, or acts wrong).
@@ -161,7 +175,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         self._pending_record: Any = None  # see _pending
         self._pending_builder: Callable[[], Any] | None = None
         self._played_ahead: tuple | None = None  # a step a vector env played as arrays (envs/vector.py)
-        self._own_clock: Any = None  # the family's vector clock over this env alone (see step)
+        self._own_clock: VectorClock | None = None  # the family's vector clock over this env alone (see step)
         self._setup()
 
     def _check_behaviour(self) -> None:
@@ -259,7 +273,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         reward, terminated, truncated, info = self.play(action)
         return self.observation(), reward, terminated, truncated, info
 
-    def _clock(self) -> Any:
+    def _clock(self) -> VectorClock | None:
         """The family's vector clock over this env alone; None where a step trains or none is registered."""
         family, fed = FAMILIES.get(self.family), self.federation
         if family is None or family.vector_clock is None or fed.config.train or fed.remote is not None:

@@ -143,8 +143,9 @@ class Family:
             ``demo(out: Path, steps: int, episodes: int, accuracy_rounds: int) -> None``.
         docs: the family's env documentation page.
         vector_clock: entry point of a class that plays one step of many copies that train
-            nothing (a timing backend) as arrays: ``cls(unwrapped_envs)`` with ``step(actions)``
-            returning each copy's step and ``refresh(i)`` after copy ``i`` resets
+            nothing (a timing backend) as arrays, a :class:`~fl_gym.envs.base.VectorClock`:
+            ``cls(unwrapped_envs)`` with ``step(actions, checked=False)`` returning each copy's
+            step and ``refresh(i)`` after copy ``i`` resets
             (:class:`~fl_gym.envs.vector.BatchedVecEnv` uses it, and such an env alone steps as
             its one row).
         agent_kwargs: env arguments a trained agent is bound to (without them its observation or

@@ -35,6 +35,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 
 from fl_gym.engine.batcher import CohortBatcher
 from fl_gym.engine.pool import BufferPool
+from fl_gym.envs.base import VectorClock
 from fl_gym.envs.registry import FAMILIES, resolve
 from fl_gym.validation import UserError, as_array, require, require_seed
 
@@ -205,7 +206,7 @@ class BatchedVecEnv(StepCalls, CopySeeds, Unrendered, VecEnv):
         ahead = all(actions_pass_through(env) for env in self.envs)
         entry = None if family is None or trains or not ahead else family.vector_clock
         self._clock_class = resolve(entry) if entry else None
-        self._clock: Any = None  # built at reset: the family's clock as arrays over the copies
+        self._clock: VectorClock | None = None  # built at reset: the family's clock as arrays over the copies
         self._observes_together = merging and ahead
         super().__init__(len(self.envs), self.envs[0].observation_space, self.envs[0].action_space)
         self._actions: np.ndarray | None = None
