@@ -839,16 +839,15 @@ INJECTED = [("FLHeteroAlloc-v0", {"intensity_policy": "inverse", "obs_mode": "ex
 
 TIMING_CASES = ([(i, {"obs_mode": m}) for i in TIMING for m in OBS_MODES] + INJECTED
                 + [(TIMING[0], {"randomize_scenario": True}),
-                            (TIMING[0], {"residual_policy": "oracle"}),
-                            (TIMING[0], {"randomize_scenario": True, "num_clients_range": (6, 14),
-                                         "obs_mode": "history"}),
-                            (TIMING[0],
-                             {"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5}),
-                            (TIMING[0], {"randomize_scenario": True, "num_clients_range": (6, 14),
-                                         "load_persistence": 0.9, "sigma_drift": 0.5}),
-                            # links that take time: the round's communication, timed over rows
-                            (TIMING[0], {"bandwidth": 2e5, "bandwidth_heterogeneity": 4.0,
-                                         "download_ratio": 2.0, "aggregation_time": 0.5})])
+                   (TIMING[0], {"residual_policy": "oracle"}),
+                   (TIMING[0], {"randomize_scenario": True, "num_clients_range": (6, 14),
+                                "obs_mode": "history"}),
+                   (TIMING[0], {"obs_mode": "history", "load_persistence": 0.9, "sigma_drift": 0.5}),
+                   (TIMING[0], {"randomize_scenario": True, "num_clients_range": (6, 14),
+                                "load_persistence": 0.9, "sigma_drift": 0.5}),
+                   # links that take time: the round's communication, timed over rows
+                   (TIMING[0], {"bandwidth": 2e5, "bandwidth_heterogeneity": 4.0,
+                                "download_ratio": 2.0, "aggregation_time": 0.5})])
 
 
 def _phase_step(env, action):
