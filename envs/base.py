@@ -15,6 +15,9 @@ pending round with it, score it, prepare the next round, observe. A family overr
 * :meth:`FLEnv._family_info` adds the family's ``info`` keys (given the report, the outcome and
   the reward terms), namespaced ``<family>/<key>``.
 
+An env that trains nothing (a timing backend) of a family that registers a vector clock has its
+step played by the clock as its one row instead: the hooks' episode, bit for bit (:meth:`FLEnv.step`).
+
 The outcome goes from ``_play`` to the other hooks as an argument (as HighwayEnv passes the action
 to ``_reward`` and ``_info``), so no hook reads a step's scratch state from the env.
 
