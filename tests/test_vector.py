@@ -924,10 +924,16 @@ def _assert_same_step(mine, theirs):
     assert list(mine[4]) == list(theirs[4])
     for key, value in theirs[4].items():
         assert type(mine[4][key]) is type(value), key
+    _assert_same_values(mine[4], theirs[4])
+
+
+def _assert_same_values(mine, theirs):
+    """Every value of the info ``theirs`` equals ``mine``'s under its key (dicts by ==, arrays exactly)."""
+    for key, value in theirs.items():
         if isinstance(value, dict):
-            assert mine[4][key] == value, key
+            assert mine[key] == value, key
         else:
-            np.testing.assert_array_equal(mine[4][key], value, err_msg=key)
+            np.testing.assert_array_equal(mine[key], value, err_msg=key)
 
 
 def _assert_vector_step_is_each_twins_step(vec, solo, actions):
@@ -940,11 +946,7 @@ def _assert_vector_step_is_each_twins_step(vec, solo, actions):
             o, _ = env.reset()
         np.testing.assert_array_equal(obs[i], o)
         assert list(info) == [k for k in infos[i] if k not in ("TimeLimit.truncated", "terminal_observation")]
-        for key, value in info.items():
-            if isinstance(value, dict):
-                assert value == infos[i][key], key
-            else:
-                np.testing.assert_array_equal(infos[i][key], value, err_msg=key)
+        _assert_same_values(infos[i], info)
 
 
 def _assert_same_record(a, b):
