@@ -107,13 +107,13 @@ class ServerOptimizer:
         if cfg.name == "average":
             return average if self.mix == 1.0 else torch.lerp(global_vec, average, self.mix)
         delta = average - global_vec
-        if self.m is None:
-            self.m = torch.zeros_like(delta)
-            self.v = torch.full_like(delta, cfg.tau ** 2)
+        if self.m is None or self.v is None:
+            self.m, self.v = torch.zeros_like(delta), torch.full_like(delta, cfg.tau ** 2)
+        m, v = self.m, self.v
         if cfg.name == "fedavgm":
-            self.m.mul_(cfg.momentum).add_(delta)
-            return global_vec + cfg.rate * self.m
+            m.mul_(cfg.momentum).add_(delta)
+            return global_vec + cfg.rate * m
         b1, b2 = cfg.betas
-        self.m.mul_(b1).add_(delta, alpha=1 - b1)
-        self.v.mul_(b2).addcmul_(delta, delta, value=1 - b2)
-        return global_vec + cfg.rate * self.m / (self.v.sqrt() + cfg.tau)
+        m.mul_(b1).add_(delta, alpha=1 - b1)
+        v.mul_(b2).addcmul_(delta, delta, value=1 - b2)
+        return global_vec + cfg.rate * m / (v.sqrt() + cfg.tau)

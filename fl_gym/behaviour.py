@@ -134,7 +134,7 @@ def next_availability(previous: np.ndarray | None, u: np.ndarray, cfg: Behaviour
         p = np.full(u.shape, pi)
     else:
         p = np.where(previous, 1.0 - (1.0 - lam) * (1.0 - pi), (1.0 - lam) * pi)
-    on = u < p
+    on = np.less(u, p)
     empty = ~on.any(axis=-1)
     if empty.any():  # the client closest to staying on stays on
         closest = np.argmin(u - p, axis=-1)

@@ -210,7 +210,7 @@ class FederationConfig:
     @staticmethod
     @functools.cache
     def _defaults() -> dict[str, Any]:
-        return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        return {f.name: f.default_factory() if callable(f.default_factory) else f.default
                 for f in dataclasses.fields(FederationConfig)}
 
     def local_algorithm(self) -> LocalAlgorithm:

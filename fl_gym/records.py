@@ -23,11 +23,12 @@ from fl_gym.validation import UserError, as_array, is_int_at_least, one_line, re
 
 def _casts_exactly(values: object, dtype: type) -> bool:
     """Whether ``values`` are numbers that ``dtype`` (float64 or int64) holds as they are (int64: whole)."""
-    kind = (values if isinstance(values, np.ndarray) else np.asarray(values)).dtype.kind
+    array = values if isinstance(values, np.ndarray) else np.asarray(values)
+    kind = array.dtype.kind
     if kind in "iu" or (kind == "f" and dtype is np.float64):
         return True
     with np.errstate(invalid="ignore"):
-        return kind == "f" and bool(np.all(np.mod(values, 1) == 0))  # NaN and inf are not whole
+        return kind == "f" and bool(np.all(np.mod(array, 1) == 0))  # NaN and inf are not whole
 
 
 @dataclass(frozen=True)

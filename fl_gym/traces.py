@@ -25,6 +25,7 @@ import pickle
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,9 +119,9 @@ def load_capacity(path: str) -> DeviceCapacity:
             raise UserError(f"capacity_trace={path!r}: client {key!r} has {entry!r}; allowed: "
                             f"{CAPACITY_FORMAT}")
         rows.append(values)
-    values = np.asarray(rows, np.float64)
+    table_values = np.asarray(rows, np.float64)
     # FedScale: 3 forward passes per trained sample, in ms; kbit/s to bytes/s
-    return DeviceCapacity(np.asarray(ids), 3e-3 * values[:, 0], values[:, 1] * 1e3 / 8)
+    return DeviceCapacity(np.asarray(ids), 3e-3 * table_values[:, 0], table_values[:, 1] * 1e3 / 8)
 
 
 @functools.cache
@@ -142,7 +143,7 @@ def load_availability(path: str) -> DeviceAvailability:
     return DeviceAvailability(np.asarray(ids), starts, ends, first, count, period)
 
 
-def _intervals(path: str, key: object, entry: object) -> tuple[np.ndarray, np.ndarray, float]:
+def _intervals(path: str, key: object, entry: Any) -> tuple[np.ndarray, np.ndarray, float]:
     """One device's interval starts, ends and period, checked."""
     try:
         starts = np.asarray(entry["active"], np.float64)

@@ -65,7 +65,9 @@ def require_device(name: str, value: object) -> None:
         device = torch.device(value) if isinstance(value, str) else None
     except (RuntimeError, ValueError):
         device = None
-    require(device is not None, name, value, "a torch device such as 'cpu' or 'cuda:0'")
+    if device is None:
+        raise UserError(f"{name}={value!r} is out of range; allowed: a torch device such as 'cpu' or "
+                        "'cuda:0'")
     if device.type == "cuda":
         count = torch.cuda.device_count()
         cuda = "'cuda:0'" if count == 1 else f"'cuda:0' to 'cuda:{count - 1}'"
@@ -191,7 +193,7 @@ def require_types(owner: type | Callable, values: Mapping[str, object], label: s
                             f"{_describe(hints[name])}")
 
 
-def require_field_types(config: object) -> None:
+def require_field_types(config: typing.Any) -> None:
     """:func:`require_types` for every field of a dataclass (a config built directly, not by ``gym.make``)."""
     require_types(type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
 

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch import Tensor
+
+Tensors = tuple[Tensor, Tensor, Tensor, Tensor]  # train inputs and labels, test inputs and labels
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,14 +33,14 @@ class Dataset:
     y_test: torch.Tensor
     num_classes: int
     natural_split: tuple[tuple[np.ndarray, np.ndarray], ...] = field(default=())
-    _placed: dict[str, tuple[torch.Tensor, ...]] = field(default_factory=dict, init=False, repr=False)
+    _placed: dict[str, Tensors] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         """Shape of one sample, e.g. ``(1, 8, 8)``."""
         return tuple(self.x_train.shape[1:])
 
-    def on(self, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def on(self, device: torch.device | str) -> Tensors:
         """``(x_train, y_train, x_test, y_test)`` on ``device``, copied there once and then shared.
 
         Every federation of a process that trains on this data set on one device holds the same
@@ -47,8 +50,8 @@ class Dataset:
         """
         key = str(torch.device(device))
         if key not in self._placed:
-            tensors = (self.x_train, self.y_train, self.x_test, self.y_test)
-            self._placed[key] = tuple(t.to(device) for t in tensors)
+            self._placed[key] = (self.x_train.to(device), self.y_train.to(device), self.x_test.to(device),
+                                 self.y_test.to(device))
         return self._placed[key]
 
     def __repr__(self) -> str:

@@ -248,9 +248,8 @@ def _require_clients(num_clients: object, num_samples: int) -> None:
     Checked by :func:`partition` and by each ``*_split`` helper, which users may call directly.
     """
     require(is_int_at_least(num_samples, 1), "num_samples", num_samples, "an integer >= 1")
-    require(is_int_at_least(num_clients, 1), "num_clients", num_clients, "an integer >= 1")
-    require(num_clients <= num_samples, "num_clients", num_clients,
-            f"at most the number of samples ({num_samples})")
+    require(is_int_at_least(num_clients, 1) and num_clients <= num_samples, "num_clients", num_clients,
+            f"an integer from 1 to the number of samples ({num_samples})")
 
 
 def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -89,7 +89,7 @@ class MemberRun:
         self.grad = torch.zeros_like(trained.flat)
         self.grad_blocks = trained.views(self.grad)
         self.extra: list[StackOptimizer] = []
-        self.state: dict[str, Tensor] = {}  # an algorithm's per-round tensors
+        self.state: dict[str, Any] = {}  # an algorithm's per-round tensors (or stacks: MOON's models)
         self._slice(stack.k)
 
     def _slice(self, active: int) -> None:

@@ -27,11 +27,11 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import greenlet
 import numpy as np
@@ -205,7 +205,9 @@ class AverageRequest:
         return average if self.rest is None else average + self.rest * self.start
 
     def run(self) -> Tensor:
-        """The server's step from the average, written into ``into``."""
+        """The server's step from the average, written into ``into`` (a what-if's: the average alone)."""
+        if self.step is None or self.into is None:
+            return self.average()
         return self.into.copy_(self.step(self.average()))
 
 
@@ -312,7 +314,7 @@ class CohortBatcher:
 
     def __init__(self, copies: int, device: torch.device | str = "cpu") -> None:
         self.copies = copies
-        self.flushes, self.engine_kinds = 0, Counter[str]()
+        self.flushes, self.engine_kinds = 0, defaultdict[str, float](float)
         self.graphs = CohortGraphs() if os.environ.get("FL_GYM_CUDA_GRAPHS") == "1" else None
         launch_bound = torch.device(device).type == "cuda" and self.graphs is None
         self.turn = MERGED_COPIES_GPU if launch_bound else MERGED_COPIES
@@ -412,7 +414,7 @@ def _run_group(requests: list[Request], graphs: CohortGraphs | None = None) -> l
     if len(requests) == 1:
         return [requests[0].run()]
     if isinstance(requests[0], TrainRequest):
-        return _train_merged(requests, graphs)
+        return _train_merged(cast(list[TrainRequest], requests), graphs)
     return _MERGED[type(requests[0])](requests)
 
 
@@ -509,7 +511,7 @@ def _train_merged(requests: list[TrainRequest], graphs: CohortGraphs | None = No
     draws, stacks = [r.draw for r in requests], [r.members[0].stack for r in requests]
     order = np.argsort(-np.concatenate([d.steps for d in draws]), kind="stable")
     place = np.argsort(order, kind="stable")  # each client's row in the order
-    starts = torch.stack([r.members[0].start for r in requests])
+    starts = torch.stack([cast(Tensor, r.members[0].start) for r in requests])  # a cohort's: set
     copy_of = np.repeat(np.arange(len(requests)), [s.k for s in stacks])  # each client's request
     lr = torch.cat([r.lr for r in requests])
     mean, last = torch.empty_like(lr), torch.empty_like(lr)

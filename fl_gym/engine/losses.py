@@ -120,7 +120,7 @@ def autograd_loss(fn: Callable[[dict[str, Tensor], Tensor], dict[str, Tensor]]) 
             leaves = {r: z.detach().requires_grad_(True) for r, z in logits.items()}
             per_sample = fn(leaves, y)
             values = {r: (v * w).sum(1) for r, v in per_sample.items()}
-            total = sum(v.sum() for v in values.values())
+            total = torch.stack([v.sum() for v in values.values()]).sum()
             grads = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
         dlogits = {r: (g if g is not None else torch.zeros_like(leaves[r]))
                    for r, g in zip(leaves, grads, strict=True)}

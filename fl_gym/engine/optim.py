@@ -95,7 +95,7 @@ class StackOptimizer:
         self.t, self.active = 0, self.stack.k
         for state in self._state:
             state.zero_()
-        if self._anchored_at_start:
+        if self._anchored_at_start and self.anchor is not None:
             self.anchor.copy_(self.stack.flat)
 
     def rates_from_tensor(self) -> None:
@@ -109,7 +109,7 @@ class StackOptimizer:
 
     def _groups(self, grad: Tensor) -> Iterator[tuple[list[Tensor], float | Tensor]]:
         """``([param, grad, anchor?, *state], rate)`` per piece of the update."""
-        flats = [self.stack.flat, grad] + ([self.anchor] if self.prox_mu else []) + self._state
+        flats = [self.stack.flat, grad] + ([self.anchor] if self.anchor is not None else []) + self._state
         a = self.active
         if a == self.stack.k and self._shared is not None:
             yield flats, self._shared

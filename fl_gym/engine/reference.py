@@ -9,6 +9,8 @@ paths see identical batches.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -56,8 +58,8 @@ def reference_train(arch: Architecture, start: Tensor, x: Tensor, y: Tensor, sch
                 loss = loss + prox_mu / 2 * sum(((p - a) ** 2).sum() for p, a in pairs)
             loss.backward()
             if correction is not None:
-                grads = parameters_to_vector([p.grad for p in module.parameters()]) + correction[i]
-                vector_to_parameters(grads, [p.grad for p in module.parameters()])
+                held = [cast(Tensor, p.grad) for p in module.parameters()]  # backward gave each one
+                vector_to_parameters(parameters_to_vector(held) + correction[i], held)
             opt.step()
         out_rows.append(parameters_to_vector(module.parameters()).detach().clone())
         mean_loss.append(sum(losses) / len(losses))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -116,7 +117,7 @@ class Architecture:
         """The penultimate representation ``(K, B, F)`` of a forward pass: the final linear layer's input."""
         if not isinstance(self._exec[-1], Linear):
             raise ValueError(f"Architecture.representation: {self.name!r} does not end in a linear layer")
-        return tape[-1]
+        return cast(Tensor, tape[-1])  # what Linear.forward saves: its input
 
     def backward(self, params: list[Tensor], tape: list[object], dlogits: Tensor, grads: list[Tensor],
                  drepresentation: Tensor | None = None) -> None:
@@ -129,9 +130,10 @@ class Architecture:
         stop, last = self._first_param_layer, len(self._exec) - 1
         for i in range(last, stop - 1, -1):
             lo, hi = self._spans[i]
-            dy = self._exec[i].backward(dy, params[lo:hi], tape[i], grads[lo:hi], i > stop)
-            if i == last and drepresentation is not None and dy is not None:
-                dy = dy + drepresentation
+            dx = self._exec[i].backward(dy, params[lo:hi], tape[i], grads[lo:hi], i > stop)
+            if dx is None:  # the first layer with parameters: no layer below it needs a gradient
+                return
+            dy = dx + drepresentation if i == last and drepresentation is not None else dx
 
     def module(self) -> nn.Sequential:
         """The same network as a plain single-client ``nn.Sequential`` (the reference)."""
