@@ -126,10 +126,10 @@ def test_fractional_epochs_round_steps():
 
 def test_padded_table_holds_each_part_then_zeros():
     parts = [torch.tensor([5, 3]), torch.tensor([], dtype=torch.int64), torch.tensor([7, 8, 9])]
-    table = padded(parts, np.array([2, 0, 3]), 4)
+    table = padded(parts, torch.tensor([2, 0, 3]), 4)
     assert table.tolist() == [[5, 3, 0, 0], [0, 0, 0, 0], [7, 8, 9, 0]]
     assert table.dtype == torch.int64
-    assert padded([], np.array([], np.int64), 3).shape == (0, 3)
+    assert padded([], torch.tensor([], dtype=torch.int64), 3).shape == (0, 3)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -41,7 +41,7 @@ def evaluate_stack(stack: Stack, x: Tensor, y: Tensor, parts: list[Tensor], batc
     sizes = np.array([p.shape[0] for p in parts], np.int64)
     n = torch.as_tensor(sizes, device=device)
     n_max = int(sizes.max()) if len(parts) else 0
-    table = padded(parts, sizes, max(n_max, 1))
+    table = padded(parts, n, max(n_max, 1))
     loss = torch.zeros(stack.k, device=device)
     correct = torch.zeros(stack.k, device=device)
     soft = torch.zeros(stack.k, arch.num_classes, device=device)

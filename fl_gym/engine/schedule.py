@@ -41,12 +41,14 @@ class BatchSchedule:
         return len(self.active)
 
 
-def padded(parts: list[Tensor], sizes: np.ndarray, width: int) -> Tensor:
-    """``(k, width)`` int64 table whose row ``i`` starts with ``parts[i]`` (``sizes[i]`` long), then zeros."""
-    device = parts[0].device if parts else None
-    table = torch.zeros(len(parts), width, dtype=torch.int64, device=device)
+def padded(parts: list[Tensor], sizes: Tensor, width: int) -> Tensor:
+    """``(k, width)`` int64 table whose row ``i`` starts with ``parts[i]`` (``sizes[i]`` long), then zeros.
+
+    ``sizes``: the parts' lengths, on their device.
+    """
+    table = torch.zeros(len(parts), width, dtype=torch.int64, device=sizes.device)
     if len(parts):  # a mask fills its True places in row-major order: each row's part, then zeros
-        filled = torch.arange(width, device=device) < torch.as_tensor(sizes, device=device).unsqueeze(1)
+        filled = torch.arange(width, device=sizes.device) < sizes.unsqueeze(1)
         table.masked_scatter_(filled, torch.cat(parts))
     return table
 
@@ -160,7 +162,7 @@ def layout(draw: BatchDraw, batch_size: int) -> BatchSchedule:
     # flat positions taken in one gather each (indexing by three broadcast index tensors was the slowest line)
     row = torch.arange(k, device=device).view(k, 1, 1) * width  # each client's row of a (k, width) table
     local = perms.take((epoch_of.clamp(max=epochs - 1) * (k * width)).unsqueeze(-1) + row + pos)
-    idx = padded(parts, n_np, width).take(row + local)
+    idx = padded(parts, n, width).take(row + local)
     count = valid.sum(-1, keepdim=True).clamp_min(1)
     weight = valid.float() / count
     active = (steps[None, :] > np.arange(num_steps)[:, None]).sum(axis=1).tolist()
