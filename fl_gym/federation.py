@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 import torch
@@ -89,6 +89,8 @@ from fl_gym.validation import (
 
 LOCAL, LITE, MODEL = "local", "lite", "model"
 BEHAVIOUR_STREAM = 1 << 20  # the spawn key of the behaviour stream: far from the children reset spawns
+# a round's (K,) epochs, probe, training, compute (probe + training) and download seconds per client
+Times = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class GlobalEvaluation(NamedTuple):
@@ -439,10 +441,9 @@ class Federation:
         self._round, self._elapsed = 0, 0.0
         self._load: RoundLoad | None = None  # see last_load
         self._load_source: Callable[[], RoundLoad] | None = None
-        # its own stream, apart from every other (fl_gym.behaviour); none while behaviour is off
-        behaves = cfg.behaviour.active
-        self._behaviour_rng = np.random.default_rng(
-            np.random.SeedSequence(seeds.entropy, spawn_key=(BEHAVIOUR_STREAM,))) if behaves else None
+        # its own stream, apart from every other (fl_gym.behaviour); drawn from only while behaviour is on
+        self._behaviour_rng = np.random.default_rng(np.random.SeedSequence(seeds.entropy,
+                                                                           spawn_key=(BEHAVIOUR_STREAM,)))
         self._available: np.ndarray | None = None  # the chain starts from its stationary law
         self._link = np.ones(self.num_clients)  # this round's bandwidth factors (static links: 1)
         self._trace_start = 0.0  # a trace's episode starts at a time drawn within its longest period
@@ -536,12 +537,13 @@ class Federation:
             fits = isinstance(models, torch.Tensor) and tuple(models.shape) == shape
             require(fits, "models", getattr(models, "shape", models), f"a tensor of shape {shape} (a "
                     "first-size model per client)")
+        stream = cast(torch.Generator, self._probe_gen if gen is None else gen)  # set where training is on
         if self.remote is not None:
-            key = int(torch.randint(2**62, (1,), generator=self._probe_gen if gen is None else gen))
+            key = int(torch.randint(2**62, (1,), generator=stream))
             return self.remote.probe(self, clients, models, key)
         batch_size = self.config.batch_size
         draw = BatchDraw.draw([self._rows[i] for i in clients], np.ones(len(clients), np.int64), batch_size,
-                              self._probe_gen if gen is None else gen)
+                              stream)
         into = self.buffers.take(len(clients) * self.archs[0].num_params, models)
         request = ProbeRequest(self.archs[0], models, self._train_x, self._train_y, draw, batch_size, into)
         return self.batcher.probe(request) if self.batcher else request.run()
@@ -714,8 +716,8 @@ class Federation:
         stats, cohort = (self._learn(plan, steps) if self.config.train else (self._no_learning, None))
         return TrainedRound(opened, plan, steps, *times, lost, partial, stats, cohort)
 
-    def _lose(self, plan: RoundPlan, steps: np.ndarray, times: tuple[np.ndarray, ...]
-              ) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+    def _lose(self, plan: RoundPlan, steps: np.ndarray, times: Times
+              ) -> tuple[np.ndarray, Times, np.ndarray, np.ndarray]:
         """Dropout and the deadline (:mod:`fl_gym.behaviour`): steps and times left, who is lost, who is cut.
 
         A lost client trains nothing here (its update would never arrive); a cut one runs the
@@ -800,7 +802,7 @@ class Federation:
                              "open_round()")
 
     def _compute_times(self, opened: OpenedRound, plan: RoundPlan, steps: np.ndarray,
-                       chosen: np.ndarray) -> tuple[np.ndarray, ...]:
+                       chosen: np.ndarray) -> Times:
         """``(epochs, probe, train, compute, download)`` per client, NaN but for the ``chosen`` ids."""
         epochs = np.where(steps[chosen] > 0, plan.epochs[chosen], 0.0)  # the epochs asked for are charged
         clock, link = self._links(chosen)
@@ -809,7 +811,7 @@ class Federation:
                                              opened.probe_time[chosen])
         times = np.full((5, self.num_clients), math.nan)
         times[:, chosen] = [epochs, probe, train, probe + train, self.download_seconds(model, clock, link)]
-        return tuple(times)
+        return times[0], times[1], times[2], times[3], times[4]
 
     # ---- the cost model, of clients given as arrays: one call times many copies' clients ----------
 
@@ -891,7 +893,8 @@ class Federation:
         if self.remote is None:  # the update statistics are handed in with the training
             return self._train_clients(plan, steps, key, statistics=True)
         stats, cohort = self.remote.train_clients(self, plan, steps, key)
-        self._update_stats(cohort, stats)
+        if cohort is not None:
+            self._update_stats(cohort, stats)
         return stats, cohort
 
     def train_clients(self, plan: RoundPlan, steps: np.ndarray, key: int) -> tuple[LocalStats, Cohort | None]:
@@ -970,7 +973,7 @@ class Federation:
             self._local_metrics(cohort, stats)
         stats.loss[order] = result.mean_loss[self._role].cpu().numpy()
         stats.last_epoch_loss[order] = result.last_epoch_loss[self._role].cpu().numpy()
-        if self.companion_arch:
+        if stats.companion is not None:
             stats.companion.loss[order] = result.mean_loss[LITE].cpu().numpy()
         return cohort
 
@@ -993,7 +996,7 @@ class Federation:
             clients, lite = cohort.clients(member), member.role == LITE
             evaluated = member.stack if member.personal is None else member.personal  # pFedMe: theta
             if need_acc:
-                local.append((stats.companion.accuracy if lite else stats.local_accuracy, clients, "accuracy",
+                local.append((stats.accuracy_of(lite), clients, "accuracy",
                               self._eval_request(evaluated, *self._local_test,
                                                  [self.test_parts[i] for i in clients])))
             if cfg.soft_labels and not lite:
@@ -1020,7 +1023,7 @@ class Federation:
         Through the batcher, the copies' statistics are one call (:mod:`fl_gym.engine.updates`).
         """
         members = [(m, cohort.clients(m)) for m in cohort.members if m.role != LITE]
-        requests = [StatsRequest(m.stack, m.start,
+        requests = [StatsRequest(m.stack, cast(torch.Tensor, m.start),  # a global model (members())
                                  torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(),
                                                  dtype=torch.float32, device=self.device))
                     for m, clients in members]
@@ -1055,12 +1058,14 @@ class Federation:
         Raises the ``ValueError`` of a weight that sums to 0 over a population's aggregated clients.
         """
         cohort, stats = trained.cohort, trained.stats
-        populations = []
-        for member in cohort.members if cohort is not None else ():
+        populations: list[Population] = []
+        if cohort is None:  # nothing trained
+            return populations
+        for member in cohort.members:
             clients = cohort.clients(member)
             keep = aggregated[clients]
             if keep.any():
-                acc = stats.companion.accuracy if member.role == LITE else stats.local_accuracy
+                acc = stats.accuracy_of(member.role == LITE)
                 populations.append(Population(member, clients, keep,
                                               self._weights(weight, clients[keep], acc)))
         return populations
@@ -1080,7 +1085,7 @@ class Federation:
         requests = []
         for member, clients, keep, w in populations:
             m = None if member.role == LITE else int(trained.plan.model[clients[0]])
-            old = member.start
+            old = cast(torch.Tensor, member.start)  # a cohort's members start from a global model
             into = self.buffers.take(old.numel(), old).view(old.shape)
             requests.append(self._average_request(member.stack, keep, w, trained.steps[clients], old,
                                                   partial(self._server_step, m, old), into))
@@ -1148,11 +1153,12 @@ class Federation:
         averages = []
         for subset in subsets:
             keep = subset[clients] & (trained.steps[clients] > 0)
-            if not keep.any():
+            if member is None or not keep.any():
                 averages.append(self.global_models[0])
                 continue
             w = self._weights(weight, clients[keep], trained.stats.local_accuracy)
-            request = self._average_request(member.stack, keep, w, trained.steps[clients], member.start)
+            request = self._average_request(member.stack, keep, w, trained.steps[clients],
+                                            cast(torch.Tensor, member.start))
             averages.append(request.average())
         stack = Stack.from_rows(self.archs[0], torch.stack(averages))
         result = self._evaluate(stack, self.x_test, self.y_test, [self.val_indices] * len(subsets))
@@ -1181,7 +1187,7 @@ class Federation:
     def _global_requests(self) -> list[EvalRequest]:
         """Every global model, then the companion, on the test set's evaluation samples."""
         models = list(zip(self.archs, self.global_models, strict=True))
-        if self.companion_arch:
+        if self.companion_arch and self.companion_model is not None:
             models.append((self.companion_arch, self.companion_model))
         return [self._test_request(arch, vector, self.eval_indices) for arch, vector in models]
 

@@ -255,6 +255,14 @@ class LocalStats(ClientResults):
                 value.flags.writeable = False
         return stats
 
+    def accuracy_of(self, companion: bool) -> np.ndarray:
+        """``(K,)`` local accuracies of the clients' own models, or (``companion``) of their companions'."""
+        if not companion:
+            return self.local_accuracy
+        if self.companion is None:
+            raise ValueError("LocalStats.accuracy_of: these statistics have no companion model")
+        return self.companion.accuracy
+
 
 @dataclass(frozen=True, eq=False)
 class Cohort:

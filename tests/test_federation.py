@@ -757,6 +757,15 @@ def test_empty_statistics_are_separate_nan_fields_and_the_shared_ones_refuse_wri
             values[0] = 1.0
 
 
+def test_statistics_give_the_accuracy_column_of_the_clients_models_or_their_companions():
+    with_lite, without = LocalStats.empty(4, 3, companion=True), LocalStats.empty(4, 3)
+    assert with_lite.accuracy_of(True) is with_lite.companion.accuracy
+    assert with_lite.accuracy_of(False) is with_lite.local_accuracy
+    assert without.accuracy_of(False) is without.local_accuracy
+    with pytest.raises(ValueError, match="^LocalStats.accuracy_of: these statistics have no companion model"):
+        without.accuracy_of(True)
+
+
 def test_a_batch_larger_than_every_clients_data_trains_as_the_largest_clients_data(tiny_config):
     """The schedule lays such a batch out as the largest training client's data, so the memory check
     counts that batch, not the one asked for: a billion-sample batch trains as that one does."""
