@@ -1023,7 +1023,7 @@ class Federation:
         Through the batcher, the copies' statistics are one call (:mod:`fl_gym.engine.updates`).
         """
         members = [(m, cohort.clients(m)) for m in cohort.members if m.role != LITE]
-        requests = [StatsRequest(m.stack, cast(torch.Tensor, m.start),  # a global model (members())
+        requests = [StatsRequest(m.stack, cast(torch.Tensor, m.start),  # members() gives each a global model
                                  torch.as_tensor(self.sizes[clients] / self.sizes[clients].sum(),
                                                  dtype=torch.float32, device=self.device))
                     for m, clients in members]

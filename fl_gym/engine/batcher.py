@@ -511,7 +511,7 @@ def _train_merged(requests: list[TrainRequest], graphs: CohortGraphs | None = No
     draws, stacks = [r.draw for r in requests], [r.members[0].stack for r in requests]
     order = np.argsort(-np.concatenate([d.steps for d in draws]), kind="stable")
     place = np.argsort(order, kind="stable")  # each client's row in the order
-    starts = torch.stack([cast(Tensor, r.members[0].start) for r in requests])  # a cohort's: set
+    starts = torch.stack([cast(Tensor, r.members[0].start) for r in requests])  # a federation's members: set
     copy_of = np.repeat(np.arange(len(requests)), [s.k for s in stacks])  # each client's request
     lr = torch.cat([r.lr for r in requests])
     mean, last = torch.empty_like(lr), torch.empty_like(lr)
