@@ -46,7 +46,12 @@ def as_array(name: str, values: object, allowed: str | Callable[[], str]) -> np.
 def require(ok: bool, name: str, value: object, allowed: str) -> None:
     """Raise :class:`UserError` naming the parameter, the value received and what is allowed."""
     if not ok:
-        raise UserError(f"{name}={value!r} is out of range; allowed: {allowed}")
+        refuse(name, value, allowed)
+
+
+def refuse(name: str, value: object, allowed: str) -> typing.NoReturn:
+    """:func:`require`'s error, raised unconditionally (where a type checker must see the refusal)."""
+    raise UserError(f"{name}={value!r} is out of range; allowed: {allowed}")
 
 
 def require_choice(name: str, value: object, choices: Iterable[object]) -> None:
@@ -66,8 +71,7 @@ def require_device(name: str, value: object) -> None:
     except (RuntimeError, ValueError):
         device = None
     if device is None:
-        raise UserError(f"{name}={value!r} is out of range; allowed: a torch device such as 'cpu' or "
-                        "'cuda:0'")
+        refuse(name, value, "a torch device such as 'cpu' or 'cuda:0'")
     if device.type == "cuda":
         count = torch.cuda.device_count()
         cuda = "'cuda:0'" if count == 1 else f"'cuda:0' to 'cuda:{count - 1}'"

@@ -341,6 +341,10 @@ def test_copies_averages_run_in_one_engine_call_before_the_evaluations_of_the_mo
         assert model.data_ptr() == requests[i].into.data_ptr()
         expected = feds[i]._test_request(feds[i].archs[0], alone, feds[i].eval_indices).run()
         np.testing.assert_allclose(evaluation.loss.numpy(), expected.loss.numpy(), rtol=0, atol=1e-5)
+    what_if = AverageRequest(members[0].stack, None, weights[0], members[0].start, None)  # no step, no into
+    torch.testing.assert_close(what_if.average(), merged[0][0], rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"^AverageRequest.run: a what-if \(no step, no into\) has only"):
+        what_if.run()
     vec.close()
 
 

@@ -205,9 +205,9 @@ class AverageRequest:
         return average if self.rest is None else average + self.rest * self.start
 
     def run(self) -> Tensor:
-        """The server's step from the average, written into ``into`` (a what-if's: the average alone)."""
+        """The server's step from the average, written into ``into``."""
         if self.step is None or self.into is None:
-            return self.average()
+            raise ValueError("AverageRequest.run: a what-if (no step, no into) has only its average()")
         return self.into.copy_(self.step(self.average()))
 
 
