@@ -58,7 +58,7 @@ from fl_gym.envs.registry import FAMILIES, resolve
 from fl_gym.envs.scenario import BEHAVIOUR_FIELDS, EnvConfig
 from fl_gym.federation import Federation
 from fl_gym.records import RoundReport, TrainedRound
-from fl_gym.validation import UserError, as_array, is_int_at_least, require
+from fl_gym.validation import UserError, as_array, is_int_at_least, one_line, require
 
 
 class Predictor(Protocol):
@@ -174,12 +174,29 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         self._check_behaviour()
         self.scenario_seed = int(scenario_seed)
         self.federation = Federation(self.config.federation_config(), self.scenario_seed)
+        self._check_client_counts()
         self._round, self._uploads, self._ended = 0, 0, False
         self._pending_record: Any = None  # see _pending
         self._pending_builder: Callable[[], Any] | None = None
         self._played_ahead: tuple | None = None  # a step a vector env played as arrays (envs/vector.py)
         self._own_clock: VectorClock | None = None  # the family's vector clock over this env alone (see step)
         self._setup()
+
+    def _check_client_counts(self) -> None:
+        """Refuse a ``num_clients_range`` whose ends the partition cannot split (a reset draws any count).
+
+        A split's limits grow with the count, so the counts between are served too (unless a random
+        draw misses a minimum size); the schemes whose count is fixed (``one_class``, ``natural``)
+        take no range.
+        """
+        span = self.config.scenario.num_clients_range
+        for count in dict.fromkeys(span or ()):
+            try:
+                self.federation.check_client_count(count)
+            except UserError as err:
+                raise UserError(f"num_clients_range={span} is out of range; allowed: client counts that "
+                                f"partition {self.config.scenario.partition!r} can split the data into "
+                                f"({one_line(err)})") from err
 
     def _check_behaviour(self) -> None:
         """Refuse device behaviour where the family does not play it (the first setting changed, named)."""

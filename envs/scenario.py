@@ -71,6 +71,8 @@ class ScenarioConfig:
             data set is shared, not reloaded).
         num_clients_range: ``(low, high)``, inclusive: with ``randomize_scenario``, each episode's
             ``K`` is drawn uniformly from it (families whose spaces do not depend on ``K`` only).
+            The env splits the data for both ends when it is built, so a range the partition
+            cannot serve fails then, not at a later reset; ``one_class`` and ``natural`` take none.
         scenario_seed_range: ``(low, high)``, high exclusive: with ``randomize_scenario``, each
             episode's federation is the one ``scenario_seed=s`` builds, ``s`` drawn uniformly from
             the range (a benchmark's training federations, kept apart from its test seeds); None
@@ -200,6 +202,9 @@ class ScenarioConfig:
                 and span[0] <= span[1], "num_clients_range", span,
                 "None or (low, high) with 2 <= low <= high")
         require(self.randomize_scenario, "num_clients_range", span, "None unless randomize_scenario=True")
+        fixed = self.partition_config().fixed_count
+        require(not fixed or span[0] == span[1], "num_clients_range", span,
+                f"None for partition {self.partition!r}, whose client count is {fixed}")
         object.__setattr__(self, "num_clients_range", (int(span[0]), int(span[1])))
 
     def _check_seed_range(self) -> None:

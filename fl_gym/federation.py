@@ -386,9 +386,7 @@ class Federation:
     def _split(self, data: Dataset, rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
         cfg = self.config
         if cfg.partition.kind == "natural":
-            if len(data.natural_split) != cfg.num_clients:
-                raise UserError(f"num_clients={cfg.num_clients} is out of range; allowed: "
-                                 f"{len(data.natural_split)} (the devices of {data.name})")
+            _require_devices(data, cfg.num_clients)
             return [p[0] for p in data.natural_split], [p[1] for p in data.natural_split]
         y = data.y_train.numpy()
         pool = np.arange(len(y))
@@ -401,6 +399,21 @@ class Federation:
         if cfg.local_test == "holdout":
             return holdout_split(parts, cfg.local_test_fraction, rng)
         return parts, [np.zeros(0, np.int64) for _ in parts]
+
+    def check_client_count(self, num_clients: int) -> None:
+        """Refuse a client count that this federation's partition cannot split its training data into.
+
+        A randomised scenario draws its count at a reset (``num_clients_range``): an env splits
+        for its range's counts when it is built (one fixed draw each), so that a count the data
+        cannot serve is an error then, not at the reset that draws it.
+        """
+        data = self._dataset
+        if self.config.partition.kind == "natural":
+            _require_devices(data, num_clients)
+            return
+        y = data.y_train.numpy()
+        pool = np.setdiff1d(np.arange(len(y)), self.server_indices)  # a server share: the same size each draw
+        partition(y[pool], num_clients, self.config.partition, np.random.default_rng(0), data.num_classes)
 
     def _server_share(self, y: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
         """The server's class-balanced share of the training labels ``y``: sorted ids no client gets."""
@@ -1206,6 +1219,13 @@ class Federation:
         if not self.config.train:
             return self._not_evaluated
         return self._global_values(self._run_all(self._global_requests()))
+
+
+def _require_devices(data: Dataset, num_clients: int) -> None:
+    """Refuse a client count other than the data set's devices (the ``natural`` partition's clients)."""
+    if len(data.natural_split) != num_clients:
+        raise UserError(f"num_clients={num_clients} is out of range; allowed: {len(data.natural_split)} (the "
+                        f"devices of {data.name})")
 
 
 def _floats(name: str, values: object) -> np.ndarray:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import fl_gym
-from fl_gym.data import partition_scheme
+from fl_gym import Federation, FederationConfig
+from fl_gym.data import Shards, partition_scheme
 from fl_gym.envs.registry import env_ids
 
 HETERO = "FLHetero-v0"
@@ -95,6 +96,30 @@ def test_families_whose_spaces_depend_on_k_refuse_a_client_count_range(env_id):
 def test_bad_randomisation_arguments_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=name):
         gym.make(HETERO, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    (dict(partition="one_class", num_clients_range=(8, 14)), "a multiple of the number of classes"),
+    (dict(dataset="synthetic", partition="natural", num_clients_range=(10, 12)), "number of devices"),
+    (dict(partition="one_class", num_clients_range=(13, 13)),
+     r"num_clients=13 .*multiple of the number of classes \(10\)"),
+    (dict(partition="shards", shards_per_client=40, num_clients_range=(10, 40)), "shards_per_client=40"),
+])
+def test_a_client_count_range_the_partition_cannot_split_is_refused_when_the_env_is_built(kwargs, says):
+    """Each count would otherwise fail at the reset that draws it, mid-run."""
+    with pytest.raises(ValueError, match=rf"num_clients_range=.*{says}"):
+        gym.make(HETERO, randomize_scenario=True, **kwargs)
+
+
+def test_a_client_count_check_splits_without_changing_the_federation():
+    config = FederationConfig(dataset="digits", num_clients=10, partition=Shards(shards_per_client=20),
+                              server_data_fraction=0.1, train=False)
+    fed = Federation(config)
+    sizes, server = fed.sizes.copy(), fed.server_indices.copy()
+    fed.check_client_count(30)
+    with pytest.raises(ValueError, match="shards_per_client=20"):
+        fed.check_client_count(100)
+    assert fed.sizes.tolist() == sizes.tolist() and fed.server_indices.tolist() == server.tolist()
 
 
 def test_a_batched_copy_keeps_merging_after_a_new_scenario():

@@ -31,9 +31,12 @@ class PartitionScheme:
 
     Attributes:
         kind: the scheme's name in :data:`SCHEMES`.
+        fixed_count: what client count the scheme takes where that rules out a range of counts
+            (``num_clients_range``); empty where any count its data can serve will do.
     """
 
     kind: ClassVar[str] = ""
+    fixed_count: ClassVar[str] = ""
 
     def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
                ) -> list[np.ndarray]:
@@ -155,6 +158,7 @@ class OneClass(PartitionScheme):
     """Client ``k`` holds class ``k mod C`` only (Herath et al.'s DDFL setup)."""
 
     kind: ClassVar[str] = "one_class"
+    fixed_count: ClassVar[str] = "a multiple of the number of classes"
 
     def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
                ) -> list[np.ndarray]:
@@ -188,6 +192,7 @@ class Natural(PartitionScheme):
     """The data set's own split (``synthetic``): :attr:`fl_gym.data.dataset.Dataset.natural_split`."""
 
     kind: ClassVar[str] = "natural"
+    fixed_count: ClassVar[str] = "the data set's number of devices"
 
     def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
                ) -> list[np.ndarray]:
