@@ -440,3 +440,22 @@ def test_pick_scores_pick_the_m_highest_and_fixed_policies_play_alike_on_both_ac
                                                      post_filter="all"), spec.factory, [3])[0]
         runs[action] = [r["accuracy"] for r in episode.rounds]
     assert runs["bits"] == runs["scores"]
+
+
+@pytest.mark.parametrize("env_id", ["FLSelect-v0", "FLSelectPick-v0"])
+def test_observations_stay_in_the_space_when_every_reset_redraws_the_partition(env_id):
+    """A redrawn partition's largest client may outgrow the first's: the size feature scales per episode."""
+    env = gym.make(env_id, redraw_partition=True, num_clients=10, alpha=0.05, rounds_per_episode=1)
+    for seed in range(6):
+        obs, _ = env.reset(seed=seed)
+        assert env.observation_space.contains(obs)
+
+
+def test_the_queue_env_trains_each_episode_on_the_partition_its_reset_redrew():
+    env = gym.make("FLSelectQueue-v0", redraw_partition=True, rounds_per_episode=1)
+    fed = env.unwrapped.federation
+    episodes = []
+    for seed in range(2):
+        env.reset(seed=seed)
+        episodes.append([part.tolist() for part in fed.train_parts])
+    assert episodes[0] != episodes[1]

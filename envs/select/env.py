@@ -102,15 +102,18 @@ class _SelectionEnv(FLEnv):
         cfg, fed = self.config, self.federation
         self.m = cfg.clients_per_round
         self.pools = Pools(fed.num_clients, cfg.p_positive)
-        self._size_scale = 2.0 ** math.ceil(math.log2(fed.sizes.max()))  # a power of two: ratios stay exact
         self._log_c = math.log(fed.num_classes)
         self._lr = np.full(fed.num_clients, cfg.scenario.lr)
 
     def _reset_state(self) -> None:
-        n = self.federation.num_clients
+        fed = self.federation
+        n = fed.num_clients
+        # the largest client's size, up to a power of two (ratios stay exact); per episode, as the
+        # partition may be redrawn at the reset (redraw_partition), so every size stays within the space
+        self._size_scale = 2.0 ** math.ceil(math.log2(fed.sizes.max()))
         self.pools = Pools(n, self.config.p_positive)
         self._selections = np.zeros(n)
-        self._validation = ValidationGain(self.federation, self.rounds_per_episode)
+        self._validation = ValidationGain(fed, self.rounds_per_episode)
         self._last_kept = 1.0
         self._uplink_bytes = 0.0
         self._lost = 0  # updates lost this episode (dropout, the deadline)

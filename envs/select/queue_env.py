@@ -143,6 +143,8 @@ class FLSelectQueueEnv(FLEnv):
 
     def _reset_state(self) -> None:
         fed = self.federation
+        if self.config.scenario.redraw_partition:  # the reset has just split the devices' data afresh
+            self._base = [p.cpu().numpy() for p in fed.train_parts]
         fed.assign_many(dict(enumerate(self._base)))  # a new episode starts from the devices' own data
         self.queue = DataQueue(fed.server_indices, self._base, self.segment, self.config.queue_mode,
                                self.np_random)
