@@ -554,6 +554,16 @@ def test_update_statistics_of_several_cohorts_are_each_cohorts_by_hand():
     assert got[3, 3] == pytest.approx(0.0, abs=1e-6)
 
 
+def test_a_cohort_of_ones_update_is_at_angle_zero_to_its_mean_in_float32():
+    """Not the arccos of its rounded cosine: 4.9e-4 rad here, and another angle in another reduction."""
+    rng = np.random.default_rng(1)
+    rows = torch.as_tensor(rng.normal(size=(1, 4810)), dtype=torch.float32)
+    start = torch.as_tensor(rng.normal(size=(1, 4810)), dtype=torch.float32)
+    assert update_statistics(rows, start, torch.ones(1), [1])[3].tolist() == [0.0]
+    zero = update_statistics(start, start, torch.ones(1), [1])  # no update: its cosines count as 0
+    assert zero[3].tolist() == [pytest.approx(math.pi / 2)]
+
+
 # the default: one reduction; a budget of 6 models' values: the cohorts of 4 and 2 rows, then the one of 5
 @pytest.mark.parametrize("budget,calls", [(None, [11]), (6 * 4810, [6, 5])])
 def test_merged_statistics_requests_equal_each_run_alone(budget, calls, monkeypatch):

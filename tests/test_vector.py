@@ -50,6 +50,7 @@ def test_capped_merges_play_the_standalone_episodes(env_id, cap, value, monkeypa
 @pytest.mark.parametrize("env_id,kwargs", [
     ("FLAggregate-v0", {"model": "cnn-small"}),  # grouped convolutions merged
     ("FLAggregate-v0", {"optimizer": "adam", "fednova": True, "dropout": 0.3}),
+    ("FLAggregate-v0", {"availability": 0.1}),  # cohorts of one client, whose update angle is 0 either way
     ("FLSelect-v0", {"momentum": 0.9, "local_algorithm": "fedprox"}),
     ("FLSelect-v0", {"local_algorithm": "scaffold", "availability": 0.6, "deadline": 2.0, "late": "partial"}),
     ("FLSelect-v0", {"reward_signal": "loss_vs_all", "link_sigma": 0.5, "bandwidth": 1e5}),  # what-ifs

@@ -29,7 +29,7 @@ def update_statistics(rows: Tensor, starts: Tensor, weights: Tensor, counts: Seq
 
     Per row: the cosine between the trained model and its start, the model's norm, the norm of its
     update (model less start) and the angle in radians between the update and its cohort's
-    weighted mean update (a zero vector's cosines count as 0).
+    weighted mean update (0 in a cohort of one; a zero vector's cosines count as 0).
     """
     norm = torch.linalg.vector_norm  # Tensor.norm dispatches in Python: slower than the kernel here
     runs = list(counts)
@@ -38,12 +38,16 @@ def update_statistics(rows: Tensor, starts: Tensor, weights: Tensor, counts: Seq
     for r, d, s, w in zip(rows.split(runs), delta.split(runs), starts, weights.split(runs), strict=True):
         means.append(w @ torch.sub(r, s, out=d))
         dots.append(d @ means[-1])
-    each = torch.repeat_interleave(torch.arange(len(runs), device=rows.device),
-                                   torch.as_tensor(runs, device=rows.device))
+    sizes = torch.as_tensor(runs, device=rows.device)
+    each = torch.repeat_interleave(torch.arange(len(runs), device=rows.device), sizes)
     update_norm, model_norm = norm(delta, dim=1), norm(rows, dim=1)
     start_norm, mean_norm = norm(starts, dim=1)[each], norm(torch.stack(means), dim=1)[each]
     # rows . start from the three norms (the law of cosines): no pass over the rows for it
     model_dot = (model_norm.square() + start_norm.square() - update_norm.square()) / 2
     model_cosine = model_dot / (model_norm * start_norm).clamp_min(1e-12)
     cos = torch.cat(dots) / (update_norm * mean_norm).clamp_min(1e-12)
-    return torch.stack([model_cosine, model_norm, update_norm, torch.arccos(cos.clamp(-1, 1))])
+    # a cohort of one's update is its mean, at angle 0: the arccos of a cosine rounded to within a few
+    # ulps of 1 is up to sqrt(2 ulp), 3e-4 rad in float32, and differs between a merged and a lone reduction
+    alone = (sizes[each] == 1) & (update_norm > 0)  # a NaN update (a diverged model) stays NaN
+    angle = torch.where(alone, 0.0, torch.arccos(cos.clamp(-1, 1)))
+    return torch.stack([model_cosine, model_norm, update_norm, angle])
