@@ -4,7 +4,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import fl_gym  # noqa: F401  (registers the ids)
+import fl_gym
 from fl_gym.baselines.hetero import (
     BalancedOraclePolicy,
     ClairvoyantOraclePolicy,
@@ -178,6 +178,20 @@ def test_extended_observation():
     assert np.all((obs[6:18] >= 0) & (obs[6:18] <= 1))
     again, _ = env.reset(seed=0)  # a new episode starts without previous sizes: same seed, same observation
     assert np.array_equal(again, env.reset(seed=0)[0]) and np.all(again[18:] == 0)
+
+
+@pytest.mark.parametrize("vectorised", [False, True])
+def test_the_extended_observation_shows_the_partition_each_reset_redrew(vectorised):
+    """Sizes over the largest and label entropies of this episode's data, not of the first partition."""
+    kwargs = dict(obs_mode="extended", redraw_partition=True)
+    env = fl_gym.make_vec("FLHetero-v0", 2, seed=0, **kwargs) if vectorised else \
+        gym.make("FLHetero-v0", **kwargs)
+    copy = env.envs[0].unwrapped if vectorised else env.unwrapped
+    for seed in range(3):
+        obs = env.reset()[0] if vectorised else env.reset(seed=seed)[0]
+        fed, slots = copy.federation, copy.pending.slots
+        np.testing.assert_allclose(obs[6:12], fed.sizes[slots] / fed.sizes.max(), rtol=1e-6)
+        np.testing.assert_allclose(obs[12:18], fed.label_entropy[slots] / np.log2(fed.num_classes), rtol=1e-6)
 
 
 DRIFTING = dict(obs_mode="history", load_persistence=0.9, sigma_drift=0.5)

@@ -83,7 +83,7 @@ class ClientRecords(NamedTuple):
         prev_size: ``(N, K)`` the size each client last trained (-1: none yet this episode).
         sizes_used: ``(N, delta)`` the sizes trained this episode.
         seen: ``(N, 2, K)`` each client's last measured slowdown and the round it was measured.
-        extras: ``(N, 2, K)`` data size and label entropy, normalised (fixed per scenario).
+        extras: ``(N, 2, K)`` data size and label entropy, normalised (the episode's partition).
     """
 
     prev_size: np.ndarray
@@ -177,7 +177,6 @@ class _HeteroEnv(FLEnv):
         self._policies = {view: self._inner(view) for view in ("alloc", "intensity")}
         self._residual = self._residual_base(cfg.residual_policy)
         self.records = ClientRecords.empty(1, fed.num_clients, self.num_sizes)
-        self.records.extras[0] = fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)
         self._lr = np.full(fed.num_clients, cfg.scenario.lr)
 
     # ---- spaces and actions ------------------------------------------------------------------
@@ -235,6 +234,8 @@ class _HeteroEnv(FLEnv):
 
     def _reset_state(self) -> None:
         self.records.start_episode()
+        fed = self.federation  # the partition this reset may have redrawn (redraw_partition)
+        self.records.extras[0] = fed.sizes / fed.sizes.max(), fed.label_entropy / math.log2(fed.num_classes)
 
     def _prepare(self) -> HeteroRound:
         """Open the next round: sample ``k`` clients, draw their load, time the LiteModel epoch."""
