@@ -204,7 +204,7 @@ class ScenarioConfig:
         require(self.randomize_scenario, "num_clients_range", span, "None unless randomize_scenario=True")
         fixed = self.partition_config().fixed_count
         require(not fixed or span[0] == span[1], "num_clients_range", span,
-                f"None for partition {self.partition!r}, whose client count is {fixed}")
+                f"None or a single count for partition {self.partition!r}, whose client count is {fixed}")
         object.__setattr__(self, "num_clients_range", (int(span[0]), int(span[1])))
 
     def _check_seed_range(self) -> None:

@@ -404,8 +404,8 @@ class Federation:
         """Refuse a client count that this federation's partition cannot split its training data into.
 
         A randomised scenario draws its count at a reset (``num_clients_range``): an env splits
-        for its range's counts when it is built (one fixed draw each), so that a count the data
-        cannot serve is an error then, not at the reset that draws it.
+        for both ends of its range when it is built (one fixed draw each), so that a count the
+        data cannot serve is an error then, not at the reset that draws it.
         """
         data = self._dataset
         if self.config.partition.kind == "natural":
