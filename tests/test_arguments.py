@@ -68,11 +68,29 @@ def arguments(draw: st.DrawFn) -> tuple[str, dict]:
     return env_id, {name: draw(st.sampled_from(choices[name])) for name in sorted(names)}
 
 
+def _episodes(env: gym.Env, seeds: range) -> list:
+    """Each seed's episode, observations and rewards, asserted in the spaces as they come."""
+    env.action_space.seed(0)
+    played = []
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        assert env.observation_space.contains(obs)
+        played.append(obs.tobytes())
+        ended = False
+        while not ended:
+            obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            assert env.observation_space.contains(obs) and np.isfinite(reward)
+            played.append((obs.tobytes(), float(reward)))
+            ended = terminated or truncated
+    return played
+
+
 def _plays_within_the_spaces(env_id: str, kwargs: dict) -> None:
     """Either our checks refuse the arguments when the env is built, or its episodes stay in the spaces.
 
-    A single env and a batched vector env of two copies (which pads copies whose client counts
-    differ), two episodes of two rounds each, so that a reset redraws what the arguments redraw.
+    A single env, whose episodes a second env built alike plays again bit for bit, and a batched
+    vector env of two copies (which pads copies whose client counts differ); two episodes of two
+    rounds each, so that a reset redraws what the arguments redraw.
     """
     kwargs = {**kwargs, "rounds_per_episode": 2}
     try:
@@ -81,15 +99,7 @@ def _plays_within_the_spaces(env_id: str, kwargs: dict) -> None:
         event("refused when built")
         return  # by name, before anything ran
     event(f"played {env_id}")
-    env.action_space.seed(0)
-    for seed in range(2):
-        obs, _ = env.reset(seed=seed)
-        assert env.observation_space.contains(obs)
-        ended = False
-        while not ended:
-            obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            assert env.observation_space.contains(obs) and np.isfinite(reward)
-            ended = terminated or truncated
+    assert _episodes(env, range(2)) == _episodes(gym.make(env_id, **kwargs), range(2))
     vec = fl_gym.make_vec(env_id, 2, seed=0, **kwargs)
     vec.action_space.seed(0)
     vec.reset()
