@@ -411,7 +411,7 @@ class Federation:
         if self.config.partition.kind == "natural":
             _require_devices(data, num_clients)
             return
-        y = data.y_train.numpy()
+        y = self._labels
         pool = np.setdiff1d(np.arange(len(y)), self.server_indices)  # a server share: the same size each draw
         partition(y[pool], num_clients, self.config.partition, np.random.default_rng(0), data.num_classes)
 

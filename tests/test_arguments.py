@@ -93,34 +93,32 @@ def _plays_within_the_spaces(env_id: str, kwargs: dict) -> None:
     rounds each, so that a reset redraws what the arguments redraw.
     """
     kwargs = {**kwargs, "rounds_per_episode": 2}
-    try:
-        env = gym.make(env_id, **kwargs)
-    except UserError:
-        event("refused when built")
-        return  # by name, before anything ran
-    event(f"played {env_id}")
-    assert _episodes(env, range(2)) == _episodes(gym.make(env_id, **kwargs), range(2))
-    vec = fl_gym.make_vec(env_id, 2, seed=0, **kwargs)
-    vec.action_space.seed(0)
-    vec.reset()
-    for _ in range(4):  # through an auto-reset
-        obs, rewards, *_ = vec.step(np.stack([vec.action_space.sample() for _ in range(2)]))
-        assert all(vec.observation_space.contains(row) for row in obs) and np.isfinite(rewards).all()
-    vec.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # some arguments warn by design (a server holding raw data)
+        try:
+            env = gym.make(env_id, **kwargs)
+        except UserError:
+            event("refused when built")
+            return  # by name, before anything ran
+        event(f"played {env_id}")
+        assert _episodes(env, range(2)) == _episodes(gym.make(env_id, **kwargs), range(2))
+        vec = fl_gym.make_vec(env_id, 2, seed=0, **kwargs)
+        vec.action_space.seed(0)
+        vec.reset()
+        for _ in range(4):  # through an auto-reset
+            obs, rewards, *_ = vec.step(np.stack([vec.action_space.sample() for _ in range(2)]))
+            assert all(vec.observation_space.contains(row) for row in obs) and np.isfinite(rewards).all()
+        vec.close()
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(arguments())
 def test_random_arguments_are_refused_when_built_or_played_within_the_spaces(case):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # some arguments warn by design (a server holding raw data)
-        _plays_within_the_spaces(*case)
+    _plays_within_the_spaces(*case)
 
 
 @pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arguments())
 def test_many_random_arguments_are_refused_when_built_or_played_within_the_spaces(case):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _plays_within_the_spaces(*case)
+    _plays_within_the_spaces(*case)
