@@ -572,6 +572,8 @@ def test_reproduce_hetero_loads_its_data_set_before_any_agent_trains(tmp_path, c
 
 @pytest.mark.parametrize("args,message", [
     (["train", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0' is not registered"),
+    (["generalise", "NoSuchEnv-v0", "--policies", "fedavg", "--zero-shot", "num_clients=5"],  # gymnasium's
+     "env_id='NoSuchEnv-v0' is not registered"),  # NameNotFound's traceback
     (["bench", "--sections", "ppo", "--ppo-env", "NoSuchEnv-v0"],
      "--ppo-env=['NoSuchEnv-v0'] is out of range"),
     (["train", "FLHetero-v0", "--hyperparams", "learning_rat=0.1"],

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from fl_gym.atomic import require_writable, write_json, write_text
+from fl_gym.envs.registry import family_of
 from fl_gym.training import provenance
 from fl_gym.training.compare import DEFAULT_SEEDS, compare, policy_spec, require_policies
 from fl_gym.validation import UserError, require, require_mapping, require_seeds
@@ -51,6 +52,7 @@ def generalisation(env_id: str, policies: Sequence[str], scenario_seeds: Sequenc
             (``episodes/``: a run stopped part way resumes with them; None: nowhere).
         progress: print each scenario as it starts.
     """
+    family_of(env_id)  # an fl-gym id, before gymnasium's make names it in its own words
     require_policies(policies)
     require_seeds("scenario_seeds", scenario_seeds)
     require_seeds("seeds", seeds)
