@@ -78,7 +78,10 @@ class HeteroPolicy(RowPolicy):
 def _size_index(spec: HeteroSpec, size: str) -> int:
     names = SIZE_NAMES[spec.num_sizes]
     if size not in names:
-        raise UserError(f"size={size!r} is out of range; allowed: one of {', '.join(names)}")
+        others = [n for n, sizes in SIZE_NAMES.items() if size in sizes]
+        hint = f" (num_sizes={others[0]} has it)" if others else ""
+        raise UserError(f"size={size!r} is out of range for num_sizes={spec.num_sizes}; allowed: one of "
+                        f"{', '.join(names)}{hint}")
     return names.index(size)
 
 
