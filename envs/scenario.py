@@ -23,6 +23,7 @@ from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.validation import (
     UserError,
     is_int_at_least,
+    plain,
     require,
     require_choice,
     require_device,
@@ -314,8 +315,8 @@ class EnvConfig:
         if unknown:
             allowed = ", ".join((*cls.own_fields(), *SCENARIO_FIELDS, "scenario"))
             raise UserError(f"{cls.__name__}: argument {unknown[0]!r} is not accepted; allowed: {allowed}")
-        mine = {k: v for k, v in kwargs.items() if k in own}
-        scenario_kwargs = {k: v for k, v in kwargs.items() if k in shared}
+        mine = {k: plain(v) for k, v in kwargs.items() if k in own}
+        scenario_kwargs = {k: plain(v) for k, v in kwargs.items() if k in shared}
         require_types(cls, mine)
         require_types(ScenarioConfig, scenario_kwargs)
         if base is not None:

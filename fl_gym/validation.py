@@ -197,6 +197,19 @@ def require_types(owner: type | Callable, values: Mapping[str, object], label: s
                             f"{_describe(hints[name])}")
 
 
+def plain(value: object) -> object:
+    """``value`` with numpy scalars as Python's (in tuples and lists too), as a config holds them.
+
+    ``num_clients=np.int64(20)`` is an integer to :func:`require_types`, but gymnasium's spaces
+    and JSON take only Python's.
+    """
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (tuple, list)):
+        return type(value)(plain(v) for v in value)
+    return value
+
+
 def require_field_types(config: typing.Any) -> None:
     """:func:`require_types` for every field of a dataclass (a config built directly, not by ``gym.make``)."""
     require_types(type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import gymnasium as gym
 import numpy as np
@@ -160,6 +161,23 @@ def test_a_value_of_the_wrong_type_is_refused_by_its_fields_annotation(kwargs, m
     with pytest.raises(ValueError) as err:
         gym.make("FLHetero-v0", **kwargs)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("env_id,kwargs", [
+    ("FLSelectPick-v0", dict(num_clients=np.int64(12))),  # sized gymnasium's MultiBinary, which refused it
+    ("FLSelect-v0", dict(clients_per_round=np.int32(4), lr=np.float32(0.05))),
+    ("FLHetero-v0", dict(randomize_scenario=np.bool_(True), num_clients_range=(np.int64(8), np.int64(10)))),
+])
+def test_numpy_scalars_are_taken_as_pythons_own(env_id, kwargs):
+    """A value computed with numpy plays, and the config holds Python's types (for spaces and JSON)."""
+    env = gym.make(env_id, **kwargs)
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    config = env.unwrapped.config
+    held = {**dataclasses.asdict(config.scenario), **dataclasses.asdict(config)}
+    # json refuses numpy's integers, bools and float32 (not float64, a Python float)
+    assert json.loads(json.dumps({k: held[k] for k in kwargs})) == {
+        k: list(v) if isinstance(v, tuple) else np.asarray(v).item() for k, v in kwargs.items()}
 
 
 def test_a_validation_set_larger_than_the_test_set_is_refused_by_name():
