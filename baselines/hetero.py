@@ -79,9 +79,9 @@ def _size_index(spec: HeteroSpec, size: str) -> int:
     names = SIZE_NAMES[spec.num_sizes]
     if size not in names:
         others = [n for n, sizes in SIZE_NAMES.items() if size in sizes]
-        hint = f" (num_sizes={others[0]} has it)" if others else ""
-        raise UserError(f"size={size!r} is out of range for num_sizes={spec.num_sizes}; allowed: one of "
-                        f"{', '.join(names)}{hint}")
+        hint = f"; num_sizes={others[0]} has {size}" if others else ""
+        raise UserError(f"size={size!r} is out of range; allowed: one of {', '.join(names)} "
+                        f"(num_sizes={spec.num_sizes}{hint})")
     return names.index(size)
 
 

@@ -58,7 +58,7 @@ from fl_gym.envs.registry import FAMILIES, resolve
 from fl_gym.envs.scenario import BEHAVIOUR_FIELDS, EnvConfig
 from fl_gym.federation import Federation
 from fl_gym.records import RoundReport, TrainedRound
-from fl_gym.validation import UserError, as_array, is_int_at_least, one_line, require
+from fl_gym.validation import UserError, as_array, is_int_at_least, one_line, plain, require
 
 
 class Predictor(Protocol):
@@ -371,7 +371,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         require(not options, "options", options,
                 "None or {} (no reset options: the scenario is set by the env's "
                 "arguments, e.g. scenario_seed or randomize_scenario)")
-        super().reset(seed=seed)
+        super().reset(seed=plain(seed))  # gymnasium's takes no numpy integer, which our checks allow
         if self.config.scenario.randomize_scenario:
             self._draw_scenario(int(self.np_random.integers(2**63 - 1)))
         self.federation.reset(seed=int(self.np_random.integers(2**63 - 1)), sampler=self.np_random)

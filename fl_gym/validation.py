@@ -167,13 +167,18 @@ def require_fraction(name: str, value: object, optional: bool = False) -> None:
 
 
 def is_positive(x: object) -> typing.TypeGuard[float]:
-    """True for finite numbers > 0 (rejects NaN, inf and bools: ``True`` is no rate)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+    """True for finite numbers > 0, Python's or numpy's (rejects NaN, inf and bools: ``True`` is no rate)."""
+    return _is_real(x) and math.isfinite(x) and x > 0
 
 
 def is_non_negative(x: object) -> typing.TypeGuard[float]:
-    """True for finite numbers >= 0 (rejects NaN, inf and bools)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+    """True for finite numbers >= 0, Python's or numpy's (rejects NaN, inf and bools)."""
+    return _is_real(x) and math.isfinite(x) and x >= 0
+
+
+def _is_real(x: object) -> typing.TypeGuard[float]:
+    """A real number that is no bool (numpy's register as ``numbers.Real``; its bool does not)."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def is_int_at_least(x: object, low: int) -> typing.TypeGuard[int]:

@@ -613,7 +613,7 @@ def test_reproduce_hetero_loads_its_data_set_before_any_agent_trains(tmp_path, c
     (["train", "--resume", "/nonexistent/run"], "is not a run folder"),
     (["compare", "FLHetero-v0", "--policies", "uniform,fastest"], "policy 'fastest' is not known"),
     (["compare", "FLHetero-v0", "--policies", "medium"],  # listed for the family, played at num_sizes=3 only
-     "size='medium' is out of range for num_sizes=2; allowed: one of small, large (num_sizes=3 has it)"),
+     "size='medium' is out of range; allowed: one of small, large (num_sizes=2; num_sizes=3 has medium)"),
     (["compare", "FLHetero-v0", "--policies", "ppo:/nonexistent/model.zip"], "no model at"),
     (["compare", "FLHetero-v0", "--policies", "dqn:x.zip"], "algorithm 'dqn' is out of range; allowed: ppo, "
                                                             "recurrent-ppo, maskable-ppo, hapfl"),

@@ -180,6 +180,28 @@ def test_numpy_scalars_are_taken_as_pythons_own(env_id, kwargs):
         k: list(v) if isinstance(v, tuple) else np.asarray(v).item() for k, v in kwargs.items()}
 
 
+def test_a_numpy_seed_plays_the_episode_of_the_same_python_seed():
+    """Our checks take numpy integers as seeds; gymnasium's own reset refused them with a traceback."""
+    env, twin = gym.make(HETERO), gym.make(HETERO)
+    np.testing.assert_array_equal(env.reset(seed=np.int64(7))[0], twin.reset(seed=7)[0])
+    action = env.action_space.sample()
+    np.testing.assert_array_equal(env.step(action)[0], twin.step(action)[0])
+
+
+@pytest.mark.parametrize("value,accepted", [
+    (np.float32(0.5), True), (np.int64(1), True), (0.5, True), (1, True),  # numpy's reals are reals
+    (np.float32("nan"), False), (np.float64("inf"), False), (np.bool_(True), False), (True, False),
+    ("0.5", False), (None, False), (0, False), (-0.5, False), (1.5, False)])
+def test_a_fraction_is_any_finite_real_in_the_unit_interval_but_a_bool(value, accepted):
+    from fl_gym.validation import require_fraction
+
+    if accepted:
+        require_fraction("target", value)
+    else:
+        with pytest.raises(ValueError, match="target=.* is out of range; allowed: a float in \\(0, 1\\]"):
+            require_fraction("target", value)
+
+
 def test_a_validation_set_larger_than_the_test_set_is_refused_by_name():
     with pytest.raises(ValueError, match="validation_size=1000000000 is out of range; allowed: an integer in "
                                          r"\[1, 358\] \(the digits test set has 359"):
