@@ -1136,6 +1136,27 @@ def test_ctrl_c_in_any_command_exits_130_with_one_line(capsys, monkeypatch):
                                            "command continues where it stopped when run again)")
 
 
+def test_sigterm_ends_a_command_as_ctrl_c_does(capsys, monkeypatch):
+    """``kill`` or a batch scheduler's stop: the interrupt's line and exit, not a silent death mid-write."""
+    import os
+    import signal
+
+    from fl_gym.training import cli
+
+    def killed(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+        return 0
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(cli, "cmd_envs", killed)
+    start = time.perf_counter()
+    code, _, err = run_cli(["envs"], capsys)
+    assert code == 130 and time.perf_counter() - start < 4
+    assert err.strip().startswith("fl-gym envs: interrupted; what was finished is kept")
+    assert signal.getsignal(signal.SIGTERM) is before  # the command's handler goes with it
+
+
 _SWALLOWS_CTRL_C = """
 import sys, time
 from pathlib import Path
@@ -1169,8 +1190,10 @@ def test_a_warning_is_one_line_naming_no_library_code(tmp_path, flags, expected)
     assert expected in done.stderr and ("_setup()" in done.stderr) == bool(flags)
 
 
-def test_ctrl_c_ends_work_that_swallows_it_at_once(tmp_path):
-    """``fl-gym flower``'s guard: Ctrl-C exits 130 with one line, however the library inside handles it."""
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_ends_work_that_swallows_it_at_once(tmp_path, stop):
+    """``fl-gym flower``'s guard: Ctrl-C (or SIGTERM) exits 130 with one line, however the library inside
+    handles it."""
     import signal
     import subprocess
     import sys
@@ -1180,7 +1203,7 @@ def test_ctrl_c_ends_work_that_swallows_it_at_once(tmp_path):
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     start = time.perf_counter()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, stop))
     rest, err = proc.communicate(timeout=20)
     assert proc.returncode == 130 and time.perf_counter() - start < 5
     assert err.strip() == "fl-gym flower: interrupted; nothing was written" and "finished" not in rest

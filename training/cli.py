@@ -20,6 +20,7 @@ import re
 import reprlib
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -127,11 +128,12 @@ def exit_on_interrupt(line: str) -> Iterator[None]:
         _remove_empty(MADE)
         os._exit(130)
 
-    previous = signal.signal(signal.SIGINT, stop)
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def split_list(text: str) -> list[str]:
@@ -913,10 +915,31 @@ def _user_error(err: Exception) -> str | None:
     return None
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM (``kill``, a batch scheduler's stop) ends a command as Ctrl-C does.
+
+    Python's default ends the process where it stands, with no word of how to continue and worker
+    processes left to fail on a broken pipe; as an interrupt, what finished is kept, the workers
+    are closed, and the command says how to continue.
+    """
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fl-gym`` console script."""
     args = build_parser().parse_args(argv)
     MADE.clear()
+    if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
+        return _run(args)
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """A parsed command; a mistake of the input is one line and exit 2, an interrupt exit 130."""
     try:
         with _warnings_in_one_line(args.traceback):
             return args.func(args)
