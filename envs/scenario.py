@@ -23,7 +23,7 @@ from fl_gym.engine.optim import OptimizerConfig
 from fl_gym.validation import (
     UserError,
     is_int_at_least,
-    plain,
+    plain_fields,
     require,
     require_choice,
     require_device,
@@ -169,6 +169,7 @@ class ScenarioConfig:
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # a numpy scalar sizes no gymnasium space and writes no JSON
         require_choice("dataset", self.dataset, DATASETS)
         require(is_int_at_least(self.num_clients, 2), "num_clients", self.num_clients, "an integer >= 2")
         require_choice("partition", self.partition, KINDS)
@@ -285,6 +286,7 @@ class EnvConfig:
     training_kwargs: ClassVar[Mapping[str, Any]] = {}
 
     def __post_init__(self) -> None:
+        plain_fields(self)  # as the scenario's
         if self.scenario is None:
             own = {name: getattr(self, name) for name in self.own_fields()}
             object.__setattr__(self, "scenario", ScenarioConfig(**self.default_scenario(own)))
@@ -315,8 +317,8 @@ class EnvConfig:
         if unknown:
             allowed = ", ".join((*cls.own_fields(), *SCENARIO_FIELDS, "scenario"))
             raise UserError(f"{cls.__name__}: argument {unknown[0]!r} is not accepted; allowed: {allowed}")
-        mine = {k: plain(v) for k, v in kwargs.items() if k in own}
-        scenario_kwargs = {k: plain(v) for k, v in kwargs.items() if k in shared}
+        mine = {k: v for k, v in kwargs.items() if k in own}
+        scenario_kwargs = {k: v for k, v in kwargs.items() if k in shared}
         require_types(cls, mine)
         require_types(ScenarioConfig, scenario_kwargs)
         if base is not None:

@@ -215,8 +215,18 @@ def plain(value: object) -> object:
     return value
 
 
+def plain_fields(config: typing.Any) -> None:
+    """Hold a dataclass's numpy scalars as Python's (:func:`plain`), frozen or not."""
+    for field in dataclasses.fields(config):
+        object.__setattr__(config, field.name, plain(getattr(config, field.name)))
+
+
 def require_field_types(config: typing.Any) -> None:
-    """:func:`require_types` for every field of a dataclass (a config built directly, not by ``gym.make``)."""
+    """:func:`require_types` for every field of a dataclass (a config built directly, not by ``gym.make``).
+
+    Its numpy scalars are held as Python's first (:func:`plain_fields`).
+    """
+    plain_fields(config)
     require_types(type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
 
 
@@ -235,7 +245,7 @@ def _matches(value: object, hint: object) -> bool:
     if hint is type(None):
         return value is None
     if hint is bool:
-        return isinstance(value, bool) or type(value).__name__ == "bool_"
+        return isinstance(value, (bool, np.bool_))
     if hint is int:
         return isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if hint is float:

@@ -180,6 +180,18 @@ def test_numpy_scalars_are_taken_as_pythons_own(env_id, kwargs):
         k: list(v) if isinstance(v, tuple) else np.asarray(v).item() for k, v in kwargs.items()}
 
 
+def test_configs_built_directly_hold_numpy_scalars_as_pythons():
+    from fl_gym.envs.scenario import ScenarioConfig
+
+    env = gym.make("FLSelectPick-v0", scenario=ScenarioConfig(num_clients=np.int64(12), lr=np.float32(0.5)))
+    env.reset(seed=0)
+    env.step(env.action_space.sample())  # MultiBinary(np.int64(12)) was gymnasium's error
+    scenario = env.unwrapped.config.scenario
+    assert (type(scenario.num_clients), type(scenario.lr)) == (int, float) and scenario.lr == 0.5
+    config = FederationConfig(num_clients=np.int64(5), batch_size=np.int32(10))
+    assert (type(config.num_clients), type(config.batch_size)) == (int, int)
+
+
 def test_a_numpy_seed_plays_the_episode_of_the_same_python_seed():
     """Our checks take numpy integers as seeds; gymnasium's own reset refused them with a traceback."""
     env, twin = gym.make(HETERO), gym.make(HETERO)
