@@ -19,10 +19,14 @@ from typing import Any
 import gymnasium as gym
 import yaml
 from sb3_contrib import MaskablePPO
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 from torch import nn
 
@@ -91,6 +95,23 @@ def is_whole_model(path: str | Path) -> bool:
             return "data" in archive.namelist() and archive.testzip() is None
     except (OSError, zipfile.BadZipFile, EOFError):  # a missing file too
         return False
+
+
+# each algorithm's policy class, the most derived first (a recurrent policy is an actor-critic one too)
+POLICY_BASES = {"recurrent-ppo": RecurrentActorCriticPolicy, "maskable-ppo": MaskableActorCriticPolicy,
+                "ppo": ActorCriticPolicy}
+
+
+def model_algo(path: str | Path) -> str | None:
+    """The algorithm of :data:`ALGOS` that wrote the whole model file ``path``, by its policy's class.
+
+    None for another algorithm's. Loading a file with another algorithm's class fails inside SB3
+    (a PPO model as RecurrentPPO: an ``AttributeError``) or plays it under the wrong name.
+    """
+    data, _, _ = load_from_zip_file(path, device="cpu")
+    policy = (data or {}).get("policy_class")
+    return next((algo for algo, base in POLICY_BASES.items()
+                 if isinstance(policy, type) and issubclass(policy, base)), None)
 
 
 def make_env(env_id: str, n_envs: int = 1, seed: int | None = None, vec_env: str = "dummy",

@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import re
+import shutil
 import statistics
 import time
 import warnings
@@ -250,10 +251,27 @@ def test_other_algorithms_and_vec_envs(env_id, algo, extra, tmp_path, capsys):
     code, out, _ = run_cli(["compare", env_id, "--policies", f"{algo}:{folder}", "--seeds", 10000,
                             "--rounds", 3, "--out", tmp_path / "cmp", "--no-progress"], capsys)
     assert code == 0 and f"{algo}:{folder.name}" in out
-    if algo != "ppo":  # given as ppo:, the run loads and is labelled as the algorithm it trained with
-        code, out, _ = run_cli(["compare", env_id, "--policies", f"ppo:{folder}", "--seeds", 10000,
-                                "--rounds", 3, "--out", tmp_path / "cmp2", "--no-progress"], capsys)
-        assert code == 0 and f"| {algo}:{folder.name} " in out
+    # given as another algorithm's, a model loads and is labelled as what trained it, in its run folder or
+    # alone (a PPO model alone as recurrent-ppo: was SB3's AttributeError, as maskable-ppo: its ValueError)
+    lonely = tmp_path / "lonely.zip"
+    shutil.copy(folder / "model.zip", lonely)
+    for given, label in ((folder, folder.name), (lonely, "lonely")):
+        other = "recurrent-ppo" if algo == "ppo" else "ppo"
+        code, out, err = run_cli(["compare", env_id, "--policies", f"{other}:{given}", "--seeds", 10000,
+                                  "--rounds", 3, "--out", tmp_path / f"cmp-{label}", "--no-progress"], capsys)
+        assert code == 0 and f"| {algo}:{label} " in out, err
+
+
+def test_a_model_of_another_algorithm_is_refused_by_name(tmp_path, capsys):
+    from stable_baselines3 import DQN
+
+    dqn = tmp_path / "dqn.zip"
+    DQN("MlpPolicy", gym.make("FLSelect-v0", action_encoding="discrete")).save(dqn)
+    code, _, err = run_cli(["compare", "FLSelect-v0", "--policies", f"ppo:{dqn}", "--env-kwargs",
+                            "action_encoding=discrete", "--out", tmp_path / "cmp"], capsys)
+    assert code == 2 and err.strip() == (f"fl-gym: error: policy 'ppo:{dqn}': {dqn} holds no policy of ppo, "
+                                         "recurrent-ppo, maskable-ppo; allowed: a model file as fl-gym train "
+                                         "writes it")
 
 
 @pytest.fixture(scope="module")

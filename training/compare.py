@@ -33,7 +33,7 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from fl_gym.agents.ppo import ALGOS, is_whole_model
+from fl_gym.agents.ppo import ALGOS, is_whole_model, model_algo
 from fl_gym.agents.recipes import compose, is_recipe, load_recipe
 from fl_gym.atomic import read_json, require_writable, write_json, write_text
 from fl_gym.envs.base import require_fitting
@@ -111,8 +111,11 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
     if not is_whole_model(model_path):
         raise UserError(f"policy {policy!r}: {model_path} is not an SB3 model; allowed: a model file as "
                         "fl-gym train writes it (model.zip, a zip archive)")
-    # a MaskablePPO run given as ``ppo:`` loads, and is labelled, as what it is
-    loaded = run.algo if run is not None and run.algo in ALGOS else algo
+    # a MaskablePPO model given as ``ppo:`` loads, and is labelled, as what it is
+    loaded = model_algo(model_path)
+    if loaded is None:
+        raise UserError(f"policy {policy!r}: {model_path} holds no policy of {', '.join(ALGOS)}; allowed: a "
+                        "model file as fl-gym train writes it")
     model = ALGOS[loaded].load(model_path, device="cpu")
     bound = {k: v for k, v in (run.env_kwargs if run is not None else {}).items()
              if k in family_of(env_id).agent_kwargs}
