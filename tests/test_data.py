@@ -237,6 +237,17 @@ def test_bad_partition_parameters_name_the_parameter(kwargs, num_clients, param)
         partition(LABELS, num_clients, partition_scheme(**kwargs), np.random.default_rng(0))
 
 
+def test_one_class_refuses_more_clients_of_a_class_than_it_has_samples():
+    """A class's last clients held no sample; the env failed on them later, naming a client's indices."""
+    labels = np.delete(LABELS, [180, 181])  # class 3: 58 samples
+    parts = one_class_split(labels, 580, _rng(), 10)  # 58 clients a class: one sample each
+    assert min(len(p) for p in parts) == 1
+    with pytest.raises(ValueError, match=r"num_clients=590 is out of range; allowed: a multiple of the "
+                                         r"number of classes \(10\) for partition 'one_class', with a sample "
+                                         r"for each of a class's clients \(class 3 has 58 for 59\)"):
+        one_class_split(labels, 590, _rng(), 10)
+
+
 @pytest.mark.parametrize("split,param", [
     (lambda k: iid_split(600, k, _rng()), "num_clients"),
     (lambda k: one_class_split(LABELS, k, _rng(), 10), "num_clients"),

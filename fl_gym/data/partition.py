@@ -270,6 +270,11 @@ def one_class_split(labels: np.ndarray, num_clients: int, rng: np.random.Generat
     require(num_clients % num_classes == 0, "num_clients", num_clients,
             f"a multiple of the number of classes ({num_classes}) for partition 'one_class'")
     per_class = num_clients // num_classes
+    counts = np.bincount(labels, minlength=num_classes)
+    scarce = int(counts.argmin())  # a client of a class with fewer samples than clients would hold none
+    require(counts[scarce] >= per_class, "num_clients", num_clients,
+            f"a multiple of the number of classes ({num_classes}) for partition 'one_class', with a sample "
+            f"for each of a class's clients (class {scarce} has {counts[scarce]} for {per_class})")
     shards = {c: np.array_split(rng.permutation(np.flatnonzero(labels == c)), per_class)
               for c in range(num_classes)}
     return [np.sort(shards[k % num_classes][k // num_classes]).astype(np.int64) for k in range(num_clients)]
