@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import pickle
 import warnings
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_gym.validation import UserError
+from fl_gym.validation import UserError, is_positive
 
 CAPACITY_FORMAT = ("a pickled dict {client id: {'computation': ms per sample > 0, "
                    "'communication': kbit/s > 0}}")
@@ -115,7 +116,7 @@ def load_capacity(path: str) -> DeviceCapacity:
         entry = table[key]
         values = [entry.get(name) if isinstance(entry, dict) else None
                   for name in ("computation", "communication")]
-        if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values):
+        if not all(is_positive(v) for v in values):  # finite, > 0, and no bool
             raise UserError(f"capacity_trace={path!r}: client {key!r} has {entry!r}; allowed: "
                             f"{CAPACITY_FORMAT}")
         rows.append(values)
@@ -175,6 +176,10 @@ def _load(name: str, path: str, allowed: str) -> dict:
                         f"{allowed}") from None
     if not isinstance(table, dict) or not table:
         raise UserError(f"{name}={path!r} holds a {type(table).__name__}; allowed: {allowed}")
+    odd = [k for k in table if isinstance(k, bool) or not isinstance(k, (numbers.Integral, str))]
+    if odd:  # a tuple id made the ids a table of rows, numpy's inhomogeneous-shape error
+        raise UserError(f"{name}={path!r} has client id {odd[0]!r}; allowed: {allowed}, each id an integer "
+                        "or a string (FedScale's are integers)")
     return table
 
 

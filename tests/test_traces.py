@@ -145,6 +145,9 @@ def test_a_pick_env_with_an_availability_trace_masks_the_offline(tmp_path):
     ({1: {"computation": 20.0}}, "client 1 has"),
     ({1: {"computation": -1.0, "communication": 5.0}}, "client 1 has"),
     ({1: "fast"}, "client 1 has"),
+    ({1: {"computation": 20.0, "communication": True}}, "client 1 has"),  # a bool is no speed
+    ({"0": {"computation": 20.0, "communication": 5.0}, (1,): {"computation": 20.0, "communication": 5.0}},
+     r"has client id \(1,\); allowed: .*each id an integer or a string"),  # was numpy's inhomogeneous shape
 ])
 def test_a_malformed_capacity_trace_is_refused_by_name(tmp_path, table, match):
     path = _write(tmp_path, "capacity.pkl", table)
@@ -158,6 +161,7 @@ def test_a_malformed_capacity_trace_is_refused_by_name(tmp_path, table, match):
     ({1: {"active": [1], "inactive": [3], "finish_time": 0}}, "malformed"),
     ({1: {"active": [1], "inactive": [3]}}, "client 1 has"),
     ({1: None}, "client 1 has"),
+    ({None: {"active": [1], "inactive": [3], "finish_time": 10}}, "has client id None"),
 ])
 def test_a_malformed_availability_trace_is_refused_by_name(tmp_path, table, match):
     path = _write(tmp_path, "availability.pkl", table)
