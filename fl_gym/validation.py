@@ -210,8 +210,10 @@ def plain(value: object) -> object:
     """
     if isinstance(value, np.generic):
         return value.item()
-    if isinstance(value, (tuple, list)):
-        return type(value)(plain(v) for v in value)
+    if type(value) is tuple:  # not a NamedTuple, whose fields are positional
+        return tuple(plain(v) for v in value)
+    if type(value) is list:
+        return [plain(v) for v in value]
     return value
 
 
