@@ -115,7 +115,7 @@ def output_folder(args: argparse.Namespace, verb: str) -> Path:
 
 @contextlib.contextmanager
 def exit_on_interrupt(line: str) -> Iterator[None]:
-    """Ctrl-C inside the block ends the process at once: ``line`` on stderr and exit 130.
+    """Ctrl-C (or SIGTERM) inside the block ends the process at once: ``line`` on stderr and exit 130.
 
     For work whose library keeps running after an interrupt (Flower's simulation swallows the
     ``KeyboardInterrupt`` and its threads play on), so nothing of the command has been written yet;
