@@ -255,8 +255,8 @@ def test_other_algorithms_and_vec_envs(env_id, algo, extra, tmp_path, capsys):
     # alone (a PPO model alone as recurrent-ppo: was SB3's AttributeError, as maskable-ppo: its ValueError)
     lonely = tmp_path / "lonely.zip"
     shutil.copy(folder / "model.zip", lonely)
+    other = "recurrent-ppo" if algo == "ppo" else "ppo"
     for given, label in ((folder, folder.name), (lonely, "lonely")):
-        other = "recurrent-ppo" if algo == "ppo" else "ppo"
         code, out, err = run_cli(["compare", env_id, "--policies", f"{other}:{given}", "--seeds", 10000,
                                   "--rounds", 3, "--out", tmp_path / f"cmp-{label}", "--no-progress"], capsys)
         assert code == 0 and f"| {algo}:{label} " in out, err
