@@ -26,7 +26,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.policies import ActorCriticPolicy
-from stable_baselines3.common.save_util import load_from_zip_file
+from stable_baselines3.common.save_util import json_to_data
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 from torch import nn
 
@@ -108,8 +108,8 @@ def model_algo(path: str | Path) -> str | None:
     None for another algorithm's. Loading a file with another algorithm's class fails inside SB3
     (a PPO model as RecurrentPPO: an ``AttributeError``) or plays it under the wrong name.
     """
-    data, _, _ = load_from_zip_file(path, device="cpu")
-    policy = (data or {}).get("policy_class")
+    with zipfile.ZipFile(path) as archive:  # the class record alone, not the weights that load() reads
+        policy = json_to_data(archive.read("data").decode()).get("policy_class")
     return next((algo for algo, base in POLICY_BASES.items()
                  if isinstance(policy, type) and issubclass(policy, base)), None)
 
