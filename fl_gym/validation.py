@@ -251,7 +251,7 @@ def _matches(value: object, hint: object) -> bool:
     if hint is int:
         return isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if hint is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+        return _is_real(value) and not math.isnan(value)
     if origin is tuple:
         if not isinstance(value, (tuple, list)):
             return False
