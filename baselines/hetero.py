@@ -321,10 +321,3 @@ POLICIES = {
                           {"algorithm": "pfedme", "pfedme_overhead": 5.0}),
 }
 
-
-def named_policy(name: str, env: Env | HeteroSpec, **kwargs: Any) -> HeteroPolicy:
-    """A fixed policy by name (one of :data:`POLICIES`)."""
-    if name not in POLICIES:
-        raise UserError(f"policy={name!r} is out of range; allowed: one of {', '.join(POLICIES)}")
-    POLICIES[name].check(name, kwargs)
-    return POLICIES[name].build(env, **kwargs)

@@ -186,6 +186,8 @@ class Federation:
             (``noisy_clients``, random or flipped by ``label_noise``); what a server cannot see, for
             privileged reference policies.
         label_entropy: ``(K,)`` entropy of each client's training labels, in bits.
+        partition_report: the :class:`~fl_gym.data.PartitionReport` of the current partition
+            (``print(fed.partition_report.table())``: a row per client).
         profiles: static device speeds and bandwidths.
         global_models: one ``(P_m,)`` parameter vector per entry of ``config.models``.
         companion_model: the companion's ``(P,)`` vector, or None.

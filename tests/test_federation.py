@@ -336,6 +336,8 @@ def test_assign_data_grows_a_working_set():
     fed.assign_data(0, grown)
     assert fed.sizes[0] == len(grown) and fed.label_entropy[0] > before
     assert fed.histogram[0].sum() == len(grown)
+    table = fed.partition_report.table().splitlines()  # the report follows the new partition too
+    assert table[1].split()[:2] == ["0", str(len(grown))]
     rep = fed.run_round(RoundPlan.make(4, lr=0.05))
     assert np.isfinite(rep.loss[0])
     with pytest.raises(ValueError, match="client=9"):
