@@ -288,6 +288,14 @@ def test_a_knob_a_scheme_does_not_take_is_an_error_naming_the_ones_it_takes():
         partition_scheme("iid", num_iid=2)
 
 
+def test_numpy_knobs_are_held_as_pythons_and_checked_as_they_are():
+    scheme = partition_scheme("dirichlet", alpha=np.float32(0.5), balance=np.True_, min_size=np.int64(3))
+    assert scheme == Dirichlet(alpha=0.5, balance=True, min_size=3)
+    assert [type(v) for v in (scheme.alpha, scheme.balance, scheme.min_size)] == [float, bool, int]
+    with pytest.raises(ValueError, match="num_iid=-1 is out of range"):  # a subclass's check runs too
+        partition_scheme("mixed", num_iid=np.int64(-1))
+
+
 def test_matched_test_split_follows_training_labels():
     rng = np.random.default_rng(0)
     train = partition(LABELS, 5, partition_scheme("dirichlet", alpha=0.5), rng)

@@ -18,7 +18,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fl_gym.validation import UserError, as_array, is_int_at_least, is_positive, require, require_choice
+from fl_gym.validation import (
+    UserError,
+    as_array,
+    is_int_at_least,
+    is_positive,
+    plain_fields,
+    require,
+    require_choice,
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,13 @@ class PartitionScheme:
 
     kind: ClassVar[str] = ""
     fixed_count: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        plain_fields(self)  # numpy scalars held as Python's: np.True_ is a bool here as in gym.make
+        self._check()
+
+    def _check(self) -> None:
+        """Refuse a knob out of range, by name (a scheme without knobs has none to check)."""
 
     def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
                ) -> list[np.ndarray]:
@@ -72,7 +87,7 @@ class Dirichlet(PartitionScheme):
     min_size: int = 10
     max_attempts: int = 100
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         require(is_positive(self.alpha), "alpha", self.alpha, "a float > 0")
         require(isinstance(self.balance, bool), "balance", self.balance, "True or False")
         require(is_int_at_least(self.min_size, 1), "min_size", self.min_size, "an integer >= 1")
@@ -94,7 +109,7 @@ class Shards(PartitionScheme):
     kind: ClassVar[str] = "shards"
     shards_per_client: int = 2
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         require(is_int_at_least(self.shards_per_client, 1), "shards_per_client", self.shards_per_client,
                 "an integer >= 1")
 
@@ -116,7 +131,7 @@ class Classes(PartitionScheme):
     classes_per_client: int = 2
     samples_per_client: int | None = None
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         require(is_int_at_least(self.classes_per_client, 1), "classes_per_client", self.classes_per_client,
                 "an integer >= 1")
         require(self.samples_per_client is None or is_int_at_least(self.samples_per_client, 1),
@@ -143,8 +158,8 @@ class Mixed(Classes):
     kind: ClassVar[str] = "mixed"
     num_iid: int = 0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def _check(self) -> None:
+        super()._check()
         require(is_int_at_least(self.num_iid, 0), "num_iid", self.num_iid, "an integer >= 0")
 
     def _split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator, num_classes: int
@@ -178,7 +193,7 @@ class PowerLaw(PartitionScheme):
     exponent: float = 1.5
     min_size: int = 10
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         require(is_positive(self.exponent), "exponent", self.exponent, "a float > 0")
         require(is_int_at_least(self.min_size, 1), "min_size", self.min_size, "an integer >= 1")
 
