@@ -502,6 +502,29 @@ def test_python_calls_of_a_vector_run_are_the_same_on_every_run_alike():
     assert counts[0] == counts[1] > 100
 
 
+def test_a_call_count_leaves_out_the_finalisers_of_earlier_garbage():
+    """Garbage an earlier test left would be collected during the run, its finalisers counted as calls."""
+    import gc
+
+    from fl_gym.training.vec_bench import call_counts
+
+    class Litter:
+        def __del__(self):
+            pass
+
+    def work():
+        for _ in range(5):  # allocations enough for the collector to run
+            [[] for _ in range(1000)]
+
+    clean = call_counts(work, 1)
+    gc.collect()
+    for _ in range(100):
+        litter = Litter()
+        litter.cycle = litter  # only the collector frees it
+    del litter
+    assert call_counts(work, 1) == clean and gc.isenabled()
+
+
 def test_bench_vec_section_of_chosen_ids(capsys):
     code, out, _ = run_cli(["bench", "--sections", "vec", "--vec-envs", "2", "--vec-ids",
                             "FLHeteroAlloc-v0"], capsys)

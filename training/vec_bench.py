@@ -18,6 +18,7 @@ with each vector env.
 from __future__ import annotations
 
 import cProfile
+import gc
 import math
 import multiprocessing as mp
 import pstats
@@ -186,11 +187,19 @@ def engine_calls_per_step(vec: VecEnv, steps: int) -> float:
 def call_counts(run: Callable[[], None], copy_steps: int) -> dict[str, float]:
     """Calls per copy-step of each function that one ``run`` calls, by where it is defined.
 
-    Not ``run`` itself, nor the profiler's own ``disable``. Where the calls of :func:`python_calls`
-    go: on two devices, or before and after a change, the functions whose counts differ.
+    Not ``run`` itself, nor the profiler's own ``disable``, nor the finalisers of earlier garbage
+    (the collector runs first, and not during ``run``: where it would strike depends on what ran
+    before). Where the calls of :func:`python_calls` go: on two devices, or before and after a
+    change, the functions whose counts differ.
     """
-    profile = cProfile.Profile()
-    profile.runcall(run)
+    profile, collecting = cProfile.Profile(), gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        profile.runcall(run)
+    finally:
+        if collecting:
+            gc.enable()
     own = {("~", 0, "<method 'disable' of '_lsprof.Profiler' objects>")}
     code = getattr(run, "__code__", None)  # a function's own entry (a builtin or partial has none)
     if code is not None:
