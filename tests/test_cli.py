@@ -1231,6 +1231,23 @@ def test_a_warning_is_one_line_naming_no_library_code(tmp_path, flags, expected)
     assert expected in done.stderr and ("_setup()" in done.stderr) == bool(flags)
 
 
+@pytest.mark.parametrize("filename,expected", [
+    ("/v/lib/python3.11/site-packages/ray/_private/worker.py", "Tip (FutureWarning, from ray)\n"),
+    ("/usr/lib/python3/dist-packages/six.py", "Tip (FutureWarning, from six)\n"),
+    ("/v/lib/python3.11/site-packages/fl_gym/envs/base.py", "Tip (FutureWarning)\n"),  # installed as a wheel
+    ("/work/fl-gym/envs/base.py", "Tip (FutureWarning)\n"),
+])
+def test_a_warning_of_another_package_names_it(filename, expected):
+    """Ray's tips printed as ``fl-gym: warning: ...`` read as fl-gym's advice."""
+    import warnings
+
+    from fl_gym.training.cli import _warnings_in_one_line
+
+    with _warnings_in_one_line(False):
+        line = warnings.formatwarning("Tip", FutureWarning, filename, 1)
+    assert line == "fl-gym: warning: " + expected
+
+
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_ends_work_that_swallows_it_at_once(tmp_path, stop):
     """``fl-gym flower``'s guard: Ctrl-C (or SIGTERM) exits 130 with one line, however the library inside

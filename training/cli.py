@@ -884,11 +884,15 @@ def _warnings_in_one_line(keep: bool) -> Iterator[None]:
     """Print a warning as ``fl-gym: warning: ...`` (``keep``: as Python prints it).
 
     Python's form adds the file and the line of library code that raised it (``self._setup()``),
-    which tell a user of the command nothing.
+    which tell a user of the command nothing; which package warned tells them whose advice it is
+    (Ray's tips are Ray's, not fl-gym's).
     """
-    def formatted(message: Warning | str, category: type[Warning], *_: object) -> str:
-        kind = "" if category is UserWarning else f" ({category.__name__})"
-        return f"fl-gym: warning: {message}{kind}\n"
+    def formatted(message: Warning | str, category: type[Warning], filename: str, *_: object) -> str:
+        source = _installed_package(filename)
+        notes = [] if category is UserWarning else [category.__name__]
+        notes += [] if source is None else [f"from {source}"]
+        suffix = f" ({', '.join(notes)})" if notes else ""
+        return f"fl-gym: warning: {message}{suffix}\n"
 
     original = warnings.formatwarning
     if not keep:
@@ -897,6 +901,16 @@ def _warnings_in_one_line(keep: bool) -> Iterator[None]:
         yield
     finally:
         warnings.formatwarning = original
+
+
+def _installed_package(filename: str) -> str | None:
+    """The installed package whose file ``filename`` is (``ray``), None for fl-gym's own or a script."""
+    path = Path(filename).parts
+    for folder in ("site-packages", "dist-packages"):
+        if folder in path[:-1]:
+            package = path[path.index(folder) + 1].removesuffix(".py")
+            return None if package == "fl_gym" else package
+    return None
 
 
 def _user_error(err: Exception) -> str | None:
