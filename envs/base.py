@@ -631,7 +631,9 @@ def within_space(observation: np.ndarray, space: spaces.Box) -> np.ndarray:
     return np.clip(np.nan_to_num(observation, nan=0.0), space.low, space.high).astype(space.dtype)
 
 
-def _short(a: np.ndarray) -> str:
+def _short(a: object) -> str:
+    """An action's values, or its shape past 16 of them (a row of an object array is any object: ``None``)."""
+    a = np.asarray(a)
     return repr(a.tolist()) if a.size <= 16 else f"array of shape {a.shape}"
 
 

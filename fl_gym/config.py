@@ -166,8 +166,10 @@ class FederationConfig:
         require_share("noisy_clients", self.noisy_clients)
         require_choice("label_noise", self.label_noise, LABEL_NOISE)
         require(len(self.models) >= 1, "models", self.models, "a non-empty tuple of model names")
-        for name in self.models + ((self.companion,) if self.companion else ()):
+        for name in self.models:
             require_choice("models", name, MODELS)
+        if self.companion:
+            require_choice("companion", self.companion, MODELS)
         n_costs = len(self.models) + (1 if self.companion else 0)
         costs = self.model_costs
         costs_ok = costs is None or (len(costs) == n_costs and all(map(is_positive, costs)))

@@ -122,8 +122,9 @@ def test_fuzz_valid_actions_keep_the_spaces_and_info_keys(env_id, seed):
 def _bad_actions(space: gym.Space) -> list[np.ndarray]:
     good = np.asarray(space.sample())
     ragged = [good.ravel()[:1].tolist(), *good.ravel()[1:].tolist()]  # was numpy's "inhomogeneous shape"
+    nothing = np.full(good.shape, None, object)  # was an AttributeError while the message was written
     return [np.full(good.shape, np.nan), np.full(good.shape, np.inf), np.zeros(good.size + 1, good.dtype),
-            np.array(["x"] * good.size), np.zeros((2, *good.shape), good.dtype), ragged]
+            np.array(["x"] * good.size), np.zeros((2, *good.shape), good.dtype), ragged, None, nothing]
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # numpy's overflow and invalid-value warnings too
@@ -188,7 +189,7 @@ def test_an_integer_that_the_spaces_dtype_would_wrap_is_out_of_range():
 
 
 @pytest.mark.parametrize("env_id", IDS)
-@pytest.mark.parametrize("which", range(6))
+@pytest.mark.parametrize("which", range(8))
 def test_bad_actions_raise_a_value_error_naming_the_space(env_id, which):
     env = gym.make(env_id).unwrapped
     env.reset(seed=0)

@@ -249,6 +249,7 @@ def test_synthetic_natural_partition():
     (dict(partition=partition_scheme("natural")), "partition"), (dict(partition="iid"), "partition"),
     (dict(local_test="all"), "local_test"),
     (dict(companion="mlr", algorithm="pfedme"), "algorithm"),
+    (dict(companion="resnet"), "companion"),  # was named models=
     (dict(server_data_fraction=1.0), "server_data_fraction"), (dict(device="gpu"), "device"),
 ])
 def test_bad_config_names_the_parameter(changes, param):
