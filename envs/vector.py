@@ -23,7 +23,7 @@ through the copy's wrappers (``Monitor`` and the rest see an ordinary step).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import gymnasium as gym
@@ -37,7 +37,7 @@ from fl_gym.engine.batcher import CohortBatcher
 from fl_gym.engine.pool import BufferPool
 from fl_gym.envs.base import VectorClock
 from fl_gym.envs.registry import FAMILIES, resolve
-from fl_gym.validation import UserError, as_array, require, require_seed
+from fl_gym.validation import UserError, as_array, refuse, require, require_seed
 
 T = TypeVar("T")
 
@@ -61,9 +61,15 @@ def copy_indices(indices: VecEnvIndices, copies: int) -> list[int]:
     """
     if indices is None:
         return list(range(copies))
-    wanted = [indices] if isinstance(indices, numbers.Integral) else list(indices)
+    allowed = f"copy indices in [-{copies}, {copies})"
+    if isinstance(indices, numbers.Integral):
+        wanted = [indices]
+    elif isinstance(indices, Iterable):
+        wanted = list(indices)
+    else:
+        refuse("indices", indices, allowed)
     if not all(isinstance(i, numbers.Integral) and -copies <= i < copies for i in wanted):
-        raise UserError(f"indices={wanted} is out of range; allowed: copy indices in [-{copies}, {copies})")
+        raise UserError(f"indices={wanted} is out of range; allowed: {allowed}")
     return [int(i) % copies for i in wanted]
 
 

@@ -528,6 +528,8 @@ def test_copy_indices_count_from_the_end_as_in_a_list_and_others_are_refused_by_
         with pytest.raises(ValueError, match=rf"^indices={shown} is out of range; allowed: copy indices in "
                                              r"\[-2, 2\)"):
             vec.get_attr("rounds_played", indices=indices)
+    with pytest.raises(ValueError, match=r"^indices=1.5 is out of range; allowed: copy indices in \[-2, 2\)"):
+        vec.get_attr("rounds_played", indices=1.5)  # was TypeError: 'float' object is not iterable
     vec.close()
 
 
