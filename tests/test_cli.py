@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
@@ -9,6 +10,7 @@ import statistics
 import time
 import warnings
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium as gym
@@ -1506,3 +1508,28 @@ def test_train_refuses_a_rollout_buffer_past_the_machines_memory(tmp_path, capsy
 def test_an_empty_output_path_is_refused_not_read_as_the_working_folder(command, flag, capsys):
     code, _, err = run_cli([*command, flag, ""], capsys)
     assert code == 2 and err.strip() == f"fl-gym: error: {flag}='' is out of range; allowed: a folder path"
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """``parser`` and every sub-command's parser below it, each with its command line."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, child in action.choices.items():
+                yield from _parsers(child, f"{name} {sub}")
+
+
+def test_every_argument_of_every_command_says_what_it_takes_in_its_help():
+    """`fl-gym fedavg --help` listed ten options with no word on any of them."""
+    from fl_gym.training.cli import build_parser
+    from fl_gym.training.hetero.results import parser as hetero
+    from fl_gym.training.learning.results import parser as learning
+    from fl_gym.training.select.results import parser as select
+
+    commands = [*_parsers(build_parser(), "fl-gym"), ("reproduce hetero", hetero()),
+                ("reproduce select", select()), ("reproduce rates", learning("rates"))]
+    silent = [f"{name} {action.option_strings or action.dest}"
+              for name, p in commands for action in p._actions
+              if not isinstance(action, argparse._SubParsersAction) and not (action.help or "").strip()]
+    assert silent == []
+    assert len(commands) > 15

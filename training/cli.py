@@ -28,7 +28,7 @@ from typing import Any
 
 from fl_gym import __version__
 from fl_gym.atomic import require_writable
-from fl_gym.data.datasets import DatasetNotFoundError
+from fl_gym.data.datasets import DATASETS, DatasetNotFoundError
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
 from fl_gym.validation import (
     MAX_COPIES,
@@ -226,13 +226,13 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def _train_parser(sub: Any) -> None:
     """``fl-gym train``'s arguments."""
     p = sub.add_parser("train", help="train an agent (runs/<env>/<run-id>/)")
-    p.add_argument("env_id", nargs="?")
+    p.add_argument("env_id", nargs="?", help="a registered id (fl-gym envs); none with --resume")
     p.add_argument("--algo", default="ppo",
                    help="ppo, recurrent-ppo, maskable-ppo, or a recipe of the env's family "
                    "(fl-gym envs lists them)")
     p.add_argument("--preset", default=None, help="hyperparameter block ENV_ID/PRESET of ppo.yml (e.g. fast)")
     p.add_argument("--hyperparams", nargs="*", metavar="K=V", help="override hyperparameters")
-    p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help="env constructor arguments")
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help=ENV_KWARGS_HELP)
     p.add_argument("--n-timesteps", type=int, default=None, help="default: n_timesteps of the YAML block")
     p.add_argument("--n-envs", type=int, default=None, help="default: n_envs of the YAML block, else 1")
     p.add_argument("--vec-env", choices=["dummy", "subproc", "batched", "ray"], default="batched",
@@ -243,16 +243,17 @@ def _train_parser(sub: Any) -> None:
                    help="with --vec-env ray, when no Ray runs yet: local (start one), "
                    "auto (join a cluster from `ray start --head`), or an address; default: RAY_ADDRESS or "
                    "local")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the agent and of the training envs (copy i: SEED + i; default 0)")
     p.add_argument("--save-freq", type=int, default=10000, help="checkpoint every this many steps")
     p.add_argument("--tensorboard-log", default=None, help="default: RUN_DIR/tb")
-    p.add_argument("--runs-dir", default="runs")
-    p.add_argument("--run-id", default=None)
+    p.add_argument("--runs-dir", default="runs", help=RUNS_DIR_HELP)
+    p.add_argument("--run-id", default=None,
+                   help="the run folder's name under RUNS_DIR/ENV_ID (default: ALGO-seedSEED-TIMESTAMP)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue a run from its last checkpoint")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (1 is fastest here, docs/performance.md)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    p.add_argument("--no-progress", action="store_true", help=PROGRESS_HELP)
     p.set_defaults(func=cmd_train)
 
 
@@ -303,13 +304,13 @@ def _refuse_with_resume(args: argparse.Namespace) -> None:
 def _compare_parser(sub: Any) -> None:
     """``fl-gym compare``'s arguments."""
     p = sub.add_parser("compare", help="evaluate policies on the same seeds, write tables and plots")
-    p.add_argument("env_id")
+    p.add_argument("env_id", help="a registered id (fl-gym envs)")
     p.add_argument("--policies", required=True,
                    help="comma-separated: fixed names (NAME[k=v,...] with kwargs) "
                    "and/or ALGO:PATH")
     p.add_argument("--seeds", default="10000,10001,10002,10003,10004",
                    help="evaluation seeds (apart from training's)")
-    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help=ENV_KWARGS_HELP)
     p.add_argument("--rounds", type=int, default=None, help="rounds per episode (default: the env's)")
     p.add_argument("--target", type=float, default=None, help="accuracy target: adds rounds to reach it")
     _add_output_arguments(p, "compare")
@@ -339,7 +340,7 @@ def _generalise_parser(sub: Any) -> None:
     """``fl-gym generalise``'s arguments."""
     p = sub.add_parser("generalise", help="policies on held-out scenarios and zero-shot variants, against a "
                        "reference policy")
-    p.add_argument("env_id")
+    p.add_argument("env_id", help="a registered id (fl-gym envs)")
     p.add_argument("--policies", required=True, help="as for compare")
     p.add_argument("--reference", default=None, help="the policy the ratios divide by (one of --policies; "
                    "default: the first)")
@@ -349,7 +350,7 @@ def _generalise_parser(sub: Any) -> None:
                    help="variants played on the same scenarios, "
                    "each one or more env arguments (e.g. preset=scale20 preset=scale100,min_size=5)")
     p.add_argument("--seeds", default="10000,10001,10002,10003,10004", help="evaluation seeds")
-    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help=ENV_KWARGS_HELP)
     p.add_argument("--metrics", default=None, help="info keys to tabulate, comma-separated (default: "
                    "straggling_latency,sim_time,return)")
     _add_output_arguments(p, "generalise")
@@ -392,14 +393,14 @@ def _flower_parser(sub: Any) -> None:
     p = sub.add_parser("flower",
                        help="play a policy on a Flower federation (local simulation), compared with "
                        "the env; needs fl-gym[flower]")
-    p.add_argument("env_id")
+    p.add_argument("env_id", help="a registered id (fl-gym envs)")
     p.add_argument("--policy", required=True, help="a fixed policy's name or ALGO:PATH, as in compare")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=5, help="rounds played (default 5)")
     p.add_argument("--seed", type=int, default=10000, help="the episode seed (both runs)")
-    p.add_argument("--scenario-seed", type=int, default=0)
-    p.add_argument("--env-kwargs", nargs="*", metavar="K=V")
+    p.add_argument("--scenario-seed", type=int, default=0, help="the federation's scenario seed (default 0)")
+    p.add_argument("--env-kwargs", nargs="*", metavar="K=V", help=ENV_KWARGS_HELP)
     p.add_argument("--out", default=None, help="default: runs/ENV_ID/flower-TIMESTAMP")
-    p.add_argument("--runs-dir", default="runs")
+    p.add_argument("--runs-dir", default="runs", help=RUNS_DIR_HELP)
     p.add_argument("--verbose", action="store_true", help="Flower's debug logs")
     p.set_defaults(func=cmd_flower)
 
@@ -469,14 +470,14 @@ def _benchmark_parser(sub: Any) -> None:
         b.add_argument("--out", default=None,
                        help="run: the run folder (default runs/benchmark-SUITE); report: where "
                        "the report goes (default: the run folder)")
-        b.add_argument("--runs-dir", default="runs")
-        b.add_argument("--threads", type=int, default=1)
+        b.add_argument("--runs-dir", default="runs", help=RUNS_DIR_HELP)
+        b.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
         b.set_defaults(func=cmd_benchmark)
         if name == "run":
             b.add_argument("--algo", default="ppo",
                            help="ppo, recurrent-ppo, maskable-ppo, or fixed (the references)")
             b.add_argument("--seeds", default="0-4", help="training seeds, e.g. 0-4 or 0,2")
-            b.add_argument("--no-progress", action="store_true")
+            b.add_argument("--no-progress", action="store_true", help=PROGRESS_HELP)
         if name == "report":
             b.add_argument("--runs", default=None,
                            help="the run folder to report (default runs/benchmark-SUITE)")
@@ -659,10 +660,10 @@ def _data_parser(sub: Any) -> None:
     p = sub.add_parser("data", help="data sets and partitions")
     data_sub = p.add_subparsers(dest="data_command", required=True)
     d = data_sub.add_parser("describe", help="partition report and class-histogram PNG")
-    d.add_argument("dataset")
+    d.add_argument("dataset", help=", ".join(DATASETS))
     d.add_argument("--partition", default="dirichlet",
-                   help=", ".join(KINDS))
-    d.add_argument("--clients", type=int, default=10)
+                   help=", ".join(KINDS) + " (default: dirichlet)")
+    d.add_argument("--clients", type=int, default=10, help="clients the training set goes to (default 10)")
     for name in SCHEME_FIELDS:  # each scheme's knobs, default the scheme's own
         takes = [kind for kind in KINDS if name in scheme_fields(kind)]
         default = {f.name: f.default for f in dataclasses.fields(SCHEMES[takes[0]])}[name]
@@ -671,9 +672,9 @@ def _data_parser(sub: Any) -> None:
             d.add_argument(flag, action="store_const", const=True, default=None, help=where)
         else:
             d.add_argument(flag, type=float if isinstance(default, float) else int, default=None, help=where)
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--data-root", default=None)
-    d.add_argument("--download", action="store_true")
+    d.add_argument("--seed", type=int, default=0, help="seed of the split (default 0)")
+    d.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
+    d.add_argument("--download", action="store_true", help="fetch the data set where it is missing")
     d.add_argument("--out", default=None, help="PNG path (default DATASET-PARTITION-CLIENTS.png)")
     d.set_defaults(func=cmd_data)
     d = data_sub.add_parser("prepare",
@@ -750,16 +751,17 @@ def cmd_data(args: argparse.Namespace) -> int:
 def _fedavg_parser(sub: Any) -> None:
     """``fl-gym fedavg``'s arguments."""
     p = sub.add_parser("fedavg", help="a plain FedAvg run, printing accuracy per round")
-    p.add_argument("--dataset", default="digits")
-    p.add_argument("--clients", type=int, default=10)
-    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration of the label split")
-    p.add_argument("--model", default="mlp-small")
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--epochs", type=float, default=2.0)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--batch-size", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dataset", default="digits", help=", ".join(DATASETS) + " (default: digits)")
+    p.add_argument("--clients", type=int, default=10, help="clients, each trained every round (default 10)")
+    p.add_argument("--alpha", type=float, default=0.5,
+                   help="Dirichlet concentration of the label split (default 0.5)")
+    p.add_argument("--model", default="mlp-small", help="a model of the zoo (default: mlp-small)")
+    p.add_argument("--rounds", type=int, default=20, help="default 20")
+    p.add_argument("--epochs", type=float, default=2.0, help="local epochs per round (default 2)")
+    p.add_argument("--lr", type=float, default=0.05, help="local SGD's learning rate (default 0.05)")
+    p.add_argument("--batch-size", type=int, default=10, help="default 10")
+    p.add_argument("--seed", type=int, default=0, help="the scenario seed: partition and models (default 0)")
+    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.set_defaults(func=cmd_fedavg)
 
 
@@ -796,13 +798,13 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
 def _demo_parser(sub: Any) -> None:
     """``fl-gym demo``'s arguments."""
     p = sub.add_parser("demo", help="the main job: each family's short agent training and comparison")
-    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--out", default="runs/demo", help="where the tables and plots go (default: runs/demo)")
     p.add_argument("--steps", type=int, default=40000, help="training steps per agent")
     p.add_argument("--episodes", type=int, default=5,
                    help="evaluation episodes per policy (a count; elsewhere "
                    "--seeds lists the seeds)")
     p.add_argument("--accuracy-rounds", type=int, default=15, help="rounds of the torch-backend comparison")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.set_defaults(func=cmd_demo)
 
 
@@ -846,12 +848,19 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 # ---- parser --------------------------------------------------------------------------------
 
 
+RUNS_DIR_HELP = "the folder that holds the runs (default: runs)"
+THREADS_HELP = "torch threads (default 1, the fastest for the envs' models: docs/performance.md)"
+PROGRESS_HELP = "print no progress while it runs"
+ENV_KWARGS_HELP = "env constructor arguments (fl-gym envs lists them)"
+DATA_ROOT_HELP = "the folder of torchvision's files (default: $FL_GYM_DATA, else ~/.cache/fl_gym)"
+
+
 def _add_output_arguments(p: argparse.ArgumentParser, verb: str) -> None:
     """Where an evaluating command writes, its torch threads and its progress output."""
     p.add_argument("--out", default=None, help=f"default: runs/ENV_ID/{verb}-TIMESTAMP")
-    p.add_argument("--runs-dir", default="runs")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--runs-dir", default="runs", help=RUNS_DIR_HELP)
+    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    p.add_argument("--no-progress", action="store_true", help=PROGRESS_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:

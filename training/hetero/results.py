@@ -53,7 +53,7 @@ from fl_gym.baselines.hetero import (
     UniformPolicy,
 )
 from fl_gym.data import DATASETS, load_dataset
-from fl_gym.training.cli import Parser, parse_seed_list, split_list, writable
+from fl_gym.training.cli import DATA_ROOT_HELP, THREADS_HELP, Parser, parse_seed_list, split_list, writable
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
 from fl_gym.training.runs import RunConfig, require_unseen
 from fl_gym.validation import (
@@ -344,18 +344,22 @@ def parser() -> argparse.ArgumentParser:
     """The arguments of ``fl-gym reproduce hetero``."""
     p = Parser(prog="fl-gym reproduce hetero", description="HAPFL against its baselines "
                                 "(resumable; see docs/hapfl.md)")
-    p.add_argument("--dataset", default="digits")
-    p.add_argument("--data-root", default=None)
+    p.add_argument("--dataset", default="digits", help="the envs' data set (default: digits)")
+    p.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
     p.add_argument("--out", default=None, help="output folder (default bench-results/hapfl-DATASET)")
-    p.add_argument("--train-seed", type=int, default=0)
-    p.add_argument("--eval-seeds", default="1000,1001,1002,1003,1004")
+    p.add_argument("--train-seed", type=int, default=0,
+                   help="seed of the agents' training (its envs: SEED + i; default 0)")
+    p.add_argument("--eval-seeds", default="1000,1001,1002,1003,1004",
+                   help="evaluation episodes' seeds, apart from training's (default: 1000-1004)")
     p.add_argument("--rounds", type=int, default=100, help="rounds per timing episode")
     p.add_argument("--agents", default="fast,paper", help="dual-agent presets to train and compare")
-    p.add_argument("--acc-rounds", type=int, default=20)
-    p.add_argument("--acc-local-epochs", type=int, default=20)
+    p.add_argument("--acc-rounds", type=int, default=20,
+                   help="rounds per episode of the accuracy comparison (torch backend; default 20)")
+    p.add_argument("--acc-local-epochs", type=int, default=20,
+                   help="local epochs per round of the accuracy comparison (default 20)")
     p.add_argument("--acc-seeds", default=None, help="default: the evaluation seeds")
     p.add_argument("--acc-policies", default=None, help="semicolon-separated policy labels (default: all)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.add_argument("--agent-steps", type=int, default=None, help="override every agent's training steps")
     return p
 
