@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 import torch
 
 from fl_gym import FederationConfig, partition_scheme
 from fl_gym.data import load_dataset
+
+
+def pytest_addoption(parser):
+    parser.addoption("--shuffle", type=int, default=None, metavar="SEED",
+                     help="run the tests in an order shuffled by SEED: a test that passes only after "
+                     "another one has run fails then")
+
+
+def pytest_collection_modifyitems(config, items):
+    seed = config.getoption("--shuffle")
+    if seed is not None:
+        random.Random(seed).shuffle(items)
 
 
 @pytest.fixture(scope="session")
