@@ -50,6 +50,12 @@ from fl_gym.validation import (
 )
 
 USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
+# the help of arguments that several commands take
+RUNS_DIR_HELP = "the folder that holds the runs (default: runs)"
+THREADS_HELP = "torch threads (default 1, the fastest for the envs' models: docs/performance.md)"
+PROGRESS_HELP = "print no progress while it runs"
+ENV_KWARGS_HELP = "env constructor arguments (fl-gym envs lists them)"
+DATA_ROOT_HELP = "the folder of torchvision's files (default: $FL_GYM_DATA, else ~/.cache/fl_gym)"
 
 
 class _Version(argparse.Action):
@@ -760,7 +766,8 @@ def _fedavg_parser(sub: Any) -> None:
     p.add_argument("--epochs", type=float, default=2.0, help="local epochs per round (default 2)")
     p.add_argument("--lr", type=float, default=0.05, help="local SGD's learning rate (default 0.05)")
     p.add_argument("--batch-size", type=int, default=10, help="default 10")
-    p.add_argument("--seed", type=int, default=0, help="the scenario seed: partition and models (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the partition, the devices and the training (default 0)")
     p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.set_defaults(func=cmd_fedavg)
 
@@ -846,13 +853,6 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 # ---- parser --------------------------------------------------------------------------------
-
-
-RUNS_DIR_HELP = "the folder that holds the runs (default: runs)"
-THREADS_HELP = "torch threads (default 1, the fastest for the envs' models: docs/performance.md)"
-PROGRESS_HELP = "print no progress while it runs"
-ENV_KWARGS_HELP = "env constructor arguments (fl-gym envs lists them)"
-DATA_ROOT_HELP = "the folder of torchvision's files (default: $FL_GYM_DATA, else ~/.cache/fl_gym)"
 
 
 def _add_output_arguments(p: argparse.ArgumentParser, verb: str) -> None:
