@@ -51,6 +51,7 @@ from fl_gym.validation import (
 
 USER_ERRORS = (UserError, FileNotFoundError, DatasetNotFoundError, MissingExtraError)
 # the help of arguments that several commands take
+ENV_ID_HELP = "a registered id (fl-gym envs)"
 RUNS_DIR_HELP = "the folder that holds the runs (default: runs)"
 THREADS_HELP = "torch threads (default 1, the fastest for the envs' models: docs/performance.md)"
 PROGRESS_HELP = "print no progress while it runs"
@@ -232,7 +233,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def _train_parser(sub: Any) -> None:
     """``fl-gym train``'s arguments."""
     p = sub.add_parser("train", help="train an agent (runs/<env>/<run-id>/)")
-    p.add_argument("env_id", nargs="?", help="a registered id (fl-gym envs); none with --resume")
+    p.add_argument("env_id", nargs="?", help=f"{ENV_ID_HELP}; none with --resume")
     p.add_argument("--algo", default="ppo",
                    help="ppo, recurrent-ppo, maskable-ppo, or a recipe of the env's family "
                    "(fl-gym envs lists them)")
@@ -310,7 +311,7 @@ def _refuse_with_resume(args: argparse.Namespace) -> None:
 def _compare_parser(sub: Any) -> None:
     """``fl-gym compare``'s arguments."""
     p = sub.add_parser("compare", help="evaluate policies on the same seeds, write tables and plots")
-    p.add_argument("env_id", help="a registered id (fl-gym envs)")
+    p.add_argument("env_id", help=ENV_ID_HELP)
     p.add_argument("--policies", required=True,
                    help="comma-separated: fixed names (NAME[k=v,...] with kwargs) "
                    "and/or ALGO:PATH")
@@ -346,7 +347,7 @@ def _generalise_parser(sub: Any) -> None:
     """``fl-gym generalise``'s arguments."""
     p = sub.add_parser("generalise", help="policies on held-out scenarios and zero-shot variants, against a "
                        "reference policy")
-    p.add_argument("env_id", help="a registered id (fl-gym envs)")
+    p.add_argument("env_id", help=ENV_ID_HELP)
     p.add_argument("--policies", required=True, help="as for compare")
     p.add_argument("--reference", default=None, help="the policy the ratios divide by (one of --policies; "
                    "default: the first)")
@@ -399,7 +400,7 @@ def _flower_parser(sub: Any) -> None:
     p = sub.add_parser("flower",
                        help="play a policy on a Flower federation (local simulation), compared with "
                        "the env; needs fl-gym[flower]")
-    p.add_argument("env_id", help="a registered id (fl-gym envs)")
+    p.add_argument("env_id", help=ENV_ID_HELP)
     p.add_argument("--policy", required=True, help="a fixed policy's name or ALGO:PATH, as in compare")
     p.add_argument("--rounds", type=int, default=5, help="rounds played (default 5)")
     p.add_argument("--seed", type=int, default=10000, help="the episode seed (both runs)")
