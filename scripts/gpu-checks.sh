@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks, on a machine with a CUDA device and fl-gym installed (at most 910 s, the sum of
-# the steps' limits; on one H200 the tests took 28 s and each vec step 43-59 s): the GPU tests,
+# the steps' limits; on one H200 the tests took 22-28 s and each vec step 39-59 s): the GPU tests,
 # then the benchmark sections docs/performance.md quotes for a GPU, each step under its own time
-# limit so that one slow step leaves the others' results. Logs go to OUT.
+# limit so that one slow step leaves the others' results. Logs go to OUT, seven files: steps.txt,
+# then one per step, an id's eager and graphed vec runs in one.
 # Usage: scripts/gpu-checks.sh OUT [PYTHON]   (PYTHON: the interpreter with fl-gym installed; default python3)
 set -uo pipefail
 out=${1:?usage: scripts/gpu-checks.sh OUT [PYTHON]}
@@ -14,11 +15,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(mktemp -d)"  # not the repo's root, whose fl_gym/ folder would shadow the installed package
-step() {  # NAME SECONDS COMMAND...: run, log to OUT/NAME.txt, say how it ended
+step() {  # NAME SECONDS COMMAND...: run, append to OUT/NAME.txt (NAME's first word), say how it ended
     local name=$1 limit=$2
     shift 2
     local start=$SECONDS
-    timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+    echo "== $name" >>"$out/${name%% *}.txt"
+    timeout "$limit" "$@" >>"$out/${name%% *}.txt" 2>&1
     echo "$name: exit $? after $((SECONDS - start)) s" | tee -a "$out/steps.txt"
 }
 bench=("$python" -m fl_gym.training.cli bench)
@@ -32,6 +34,6 @@ step turns 100 "${bench[@]}" --sections turns --device cuda --vec-envs 64 \
 for id in FLSelect-v0 FLAggregate-v0 FLLearningRate-v0; do
     step "vec-$id" 90 "${bench[@]}" --sections vec --device cuda --vec-envs 16 --vec-ids "$id"
     # the batched env replaying CUDA graphs of the merged trainings whose shape recurs
-    FL_GYM_CUDA_GRAPHS=1 step "vec-graphs-$id" 90 "${bench[@]}" --sections vec --device cuda --vec-envs 16 \
+    FL_GYM_CUDA_GRAPHS=1 step "vec-$id graphs" 90 "${bench[@]}" --sections vec --device cuda --vec-envs 16 \
         --vec-ids "$id"
 done
