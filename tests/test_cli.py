@@ -349,6 +349,16 @@ def test_data_describe(tmp_path, capsys):
     assert out.count("\n") >= 13 and "H(bits)" in out
 
 
+@pytest.mark.parametrize("command", [["data", "describe", "digits"], ["reproduce", "hetero", "--rounds", 0]])
+def test_a_data_root_the_embedded_data_set_does_not_read_is_said(command, tmp_path, capsys):
+    """--data-root with digits changed nothing, without a word; reproduce warns before a check fails."""
+    with pytest.warns(UserWarning, match=f"--data-root {tmp_path} is not read: digits is embedded"):
+        run_cli([*command, "--data-root", tmp_path, "--out", tmp_path / "out.png"], capsys)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # without the flag, no word
+        run_cli([*command, "--out", tmp_path / "out.png"], capsys)
+
+
 def test_bench_engine_section(capsys):
     code, out, _ = run_cli(["bench", "--sections", "engine", "--scenarios", "S3", "--threads", 1,
                             "--repeats", 1, "--loop-repeats", 1], capsys)

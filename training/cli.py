@@ -28,7 +28,7 @@ from typing import Any
 
 from fl_gym import __version__
 from fl_gym.atomic import require_writable
-from fl_gym.data.datasets import DATASETS, DatasetNotFoundError
+from fl_gym.data.datasets import DATASETS, EMBEDDED, DatasetNotFoundError
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
 from fl_gym.validation import (
     MAX_COPIES,
@@ -118,6 +118,12 @@ def output_folder(args: argparse.Namespace, verb: str) -> Path:
     writable(args.runs_dir, "--runs-dir")
     return writable(Path(args.runs_dir) / args.env_id / f"{verb}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
                     "--out")
+
+
+def warn_unread_root(dataset: str, root: str | None) -> None:
+    """Say that ``--data-root`` goes unread: an embedded data set is no file, so the flag changes nothing."""
+    if root is not None and dataset in EMBEDDED:
+        warnings.warn(f"--data-root {root} is not read: {dataset} is embedded in fl-gym", stacklevel=2)
 
 
 @contextlib.contextmanager
@@ -737,6 +743,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     knobs = {name: getattr(args, name) for name in SCHEME_FIELDS if getattr(args, name) is not None}
     with _flags_named(SCHEME_FIELDS):
         scheme = partition_scheme(args.partition, **knobs)  # a knob the scheme does not take is an error
+    warn_unread_root(args.dataset, args.data_root)
     data = load_dataset(args.dataset, root=args.data_root, download=args.download)
     if args.partition == "natural":
         require(bool(data.natural_split), "--partition", "natural",

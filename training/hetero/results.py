@@ -53,7 +53,15 @@ from fl_gym.baselines.hetero import (
     UniformPolicy,
 )
 from fl_gym.data import DATASETS, load_dataset
-from fl_gym.training.cli import DATA_ROOT_HELP, THREADS_HELP, Parser, parse_seed_list, split_list, writable
+from fl_gym.training.cli import (
+    DATA_ROOT_HELP,
+    THREADS_HELP,
+    Parser,
+    parse_seed_list,
+    split_list,
+    warn_unread_root,
+    writable,
+)
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
 from fl_gym.training.runs import RunConfig, require_unseen
 from fl_gym.validation import (
@@ -390,6 +398,7 @@ def check_flags(cfg: ResultsConfig) -> None:
     """
     require_choice("--dataset", cfg.dataset, DATASETS)
     require(cfg.data_root != "", "--data-root", "", "a folder (default: $FL_GYM_DATA or ~/.cache/fl_gym)")
+    warn_unread_root(cfg.dataset, cfg.data_root)
     load_dataset(cfg.dataset, root=cfg.data_root)
     require_seed("--train-seed", cfg.train_seed)
     require_rounds("--rounds", cfg.rounds)
