@@ -818,26 +818,6 @@ def test_parse_kv_types():
     assert all(isinstance(parsed[k], float) for k in ("lr", "n", "m", "v"))
 
 
-def test_readme_snippet_runs_as_written(capsys):
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    block = readme.split("<!-- library-snippet -->", 1)[1].split("```python", 1)[1].split("```", 1)[0]
-    exec(compile(block, "README.md", "exec"), {})
-    assert "BalancedOraclePolicy" in capsys.readouterr().out
-
-
-def test_readme_simulator_snippets_run_as_written(capsys):
-    """The federation on its own, then one round in phases (the second block continues the first)."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    first = readme.split("The simulator underneath is usable", 1)[1]
-    blocks = [b.split("```", 1)[0] for b in first.split("```python")[1:3]]
-    assert blocks[0].startswith("\nfrom fl_gym import Federation") and "fed.finish_round" in blocks[1]
-    scope: dict = {}
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"), scope)
-    assert 0 <= scope["report"].accuracy <= 1 and scope["report"].round == 11
-    assert not (scope["report"].aggregated & ~scope["opened"].candidates).any()
-
-
 def test_demo_end_to_end(tmp_path, capsys):
     code, out, _ = run_cli(["demo", "--out", tmp_path, "--steps", 256, "--episodes", 2, "--accuracy-rounds",
                             2], capsys)

@@ -1,0 +1,163 @@
+"""The docs as a manual: every command and import they show works in this code.
+
+A renamed flag, moved function or changed env argument leaves the page that shows it wrong
+without a test failing; these tests read the fenced blocks of README.md and docs/ and check each
+``fl-gym`` command against the CLI's parsers (parsed, not run), each Python import against the
+package, and each env the Python blocks build from literals without a data folder by building it;
+the README's library snippets run as written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import importlib
+import io
+import shlex
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import fl_gym
+from fl_gym.training.cli import build_parser
+from fl_gym.training.hetero.results import parser as hetero_parser
+from fl_gym.training.learning.results import parser as learning_parser
+from fl_gym.training.select.results import parser as select_parser
+
+ROOT = Path(__file__).parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+SHELL = ("bash", "sh", "console", "text")
+OPTIONAL = {"ray", "flwr"}  # extras a page may import (fl-gym[ray], fl-gym[flower])
+MAKERS = {"gym.make": gym.make, "gym.make_vec": gym.make_vec, "fl_gym.make_vec": fl_gym.make_vec}
+
+
+def fenced(text: str) -> list[tuple[str, str]]:
+    """``(language, body)`` of each fenced block of a Markdown text (``text`` where none is named)."""
+    blocks, language, body = [], None, []
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            if language is None:
+                language, body = line.strip()[3:].strip() or "text", []
+            else:
+                blocks.append((language, "\n".join(body)))
+                language = None
+        elif language is not None:
+            body.append(line)
+    return blocks
+
+
+def blocks_of(languages: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``(page, body)`` of every fenced block in those languages."""
+    return [(str(page.relative_to(ROOT)), body) for page in PAGES
+            for language, body in fenced(page.read_text()) if language in languages]
+
+
+def commands() -> list[tuple[str, str]]:
+    """``(page, command)`` of every ``fl-gym`` command in a shell block, comments and ``ENV=...`` cut."""
+    found = []
+    for page, body in blocks_of(SHELL):
+        for line in body.replace("\\\n", "").splitlines():  # a continued line, joined as the shell joins it
+            line = line.split(" #")[0].strip()
+            for part in line.replace("&&", ";").replace("|", ";").split(";"):
+                if "fl-gym " in part and not part.lstrip().startswith("#"):
+                    found.append((page, part[part.index("fl-gym "):].strip()))
+    return found
+
+
+def family_parser(family: str) -> argparse.ArgumentParser:
+    """The parser of ``fl-gym reproduce FAMILY``'s own arguments."""
+    return {"hetero": hetero_parser, "select": select_parser}.get(family, lambda: learning_parser(family))()
+
+
+def test_the_docs_show_commands_and_python():
+    """A guard on the readers below: they find the blocks (a changed fence would make them see none)."""
+    assert len(commands()) > 40 and len(blocks_of(("python",))) > 15
+
+
+@pytest.mark.parametrize("page,command", commands())
+def test_every_command_the_docs_show_parses(page, command):
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            args = build_parser().parse_args(shlex.split(command)[1:])
+            if args.command == "reproduce":
+                family_parser(args.family).parse_args(args.args)
+    except SystemExit as stop:
+        assert stop.code in (0, None), f"{page}: {command}\n{errors.getvalue()}"  # 0: a --help
+
+
+def imports() -> list[tuple[str, str, tuple[str, ...]]]:
+    """``(page, module, names)`` of every import in a Python block (``names`` empty for ``import m``)."""
+    found = []
+    for page, body in blocks_of(("python",)):
+        for node in ast.walk(ast.parse(body)):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.append((page, node.module, tuple(alias.name for alias in node.names)))
+            elif isinstance(node, ast.Import):
+                found += [(page, alias.name, ()) for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize("page,module,names",
+                         [pytest.param(*i, id=f"{i[0]}: {i[1]} {','.join(i[2])}") for i in imports()])
+def test_every_import_the_docs_show_resolves(page, module, names):
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as missing:  # an extra, or a part of one (RLlib's own needs), not installed here
+        if {module.split(".")[0], (missing.name or "").split(".")[0]} & OPTIONAL:
+            pytest.skip(f"{module}: an optional extra, not installed here ({missing})")
+        raise
+    assert [name for name in names if not hasattr(imported, name)] == [], f"{page}: from {module}"
+
+
+def constructions() -> list[tuple[str, str, str, tuple, dict]]:
+    """``(page, call, env id, args, kwargs)`` of every ``gym.make``, ``gym.make_vec`` and
+    ``fl_gym.make_vec`` of literals that reads no data folder (``data_root``) or downloaded data set."""
+    found = []
+    for page, body in blocks_of(("python",)):
+        for node in ast.walk(ast.parse(body)):
+            if not (isinstance(node, ast.Call) and ast.unparse(node.func) in MAKERS):
+                continue
+            try:
+                args = tuple(ast.literal_eval(a) for a in node.args)
+                kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+            except ValueError:  # a name, not a literal: the block builds it
+                continue
+            if "data_root" not in kwargs and kwargs.get("dataset", "digits") == "digits":
+                found.append((page, ast.unparse(node.func), args[0], args[1:], kwargs))
+    return found
+
+
+@pytest.mark.parametrize("page,call,env_id,args,kwargs",
+                         [pytest.param(*c, id=f"{c[0]}: {c[2]} {c[4]}") for c in constructions()])
+def test_every_env_the_docs_build_builds_and_resets(page, call, env_id, args, kwargs):
+    env = MAKERS[call](env_id, *args, **kwargs)
+    try:
+        if call == "fl_gym.make_vec":  # an SB3 VecEnv: the copies' rows, each in the single space
+            assert all(env.observation_space.contains(row) for row in env.reset())
+        else:
+            assert env.observation_space.contains(env.reset(seed=0)[0])
+    finally:
+        env.close()
+
+
+def test_readme_snippet_runs_as_written(capsys):
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- library-snippet -->", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    exec(compile(block, "README.md", "exec"), {})
+    assert "BalancedOraclePolicy" in capsys.readouterr().out
+
+
+def test_readme_simulator_snippets_run_as_written(capsys):
+    """The federation on its own, then one round in phases (the second block continues the first)."""
+    readme = (ROOT / "README.md").read_text()
+    first = readme.split("The simulator underneath is usable", 1)[1]
+    blocks = [b.split("```", 1)[0] for b in first.split("```python")[1:3]]
+    assert blocks[0].startswith("\nfrom fl_gym import Federation") and "fed.finish_round" in blocks[1]
+    scope: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), scope)
+    assert 0 <= scope["report"].accuracy <= 1 and scope["report"].round == 11
+    assert not (scope["report"].aggregated & ~scope["opened"].candidates).any()
