@@ -1,10 +1,11 @@
-"""The docs as a manual: every command and import they show works in this code.
+"""The docs as a manual: every command, import, file, name and link they show holds in this code.
 
-A renamed flag, moved function or changed env argument leaves the page that shows it wrong
-without a test failing; these tests read the fenced blocks of README.md and docs/ and check each
-``fl-gym`` command against the CLI's parsers (parsed, not run), each Python import against the
-package, and each env the Python blocks build from literals without a data folder by building it;
-the README's library snippets run as written.
+A renamed flag, a moved function or file, or a changed env argument leaves the page that shows it
+wrong without a test failing. These tests read README.md and docs/: each ``fl-gym`` command (in a
+shell block or a code span) parses with the CLI's parsers, each Python import resolves, each env
+a Python block builds from literals without a data folder builds, each file path and ``fl_gym.``
+name a code span cites is there, and each relative link arrives; the README's library snippets
+run as written.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def blocks_of(languages: tuple[str, ...]) -> list[tuple[str, str]]:
             for language, body in fenced(page.read_text()) if language in languages]
 
 
+def spans() -> list[tuple[str, str]]:
+    """``(page, span)`` of every code span of the prose, its line breaks as spaces."""
+    return [(page, " ".join(span.split()))
+            for page, body in blocks_of(("prose",)) for span in body.split("`")[1::2]]
+
+
 def commands() -> list[tuple[str, str, bool]]:
     """``(page, command, whole)`` of every ``fl-gym`` command: in a shell block (whole: comments and
     ``ENV=...`` cut) or a code span of the prose (which may name a command without its arguments)."""
@@ -63,10 +70,7 @@ def commands() -> list[tuple[str, str, bool]]:
             for part in line.replace("&&", ";").replace("|", ";").split(";"):
                 if "fl-gym " in part and not part.lstrip().startswith("#"):
                     found.append((page, part[part.index("fl-gym "):].strip(), True))
-    for page, body in blocks_of(("prose",)):
-        spans = (" ".join(span.split()) for span in body.split("`")[1::2])
-        found += [(page, span, False) for span in spans if span.startswith("fl-gym ")]
-    return found
+    return found + [(page, span, False) for page, span in spans() if span.startswith("fl-gym ")]
 
 
 def family_parser(family: str) -> argparse.ArgumentParser:
@@ -78,6 +82,7 @@ def test_the_docs_show_commands_and_python():
     """A guard on the readers below: they find the blocks (a changed fence would make them see none)."""
     whole = [c for c in commands() if c[2]]
     assert len(whole) > 40 and len(commands()) > len(whole) + 50 and len(blocks_of(("python",))) > 15
+    assert len(cited_files()) > 50 and len(cited_names()) > 30 and len(links()) > 50
 
 
 @pytest.mark.parametrize("page,command,whole", commands())
@@ -95,6 +100,68 @@ def test_every_command_the_docs_show_parses(page, command, whole):
         assert stop.code in (0, None) or named_only or placeholder, f"{page}: {command}\n{said}"
 
 
+def cited_files() -> list[tuple[str, str]]:
+    """``(page, path)`` of every repository file a code span names (``fl_gym/engine/batcher.py``), not
+    the outputs that commands write (``runs/...``)."""
+    files = [(page, m.group(1)) for page, span in spans()
+             if (m := re.fullmatch(r"([\w./-]+/[\w.-]+\.(?:py|md|sh|yml|json|toml))(?::\d+)?", span))]
+    return [(page, path) for page, path in files if not path.startswith(("runs/", "bench-results/"))]
+
+
+@pytest.mark.parametrize("page,path", cited_files())
+def test_every_file_the_docs_cite_is_there(page, path):
+    assert (ROOT / path).is_file() or (ROOT / page).parent.joinpath(path).is_file(), f"{page}: {path}"
+
+
+def cited_names() -> list[tuple[str, str]]:
+    """``(page, name)`` of every dotted ``fl_gym`` name a code span gives (``fl_gym.make_vec(...)``)."""
+    named = (re.fullmatch(r"(fl_gym(?:\.\w+)+)(?:\(.*\))?", span) for _, span in spans())
+    return [(page, m.group(1)) for (page, _), m in zip(spans(), named, strict=True) if m]
+
+
+def module_or_none(name: str) -> object:
+    """The module ``name``, None where no module has that name (an attribute of one, say)."""
+    try:
+        return import_optional(name)
+    except ModuleNotFoundError as missing:
+        if missing.name == name:
+            return None
+        raise
+
+
+def import_optional(module: str) -> object:
+    """``module``, or the test skipped where it needs an extra that is not installed."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as missing:  # an extra, or a part of one (RLlib's own needs), not installed here
+        if {module.split(".")[0], (missing.name or "").split(".")[0]} & OPTIONAL:
+            pytest.skip(f"{module}: an optional extra, not installed here ({missing})")
+        raise
+
+
+@pytest.mark.parametrize("page,name", cited_names())
+def test_every_name_the_docs_cite_resolves(page, name):
+    parts = name.split(".")
+    depth = len(parts)
+    while (found := module_or_none(".".join(parts[:depth]))) is None:  # the longest prefix that is a module
+        depth -= 1
+    for part in parts[depth:]:
+        assert hasattr(found, part), f"{page}: {name} ({part} is not in {found!r})"
+        found = getattr(found, part)
+
+
+def links() -> list[tuple[str, str]]:
+    """``(page, target)`` of every relative Markdown link."""
+    targets = [(str(page.relative_to(ROOT)), target) for page in PAGES
+               for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text())]
+    return [(page, target) for page, target in targets if not re.match(r"\w+://|#", target)]
+
+
+@pytest.mark.parametrize("page,target", links())
+def test_every_link_between_the_pages_arrives(page, target):
+    assert (ROOT / page).parent.joinpath(target.split("#")[0]).exists(), f"{page}: {target}"
+
+
 def imports() -> list[tuple[str, str, tuple[str, ...]]]:
     """``(page, module, names)`` of every import in a Python block (``names`` empty for ``import m``)."""
     found = []
@@ -110,12 +177,7 @@ def imports() -> list[tuple[str, str, tuple[str, ...]]]:
 @pytest.mark.parametrize("page,module,names",
                          [pytest.param(*i, id=f"{i[0]}: {i[1]} {','.join(i[2])}") for i in imports()])
 def test_every_import_the_docs_show_resolves(page, module, names):
-    try:
-        imported = importlib.import_module(module)
-    except ImportError as missing:  # an extra, or a part of one (RLlib's own needs), not installed here
-        if {module.split(".")[0], (missing.name or "").split(".")[0]} & OPTIONAL:
-            pytest.skip(f"{module}: an optional extra, not installed here ({missing})")
-        raise
+    imported = import_optional(module)
     assert [name for name in names if not hasattr(imported, name)] == [], f"{page}: from {module}"
 
 
