@@ -623,6 +623,20 @@ def test_reproduce_hetero_loads_its_data_set_before_any_agent_trains(tmp_path, c
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("flag,runs", [(None, True), ("none", False), ("BalancedOracle;FedAvg", False)])
+def test_reproduce_hetero_runs_the_accuracy_of_the_policies_named(flag, runs, tmp_path, capsys, monkeypatch):
+    """--acc-policies none (docs/hapfl.md's 300k-step run) was refused as an unknown label."""
+    from fl_gym.training.hetero import results
+
+    seen = []
+    monkeypatch.setattr(results, "run", lambda cfg, say: seen.append(cfg) or {})
+    monkeypatch.setattr(results, "report", lambda res: "")
+    extra = [] if flag is None else ["--acc-policies", flag]
+    assert run_cli(["reproduce", "hetero", "--out", tmp_path, *extra], capsys)[0] == 0
+    cfg = seen[0]
+    assert cfg.runs_accuracy("HAPFL PPO (fast)") is runs and cfg.runs_accuracy("FedAvg") is (flag != "none")
+
+
 @pytest.mark.parametrize("args,message", [
     (["train", "NoSuchEnv-v0"], "env_id='NoSuchEnv-v0' is not registered"),
     (["generalise", "NoSuchEnv-v0", "--policies", "fedavg", "--zero-shot", "num_clients=5"],  # gymnasium's

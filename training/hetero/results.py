@@ -98,7 +98,7 @@ class ResultsConfig:
         acc_rounds: rounds per accuracy episode (torch backend).
         acc_local_epochs: ``E_loc`` of accuracy episodes.
         acc_seeds: seeds of accuracy episodes.
-        acc_policies: policy labels run for accuracy (None = all).
+        acc_policies: policy labels run for accuracy (None = all, () = none).
         pfedme_overhead: pFedMe's simulated compute factor (its inner loop runs ``K=5`` passes).
         threads: torch threads.
         agent_steps: training steps of every agent instead of the YAML's (for quick checks).
@@ -366,7 +366,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--acc-local-epochs", type=int, default=20,
                    help="local epochs per round of the accuracy comparison (default 20)")
     p.add_argument("--acc-seeds", default=None, help="default: the evaluation seeds")
-    p.add_argument("--acc-policies", default=None, help="semicolon-separated policy labels (default: all)")
+    p.add_argument("--acc-policies", default=None,
+                   help="semicolon-separated policy labels, or none: no accuracy runs (default: all)")
     p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     p.add_argument("--agent-steps", type=int, default=None, help="override every agent's training steps")
     return p
@@ -383,12 +384,19 @@ def reproduce(argv: list[str]) -> int:
         rounds=args.rounds, agents=tuple(split_list(args.agents)), acc_rounds=args.acc_rounds,
         acc_local_epochs=args.acc_local_epochs,
         acc_seeds=parse_seed_list(acc_seeds, "--acc-seeds"),
-        acc_policies=None if args.acc_policies is None else tuple(args.acc_policies.split(";")),
+        acc_policies=_acc_policies(args.acc_policies),
         threads=args.threads, agent_steps=args.agent_steps)
     check_flags(cfg)
     writable(cfg.out_dir, "--out")
     print(report(run(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))))
     return 0
+
+
+def _acc_policies(flag: str | None) -> tuple[str, ...] | None:
+    """``--acc-policies``: None (every policy), ``()`` for ``none`` (timing sections alone), or the labels."""
+    if flag is None:
+        return None
+    return () if flag == "none" else tuple(flag.split(";"))
 
 
 def check_flags(cfg: ResultsConfig) -> None:
