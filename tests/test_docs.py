@@ -23,6 +23,7 @@ import gymnasium as gym
 import pytest
 
 import fl_gym
+from fl_gym.envs.registry import FAMILIES
 from fl_gym.training.cli import build_parser
 from fl_gym.training.hetero.results import parser as hetero_parser
 from fl_gym.training.learning.results import parser as learning_parser
@@ -32,6 +33,7 @@ ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SHELL = ("bash", "sh", "console", "text")
 OPTIONAL = {"ray", "flwr"}  # extras a page may import (fl-gym[ray], fl-gym[flower])
+REPRODUCIBLE = sorted(name for name, family in FAMILIES.items() if family.reproduce)
 MAKERS = {"gym.make": gym.make, "gym.make_vec": gym.make_vec, "fl_gym.make_vec": fl_gym.make_vec}
 
 
@@ -74,7 +76,8 @@ def commands() -> list[tuple[str, str, bool]]:
 
 
 def family_parser(family: str) -> argparse.ArgumentParser:
-    """The parser of ``fl-gym reproduce FAMILY``'s own arguments."""
+    """The parser of ``fl-gym reproduce FAMILY``'s own arguments; a family without one fails the test."""
+    assert family in REPRODUCIBLE or family.isupper(), f"reproduce {family}: allowed {REPRODUCIBLE} (or NAME)"
     return {"hetero": hetero_parser, "select": select_parser}.get(family, lambda: learning_parser(family))()
 
 
