@@ -2,10 +2,10 @@
 
 A renamed flag, a moved function or file, or a changed env argument leaves the page that shows it
 wrong without a test failing. These tests read README.md and docs/: each ``fl-gym`` command (in a
-shell block or a code span) parses with the CLI's parsers, each Python import resolves, each env
-a Python block builds from literals without a data folder builds, each file path and ``fl_gym.``
-name a code span cites is there, and each relative link arrives; the README's library snippets
-run as written.
+shell block or a code span) parses with the CLI's parsers and each fixed policy one names exists
+with the parameters given, each Python import resolves, each env a Python block builds from literals
+without a data folder builds, each file path and ``fl_gym.`` name a code span cites is there, and
+each relative link arrives; the README's library snippets run as written.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import pytest
 
 import fl_gym
 from fl_gym.envs.registry import FAMILIES
-from fl_gym.training.cli import build_parser
+from fl_gym.training.cli import build_parser, split_policies
+from fl_gym.training.compare import policy_spec
 from fl_gym.training.hetero.results import parser as hetero_parser
 from fl_gym.training.learning.results import parser as learning_parser
 from fl_gym.training.select.results import parser as select_parser
@@ -86,6 +87,7 @@ def test_the_docs_show_commands_and_python():
     whole = [c for c in commands() if c[2]]
     assert len(whole) > 40 and len(commands()) > len(whole) + 50 and len(blocks_of(("python",))) > 15
     assert len(cited_files()) > 50 and len(cited_names()) > 30 and len(links()) > 50
+    assert len(named_policies()) > 30
 
 
 @pytest.mark.parametrize("page,command,whole", commands())
@@ -163,6 +165,26 @@ def links() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("page,target", links())
 def test_every_link_between_the_pages_arrives(page, target):
     assert (ROOT / page).parent.joinpath(target.split("#")[0]).exists(), f"{page}: {target}"
+
+
+def named_policies() -> list[tuple[str, str, str]]:
+    """``(page, env id, policy)`` of every fixed policy a documented compare, generalise or flower names."""
+    found = []
+    for page, command, _ in commands():
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                args = build_parser().parse_args(shlex.split(command)[1:])
+        except SystemExit:  # a command named without its arguments
+            continue
+        if args.command in ("compare", "generalise", "flower") and not args.env_id.isupper():  # not ENV_ID
+            policies = split_policies(args.policy if args.command == "flower" else args.policies)
+            found += [(page, args.env_id, p) for p in policies if ":" not in p and p != "..."]  # not a run
+    return found
+
+
+@pytest.mark.parametrize("page,env_id,policy", named_policies())
+def test_every_fixed_policy_the_docs_name_is_one_with_those_parameters(page, env_id, policy):
+    assert policy_spec(policy, env_id).label, f"{page}: {policy} on {env_id}"
 
 
 def imports() -> list[tuple[str, str, tuple[str, ...]]]:
