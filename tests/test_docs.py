@@ -120,8 +120,8 @@ def test_every_file_the_docs_cite_is_there(page, path):
 
 def cited_names() -> list[tuple[str, str]]:
     """``(page, name)`` of every dotted ``fl_gym`` name a code span gives (``fl_gym.make_vec(...)``)."""
-    named = (re.fullmatch(r"(fl_gym(?:\.\w+)+)(?:\(.*\))?", span) for _, span in spans())
-    return [(page, m.group(1)) for (page, _), m in zip(spans(), named, strict=True) if m]
+    return [(page, m.group(1)) for page, span in spans()
+            if (m := re.fullmatch(r"(fl_gym(?:\.\w+)+)(?:\(.*\))?", span))]
 
 
 def module_or_none(name: str) -> object:
