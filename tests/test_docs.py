@@ -2,10 +2,11 @@
 
 A renamed flag, a moved function or file, or a changed env argument leaves the page that shows it
 wrong without a test failing. These tests read README.md and docs/: each ``fl-gym`` command (in a
-shell block or a code span) parses with the CLI's parsers and each fixed policy one names exists
-with the parameters given, each Python import resolves, each env a Python block builds from literals
-without a data folder builds, each file path and ``fl_gym.`` name a code span cites is there, and
-each relative link arrives; the README's library snippets run as written.
+shell block or a code span) parses with the CLI's parsers, each fixed policy one names exists with
+the parameters given, each bench section, scenario and env id one names exists, each Python import
+resolves, each env a Python block builds from literals without a data folder builds, each file path
+and ``fl_gym.`` name a code span cites is there, and each relative link arrives; the README's
+library snippets run as written.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 
 import fl_gym
 from fl_gym.envs.registry import FAMILIES
-from fl_gym.training.cli import build_parser, split_policies
+from fl_gym.training.cli import BENCH_SECTIONS, build_parser, split_list, split_policies
 from fl_gym.training.compare import policy_spec
 from fl_gym.training.hetero.results import parser as hetero_parser
 from fl_gym.training.learning.results import parser as learning_parser
@@ -87,7 +88,7 @@ def test_the_docs_show_commands_and_python():
     whole = [c for c in commands() if c[2]]
     assert len(whole) > 40 and len(commands()) > len(whole) + 50 and len(blocks_of(("python",))) > 15
     assert len(cited_files()) > 50 and len(cited_names()) > 30 and len(links()) > 50
-    assert len(named_policies()) > 30
+    assert len(named_policies()) > 30 and len(bench_commands()) > 15
 
 
 @pytest.mark.parametrize("page,command,whole", commands())
@@ -185,6 +186,27 @@ def named_policies() -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("page,env_id,policy", named_policies())
 def test_every_fixed_policy_the_docs_name_is_one_with_those_parameters(page, env_id, policy):
     assert policy_spec(policy, env_id).label, f"{page}: {policy} on {env_id}"
+
+
+def bench_commands() -> list[tuple[str, argparse.Namespace]]:
+    """``(page, arguments)`` of every documented ``fl-gym bench`` command."""
+    parsed = []
+    for page, command, _ in commands():
+        with contextlib.suppress(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+            parsed.append((page, build_parser().parse_args(shlex.split(command)[1:])))
+    return [(page, args) for page, args in parsed if args.command == "bench"]
+
+
+@pytest.mark.parametrize("page,args",
+                         [pytest.param(*c, id=f"{c[0]}: {c[1].sections}") for c in bench_commands()])
+def test_every_bench_command_the_docs_show_names_its_sections_and_scenarios(page, args):
+    """Checked in the command's body, not by the parser: a renamed section parses as any string."""
+    from fl_gym.training.bench import SCENARIOS
+
+    assert set(split_list(args.sections)) <= set(BENCH_SECTIONS), f"{page}: --sections {args.sections}"
+    assert set(split_list(args.scenarios)) <= set(SCENARIOS), f"{page}: --scenarios {args.scenarios}"
+    ids = split_list(args.vec_ids or "") + split_list(args.memory_envs or "") + [args.ppo_env]
+    assert {i for i in ids if not i.isupper()} <= set(gym.registry), f"{page}: {ids}"  # but ID, YOUR-ID
 
 
 def imports() -> list[tuple[str, str, tuple[str, ...]]]:

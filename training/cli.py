@@ -57,6 +57,7 @@ THREADS_HELP = "torch threads (default 1, the fastest for the envs' models: docs
 PROGRESS_HELP = "print no progress while it runs"
 ENV_KWARGS_HELP = "env constructor arguments (fl-gym envs lists them)"
 DATA_ROOT_HELP = "the folder of torchvision's files (default: $FL_GYM_DATA, else ~/.cache/fl_gym)"
+BENCH_SECTIONS = ("engine", "envs", "recipes", "vec", "turns", "memory", "ppo", "ray", "behaviour", "graphs")
 
 
 class _Version(argparse.Action):
@@ -591,10 +592,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fl_gym.training import bench, vec_bench
 
     sections = split_list(args.sections)
-    known = ("engine", "envs", "recipes", "vec", "turns", "memory", "ppo", "ray", "behaviour", "graphs")
-    unknown = sorted(set(sections) - set(known))
+    unknown = sorted(set(sections) - set(BENCH_SECTIONS))
     if unknown or not sections:
-        raise UserError(f"--sections={unknown} is out of range; allowed: {', '.join(known)}")
+        raise UserError(f"--sections={unknown} is out of range; allowed: {', '.join(BENCH_SECTIONS)}")
     require(is_int_at_least(args.ppo_steps, 1), "--ppo-steps", args.ppo_steps, "an integer >= 1")
     require_copies("--ppo-envs", args.ppo_envs)
     require(is_int_at_least(args.memory_steps, 1), "--memory-steps", args.memory_steps, "an integer >= 1")
