@@ -3,10 +3,11 @@
 A renamed flag, a moved function or file, or a changed env argument leaves the page that shows it
 wrong without a test failing. These tests read README.md and docs/: each ``fl-gym`` command (in a
 shell block or a code span) parses with the CLI's parsers, each fixed policy one names exists with
-the parameters given, each bench section, scenario and env id one names exists, each Python import
-resolves, each env a Python block builds from literals without a data folder builds, each file path
-and ``fl_gym.`` name a code span cites is there, and each relative link arrives; the README's
-library snippets run as written.
+the parameters given, each bench section, scenario and env id one names exists, each HAPFL
+reproduction on the embedded data passes the checks the command makes before it trains, each Python
+import resolves, each env a Python block builds from literals without a data folder builds, each
+file path and ``fl_gym.`` name a code span cites is there, and each relative link arrives; the
+README's library snippets run as written.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import importlib
 import io
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium as gym
@@ -27,6 +29,7 @@ import fl_gym
 from fl_gym.envs.registry import FAMILIES
 from fl_gym.training.cli import BENCH_SECTIONS, build_parser, split_list, split_policies
 from fl_gym.training.compare import policy_spec
+from fl_gym.training.hetero.results import checked_config
 from fl_gym.training.hetero.results import parser as hetero_parser
 from fl_gym.training.learning.results import parser as learning_parser
 from fl_gym.training.select.results import parser as select_parser
@@ -77,6 +80,13 @@ def commands() -> list[tuple[str, str, bool]]:
     return found + [(page, span, False) for page, span in spans() if span.startswith("fl-gym ")]
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """What a parser prints (``--version``, an error) kept off the test's output."""
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
 def family_parser(family: str) -> argparse.ArgumentParser:
     """The parser of ``fl-gym reproduce FAMILY``'s own arguments; a family without one fails the test."""
     assert family in REPRODUCIBLE or family.isupper(), f"reproduce {family}: allowed {REPRODUCIBLE} (or NAME)"
@@ -88,7 +98,7 @@ def test_the_docs_show_commands_and_python():
     whole = [c for c in commands() if c[2]]
     assert len(whole) > 40 and len(commands()) > len(whole) + 50 and len(blocks_of(("python",))) > 15
     assert len(cited_files()) > 50 and len(cited_names()) > 30 and len(links()) > 50
-    assert len(named_policies()) > 30 and len(bench_commands()) > 15
+    assert len(named_policies()) > 30 and len(bench_commands()) > 15 and len(hetero_runs()) >= 2
 
 
 @pytest.mark.parametrize("page,command,whole", commands())
@@ -173,9 +183,9 @@ def named_policies() -> list[tuple[str, str, str]]:
     found = []
     for page, command, _ in commands():
         try:
-            with contextlib.redirect_stderr(io.StringIO()):
+            with quiet():
                 args = build_parser().parse_args(shlex.split(command)[1:])
-        except SystemExit:  # a command named without its arguments
+        except SystemExit:  # a command named without its arguments, or --version
             continue
         if args.command in ("compare", "generalise", "flower") and not args.env_id.isupper():  # not ENV_ID
             policies = split_policies(args.policy if args.command == "flower" else args.policies)
@@ -192,7 +202,7 @@ def bench_commands() -> list[tuple[str, argparse.Namespace]]:
     """``(page, arguments)`` of every documented ``fl-gym bench`` command."""
     parsed = []
     for page, command, _ in commands():
-        with contextlib.suppress(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.suppress(SystemExit), quiet():
             parsed.append((page, build_parser().parse_args(shlex.split(command)[1:])))
     return [(page, args) for page, args in parsed if args.command == "bench"]
 
@@ -207,6 +217,18 @@ def test_every_bench_command_the_docs_show_names_its_sections_and_scenarios(page
     assert set(split_list(args.scenarios)) <= set(SCENARIOS), f"{page}: --scenarios {args.scenarios}"
     ids = split_list(args.vec_ids or "") + split_list(args.memory_envs or "") + [args.ppo_env]
     assert {i for i in ids if not i.isupper()} <= set(gym.registry), f"{page}: {ids}"  # but ID, YOUR-ID
+
+
+def hetero_runs() -> list[tuple[str, str]]:
+    """``(page, command)`` of every documented ``reproduce hetero`` run on the embedded data."""
+    return [(page, command) for page, command, _ in commands()
+            if command.startswith("fl-gym reproduce hetero") and "mnist" not in command]
+
+
+@pytest.mark.parametrize("page,command", [pytest.param(*r, id=f"{r[0]}: {r[1][24:]}") for r in hetero_runs()])
+def test_every_hetero_reproduction_the_docs_show_passes_its_checks(page, command):
+    """All its flags, as the command checks them before the first agent trains (hours at its defaults)."""
+    assert checked_config(shlex.split(command)[3:]).dataset == "digits", f"{page}: {command}"
 
 
 def imports() -> list[tuple[str, str, tuple[str, ...]]]:

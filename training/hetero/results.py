@@ -375,6 +375,14 @@ def parser() -> argparse.ArgumentParser:
 
 def reproduce(argv: list[str]) -> int:
     """``fl-gym reproduce hetero [ARGS]``: run, print the report."""
+    cfg = checked_config(argv)
+    writable(cfg.out_dir, "--out")
+    print(report(run(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))))
+    return 0
+
+
+def checked_config(argv: list[str]) -> ResultsConfig:
+    """The run ``fl-gym reproduce hetero ARGV`` asks for, every flag checked (:func:`check_flags`)."""
     args = parser().parse_args(argv)
     acc_seeds = args.eval_seeds if args.acc_seeds is None else args.acc_seeds  # '' is refused
     cfg = ResultsConfig(
@@ -387,9 +395,7 @@ def reproduce(argv: list[str]) -> int:
         acc_policies=_acc_policies(args.acc_policies),
         threads=args.threads, agent_steps=args.agent_steps)
     check_flags(cfg)
-    writable(cfg.out_dir, "--out")
-    print(report(run(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))))
-    return 0
+    return cfg
 
 
 def _acc_policies(flag: str | None) -> tuple[str, ...] | None:
