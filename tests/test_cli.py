@@ -1525,13 +1525,12 @@ def _parsers(parser: argparse.ArgumentParser, name: str) -> Iterator[tuple[str, 
 
 def test_every_argument_of_every_command_says_what_it_takes_in_its_help():
     """`fl-gym fedavg --help` listed ten options with no word on any of them."""
-    from fl_gym.training.cli import build_parser
-    from fl_gym.training.hetero.results import parser as hetero
-    from fl_gym.training.learning.results import parser as learning
-    from fl_gym.training.select.results import parser as select
+    from test_docs import REPRODUCIBLE, family_parser  # tests/ is on sys.path
 
-    commands = [*_parsers(build_parser(), "fl-gym"), ("reproduce hetero", hetero()),
-                ("reproduce select", select()), ("reproduce rates", learning("rates"))]
+    from fl_gym.training.cli import build_parser
+
+    commands = [*_parsers(build_parser(), "fl-gym"),
+                *((f"reproduce {family}", family_parser(family)) for family in REPRODUCIBLE)]
     silent = [f"{name} {action.option_strings or action.dest}"
               for name, p in commands for action in p._actions
               if not isinstance(action, argparse._SubParsersAction) and not (action.help or "").strip()]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import functools
 import importlib
 import io
 import re
@@ -178,15 +179,20 @@ def test_every_link_between_the_pages_arrives(page, target):
     assert (ROOT / page).parent.joinpath(target.split("#")[0]).exists(), f"{page}: {target}"
 
 
+@functools.cache
+def parsed_commands() -> list[tuple[str, argparse.Namespace]]:
+    """``(page, arguments)`` of every documented command that parses whole (parsed once, for the tests)."""
+    parser, parsed = build_parser(), []
+    for page, command, _ in commands():
+        with contextlib.suppress(SystemExit), quiet():  # a command named without its arguments, or --version
+            parsed.append((page, parser.parse_args(shlex.split(command)[1:])))
+    return parsed
+
+
 def named_policies() -> list[tuple[str, str, str]]:
     """``(page, env id, policy)`` of every fixed policy a documented compare, generalise or flower names."""
     found = []
-    for page, command, _ in commands():
-        try:
-            with quiet():
-                args = build_parser().parse_args(shlex.split(command)[1:])
-        except SystemExit:  # a command named without its arguments, or --version
-            continue
+    for page, args in parsed_commands():
         if args.command in ("compare", "generalise", "flower") and not args.env_id.isupper():  # not ENV_ID
             policies = split_policies(args.policy if args.command == "flower" else args.policies)
             found += [(page, args.env_id, p) for p in policies if ":" not in p and p != "..."]  # not a run
@@ -200,11 +206,7 @@ def test_every_fixed_policy_the_docs_name_is_one_with_those_parameters(page, env
 
 def bench_commands() -> list[tuple[str, argparse.Namespace]]:
     """``(page, arguments)`` of every documented ``fl-gym bench`` command."""
-    parsed = []
-    for page, command, _ in commands():
-        with contextlib.suppress(SystemExit), quiet():
-            parsed.append((page, build_parser().parse_args(shlex.split(command)[1:])))
-    return [(page, args) for page, args in parsed if args.command == "bench"]
+    return [(page, args) for page, args in parsed_commands() if args.command == "bench"]
 
 
 @pytest.mark.parametrize("page,args",
