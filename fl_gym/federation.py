@@ -586,42 +586,56 @@ class Federation:
             load: a fixed device load instead of a draw (tests and what-if analyses).
         """
         k_all = self.num_clients
-        available = self._next_availability()
-        self._next_link()
-        if candidates is None:
-            mask = available.copy()
-        elif isinstance(candidates, (int, np.integer)) and not isinstance(candidates, (bool, np.bool_)):
-            if not 1 <= candidates <= k_all:
-                raise UserError(f"candidates={candidates} is out of range; allowed: 1..{k_all}")
-            order, mask = np.arange(k_all), np.zeros(k_all, bool)
-            self.draw_candidates(order)
-            mask[np.sort(first_available(order, available, candidates))] = True
-        else:
-            allowed = (f"an int, or a mask of shape ({k_all},), bool or 0/1 (not client ids), with at "
-                       "least one client")
-            mask = as_mask("candidates", candidates, k_all, allowed)
-            if not mask.any():
-                raise UserError(f"candidates has shape {mask.shape} with 0 set; allowed: {allowed}")
-            mask = mask & available
-            if not mask.any():
-                raise UserError(f"candidates={np.flatnonzero(candidates).tolist()} are all unavailable this "
-                                f"round; allowed: a mask with an available client "
-                                f"({np.flatnonzero(available).tolist()})")
-        if load is None:
-            z = np.empty((3, k_all))
-            self.draw_load(z)
-            load = RoundLoad.of_normals(z, self.config.clock, self.last_load)
-        else:
+        count, asked = self._requested(candidates)  # checked before any draw, as a given load is
+        if load is not None:
             self._check_load(load)
+        order, z = np.arange(k_all) if count else None, np.empty((3, k_all)) if load is None else None
+        available = self.draw_round(order, z)
+        if count:
+            mask = np.zeros(k_all, bool)
+            mask[np.sort(first_available(order, available, count))] = True
+        else:
+            mask = available.copy() if asked is None else self._reachable(asked, available)
+        if load is None:
+            load = RoundLoad.of_normals(z, self.config.clock, self.last_load)
         self._load, self._load_source = load, None
         probe = self.probe_seconds(self.clock, self.sizes, load)
         return OpenedRound(self.round + 1, mask, load, probe, self._episode, self.begin_round())
+
+    def _requested(self, candidates: object) -> tuple[int, np.ndarray | None]:
+        """``candidates`` checked: a count ``k`` to draw (0: none), and a mask (None: every client).
+
+        Checked before the round's draws, so that a refused one leaves every stream where it was.
+        """
+        k_all = self.num_clients
+        if isinstance(candidates, (int, np.integer)) and not isinstance(candidates, (bool, np.bool_)):
+            if not 1 <= candidates <= k_all:
+                raise UserError(f"candidates={candidates} is out of range; allowed: 1..{k_all}")
+            return int(candidates), None
+        if candidates is None:
+            return 0, None
+        allowed = (f"an int, or a mask of shape ({k_all},), bool or 0/1 (not client ids), with at least one "
+                   "client")
+        mask = as_mask("candidates", candidates, k_all, allowed)
+        if not mask.any():
+            raise UserError(f"candidates has shape {mask.shape} with 0 set; allowed: {allowed}")
+        return 0, mask
+
+    @staticmethod
+    def _reachable(asked: np.ndarray, available: np.ndarray) -> np.ndarray:
+        """The clients of mask ``asked`` that are ``available``, or a clear error if none is."""
+        mask = asked & available
+        if not mask.any():
+            raise UserError(f"candidates={np.flatnonzero(asked).tolist()} are all unavailable this round; "
+                            "allowed: a mask with an available client "
+                            f"({np.flatnonzero(available).tolist()})")
+        return mask
 
     def begin_round(self) -> int:
         """Count a round as opened; its number among the openings (earlier ones are no longer pending).
 
         :meth:`open_round` counts its own; a driver that opens rounds itself (a family's vector
-        clock, drawing with :meth:`draw_candidates` and :meth:`draw_load`) counts each here.
+        clock, drawing with :meth:`draw_round`) counts each here.
         """
         self._openings += 1
         return self._openings
@@ -677,17 +691,23 @@ class Federation:
         models, links = np.full(self.num_clients, model), self._links()
         return self.download_seconds(models, *links) + train + self.upload_seconds(models, *links)
 
-    def draw_candidates(self, order: np.ndarray) -> None:
-        """Shuffle ``order`` (``arange(K)``) with :attr:`sampler`, a round's first draw.
+    def draw_round(self, order: np.ndarray | None, normals: np.ndarray | None) -> np.ndarray:
+        """A round's draws, in the order every opening makes them; ``(K,)`` bool: who is reachable.
 
-        Its first ``k`` ids, sorted, are ``k`` candidates drawn uniformly without replacement. The
-        draw fills a caller's buffer, so many federations' draws fill the rows of one array.
+        Device behaviour's availability and links, then the shuffle of ``order`` (``arange(K)``)
+        with :attr:`sampler`, whose first ``k`` reachable ids, sorted, are ``k`` candidates drawn
+        uniformly without replacement, then the ``(3, K)`` standard normals of the round's device
+        load into ``normals``. None skips a draw the opening does not make (no count of candidates;
+        a given load). The draws fill callers' buffers, so many federations' draws fill the rows of
+        one array (a family's vector clock, which counts each opening with :meth:`begin_round`).
         """
-        self.sampler.shuffle(order)
-
-    def draw_load(self, out: np.ndarray) -> None:
-        """Fill ``out`` with the ``(3, K)`` standard normals of a round's device load (its second draw)."""
-        self.rng.standard_normal(out=out)
+        available = self._next_availability()
+        self._next_link()
+        if order is not None:
+            self.sampler.shuffle(order)
+        if normals is not None:
+            self.rng.standard_normal(out=normals)
+        return available
 
     def train_round(self, opened: OpenedRound, plan: RoundPlan) -> TrainedRound:
         """Phase 2: time and train the clients ``plan`` selects (a subset of the candidates)."""

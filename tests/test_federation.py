@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fl_gym import (
+    BehaviourConfig,
     ClockConfig,
     Federation,
     FederationConfig,
@@ -526,6 +527,29 @@ def test_open_round_refuses_client_ids_for_a_mask_and_a_bool_for_a_count(tiny_co
     with pytest.raises(ValueError, match=rf"^candidates has shape .* {allowed} client$"):
         fed.open_round(candidates)
     assert fed.open_round(np.array([1, 0, 1, 1])).candidates.tolist() == [True, False, True, True]
+
+
+@pytest.mark.parametrize("refused", [5, np.zeros(4, bool), np.array([0, 2, 3, 1]), "load"])
+def test_a_refused_opening_leaves_every_stream_where_it_was(tiny_config, refused):
+    """Device behaviour's availability and links were drawn before the candidates were checked."""
+    behaviour = BehaviourConfig(availability=0.5, availability_persistence=0.5, link_sigma=0.5)
+    config = tiny_config.replace(train=False, behaviour=behaviour)
+    twins = [Federation(config, scenario_seed=0) for _ in range(2)]
+    for fed in twins:
+        fed.reset(seed=3, sampler=np.random.default_rng(7))
+    with pytest.raises(ValueError, match=r"^(candidates|load)"):
+        if isinstance(refused, str):
+            twins[0].open_round(2, load=RoundLoad.still(3))
+        else:
+            twins[0].open_round(refused)
+    for _ in range(3):  # the behaviour chains' next steps, the candidates' and the load's draws: the twin's
+        opened, twin = (fed.open_round(2) for fed in twins)
+        np.testing.assert_array_equal(opened.candidates, twin.candidates)
+        np.testing.assert_array_equal(opened.load.drift, twin.load.drift)
+        plan = RoundPlan.make(4, lr=0.1, selected=opened.candidates)
+        times = [fed.finish_round(fed.train_round(o, plan)).download_time
+                 for fed, o in zip(twins, (opened, twin), strict=True)]
+        np.testing.assert_array_equal(*times)
 
 
 RAGGED = [1, [0], 1, 1]

@@ -8,8 +8,8 @@ stand-alone env's step is its one row (``FLEnv.step``); the env's round through 
 phases (``FLEnv.play``) is what the tests hold both to. The rules are written once, over rows of
 copies, and the phases apply them to one row: the env's ``decide``, ``features``,
 ``timing_terms`` and ``timing_info``, its :class:`~fl_gym.envs.hetero.env.ClientRecords`, the
-federation's :class:`~fl_gym.clock.Clock` and its draws (``Federation.draw_candidates``,
-``draw_load``, from each copy's own generators in its own order), so copy ``i`` plays exactly,
+federation's :class:`~fl_gym.clock.Clock` and its draws (``Federation.draw_round``, from each
+copy's own generators in the order every opening draws them), so copy ``i`` plays exactly,
 bit for bit, the episode an env seeded alike plays through the phases.
 What stays here is the gathering of the copies' rows and the hand-back. Afterwards each env
 holds the state its own ``step`` would have left (rounds, clock, client records, the next pending
@@ -215,19 +215,17 @@ class HeteroClock:
     def _prepare(self) -> None:
         """Open every copy's next round (``Federation.open_round`` + ``_HeteroEnv._prepare``)."""
         fed = self.feds[0]
-        # each copy's draws from its own streams, in the order Federation.open_round draws them
+        # each copy's draws from its own streams (Federation.draw_round: open_round's own)
         n, width = len(self.envs), self.num_clients
         order = np.tile(np.arange(width), (n, 1))
         z = np.empty((n, 3, width)) if (self.counts == width).all() else np.zeros((n, 3, width))
         for f, ids, normals, k in zip(self.feds, order, z, self.counts.tolist(), strict=True):
             f.begin_round()
             if k == width:
-                f.draw_candidates(ids)
-                f.draw_load(normals)
+                f.draw_round(ids, normals)
             else:  # a padded row: the copy's K clients first (its draws need whole buffers)
-                f.draw_candidates(ids[:k])
                 drawn = np.empty((3, k))
-                f.draw_load(drawn)
+                f.draw_round(ids[:k], drawn)
                 normals[:, :k] = drawn
         self.slots = np.sort(order[:, : self.k], axis=1)
         z = z.transpose(1, 0, 2)
