@@ -589,8 +589,8 @@ class Federation:
         count, asked = self._requested(candidates)  # checked before any draw, as a given load is
         if load is not None:
             self._check_load(load)
-        order, z = np.arange(k_all) if count else None, np.empty((3, k_all)) if load is None else None
-        available = self.draw_round(order, z)
+        order, z = np.arange(k_all), np.empty((3, k_all))
+        available = self.draw_round(order if count else None, z if load is None else None)
         if count:
             mask = np.zeros(k_all, bool)
             mask[np.sort(first_available(order, available, count))] = True
