@@ -24,7 +24,7 @@ from fl_gym.atomic import write_text
 from fl_gym.baselines.rates import FedEntPolicy
 from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, split_list, writable
 from fl_gym.training.compare import markdown_table
-from fl_gym.training.runs import require_unseen
+from fl_gym.training.runs import RunConfig, require_unseen
 from fl_gym.training.sections import agent, agent_run, section
 from fl_gym.training.trace import decision_trace
 from fl_gym.validation import is_int_at_least, require, require_fraction
@@ -61,6 +61,9 @@ AGENT_POLICIES = {"FLLearningRate-v0": ["fedavg", "fedavg[lr=0.1]", "fedavg[lr=0
                   "FLAggregate-v0": ["fedavg", "uniform", "fedadp", "fedcos"]}
 TRACE = {"FLLearningRate-v0": ("rates/lrs", "learning rate", ["fedavg", "fedent", "decay"]),
          "FLAggregate-v0": ("aggregate/weights", "aggregation weight", ["fedavg", "fedadp", "fedcos"])}
+# each family's env id, its sections and the fixed policies they compare
+FAMILIES = {"rates": ("FLLearningRate-v0", RATES, RATE_POLICIES),
+            "aggregate": ("FLAggregate-v0", WEIGHTS, WEIGHT_POLICIES)}
 
 
 def parser(family: str) -> argparse.ArgumentParser:
@@ -80,9 +83,29 @@ def parser(family: str) -> argparse.ArgumentParser:
     return p
 
 
-def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], argv: list[str]) -> int:
+@dataclass(frozen=True)
+class Reproduction:
+    """What ``fl-gym reproduce rates|aggregate ARGV`` runs, every flag checked (:func:`checked_config`).
+
+    ``out`` as given (written by the command only once every flag is checked); ``agent``: the PPO
+    run's config and folder (None without ``--agent-steps``).
+    """
+
+    out: str
+    env_kwargs: dict[str, Any]
+    seeds: tuple[int, ...]
+    agent_seeds: tuple[int, ...]
+    sections: list[str]
+    paper_scale: bool
+    target: float | None
+    agent: tuple[RunConfig, Path] | None
+
+
+def checked_config(family: str, argv: list[str]) -> Reproduction:
+    """The run ``fl-gym reproduce FAMILY ARGV`` asks for, every flag checked before anything is written."""
+    env_id, sections, _ = FAMILIES[family]
     args = parser(family).parse_args(argv)
-    out, base = writable(args.out, "--out"), parse_kv(args.env_kwargs, "--env-kwargs")
+    base = parse_kv(args.env_kwargs, "--env-kwargs")
     seeds = parse_seed_list(args.seeds, "--seeds")
     agent_seeds = parse_seed_list(args.agent_seeds, "--agent-seeds")
     require(is_int_at_least(args.agent_steps, 0), "--agent-steps", args.agent_steps,
@@ -94,25 +117,32 @@ def _reproduce(family: str, env_id: str, sections: dict, policies: list[str], ar
     chosen = split_list(args.sections) or list(sections)
     unknown = [n for n in chosen if n not in sections]
     require(not unknown, "--sections", unknown, ", ".join(sections))
-    plan = agent_run(out, env_id, args.agent_steps, {}) if args.agent_steps > 0 else None
+    plan = agent_run(Path(args.out), env_id, args.agent_steps, {}) if args.agent_steps > 0 else None
     require_unseen("--agent-seeds", agent_seeds, [plan] if plan else [])
+    return Reproduction(args.out, base, seeds, agent_seeds, chosen, args.paper_scale, args.target, plan)
+
+
+def _reproduce(family: str, argv: list[str]) -> int:
+    cfg = checked_config(family, argv)
+    env_id, sections, policies = FAMILIES[family]
+    out, base, seeds = writable(cfg.out, "--out"), cfg.env_kwargs, cfg.seeds
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables: dict[str, dict[str, Any]] = {}
     logs = {}
-    for name in chosen:
+    for name in cfg.sections:
         sec = sections[name]
-        kwargs = {**sec.kwargs, **({} if args.paper_scale else sec.reduced), **base}
-        target = sec.target if args.paper_scale or sec.reduced_target is None else sec.reduced_target
-        target = args.target if args.target is not None else target
+        kwargs = {**sec.kwargs, **({} if cfg.paper_scale else sec.reduced), **base}
+        target = sec.target if cfg.paper_scale or sec.reduced_target is None else sec.reduced_target
+        target = cfg.target if cfg.target is not None else target
         tables[name] = section(out, name, env_id, policies, seeds, kwargs, say, target)
         if env_id == "FLLearningRate-v0":
             logs[name] = fedent_log(kwargs, seeds[0], out / name / "fedent-log.md")
-    if plan is not None:
-        folder = agent(plan, say)
+    if cfg.agent is not None:
+        folder = agent(cfg.agent, say)
         tables["ppo-small"] = section(out, "ppo-small", env_id, [*AGENT_POLICIES[env_id], f"ppo:{folder}"],
-                                      agent_seeds, {}, say)
+                                      cfg.agent_seeds, {}, say)
         key, label, fixed = TRACE[env_id]
-        decision_trace(env_id, [*fixed, f"ppo:{folder}"], agent_seeds[0], key,
+        decision_trace(env_id, [*fixed, f"ppo:{folder}"], cfg.agent_seeds[0], key,
                        out / "ppo-small" / "decisions.png", label)
     text = "\n".join(f"## {name}\n\n{markdown_table(r)}" for name, r in tables.items())
     text += "".join(f"\n## FedEnt's closed form, {name}, seed {seeds[0]}\n\n{log}"
@@ -153,9 +183,9 @@ def fedent_log(env_kwargs: dict[str, Any], seed: int, path: Path) -> str:
 
 def reproduce_rates(argv: list[str]) -> int:
     """``fl-gym reproduce rates``: FedEnt against FedAvg (three rates), FedAdam, FedProx, FedDyn, decay."""
-    return _reproduce("rates", "FLLearningRate-v0", RATES, RATE_POLICIES, argv)
+    return _reproduce("rates", argv)
 
 
 def reproduce_weights(argv: list[str]) -> int:
     """``fl-gym reproduce aggregate``: FedAdp and FedCos against FedAvg on the paper's node mixes."""
-    return _reproduce("aggregate", "FLAggregate-v0", WEIGHTS, WEIGHT_POLICIES, argv)
+    return _reproduce("aggregate", argv)

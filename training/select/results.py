@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fl_gym.atomic import write_text
 from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, writable
 from fl_gym.training.compare import markdown_table
-from fl_gym.training.runs import require_unseen
+from fl_gym.training.runs import RunConfig, require_unseen
 from fl_gym.training.sections import agent, agent_run, section
 from fl_gym.validation import is_int_at_least, require, require_fraction
 
@@ -55,22 +57,44 @@ def _agent_kwargs(env_id: str, base: dict[str, Any]) -> dict[str, Any]:
     return {**base, **(SERVER if env_id == "FLSelectQueue-v0" else {})}
 
 
-def reproduce(argv: list[str]) -> int:
-    """``fl-gym reproduce select [ARGS]``: run the sections, write and print ``report.md``."""
+@dataclass(frozen=True)
+class Reproduction:
+    """What ``fl-gym reproduce select ARGV`` runs, every flag checked (:func:`checked_config`).
+
+    ``out`` as given (written by the command only once every flag is checked); ``agents``: each
+    env id's PPO run, its config and folder (none without ``--agent-steps``).
+    """
+
+    out: str
+    env_kwargs: dict[str, Any]
+    seeds: tuple[int, ...]
+    target: float
+    agents: dict[str, tuple[RunConfig, Path]]
+
+
+def checked_config(argv: list[str]) -> Reproduction:
+    """The run ``fl-gym reproduce select ARGV`` asks for, every flag checked before anything is written."""
     args = parser().parse_args(argv)
-    out, seeds = writable(args.out, "--out"), parse_seed_list(args.seeds, "--seeds")
-    base = parse_kv(args.env_kwargs, "--env-kwargs")
+    seeds, base = parse_seed_list(args.seeds, "--seeds"), parse_kv(args.env_kwargs, "--env-kwargs")
     require(is_int_at_least(args.agent_steps, 0), "--agent-steps", args.agent_steps,
             "an integer >= 0 (0: no agents)")
     require_fraction("--target", args.target)
-    agents = {env_id: agent_run(out, env_id, args.agent_steps, _agent_kwargs(env_id, base), _algo(env_id))
+    agents = {env_id: agent_run(Path(args.out), env_id, args.agent_steps, _agent_kwargs(env_id, base),
+                                _algo(env_id))
               for env_id in AGENT_POLICIES} if args.agent_steps > 0 else {}
     require_unseen("--seeds", seeds, agents.values())
+    return Reproduction(args.out, base, seeds, args.target, agents)
+
+
+def reproduce(argv: list[str]) -> int:
+    """``fl-gym reproduce select [ARGS]``: run the sections, write and print ``report.md``."""
+    cfg = checked_config(argv)
+    out, seeds, base, agents = writable(cfg.out, "--out"), cfg.seeds, cfg.env_kwargs, cfg.agents
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables = {}
 
     def run(name: str, env_id: str, policies: list[str], kwargs: dict[str, Any] = base) -> dict[str, Any]:
-        return section(out, name, env_id, policies, seeds, kwargs, say, args.target)
+        return section(out, name, env_id, policies, seeds, kwargs, say, cfg.target)
 
     tables["fedentropy"] = run("fedentropy", "FLSelect-v0", ["fedentropy", "fedavg", "fedentropy-nopools"])
     rate = tables["fedentropy"]["summary"]["fedentropy"]["select/kept_share"][0]
