@@ -371,6 +371,7 @@ class FLEnv(gym.Env[np.ndarray, np.ndarray]):
         require(not options, "options", options,
                 "None or {} (no reset options: the scenario is set by the env's "
                 "arguments, e.g. scenario_seed or randomize_scenario)")
+        require(seed is None or is_int_at_least(seed, 0), "seed", seed, "None or an integer >= 0")
         super().reset(seed=plain(seed))  # gymnasium's takes no numpy integer, which our checks allow
         if self.config.scenario.randomize_scenario:
             self._draw_scenario(int(self.np_random.integers(2**63 - 1)))

@@ -93,6 +93,16 @@ def test_reset_options_are_refused_not_ignored(env_id):
         env.reset(seed=0, options={"scenario_seed": 3})
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "0"])
+def test_a_bad_reset_seed_is_refused_by_name(seed):
+    """Gymnasium's own error for -1 or 1.5 was no ValueError and named no parameter; True seeded as 1."""
+    env = gym.make("FLSelect-v0")
+    message = rf"^seed={re.escape(repr(seed))} is out of range; allowed: None or an integer >= 0$"
+    with pytest.raises(ValueError, match=message):
+        env.reset(seed=seed)
+    assert env.reset(seed=np.int64(3))[1] == {"round": 0}
+
+
 @pytest.mark.parametrize("env_id", IDS)
 def test_unknown_kwargs_are_rejected_naming_the_allowed_ones(env_id):
     allowed = "argument 'rounds_per_episdoe' is not accepted; allowed: .*rounds_per_episode,"
