@@ -659,22 +659,18 @@ class Federation:
                     f"(RoundLoad.still({k}): every factor 1)")
 
     def _next_availability(self) -> np.ndarray:
-        """``(K,)`` bool: who is reachable this round (the availability chain's next step; all while off)."""
-        behaviour = self.config.behaviour
-        if not behaviour.intermittent:
-            return self._everyone
+        """``(K,)`` bool: which intermittent clients are reachable this round (the trace or the chain)."""
         if self._online is not None:
             return self._online.online(self._trace_start + self.elapsed)
         self._available = next_availability(self._available, self._behaviour_rng.random(self.num_clients),
-                                            behaviour)
+                                            self.config.behaviour)
         return self._available
 
     def _next_link(self) -> None:
-        """Step the links' bandwidth factors (:func:`~fl_gym.behaviour.next_link`; 1 while static)."""
-        behaviour = self.config.behaviour
-        if behaviour.link_sigma > 0:
-            z = self._behaviour_rng.standard_normal(self.num_clients)
-            self._link = next_link(self._link if self.round else None, z, behaviour)  # round 1: stationary
+        """Step the links' bandwidth factors, of links that vary (:func:`~fl_gym.behaviour.next_link`)."""
+        z = self._behaviour_rng.standard_normal(self.num_clients)
+        last = self._link if self.round else None  # round 1: the stationary draw
+        self._link = next_link(last, z, self.config.behaviour)
 
     def expected_times(self, opened: OpenedRound, epochs: float, model: int = 0) -> np.ndarray:
         """``(K,)`` what the server expects each client's round to take under ``opened``'s load.
@@ -701,8 +697,10 @@ class Federation:
         a given load). The draws fill callers' buffers, so many federations' draws fill the rows of
         one array (a family's vector clock, which counts each opening with :meth:`begin_round`).
         """
-        available = self._next_availability()
-        self._next_link()
+        behaviour = self.config.behaviour  # while off, all are reachable and the links static (no draw)
+        available = self._next_availability() if behaviour.intermittent else self._everyone
+        if behaviour.link_sigma > 0:
+            self._next_link()
         if order is not None:
             self.sampler.shuffle(order)
         if normals is not None:
