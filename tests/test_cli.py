@@ -896,6 +896,8 @@ def test_reproduce_sections_and_target_are_chosen_and_a_preset_is_refused(tmp_pa
     assert code == 2 and "--env-kwargs preset='small' is out of range" in err
     code, _, err = run_cli(["reproduce", family, "--out", tmp_path, "--sections", "nosuch"], capsys)
     assert code == 2 and "--sections=['nosuch']" in err
+    code, _, err = run_cli(["reproduce", family, "--out", tmp_path, "--target", 2], capsys)  # not "None or"
+    assert code == 2 and err == "fl-gym: error: --target=2.0 is out of range; allowed: a float in (0, 1]\n"
 
 
 def test_rounds_to_target_by_hand():

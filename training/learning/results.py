@@ -113,7 +113,8 @@ def checked_config(family: str, argv: list[str]) -> Reproduction:
     require("preset" not in base, "--env-kwargs preset", base.get("preset"),
             f"none: each section sets its own "
             f"preset; pick sections with --sections ({', '.join(sections)})")
-    require_fraction("--target", args.target, optional=True)
+    if args.target is not None:  # its default: each section's own
+        require_fraction("--target", args.target)
     chosen = split_list(args.sections) or list(sections)
     unknown = [n for n in chosen if n not in sections]
     require(not unknown, "--sections", unknown, ", ".join(sections))
