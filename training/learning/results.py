@@ -62,7 +62,7 @@ AGENT_POLICIES = {"FLLearningRate-v0": ["fedavg", "fedavg[lr=0.1]", "fedavg[lr=0
 TRACE = {"FLLearningRate-v0": ("rates/lrs", "learning rate", ["fedavg", "fedent", "decay"]),
          "FLAggregate-v0": ("aggregate/weights", "aggregation weight", ["fedavg", "fedadp", "fedcos"])}
 # each family's env id, its sections and the fixed policies they compare
-FAMILIES = {"rates": ("FLLearningRate-v0", RATES, RATE_POLICIES),
+COMPARISONS = {"rates": ("FLLearningRate-v0", RATES, RATE_POLICIES),
             "aggregate": ("FLAggregate-v0", WEIGHTS, WEIGHT_POLICIES)}
 
 
@@ -103,7 +103,7 @@ class Reproduction:
 
 def checked_config(family: str, argv: list[str]) -> Reproduction:
     """The run ``fl-gym reproduce FAMILY ARGV`` asks for, every flag checked before anything is written."""
-    env_id, sections, _ = FAMILIES[family]
+    env_id, sections, _ = COMPARISONS[family]
     args = parser(family).parse_args(argv)
     base = parse_kv(args.env_kwargs, "--env-kwargs")
     seeds = parse_seed_list(args.seeds, "--seeds")
@@ -125,7 +125,7 @@ def checked_config(family: str, argv: list[str]) -> Reproduction:
 
 def _reproduce(family: str, argv: list[str]) -> int:
     cfg = checked_config(family, argv)
-    env_id, sections, policies = FAMILIES[family]
+    env_id, sections, policies = COMPARISONS[family]
     out, base, seeds = writable(cfg.out, "--out"), cfg.env_kwargs, cfg.seeds
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables: dict[str, dict[str, Any]] = {}
