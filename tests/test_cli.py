@@ -900,6 +900,13 @@ def test_reproduce_sections_and_target_are_chosen_and_a_preset_is_refused(tmp_pa
     assert code == 2 and err == "fl-gym: error: --target=2.0 is out of range; allowed: a float in (0, 1]\n"
 
 
+def test_compare_refuses_a_bad_target_in_the_flags_words_before_making_its_folder(tmp_path, capsys):
+    args = ["compare", "FLAggregate-v0", "--policies", "fedavg", "--seeds", "0", "--target", 0]
+    code, _, err = run_cli([*args, "--runs-dir", tmp_path], capsys)
+    assert code == 2 and err == "fl-gym: error: --target=0.0 is out of range; allowed: a float in (0, 1]\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_rounds_to_target_by_hand():
     from fl_gym.training.compare import _to_target
     from fl_gym.training.evaluation import Episode

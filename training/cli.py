@@ -43,6 +43,7 @@ from fl_gym.validation import (
     require_copies,
     require_device,
     require_epochs,
+    require_fraction,
     require_int_in,
     require_rate,
     require_rounds,
@@ -338,6 +339,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _threads(args.threads)
     specs = split_policies(args.policies)
     require(bool(specs), "--policies", args.policies, "one or more policies, comma-separated")
+    if args.target is not None:  # (compare() takes None for none, which the flag's default is)
+        require_fraction("--target", args.target)
     out = output_folder(args, "compare")
     seeds = parse_seed_list(args.seeds, "--seeds")
     try:
