@@ -339,7 +339,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _threads(args.threads)
     specs = split_policies(args.policies)
     require(bool(specs), "--policies", args.policies, "one or more policies, comma-separated")
-    if args.target is not None:  # (compare() takes None for none, which the flag's default is)
+    if args.target is not None:  # None, the default: no target
         require_fraction("--target", args.target)
     out = output_folder(args, "compare")
     seeds = parse_seed_list(args.seeds, "--seeds")
