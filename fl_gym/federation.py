@@ -589,9 +589,9 @@ class Federation:
         count, asked = self._requested(candidates)  # checked before any draw, as a given load is
         if load is not None:
             self._check_load(load)
-        order, z = np.arange(k_all), np.empty((3, k_all))
-        available = self.draw_round(order if count else None, z if load is None else None)
-        if count:
+        order, z = np.arange(k_all) if count else None, np.empty((3, k_all))
+        available = self.draw_round(order, z if load is None else None)
+        if order is not None:
             mask = np.zeros(k_all, bool)
             mask[np.sort(first_available(order, available, count))] = True
         else:
