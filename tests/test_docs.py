@@ -90,10 +90,18 @@ def quiet() -> Iterator[None]:
         yield
 
 
+# each family's reproduce command: the parser of its own arguments, and its pre-flight (the run it asks
+# for, every flag checked, nothing written)
+REPRODUCTIONS = {"hetero": (hetero_parser, checked_hetero), "select": (select_parser, checked_select),
+                 **{family: (functools.partial(learning_parser, family),
+                             functools.partial(checked_learning, family))
+                    for family in ("rates", "aggregate")}}
+
+
 def family_parser(family: str) -> argparse.ArgumentParser:
     """The parser of ``fl-gym reproduce FAMILY``'s own arguments; a family without one fails the test."""
     assert family in REPRODUCIBLE or family.isupper(), f"reproduce {family}: allowed {REPRODUCIBLE} (or NAME)"
-    return {"hetero": hetero_parser, "select": select_parser}.get(family, lambda: learning_parser(family))()
+    return REPRODUCTIONS[family][0]() if family in REPRODUCTIONS else learning_parser(family)  # NAME: any
 
 
 def test_the_docs_show_commands_and_python():
@@ -223,12 +231,6 @@ def test_every_bench_command_the_docs_show_names_its_sections_and_scenarios(page
     assert {i for i in ids if not i.isupper()} <= set(gym.registry), f"{page}: {ids}"  # but ID, YOUR-ID
 
 
-# each family's pre-flight: the run its reproduce command asks for, every flag checked, nothing written
-CHECKED = {"hetero": checked_hetero, "select": checked_select,
-           "rates": functools.partial(checked_learning, "rates"),
-           "aggregate": functools.partial(checked_learning, "aggregate")}
-
-
 def reproductions() -> list[tuple[str, str]]:
     """``(page, command)`` of every documented ``reproduce`` run whose checks read no data folder.
 
@@ -244,13 +246,13 @@ def reproductions() -> list[tuple[str, str]]:
 def test_every_reproduction_the_docs_show_passes_its_checks(page, command):
     """All its flags, as the command checks them before the first section or agent runs (hours)."""
     family, *argv = shlex.split(command)[2:]
-    assert family in CHECKED, f"{page}: {command}: no checks here for {family} ({', '.join(CHECKED)})"
+    assert family in REPRODUCTIONS, f"{page}: {command}: no checks here ({', '.join(REPRODUCTIONS)})"
     with quiet():
-        CHECKED[family](argv)
+        REPRODUCTIONS[family][1](argv)
 
 
-def test_every_family_that_reproduces_has_its_checks_here():
-    assert sorted(CHECKED) == REPRODUCIBLE
+def test_every_family_that_reproduces_has_its_parser_and_checks_here():
+    assert sorted(REPRODUCTIONS) == REPRODUCIBLE
 
 
 def imports() -> list[tuple[str, str, tuple[str, ...]]]:
