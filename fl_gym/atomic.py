@@ -62,13 +62,17 @@ def require_writable(folder: str | Path, name: str) -> Path:
 def write_via(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Atomically create ``path`` with a writer that takes a path (``model.save``, ``fig.savefig``).
 
-    The temporary file keeps ``path``'s suffix, since such writers pick the format from it.
+    The temporary file keeps ``path``'s suffix, since such writers pick the format from it. It
+    reaches the disk before the rename, as :func:`write_text`'s does: renamed first, a crash of
+    the machine could leave a checkpoint empty under its final name.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     try:
         write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)

@@ -71,3 +71,13 @@ def test_a_full_disk_is_one_line_on_the_command_line(tmp_path, monkeypatch, caps
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith(f"fl-gym: error: {tmp_path / 'episodes'}/")  # the first file it writes
     assert "could not be written (No space left on device)" in err
+
+
+def test_a_writers_file_reaches_the_disk_before_it_takes_its_name(tmp_path, monkeypatch):
+    """A checkpoint renamed before its data is on disk could be empty after the machine crashed."""
+    calls = []
+    fsync, replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append("replace"), replace(a, b))[1])
+    path = write_via(tmp_path / "m.zip", lambda tmp: tmp.write_bytes(b"model"))
+    assert calls == ["fsync", "replace"] and path.read_bytes() == b"model"
