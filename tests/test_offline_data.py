@@ -7,6 +7,7 @@ import hashlib
 import pickle
 import struct
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -65,3 +66,26 @@ def test_prepare_into_a_folder_it_cannot_write_is_one_line_before_any_fetch(tmp_
     assert main(["data", "prepare", str(taken)]) == 2  # was NotADirectoryError's traceback
     err = capsys.readouterr().err
     assert f"root='{taken}' cannot be written" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_prepare_cut_short_while_writing_leaves_no_file_that_reads_as_ready(tmp_path, monkeypatch):
+    """``ready`` reads the files' presence: one cut short under its own name was never written again."""
+    files = {name: bytes([i]) * 64 for i, name in enumerate(offline.MD5["MNIST"])}
+    md5 = {"MNIST": {f: hashlib.md5(b).hexdigest() for f, b in files.items()}}
+    last, write = list(files)[-1], Path.write_bytes
+
+    def cut(path, data):
+        if last in path.name:  # Ctrl-C halfway through the last file
+            write(path, data[:10])
+            raise KeyboardInterrupt
+        return write(path, data)
+
+    monkeypatch.setattr(Path, "write_bytes", cut)
+    with pytest.raises(KeyboardInterrupt):
+        offline.write_checked(tmp_path, "MNIST", files, md5)
+    raw = tmp_path / "MNIST" / "raw"
+    assert not offline.ready(tmp_path, "MNIST")
+    assert sorted(p.name for p in raw.iterdir()) == sorted(f for f in files if f != last)  # no partial file
+    monkeypatch.undo()
+    offline.write_checked(tmp_path, "MNIST", files, md5)  # prepared again: whole
+    assert offline.ready(tmp_path, "MNIST") and (raw / last).read_bytes() == files[last]

