@@ -22,6 +22,7 @@ import re
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -249,6 +250,35 @@ def test_every_reproduction_the_docs_show_passes_its_checks(page, command):
     assert family in REPRODUCTIONS, f"{page}: {command}: no checks here ({', '.join(REPRODUCTIONS)})"
     with quiet():
         REPRODUCTIONS[family][1](argv)
+
+
+def cited_reproductions() -> list[tuple[str, str]]:
+    """``(command, page)`` of each ``reproduce`` command of the README whose line names the page whose
+    numbers it gives (``# the numbers of docs/PAGE.md``)."""
+    found = []
+    for page, body in blocks_of(SHELL):
+        for line in body.splitlines() if page == "README.md" else ():
+            cited = re.search(r"#.*the numbers of (docs/\S+\.md)", line)
+            for part in line.split(" #")[0].split(";") if cited else ():
+                if "fl-gym reproduce " in part:
+                    found.append((part.strip(), cited.group(1)))
+    return found
+
+
+def settings(command: str) -> dict[str, Any]:
+    """What a ``reproduce`` command runs, as its parser reads it: every flag but where it writes (--out)."""
+    family, *argv = shlex.split(command)[2:]
+    with quiet():
+        args = vars(REPRODUCTIONS[family][0]().parse_args(argv))
+    return {"family": family, **{name: value for name, value in args.items() if name != "out"}}
+
+
+@pytest.mark.parametrize("command,page", cited_reproductions())
+def test_a_reproduction_the_readme_lists_runs_what_its_page_ran(command, page):
+    """The README listed ``reproduce hetero --dataset mnist`` for docs/hapfl.md, whose numbers come
+    from five rounds of one epoch: as listed, it ran a day's budget and gave other numbers."""
+    shown = [c for p, c, whole in commands() if p == page and whole and c.startswith("fl-gym reproduce ")]
+    assert settings(command) in [settings(c) for c in shown], f"README: {command}; {page} shows {shown}"
 
 
 def test_every_family_that_reproduces_has_its_parser_and_checks_here():
