@@ -269,7 +269,7 @@ def settings(command: str) -> dict[str, Any]:
     """What a ``reproduce`` command runs, as its parser reads it: every flag but where it writes (--out)."""
     family, *argv = shlex.split(command)[2:]
     with quiet():
-        args = vars(REPRODUCTIONS[family][0]().parse_args(argv))
+        args = vars(family_parser(family).parse_args(argv))
     return {"family": family, **{name: value for name, value in args.items() if name != "out"}}
 
 

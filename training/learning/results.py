@@ -63,7 +63,7 @@ TRACE = {"FLLearningRate-v0": ("rates/lrs", "learning rate", ["fedavg", "fedent"
          "FLAggregate-v0": ("aggregate/weights", "aggregation weight", ["fedavg", "fedadp", "fedcos"])}
 # each family's env id, its sections and the fixed policies they compare
 COMPARISONS = {"rates": ("FLLearningRate-v0", RATES, RATE_POLICIES),
-            "aggregate": ("FLAggregate-v0", WEIGHTS, WEIGHT_POLICIES)}
+               "aggregate": ("FLAggregate-v0", WEIGHTS, WEIGHT_POLICIES)}
 
 
 def parser(family: str) -> argparse.ArgumentParser:
