@@ -22,7 +22,7 @@ from stable_baselines3 import PPO
 from fl_gym.agents.ppo import make_env
 from fl_gym.training import runs
 from fl_gym.training.cli import main, parse_kv
-from fl_gym.validation import MAX_COPIES, MAX_SEED
+from fl_gym.validation import MAX_COPIES, MAX_SEED, UserError
 
 TINY = ["--hyperparams", "n_steps=16", "batch_size=16", "n_epochs=1", "--no-progress"]
 
@@ -789,6 +789,58 @@ def test_reproduce_refuses_agent_evaluation_seeds_the_agents_train_on_before_any
     code, _, err = run_cli(["reproduce", *args, "--agent-steps", 64, "--out", tmp_path], capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []  # no section ran, no agent folder was made
+
+
+def test_a_resumable_folder_keeps_the_settings_of_its_results(tmp_path):
+    from fl_gym.training.sections import claim
+
+    kwargs = {"dataset": "digits"}
+    claim(tmp_path, {"--seeds": (0, 1), "--env-kwargs": kwargs, "--target": None})
+    recorded = (tmp_path / "settings.json").read_text()
+    claim(tmp_path, {"--seeds": [0, 1], "--env-kwargs": kwargs, "--target": None})  # a tuple as read back
+    assert (tmp_path / "settings.json").read_text() == recorded
+    with pytest.raises(UserError) as err:
+        claim(tmp_path, {"--seeds": (0,), "--env-kwargs": kwargs, "--target": 0.9})
+    assert str(err.value) == (f"--out={str(tmp_path)!r} holds results of other settings (--seeds=[0, 1] "
+                              "there, [0] here; --target=None there, 0.9 here); allowed: the settings "
+                              "recorded in its settings.json (to resume it), or another --out")
+    assert (tmp_path / "settings.json").read_text() == recorded  # the refused run changed nothing
+
+
+@pytest.mark.parametrize("family,first,second,message", [
+    ("select", ["--seeds", "0"], [], "--seeds=[0] there, [10000, 10001, 10002] here"),
+    ("select", [], ["--env-kwargs", "dataset=synthetic"],
+     "--env-kwargs={} there, {'dataset': 'synthetic'} here"),
+    ("rates", ["--agent-steps", "64"], [], "--agent-steps=64 there, 0 here"),
+    ("aggregate", [], ["--paper-scale"], "--paper-scale=False there, True here"),
+    ("hetero", [], ["--acc-rounds", "5"], "--acc-rounds=20 there, 5 here"),
+    ("hetero", [], ["--dataset", "synthetic"], "--dataset='digits' there, 'synthetic' here"),
+])
+def test_reproduce_refuses_a_folder_that_holds_results_of_other_settings(family, first, second, message,
+                                                                         tmp_path, capsys):
+    """A rerun read the folder's finished sections back: seeds 10000-10002 reported seed 0's table."""
+    from fl_gym.training.hetero import results as hetero
+    from fl_gym.training.learning import results as learning
+    from fl_gym.training.sections import claim
+    from fl_gym.training.select import results as select
+
+    checked = {"select": select.checked_config, "hetero": hetero.checked_config,
+               "rates": lambda argv: learning.checked_config("rates", argv),
+               "aggregate": lambda argv: learning.checked_config("aggregate", argv)}[family]
+    claim(tmp_path, checked([*first, "--out", str(tmp_path)]).settings())  # what the first run recorded
+    code, _, err = run_cli(["reproduce", family, *second, "--out", tmp_path], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]  # nothing ran
+
+
+def test_demo_refuses_a_folder_whose_agents_trained_other_steps(tmp_path, capsys):
+    """A rerun with --steps 80000 reused the 40,000-step agents and printed them as 80,000-step ones."""
+    from fl_gym.training.sections import claim
+
+    claim(tmp_path, {"--steps": 40000})
+    code, _, err = run_cli(["demo", "--out", tmp_path, "--steps", 80000], capsys)
+    assert code == 2 and "--steps=40000 there, 80000 here" in err and len(err.strip().splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]
 
 
 def test_reproduce_counts_the_session_that_will_resume_an_agent(tmp_path, capsys):

@@ -829,13 +829,15 @@ def _demo_parser(sub: Any) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job: each family's demo section (a short agent training and a comparison)."""
     from fl_gym.envs.registry import FAMILIES, resolve
+    from fl_gym.training.sections import claim
 
     _threads(args.threads)
     # the demo is a short job: far more asks for hours of training or a list of episodes that fills memory
     require_int_in("--steps", args.steps, 1, 10_000_000)
     require_int_in("--episodes", args.episodes, 1, 1_000)
     require_rounds("--accuracy-rounds", args.accuracy_rounds)
-    writable(args.out, "--out")  # '' refused, not read as the working folder
+    # '' refused, not read as the working folder; a rerun reuses the agents, so they must be of --steps
+    claim(writable(args.out, "--out"), {"--steps": args.steps})
     for family in (f for f in FAMILIES.values() if f.demo):
         print(f"== {family.name}: {family.paper}")
         resolve(family.demo)(writable(Path(args.out) / family.name, "--out"), args.steps, args.episodes,

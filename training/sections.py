@@ -3,20 +3,47 @@
 A section's folder holds its tables and plots; a finished one (its ``results.json`` exists) is
 read back instead of rerun, so an interrupted reproduction resumes where it stopped; with a
 warning where other code computed it (an upgrade since), whose numbers may differ from this code's.
+The output folder records the settings its results depend on (:func:`claim`), so a run under
+other settings never reads them back as its own.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fl_gym.atomic import read_json
+from fl_gym.atomic import read_json, write_json
 from fl_gym.training import runs
 from fl_gym.training.compare import compare
 from fl_gym.training.provenance import warn_if_other_code
+from fl_gym.validation import UserError
 
 Say = Callable[[str], None]
+SETTINGS = "settings.json"
+
+
+def claim(out: Path, settings: dict[str, Any]) -> None:
+    """Record in ``out/settings.json`` the flags a resumable command's results depend on, or refuse ``out``.
+
+    A rerun reads back the sections, caches and agents its folder holds. Under other settings it
+    would report them as its own: a table of one seed under a title of three, a 500-step agent as
+    a 40,000-step one. ``settings`` maps each such flag to its checked value; flags that only pick
+    what runs (sections, threads) stay out. A folder written before this record is claimed as it is.
+    """
+    asked = json.loads(json.dumps(settings, sort_keys=True, default=repr))  # as the file reads back
+    path = out / SETTINGS
+    if not path.is_file():
+        write_json(path, asked)
+        return
+    held = read_json(path)
+    held = held if isinstance(held, dict) else {}  # not ours: every flag differs
+    differ = [f"{flag}={held.get(flag)!r} there, {asked.get(flag)!r} here"
+              for flag in sorted(asked.keys() | held.keys()) if held.get(flag) != asked.get(flag)]
+    if differ:
+        raise UserError(f"--out={str(out)!r} holds results of other settings ({'; '.join(differ)}); allowed: "
+                        "the settings recorded in its settings.json (to resume it), or another --out")
 
 
 def section(out: Path, name: str, env_id: str, policies: list[str], seeds: tuple[int, ...],

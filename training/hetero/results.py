@@ -64,6 +64,7 @@ from fl_gym.training.cli import (
 )
 from fl_gym.training.evaluation import aggregate, aggregate_summaries, evaluate
 from fl_gym.training.runs import RunConfig, require_unseen
+from fl_gym.training.sections import claim
 from fl_gym.validation import (
     MAX_THREADS,
     is_int_at_least,
@@ -118,6 +119,16 @@ class ResultsConfig:
     pfedme_overhead: float = 5.0
     threads: int = 1
     agent_steps: int | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The flags the cache and agents depend on (:func:`~fl_gym.training.sections.claim`).
+
+        Not the seeds, presets and policies: the cache holds each (policy, seed) apart and
+        ``OUT/agents`` each preset, so a rerun may add some.
+        """
+        return {"--dataset": self.dataset, "--train-seed": self.train_seed, "--rounds": self.rounds,
+                "--acc-rounds": self.acc_rounds, "--acc-local-epochs": self.acc_local_epochs,
+                "--agent-steps": self.agent_steps}
 
     def runs_accuracy(self, label: str) -> bool:
         """Whether the policy ``label`` gets accuracy runs (never the joint PPO: not the paper's)."""
@@ -376,7 +387,7 @@ def parser() -> argparse.ArgumentParser:
 def reproduce(argv: list[str]) -> int:
     """``fl-gym reproduce hetero [ARGS]``: run, print the report."""
     cfg = checked_config(argv)
-    writable(cfg.out_dir, "--out")
+    claim(writable(cfg.out_dir, "--out"), cfg.settings())
     print(report(run(cfg, say=lambda m: print(m, file=sys.stderr, flush=True))))
     return 0
 

@@ -25,7 +25,7 @@ from fl_gym.baselines.rates import FedEntPolicy
 from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, split_list, writable
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.runs import RunConfig, require_unseen
-from fl_gym.training.sections import agent, agent_run, section
+from fl_gym.training.sections import agent, agent_run, claim, section
 from fl_gym.training.trace import decision_trace
 from fl_gym.validation import is_int_at_least, require, require_fraction
 
@@ -98,7 +98,13 @@ class Reproduction:
     sections: list[str]
     paper_scale: bool
     target: float | None
+    agent_steps: int
     agent: tuple[RunConfig, Path] | None
+
+    def settings(self) -> dict[str, Any]:
+        """The flags the results depend on (:func:`~fl_gym.training.sections.claim`); not ``--sections``."""
+        return {"--seeds": self.seeds, "--env-kwargs": self.env_kwargs, "--paper-scale": self.paper_scale,
+                "--target": self.target, "--agent-steps": self.agent_steps, "--agent-seeds": self.agent_seeds}
 
 
 def checked_config(family: str, argv: list[str]) -> Reproduction:
@@ -120,13 +126,15 @@ def checked_config(family: str, argv: list[str]) -> Reproduction:
     require(not unknown, "--sections", unknown, ", ".join(sections))
     plan = agent_run(Path(args.out), env_id, args.agent_steps, {}) if args.agent_steps > 0 else None
     require_unseen("--agent-seeds", agent_seeds, [plan] if plan else [])
-    return Reproduction(args.out, base, seeds, agent_seeds, chosen, args.paper_scale, args.target, plan)
+    return Reproduction(args.out, base, seeds, agent_seeds, chosen, args.paper_scale, args.target,
+                        args.agent_steps, plan)
 
 
 def _reproduce(family: str, argv: list[str]) -> int:
     cfg = checked_config(family, argv)
     env_id, sections, policies = COMPARISONS[family]
     out, base, seeds = writable(cfg.out, "--out"), cfg.env_kwargs, cfg.seeds
+    claim(out, cfg.settings())
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables: dict[str, dict[str, Any]] = {}
     logs = {}

@@ -26,7 +26,7 @@ from fl_gym.atomic import write_text
 from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, writable
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.runs import RunConfig, require_unseen
-from fl_gym.training.sections import agent, agent_run, section
+from fl_gym.training.sections import agent, agent_run, claim, section
 from fl_gym.validation import is_int_at_least, require, require_fraction
 
 SERVER = {"server_data_fraction": 0.1, "allow_server_data": True}
@@ -69,7 +69,13 @@ class Reproduction:
     env_kwargs: dict[str, Any]
     seeds: tuple[int, ...]
     target: float
+    agent_steps: int
     agents: dict[str, tuple[RunConfig, Path]]
+
+    def settings(self) -> dict[str, Any]:
+        """The flags the results depend on (:func:`~fl_gym.training.sections.claim`)."""
+        return {"--seeds": self.seeds, "--env-kwargs": self.env_kwargs, "--target": self.target,
+                "--agent-steps": self.agent_steps}
 
 
 def checked_config(argv: list[str]) -> Reproduction:
@@ -83,13 +89,14 @@ def checked_config(argv: list[str]) -> Reproduction:
                                 _algo(env_id))
               for env_id in AGENT_POLICIES} if args.agent_steps > 0 else {}
     require_unseen("--seeds", seeds, agents.values())
-    return Reproduction(args.out, base, seeds, args.target, agents)
+    return Reproduction(args.out, base, seeds, args.target, args.agent_steps, agents)
 
 
 def reproduce(argv: list[str]) -> int:
     """``fl-gym reproduce select [ARGS]``: run the sections, write and print ``report.md``."""
     cfg = checked_config(argv)
     out, seeds, base, agents = writable(cfg.out, "--out"), cfg.seeds, cfg.env_kwargs, cfg.agents
+    claim(out, cfg.settings())
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tables = {}
 
