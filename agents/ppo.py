@@ -160,6 +160,16 @@ def hyperparams_file() -> Path:
     return Path(str(importlib.resources.files("fl_gym.training") / "hyperparams" / "ppo.yml"))
 
 
+def _blocks(path: str | Path | None = None) -> dict[str, Any]:
+    with open(path or hyperparams_file()) as f:
+        return yaml.safe_load(f) or {}
+
+
+def presets(env_id: str, path: str | Path | None = None) -> list[str]:
+    """The ``PRESET`` of each ``ENV_ID/PRESET`` block of ``env_id``, sorted."""
+    return sorted(k.split("/", 1)[1] for k in _blocks(path) if k.startswith(env_id + "/"))
+
+
 def load_hyperparams(env_id: str, preset: str | None = None,
                      path: str | Path | None = None) -> dict[str, Any]:
     """The hyperparameter block of ``env_id`` (or ``env_id/preset``); empty if the file has none.
@@ -167,13 +177,12 @@ def load_hyperparams(env_id: str, preset: str | None = None,
     Raises:
         ValueError: ``preset`` names a block the file does not have.
     """
-    with open(path or hyperparams_file()) as f:
-        table = yaml.safe_load(f) or {}
+    table = _blocks(path)
     key = env_id if preset is None else f"{env_id}/{preset}"
     if key not in table:
         if preset is not None:
-            known = sorted(k.split("/", 1)[1] for k in table if k.startswith(env_id + "/"))
-            raise UserError(f"preset={preset!r} is out of range; allowed for {env_id}: {known or 'none'}")
+            raise UserError(f"preset={preset!r} is out of range; allowed for {env_id}: "
+                            f"{presets(env_id, path) or 'none'}")
         return {}
     return copy.deepcopy(table[key])
 

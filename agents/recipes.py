@@ -19,7 +19,7 @@ from typing import Any
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 
-from fl_gym.agents.ppo import build_agent, is_whole_model, load_hyperparams, make_env
+from fl_gym.agents.ppo import build_agent, is_whole_model, load_hyperparams, make_env, presets
 from fl_gym.atomic import read_json, save_atomic, write_json
 from fl_gym.envs.registry import Recipe, Stage, family_of, resolve
 from fl_gym.validation import UserError
@@ -153,6 +153,11 @@ def _stage_model(path: Path) -> BaseAlgorithm:
         raise UserError(f"{path} is {state}; allowed: the stage's model as fl-gym train writes it (train the "
                         "recipe again)")
     return PPO.load(path, device="cpu")
+
+
+def recipe_presets(recipe: Recipe) -> list[str]:
+    """The presets a recipe trains under: ``"paper"``, and each that every stage's env has a block of."""
+    return ["paper", *sorted(set.intersection(*(set(presets(s.env_id)) for s in recipe.stages)))]
 
 
 def yaml_preset(preset: str) -> str | None:

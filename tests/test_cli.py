@@ -756,7 +756,9 @@ def test_reproduce_hetero_runs_the_accuracy_of_the_policies_named(flag, runs, tm
     (["reproduce", "hetero", "--acc-local-epochs", "-1"], "--acc-local-epochs=-1 is out of range"),
     (["reproduce", "hetero", "--acc-policies", "nope"], "--acc-policies=['nope'] is out of range; allowed: "
                                                         "labels separated by ';' among ['HAPFL PPO (fast)'"),
-    (["reproduce", "hetero", "--agents", "fast,nope"], "preset='nope' is out of range"),
+    (["reproduce", "hetero", "--agents", "fast,nope"],  # named preset=, without paper
+     "--agents='nope' is out of range; allowed: presets among ['paper', 'fast', 'stable'] (paper: the "
+     "recipe's own blocks)"),
     (["reproduce", "hetero", "--agents", " , "], "--agents='' is out of range; allowed: one or more presets"),
     (["reproduce", "hetero", "--eval-seeds", "-1"], "--eval-seeds='-1' is out of range"),
     (["reproduce", "hetero", "--threads", "0"], "--threads=0 is out of range"),

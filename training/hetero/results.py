@@ -38,6 +38,7 @@ from fl_gym.agents.recipes import (
     find_recipe,
     is_recipe,
     load_recipe,
+    recipe_presets,
     save_recipe,
     stage_hyperparams,
     train_recipe,
@@ -434,7 +435,11 @@ def check_flags(cfg: ResultsConfig) -> None:
             "an integer >= 1 (default: each agent's own)")
     recipe = find_recipe(JOINT, "hapfl")
     require(bool(cfg.agents), "--agents", ",".join(cfg.agents), "one or more presets, comma-separated")
-    # the agents as _agents trains them (an unknown preset names the known ones)
+    known = recipe_presets(recipe)
+    unknown = [p for p in cfg.agents if p not in known]
+    require(not unknown, "--agents", ",".join(unknown),
+            f"presets among {known} (paper: the recipe's own blocks)")
+    # the agents as _agents trains them
     plans = [RunConfig(JOINT, "hapfl", hyperparams=stage_hyperparams(recipe, yaml_preset(preset)),
                        seed=cfg.train_seed) for preset in cfg.agents]
     joint = load_hyperparams(JOINT)
