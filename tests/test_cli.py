@@ -809,6 +809,20 @@ def test_a_resumable_folder_keeps_the_settings_of_its_results(tmp_path):
     assert (tmp_path / "settings.json").read_text() == recorded  # the refused run changed nothing
 
 
+def test_a_folder_of_results_from_before_the_settings_record_is_claimed_with_a_warning(tmp_path):
+    from fl_gym.training.sections import claim
+
+    (tmp_path / "ddfl").mkdir()
+    with pytest.warns(UserWarning, match="holds results from before fl-gym recorded their settings"):
+        claim(tmp_path, {"--seeds": [0]})
+    (tmp_path / "new").mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        claim(tmp_path, {"--seeds": [0]})  # recorded now: nothing to say
+        claim(tmp_path / "new", {"--seeds": [0]})  # an empty folder: a new run
+    assert (tmp_path / "new" / "settings.json").is_file()
+
+
 @pytest.mark.parametrize("family,first,second,message", [
     ("select", ["--seeds", "0"], [], "--seeds=[0] there, [10000, 10001, 10002] here"),
     ("select", [], ["--env-kwargs", "dataset=synthetic"],

@@ -10,6 +10,7 @@ other settings never reads them back as its own.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,15 @@ def claim(out: Path, settings: dict[str, Any]) -> None:
     A rerun reads back the sections, caches and agents its folder holds. Under other settings it
     would report them as its own: a table of one seed under a title of three, a 500-step agent as
     a 40,000-step one. ``settings`` maps each such flag to its checked value; flags that only pick
-    what runs (sections, threads) stay out. A folder written before this record is claimed as it is.
+    what runs (sections, threads) stay out. A folder written before this record is claimed as it
+    is, with a warning.
     """
     asked = json.loads(json.dumps(settings, sort_keys=True, default=repr))  # as the file reads back
     path = out / SETTINGS
     if not path.is_file():
+        if any(out.iterdir()):
+            warnings.warn(f"{out} holds results from before fl-gym recorded their settings: they are read "
+                          "back as this run's; remove them if other flags made them", stacklevel=2)
         write_json(path, asked)
         return
     held = read_json(path)
