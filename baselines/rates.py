@@ -65,7 +65,9 @@ class ConstantLRPolicy(RatePolicy):
                  gamma: float | None = None, step_size: int | None = None) -> None:
         super().__init__(env)
         self.lr = self.cfg.scenario.lr if lr is None else lr
-        require(is_positive(self.lr), "lr", self.lr, "a float > 0")
+        lo, hi = self.cfg.lr_min, self.cfg.lr_max  # the env's rates: outside, it would play the bound
+        require(is_positive(self.lr) and lo <= self.lr <= hi, "lr", self.lr,
+                f"a float in [lr_min, lr_max] = [{lo:g}, {hi:g}] (the env's rates)")
         require(schedule in SCHEDULES, "schedule", schedule, ", ".join(SCHEDULES))
         if schedule == "step":
             gamma, step_size = 0.5 if gamma is None else gamma, 5 if step_size is None else step_size

@@ -170,6 +170,10 @@ class FederationConfig:
             require_choice("models", name, MODELS)
         if self.companion:
             require_choice("companion", self.companion, MODELS)
+        roles = (MutualDistillation.local, MutualDistillation.lite)  # the federation's (its default's)
+        require((self.distillation.local, self.distillation.lite) == roles, "distillation", self.distillation,
+                f"a MutualDistillation of the roles local={roles[0]!r} and lite={roles[1]!r} "
+                "(the federation's)")
         n_costs = len(self.models) + (1 if self.companion else 0)
         costs = self.model_costs
         costs_ok = costs is None or (len(costs) == n_costs and all(map(is_positive, costs)))

@@ -55,7 +55,7 @@ from fl_gym.engine.batcher import (
     TrainRequest,
 )
 from fl_gym.engine.evaluate import EvalResult
-from fl_gym.engine.losses import cross_entropy
+from fl_gym.engine.losses import MutualDistillation, cross_entropy
 from fl_gym.engine.pool import BufferPool
 from fl_gym.engine.probe import Probe
 from fl_gym.engine.schedule import BatchDraw, local_steps
@@ -87,7 +87,8 @@ from fl_gym.validation import (
     require_mapping,
 )
 
-LOCAL, LITE, MODEL = "local", "lite", "model"
+LOCAL, LITE = MutualDistillation.local, MutualDistillation.lite  # a companion pair's roles, named by its loss
+MODEL = "model"
 BEHAVIOUR_STREAM = 1 << 20  # the spawn key of the behaviour stream: far from the children reset spawns
 # a round's (K,) epochs, probe, training, compute (probe + training) and download seconds per client
 Times = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]

@@ -7,6 +7,7 @@ import functools
 import math
 import numbers
 import reprlib
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -177,8 +178,12 @@ def is_non_negative(x: object) -> typing.TypeGuard[float]:
 
 
 def _is_real(x: object) -> typing.TypeGuard[float]:
-    """A real number that is no bool (numpy's register as ``numbers.Real``; its bool does not)."""
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+    """A real number that is no bool (numpy's register as ``numbers.Real``; its bool does not).
+
+    An integer beyond float range (``10**400``) is none: ``math.isfinite`` raises ``OverflowError`` on it.
+    """
+    return (isinstance(x, numbers.Real) and not isinstance(x, bool)
+            and (not isinstance(x, numbers.Integral) or abs(int(x)) <= sys.float_info.max))
 
 
 def is_int_at_least(x: object, low: int) -> typing.TypeGuard[int]:
@@ -226,10 +231,24 @@ def plain_fields(config: typing.Any) -> None:
 def require_field_types(config: typing.Any) -> None:
     """:func:`require_types` for every field of a dataclass (a config built directly, not by ``gym.make``).
 
-    Its numpy scalars are held as Python's first (:func:`plain_fields`).
+    Its numpy scalars are held as Python's first (:func:`plain_fields`), and afterwards an integer
+    given where a float is declared as a float: torch takes no Python integer beyond int64
+    (``weight_decay=2**70``) as a scalar.
     """
     plain_fields(config)
-    require_types(type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
+    owner: type = type(config)
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    require_types(owner, values)
+    hints = _hints(owner)
+    for name, value in values.items():
+        if isinstance(value, int) and not isinstance(value, bool) and _declares_float(hints[name]):
+            object.__setattr__(config, name, float(value))
+
+
+def _declares_float(hint: object) -> bool:
+    """Whether ``hint`` is ``float``, alone or with None (``float | None``), not also ``int``."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return float in args and int not in args
 
 
 @functools.cache

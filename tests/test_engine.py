@@ -110,10 +110,10 @@ def test_schedule_covers_each_epoch_once(digits_parts):
 
 
 def test_a_batch_beyond_every_clients_data_is_the_full_batch(digits_parts):
-    """``batch_size=10**9`` lays out what a batch of the largest client's size does (no 10**9-wide tensor)."""
+    """A batch beyond every client's data (``2**70``, past int64) is a batch of the largest client's size."""
     parts = sorted((torch.as_tensor(p) for p in digits_parts[:3]), key=len, reverse=True)
     steps = np.array([2, 2, 1])
-    huge = make_schedule(parts, steps, 10**9, torch.Generator().manual_seed(0))
+    huge = make_schedule(parts, steps, 2**70, torch.Generator().manual_seed(0))
     full = make_schedule(parts, steps, len(parts[0]), torch.Generator().manual_seed(0))
     assert huge.idx.shape == full.idx.shape == (2, 3, len(parts[0]))
     assert torch.equal(huge.idx, full.idx) and torch.equal(huge.weight, full.weight)

@@ -721,10 +721,26 @@ def test_another_algorithms_setting_is_refused_not_ignored(changes, message):
     (lambda: ServerConfig(momentum=None), "momentum=None is out of range; allowed: a real number"),
     (lambda: PFedMeConfig(beta="1"), "beta='1' is out of range; allowed: a real number"),
     (lambda: MutualDistillation(temperature=[1, 2]), "temperature=[1, 2] is out of range; allowed: a real"),
+    # beyond float range: math.isfinite raised OverflowError
+    (lambda: ServerConfig(lr=10**400), f"lr={10**400} is out of range; allowed: a real number"),
+    # the federation's companion trains in these roles: any other raised KeyError in its first round
+    (lambda: FederationConfig(companion="mlp-small", distillation=MutualDistillation(local="mine")),
+     "allowed: a MutualDistillation of the roles local='local' and lite='lite' (the federation's)"),
+    (lambda: MutualDistillation(lite="local"), "lite='local' is out of range; allowed: a role other than"),
 ])
 def test_a_config_built_directly_checks_its_fields_types(build, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         build()
+
+
+def test_an_integer_for_a_float_is_held_as_a_float(tiny_config):
+    """torch takes no Python integer beyond int64 as a scalar: ``weight_decay=2**70`` raised OverflowError."""
+    optimizer = OptimizerConfig(weight_decay=2**70)
+    assert type(optimizer.weight_decay) is float and optimizer.weight_decay == 2.0**70
+    assert type(ServerConfig(lr=1).lr) is float and ServerConfig(lr=None).lr is None  # float | None
+    fed = Federation(tiny_config.replace(optimizer=optimizer), scenario_seed=0)
+    report = fed.run_round(RoundPlan.make(fed.num_clients, lr=0.05))
+    assert np.isnan(report.loss).all()  # a diverged round, reported (not a crash)
 
 
 def test_a_plan_broadcasts_scalars_copies_arrays_and_refuses_another_length():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import gymnasium as gym
@@ -153,8 +154,10 @@ def test_the_step_schedule_multiplies_the_rate_by_gamma_every_step_size_rounds_b
         ConstantLRPolicy(env, schedule="step", step_size=0)
     with pytest.raises(ValueError, match="gamma='abc'"):
         ConstantLRPolicy(env, schedule="step", gamma="abc")
-    for bad in (-1.0, 0.0, float("nan"), "abc"):
-        with pytest.raises(ValueError, match="lr=.* is out of range; allowed: a float > 0"):
+    # 2.0 is above lr_max: it would have played lr_max under the name lr=2.0
+    for bad in (-1.0, 0.0, float("nan"), "abc", 2.0, 0.001):
+        with pytest.raises(ValueError, match=re.escape(f"lr={bad!r} is out of range; allowed: a float in "
+                                                       "[lr_min, lr_max] = [0.01, 1] (the env's rates)")):
             ConstantLRPolicy(env, lr=bad)
 
 

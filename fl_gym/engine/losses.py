@@ -62,6 +62,7 @@ class MutualDistillation:
     (deep mutual learning; ``direction="literal"`` swaps the KL arguments to the paper's
     ``KL(X || Y)`` with ``X`` the model being trained). Temperature ``T`` softens both
     distributions; the KL term is scaled by ``T^2`` as usual so gradients keep their size.
+    ``local`` and ``lite`` name the two roles whose logits pair up (a federation's are the defaults).
     """
 
     l1: float = 0.4
@@ -79,6 +80,7 @@ class MutualDistillation:
             require(is_non_negative(getattr(self, name)), name, getattr(self, name), "a float >= 0")
         require(self.temperature > 0, "kd_temperature", self.temperature, "a float > 0")
         require(self.direction in ("dml", "literal"), "kd_direction", self.direction, "'dml' or 'literal'")
+        require(self.lite != self.local, "lite", self.lite, f"a role other than local={self.local!r}")
 
     def __call__(self, logits: dict[str, Tensor], y: Tensor,
                  w: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

@@ -87,7 +87,7 @@ class BatchDraw:
         if len(parts) == 0 or steps.min() < 1:
             raise ValueError(f"make_schedule: expected a non-empty cohort with steps >= 1, got {steps}")
         n = np.array([p.shape[0] for p in parts])
-        nb = -(-n // batch_size)
+        nb = -(-n // min(batch_size, int(n.max())))  # a batch beyond every client's data is its full batch
         epochs = int((-(-steps // nb)).max())
         # one draw for every epoch: on the CPU the same numbers as a draw per epoch, in one call
         keys = torch.rand((epochs, len(parts), int(n.max())), generator=gen, device=parts[0].device)
