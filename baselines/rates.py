@@ -198,8 +198,8 @@ class CleanRatePolicy(ConstantLRPolicy):
 
 POLICIES = {
     "fedavg": PolicyEntry(ConstantLRPolicy,
-                          "FedAvg: every client at the rate lr (kwargs lr, schedule=constant|"
-                          "cosine|step; with step, gamma=0.5 and step_size=5)"),
+                          "FedAvg: every client at the rate lr (kwargs lr in [lr_min, lr_max], "
+                          "schedule=constant|cosine|step; with step, gamma=0.5 and step_size=5)"),
     "fedprox": PolicyEntry(ConstantLRPolicy, "FedProx (mu=0.01) at the constant rate",
                            {"local_algorithm": "fedprox"}),
     "feddyn": PolicyEntry(ConstantLRPolicy, "FedDyn (alpha=0.001) at the constant rate",
