@@ -242,8 +242,14 @@ def test_agent_kwargs_reach_the_agents_env_alone_and_only_the_familys_may_be_giv
 
 def test_parse_seed_list():
     assert parse_seed_list("0-2,5", "--seeds") == (0, 1, 2, 5)
-    for bad in ("a", "3-1", "1,1", "-1"):
+    assert len(parse_seed_list("0-9999", "--seeds")) == 10_000
+    for bad in ("a", "3-1", "1,1", "-1", "0-2,5-4"):
         with pytest.raises(ValueError, match="--seeds="):
+            parse_seed_list(bad, "--seeds")
+    # checked before they are listed: the first filled the memory (a MemoryError's traceback)
+    for bad in ("0-99999999999", "0-10000", "2147483648", "0-9998,10000-10001"):
+        with pytest.raises(ValueError, match=re.escape(f"--seeds={bad!r} is out of range; allowed: distinct "
+                                                       "seeds in [0, 2147483647], at most 10,000")):
             parse_seed_list(bad, "--seeds")
 
 

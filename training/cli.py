@@ -32,6 +32,7 @@ from fl_gym.data.datasets import DATASETS, EMBEDDED, DatasetNotFoundError
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
 from fl_gym.validation import (
     MAX_COPIES,
+    MAX_SEED,
     MAX_THREADS,
     MissingExtraError,
     UserError,
@@ -97,6 +98,7 @@ class Parser(argparse.ArgumentParser):
 
 
 MAX_REPEATS = 1_000  # timed runs of a benchmark
+MAX_LISTED_SEEDS = 10_000  # of a --seeds list: each plays an episode or trains an agent
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)")
 
 
@@ -456,16 +458,21 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
 
 def parse_seed_list(text: str, flag: str) -> tuple[int, ...]:
-    """``"0-4"`` or ``"0,2,5"`` (ranges inclusive) -> the seeds; a ValueError naming ``flag`` otherwise."""
+    """``"0-4"`` or ``"0,2,5"`` (ranges inclusive) -> the seeds; a ValueError naming ``flag`` otherwise.
+
+    A range is checked before it is listed: ``0-99999999999`` would fill the memory.
+    """
+    allowed = f"distinct seeds in [0, {MAX_SEED}], at most {MAX_LISTED_SEEDS:,}, such as 0-4 or 0,2,5"
     seeds: list[int] = []
     for part in text.split(","):
         low, dash, high = part.partition("-")
         try:
-            seeds += list(range(int(low), int(high) + 1)) if dash else [int(part)]
+            lo, hi = (int(low), int(high)) if dash else (int(part), int(part))
         except ValueError as err:
             raise UserError(f"{flag}={text!r} is out of range; allowed: seeds such as 0-4 or 0,2,5") from err
-    require(bool(seeds) and all(s >= 0 for s in seeds) and len(set(seeds)) == len(seeds), flag, text,
-            "distinct seeds >= 0, such as 0-4 or 0,2,5")
+        require(0 <= lo <= hi <= MAX_SEED and len(seeds) + hi - lo < MAX_LISTED_SEEDS, flag, text, allowed)
+        seeds += range(lo, hi + 1)
+    require(len(set(seeds)) == len(seeds), flag, text, allowed)
     return tuple(seeds)
 
 
