@@ -715,6 +715,12 @@ def test_reproduce_hetero_runs_the_accuracy_of_the_policies_named(flag, runs, tm
     (["bench", "--sections", "engine", "--threads", "0"], "--threads='0'"),
     (["data", "describe", "digits", "--seed", "-1"], "--seed=-1"),
     (["data", "describe", "digits", "--clients", "0"], "--clients=0 is out of range"),  # was num_clients=
+    (["data", "describe", "digits", "--clients", "5000"],  # was num_clients=
+     "--clients=5000 is out of range; allowed: an integer from 1 to the number of samples (1438)"),
+    (["fedavg", "--clients", "500"],  # was min_size=10, which fedavg has no flag for
+     "--clients=500 is out of range; allowed: an integer in [1, 143] (the Dirichlet split gives each client "
+     "at least 10 of the 1438 training samples of digits)"),
+    (["fedavg", "--dataset", "nope"], "--dataset='nope' is out of range"),
     (["fedavg", "--seed", "-1"], "--seed=-1"),
     (["fedavg", "--model", "nope"], "--model='nope' is out of range; allowed: one of 'mlr'"),  # was models=
     (["fedavg", "--clients", "0"], "--clients=0 is out of range; allowed: an integer in [1, 1000000]"),

@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -709,19 +709,19 @@ def _data_parser(sub: Any) -> None:
 
 
 @contextlib.contextmanager
-def _flags_named(fields: Iterable[str]) -> Iterator[None]:
-    """Re-raise a ``UserError`` that opens with one of ``fields`` (``min_size=10 ...``) naming its flag.
+def _flags_named(flags: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise a ``UserError`` that opens with a field of ``flags`` (``min_size=10 ...``) naming its flag.
 
-    The partition schemes name their fields; the user typed ``--min-size``.
+    The partitioners name their parameters; the user typed ``--min-size`` (or ``--clients``).
     """
     try:
         yield
     except UserError as err:
         text = str(err)
-        field = next((f for f in fields if text.startswith(f + "=")), None)
+        field = next((f for f in flags if text.startswith(f + "=")), None)
         if field is None:
             raise
-        raise UserError("--" + field.replace("_", "-") + text[len(field):]) from err
+        raise UserError(flags[field] + text[len(field):]) from err
 
 
 def cmd_data_prepare(args: argparse.Namespace) -> int:
@@ -751,7 +751,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.seed, 0), "--seed", args.seed, "an integer >= 0")
     require_clients("--clients", args.clients)
     knobs = {name: getattr(args, name) for name in SCHEME_FIELDS if getattr(args, name) is not None}
-    with _flags_named(SCHEME_FIELDS):
+    flags = {name: "--" + name.replace("_", "-") for name in SCHEME_FIELDS} | {"num_clients": "--clients"}
+    with _flags_named(flags):
         scheme = partition_scheme(args.partition, **knobs)  # a knob the scheme does not take is an error
     warn_unread_root(args.dataset, args.data_root)
     data = load_dataset(args.dataset, root=args.data_root, download=args.download)
@@ -760,7 +761,7 @@ def cmd_data(args: argparse.Namespace) -> int:
                 f"'natural' only for a data set that comes partitioned (synthetic); {args.dataset} does not")
         parts = [train for train, _ in data.natural_split]
     else:
-        with _flags_named(SCHEME_FIELDS):  # e.g. the default min_size, beyond what each client can get
+        with _flags_named(flags):  # e.g. the default min_size, beyond what each client can get
             parts = partition(data.y_train.numpy(), args.clients, scheme, np.random.default_rng(args.seed),
                               data.num_classes)
     report = PartitionReport.of(parts, data.y_train.numpy(), data.num_classes)
@@ -793,7 +794,7 @@ def _fedavg_parser(sub: Any) -> None:
 def cmd_fedavg(args: argparse.Namespace) -> int:
     """A plain FedAvg run on the simulator, printing accuracy and simulated time per round."""
     from fl_gym import Federation, FederationConfig, RoundPlan
-    from fl_gym.data import Dirichlet
+    from fl_gym.data import Dirichlet, load_dataset
     from fl_gym.models.zoo import MODELS
 
     _threads(args.threads)
@@ -804,6 +805,12 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     require_clients("--clients", args.clients)
     require(is_positive(args.alpha), "--alpha", args.alpha, "a float > 0")
     require(is_int_at_least(args.batch_size, 1), "--batch-size", args.batch_size, "an integer >= 1")
+    require_choice("--dataset", args.dataset, DATASETS)
+    # the split's min_size, which has no flag here (loaded once: the federation reads it from the cache)
+    samples, least = len(load_dataset(args.dataset).y_train), Dirichlet.min_size
+    require(args.clients * least <= samples, "--clients", args.clients,
+            f"an integer in [1, {samples // least}] (the Dirichlet split gives each client at least {least} "
+            f"of the {samples} training samples of {args.dataset})")
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
                            partition=Dirichlet(alpha=args.alpha), batch_size=args.batch_size)
     require_rate("--lr", args.lr)
