@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import Env
 
-from fl_gym.baselines.base import RowPolicy
-from fl_gym.envs.aggregate.env import ROW
+from fl_gym.baselines.base import RowPolicy, env_of
+from fl_gym.envs.aggregate.env import ROW, FLAggregateEnv
 from fl_gym.envs.aggregate.gompertz import gompertz, require_alpha
 from fl_gym.envs.registry import PolicyEntry
 
@@ -24,8 +24,8 @@ class WeightsPolicy(RowPolicy):
     """Base: an action per observation from the ``(N, 7)`` client rows (:meth:`offsets`)."""
 
     def __init__(self, env: Env) -> None:
-        super().__init__(env.observation_space)
-        u = env.unwrapped
+        u = env_of(env, FLAggregateEnv, self)
+        super().__init__(u.observation_space)
         self.n, self.scale = u.federation.num_clients, u.config.action_scale
 
     def act(self, observation: np.ndarray) -> np.ndarray:

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from gymnasium import spaces
 
 from fl_gym.validation import UserError, require_seed
+
+E = TypeVar("E")
+
+
+def env_of(env: Any, kind: type[E] | tuple[type[E], ...], policy: object) -> E:
+    """``env`` unwrapped, or a ``ValueError`` unless it is an env of ``kind`` (a class, or a tuple of them).
+
+    A policy reads its own env's rows and attributes: on another family's env (or another view of
+    its family) it failed deep inside with an ``AttributeError``, or misread the rows.
+    """
+    unwrapped = getattr(env, "unwrapped", env)
+    if not isinstance(unwrapped, kind):
+        spec = getattr(unwrapped, "spec", None)
+        given = spec.id if spec is not None else type(unwrapped).__name__
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        raise UserError(f"{type(policy).__name__}: env={given} is out of range; allowed: an env of class "
+                        f"{' or '.join(k.__name__ for k in kinds)}")
+    return unwrapped
 
 
 class RowPolicy:

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 from gymnasium import Env
 
-from fl_gym.baselines.base import RowPolicy
+from fl_gym.baselines.base import RowPolicy, env_of
 from fl_gym.envs.base import require_fitting
 from fl_gym.envs.hetero.actions import HeteroSpec, split_of
 from fl_gym.envs.hetero.config import HISTORY_HORIZON, SIZE_NAMES
+from fl_gym.envs.hetero.env import FLHeteroAllocEnv, FLHeteroEnv, FLHeteroIntensityEnv
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.validation import UserError, is_non_negative, require
 
@@ -47,8 +48,9 @@ class HeteroPolicy(RowPolicy):
 
     def __init__(self, env: Env | HeteroSpec) -> None:
         given = isinstance(env, HeteroSpec)  # a HeteroSpec alone says nothing of the observation's width
-        super().__init__(None if given else env.observation_space)
-        self.hetero = env if given else env.unwrapped.hetero
+        u = None if given else env_of(env, (FLHeteroEnv, FLHeteroAllocEnv, FLHeteroIntensityEnv), self)
+        super().__init__(None if u is None else u.observation_space)
+        self.hetero = env if u is None else u.hetero
 
     def act(self, row: np.ndarray) -> np.ndarray:
         """Sizes from ``S^1``, the split from ``S^2``, encoded for the view."""
@@ -286,10 +288,11 @@ def _uniform(env: Env | HeteroSpec, size: str = "large") -> UniformPolicy:
 
 
 def _history_oracle(env: Env | HeteroSpec, rho: float = 0.9, fit: str = "largest") -> HistoryOraclePolicy:
+    policy = HistoryOraclePolicy(env, rho, fit)  # first: it refuses another family's env
     if isinstance(env, Env) and (mode := env.unwrapped.config.obs_mode) != "history":
         raise UserError(f"obs_mode={mode!r} is out of range; allowed: 'history' (history-oracle reads the "
                          f"measured slowdowns)")
-    return HistoryOraclePolicy(env, rho, fit)
+    return policy
 
 
 POLICIES = {

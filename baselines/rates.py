@@ -18,9 +18,9 @@ import warnings
 import numpy as np
 from gymnasium import Env
 
-from fl_gym.baselines.base import RowPolicy
+from fl_gym.baselines.base import RowPolicy, env_of
 from fl_gym.baselines.fedent import FedEntSettings, MeanField, joint_solve, mean_field_offline, solve_eta
-from fl_gym.envs.rates.env import GLOBAL, ROW, RoundStats, unit_of
+from fl_gym.envs.rates.env import GLOBAL, ROW, FLLearningRateEnv, RoundStats, unit_of
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, require, require_fraction
 
@@ -31,8 +31,8 @@ class RatePolicy(RowPolicy):
     reads_env = True
 
     def __init__(self, env: Env) -> None:
-        super().__init__(env.observation_space)
-        self.env = env.unwrapped
+        self.env = env_of(env, FLLearningRateEnv, self)
+        super().__init__(self.env.observation_space)
         self.cfg = self.env.config
 
     def act(self, observation: np.ndarray) -> np.ndarray:

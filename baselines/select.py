@@ -22,11 +22,13 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import Env
 
-from fl_gym.baselines.base import RowPolicy
+from fl_gym.baselines.base import RowPolicy, env_of
 from fl_gym.data.report import label_entropy
 from fl_gym.envs.registry import PolicyEntry
 from fl_gym.envs.select.entropy import exhaustive_max_entropy, judge
+from fl_gym.envs.select.env import FLSelectEnv, FLSelectPickEnv
 from fl_gym.envs.select.pools import Pools
+from fl_gym.envs.select.queue_env import FLSelectQueueEnv
 from fl_gym.envs.select.spaces import PickLayout, QueueLayout, SelectLayout
 from fl_gym.validation import UserError, is_int_at_least, is_non_negative, require, require_fraction
 
@@ -39,7 +41,7 @@ class SelectPolicy(RowPolicy):
     """
 
     def __init__(self, env: Env | SelectLayout) -> None:
-        self.layout = env if isinstance(env, SelectLayout) else env.unwrapped.layout
+        self.layout = env if isinstance(env, SelectLayout) else env_of(env, FLSelectEnv, self).layout
         super().__init__(self.layout.observation_space())
 
     def act(self, observation: np.ndarray) -> np.ndarray:
@@ -188,7 +190,7 @@ class PickPolicy(RowPolicy):
     """
 
     def __init__(self, env: Env | PickLayout, m: int | None = None, seed: int = 0) -> None:
-        self.layout = env if isinstance(env, PickLayout) else env.unwrapped.layout
+        self.layout = env if isinstance(env, PickLayout) else env_of(env, FLSelectPickEnv, self).layout
         super().__init__(self.layout.observation_space())
         n = self.layout.num_clients
         require(m is None or (is_int_at_least(m, 1) and m <= n), "m", m,
@@ -326,7 +328,7 @@ class TopLambdaEntropyPolicy(RowPolicy):
 
     def __init__(self, env: Env | QueueLayout, lam: float = 0.9, seed: int = 0) -> None:
         require_fraction("lam", lam)
-        self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
+        self.layout = env if isinstance(env, QueueLayout) else env_of(env, FLSelectQueueEnv, self).layout
         super().__init__(self.layout.observation_space())
         self.lam = lam
         self._seed_rng(seed)
@@ -348,7 +350,7 @@ class AggregateAllPolicy(RowPolicy):
     """Every device is aggregated: FedAvg on the queue env (DDFL with ``lambda = 1`` with server data)."""
 
     def __init__(self, env: Env | QueueLayout) -> None:
-        self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
+        self.layout = env if isinstance(env, QueueLayout) else env_of(env, FLSelectQueueEnv, self).layout
         super().__init__(self.layout.observation_space())
 
     def act(self, observation: np.ndarray) -> np.ndarray:
@@ -370,7 +372,7 @@ class CosTrimPolicy(RowPolicy):
     """
 
     def __init__(self, env: Env | QueueLayout, k: int = 3, smooth: bool = True) -> None:
-        self.layout = env if isinstance(env, QueueLayout) else env.unwrapped.layout
+        self.layout = env if isinstance(env, QueueLayout) else env_of(env, FLSelectQueueEnv, self).layout
         super().__init__(self.layout.observation_space())
         if not (isinstance(k, int) and 0 <= k < self.layout.num_clients):
             raise UserError(f"k={k!r} is out of range; allowed: an integer in [0, "
@@ -398,8 +400,8 @@ class CleanQueuePolicy(RowPolicy):
     reads_env = True
 
     def __init__(self, env: Env) -> None:
-        super().__init__(env.observation_space)
-        self.env = env.unwrapped
+        self.env = env_of(env, FLSelectQueueEnv, self)
+        super().__init__(self.env.observation_space)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """``1`` for every clean device."""

@@ -277,6 +277,26 @@ def test_every_fixed_policy_refuses_an_observation_of_another_shape(env_id):
     assert checked
 
 
+FIRST_IDS = ("FLHetero-v0", "FLSelect-v0", "FLSelectPick-v0", "FLSelectQueue-v0", "FLAggregate-v0",
+             "FLLearningRate-v0")
+
+
+@pytest.mark.parametrize("env_id", FIRST_IDS)
+def test_every_fixed_policy_refuses_an_env_it_does_not_act_on(env_id):
+    """On another family's env (or another view of its own) a policy failed deep inside: an AttributeError."""
+    others = {i: gym.make(i) for i in FIRST_IDS}
+    refused = 0
+    for entry in family_of(env_id).fixed_policies(env_id).values():
+        for other, env in others.items():
+            if family_of(other) is family_of(env_id) and (not entry.env_ids or other in entry.env_ids):
+                continue  # one the policy acts on
+            refusal = rf": env={other} is out of range; allowed: an env of class "
+            with pytest.raises(ValueError, match=refusal):
+                entry.build(env)
+            refused += 1
+    assert refused
+
+
 @pytest.mark.parametrize("env_id", IDS)
 def test_a_batchable_fixed_policy_gives_each_row_of_a_batch_its_own_action(env_id):
     """What lets a vector env ask one policy for all its copies (``RowPolicy.batchable``)."""
