@@ -25,7 +25,7 @@ class WeightsPolicy(RowPolicy):
 
     def __init__(self, env: Env) -> None:
         u = env_of(env, FLAggregateEnv, self)
-        super().__init__(u.observation_space)
+        super().__init__(env.observation_space)
         self.n, self.scale = u.federation.num_clients, u.config.action_scale
 
     def act(self, observation: np.ndarray) -> np.ndarray:

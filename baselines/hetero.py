@@ -49,7 +49,7 @@ class HeteroPolicy(RowPolicy):
     def __init__(self, env: Env | HeteroSpec) -> None:
         given = isinstance(env, HeteroSpec)  # a HeteroSpec alone says nothing of the observation's width
         u = None if given else env_of(env, (FLHeteroEnv, FLHeteroAllocEnv, FLHeteroIntensityEnv), self)
-        super().__init__(None if u is None else u.observation_space)
+        super().__init__(None if u is None else env.observation_space)
         self.hetero = env if u is None else u.hetero
 
     def act(self, row: np.ndarray) -> np.ndarray:

@@ -32,7 +32,7 @@ class RatePolicy(RowPolicy):
 
     def __init__(self, env: Env) -> None:
         self.env = env_of(env, FLLearningRateEnv, self)
-        super().__init__(self.env.observation_space)
+        super().__init__(env.observation_space)
         self.cfg = self.env.config
 
     def act(self, observation: np.ndarray) -> np.ndarray:

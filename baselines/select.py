@@ -401,7 +401,7 @@ class CleanQueuePolicy(RowPolicy):
 
     def __init__(self, env: Env) -> None:
         self.env = env_of(env, FLSelectQueueEnv, self)
-        super().__init__(self.env.observation_space)
+        super().__init__(env.observation_space)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """``1`` for every clean device."""
