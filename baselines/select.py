@@ -19,6 +19,8 @@ epsilon-greedy draw, read from the observation's pool column), :class:`RandomPic
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 from gymnasium import Env
 
@@ -32,6 +34,16 @@ from fl_gym.envs.select.queue_env import FLSelectQueueEnv
 from fl_gym.envs.select.spaces import PickLayout, QueueLayout, SelectLayout
 from fl_gym.validation import UserError, is_int_at_least, is_non_negative, require, require_fraction
 
+L = TypeVar("L", SelectLayout, PickLayout, QueueLayout)
+# each layout's env: a policy built on another env refuses it by name
+ENVS: dict[type, type] = {SelectLayout: FLSelectEnv, PickLayout: FLSelectPickEnv,
+                          QueueLayout: FLSelectQueueEnv}
+
+
+def _layout(env: Env | L, kind: type[L], policy: RowPolicy) -> L:
+    """``env`` if it is a layout of ``kind``, else the layout of ``env``, which must be that layout's env."""
+    return env if isinstance(env, kind) else env_of(env, ENVS[kind], policy).layout
+
 
 class SelectPolicy(RowPolicy):
     """Base: decide a keep-mask per observation, encode it for the env's action space.
@@ -41,7 +53,7 @@ class SelectPolicy(RowPolicy):
     """
 
     def __init__(self, env: Env | SelectLayout) -> None:
-        self.layout = env if isinstance(env, SelectLayout) else env_of(env, FLSelectEnv, self).layout
+        self.layout = _layout(env, SelectLayout, self)
         super().__init__(self.layout.observation_space())
 
     def act(self, observation: np.ndarray) -> np.ndarray:
@@ -190,7 +202,7 @@ class PickPolicy(RowPolicy):
     """
 
     def __init__(self, env: Env | PickLayout, m: int | None = None, seed: int = 0) -> None:
-        self.layout = env if isinstance(env, PickLayout) else env_of(env, FLSelectPickEnv, self).layout
+        self.layout = _layout(env, PickLayout, self)
         super().__init__(self.layout.observation_space())
         n = self.layout.num_clients
         require(m is None or (is_int_at_least(m, 1) and m <= n), "m", m,
@@ -328,7 +340,7 @@ class TopLambdaEntropyPolicy(RowPolicy):
 
     def __init__(self, env: Env | QueueLayout, lam: float = 0.9, seed: int = 0) -> None:
         require_fraction("lam", lam)
-        self.layout = env if isinstance(env, QueueLayout) else env_of(env, FLSelectQueueEnv, self).layout
+        self.layout = _layout(env, QueueLayout, self)
         super().__init__(self.layout.observation_space())
         self.lam = lam
         self._seed_rng(seed)
@@ -350,7 +362,7 @@ class AggregateAllPolicy(RowPolicy):
     """Every device is aggregated: FedAvg on the queue env (DDFL with ``lambda = 1`` with server data)."""
 
     def __init__(self, env: Env | QueueLayout) -> None:
-        self.layout = env if isinstance(env, QueueLayout) else env_of(env, FLSelectQueueEnv, self).layout
+        self.layout = _layout(env, QueueLayout, self)
         super().__init__(self.layout.observation_space())
 
     def act(self, observation: np.ndarray) -> np.ndarray:
@@ -372,7 +384,7 @@ class CosTrimPolicy(RowPolicy):
     """
 
     def __init__(self, env: Env | QueueLayout, k: int = 3, smooth: bool = True) -> None:
-        self.layout = env if isinstance(env, QueueLayout) else env_of(env, FLSelectQueueEnv, self).layout
+        self.layout = _layout(env, QueueLayout, self)
         super().__init__(self.layout.observation_space())
         if not (isinstance(k, int) and 0 <= k < self.layout.num_clients):
             raise UserError(f"k={k!r} is out of range; allowed: an integer in [0, "
