@@ -167,7 +167,11 @@ def _blocks(path: str | Path | None = None) -> dict[str, Any]:
 
 def presets(env_id: str, path: str | Path | None = None) -> list[str]:
     """The ``PRESET`` of each ``ENV_ID/PRESET`` block of ``env_id``, sorted."""
-    return sorted(k.split("/", 1)[1] for k in _blocks(path) if k.startswith(env_id + "/"))
+    return _presets_in(_blocks(path), env_id)
+
+
+def _presets_in(table: dict[str, Any], env_id: str) -> list[str]:
+    return sorted(k.split("/", 1)[1] for k in table if k.startswith(env_id + "/"))
 
 
 def load_hyperparams(env_id: str, preset: str | None = None,
@@ -182,7 +186,7 @@ def load_hyperparams(env_id: str, preset: str | None = None,
     if key not in table:
         if preset is not None:
             raise UserError(f"preset={preset!r} is out of range; allowed for {env_id}: "
-                            f"{presets(env_id, path) or 'none'}")
+                            f"{_presets_in(table, env_id) or 'none'}")
         return {}
     return copy.deepcopy(table[key])
 
