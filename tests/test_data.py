@@ -237,6 +237,21 @@ def test_bad_partition_parameters_name_the_parameter(kwargs, num_clients, param)
         partition(LABELS, num_clients, partition_scheme(**kwargs), np.random.default_rng(0))
 
 
+@pytest.mark.parametrize("kind", ["dirichlet", "power_law", "iid"])
+def test_max_clients_is_the_count_at_which_the_split_still_serves_every_client(kind):
+    """600 labels: 61 clients of min_size 10 are refused, 60 are not; one sample each without a min_size.
+
+    (A Dirichlet draw rarely gives 60 clients exactly 10 each, so only the sizes' own splits run at 60.)
+    """
+    scheme = partition_scheme(kind, **({} if kind == "iid" else {"min_size": 10}))
+    most = scheme.max_clients(len(LABELS))
+    assert most == (600 if kind == "iid" else 60)
+    if kind != "dirichlet":
+        assert len(partition(LABELS, most, scheme, np.random.default_rng(0))) == most
+    with pytest.raises(ValueError, match="min_size=|num_clients="):
+        partition(LABELS, most + 1, scheme, np.random.default_rng(0))
+
+
 def test_one_class_refuses_more_clients_of_a_class_than_it_has_samples():
     """A class's last clients held no sample; the env failed on them later, naming a client's indices."""
     labels = np.delete(LABELS, [180, 181])  # class 3: 58 samples

@@ -807,12 +807,13 @@ def cmd_fedavg(args: argparse.Namespace) -> int:
     require(is_int_at_least(args.batch_size, 1), "--batch-size", args.batch_size, "an integer >= 1")
     require_choice("--dataset", args.dataset, DATASETS)
     # the split's min_size, which has no flag here (loaded once: the federation reads it from the cache)
-    samples, least = len(load_dataset(args.dataset).y_train), Dirichlet.min_size
-    require(args.clients * least <= samples, "--clients", args.clients,
-            f"an integer in [1, {samples // least}] (the Dirichlet split gives each client at least {least} "
+    split, samples = Dirichlet(alpha=args.alpha), len(load_dataset(args.dataset).y_train)
+    most = split.max_clients(samples)
+    require(args.clients <= most, "--clients", args.clients,
+            f"an integer in [1, {most}] (the Dirichlet split gives each client at least {split.min_size} "
             f"of the {samples} training samples of {args.dataset})")
     cfg = FederationConfig(dataset=args.dataset, num_clients=args.clients, models=(args.model,),
-                           partition=Dirichlet(alpha=args.alpha), batch_size=args.batch_size)
+                           partition=split, batch_size=args.batch_size)
     require_rate("--lr", args.lr)
     require_epochs("--epochs", args.epochs)
     plan = RoundPlan.make(args.clients, lr=args.lr, epochs=args.epochs)

@@ -58,6 +58,14 @@ class PartitionScheme:
         """One sorted index array per client (``labels``: the training labels to split)."""
         raise NotImplementedError
 
+    def max_clients(self, num_samples: int) -> int:
+        """The most clients a split of ``num_samples`` can serve by size alone.
+
+        Each client holds at least one sample, or ``min_size`` where the scheme has one; some schemes
+        ask more of the count (``one_class`` a multiple of the classes), checked when they split.
+        """
+        return num_samples // getattr(self, "min_size", 1)
+
 
 @dataclass(frozen=True)
 class IID(PartitionScheme):
@@ -262,6 +270,12 @@ def class_count(num_classes: int | None, *labels: np.ndarray) -> int:
     return least if num_classes is None else num_classes
 
 
+def _require_min_size(cfg: Dirichlet | PowerLaw, num_clients: int, num_samples: int) -> None:
+    """A ``min_size`` that every one of ``num_clients`` clients can get from ``num_samples``."""
+    require(num_clients <= cfg.max_clients(num_samples), "min_size", cfg.min_size,
+            f"at most len(labels)/num_clients = {num_samples // num_clients}")
+
+
 def _require_clients(num_clients: object, num_samples: int) -> None:
     """A client count the split can serve: at least one, at most one client per sample.
 
@@ -307,8 +321,7 @@ def dirichlet_split(labels: np.ndarray, num_clients: int, cfg: Dirichlet, rng: n
     labels = class_ids(labels)
     num_classes = class_count(num_classes, labels)
     _require_clients(num_clients, len(labels))
-    require(num_clients * cfg.min_size <= len(labels), "min_size", cfg.min_size,
-            f"at most len(labels)/num_clients = {len(labels) // num_clients}")
+    _require_min_size(cfg, num_clients, len(labels))
     by_class = [np.flatnonzero(labels == c) for c in range(num_classes)]
     for _ in range(cfg.max_attempts):
         parts = _dirichlet_once(by_class, num_clients, cfg, rng, len(labels))
@@ -399,9 +412,8 @@ def power_law_split(num_samples: int, num_clients: int, cfg: PowerLaw,
                     rng: np.random.Generator) -> list[np.ndarray]:
     """IID labels with sizes ``min_size + share_k * rest``, ``share_k`` from Pareto(exponent) draws."""
     _require_clients(num_clients, num_samples)
+    _require_min_size(cfg, num_clients, num_samples)
     rest = num_samples - num_clients * cfg.min_size
-    require(rest >= 0, "min_size", cfg.min_size,
-            f"at most len(labels)/num_clients = {num_samples // num_clients}")
     draws = rng.pareto(cfg.exponent, num_clients) + 1.0
     if not np.isfinite(draws.sum()):  # a tiny exponent draws beyond float range: the largest share the rest
         draws = (draws == draws.max()).astype(np.float64)
