@@ -297,6 +297,8 @@ def _describe(hint: object) -> str:
         return f"a tuple of {len(args)} ({', '.join(_describe(a) for a in args)})"
     if origin in (Mapping, dict):
         return f"a mapping of {_describe(args[0])} to {_describe(args[1])}"
+    if hint is typing.Any:
+        return "any value"
     names = {bool: "True or False", int: "an integer", float: "a real number (not NaN)", str: "a string"}
     if hint in names:
         return names[hint]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import math
 import re
@@ -17,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import yaml
 from stable_baselines3 import PPO
 
 from fl_gym.agents.ppo import make_env
@@ -220,6 +222,36 @@ def test_resume_of_a_damaged_config_is_one_line(tmp_path, capsys, text, message)
     (tmp_path / "config.yml").write_bytes(text.encode(errors="surrogateescape"))  # \udcff: the byte 0xff
     code, _, err = run_cli(["train", "--resume", tmp_path, "--no-progress"], capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def stored_runs():
+    """What ``config.yml`` holds for a plain run and for a recipe's, as ``train`` writes it."""
+    return {algo: dataclasses.asdict(runs.resolve("FLHetero-v0", algo)) for algo in ("ppo", "hapfl")}
+
+
+@pytest.mark.parametrize("algo,edit,message", [
+    ("ppo", dict(env_id="FLNope-v0"), "env_id='FLNope-v0' is not registered"),
+    ("ppo", dict(seed="abc"), "seed='abc' is out of range; allowed: an integer"),
+    ("ppo", dict(seed=-5), "seed=-5 is out of range"),
+    ("ppo", dict(n_envs=0), "n_envs=0 is out of range"),
+    ("ppo", dict(vec_env="nope"), "vec_env='nope' is out of range"),
+    ("ppo", dict(algo="nope"), "algo='nope' is out of range"),
+    ("ppo", dict(env_kwargs=5), "env_kwargs=5 is out of range; allowed: a mapping of a string to any value"),
+    ("ppo", dict(save_freq=-3), "save_freq=-3 is out of range"),
+    ("ppo", dict(total_timesteps=0), "total_timesteps=0 is out of range"),
+    ("ppo", dict(hyperparams={"n_steps": "abc"}), "hyperparameter n_steps='abc' is out of range"),
+    ("hapfl", dict(hyperparams={}), "hyperparams={} is out of range; allowed: a block for each stage"),
+    ("hapfl", dict(hyperparams={"ppo1": 1, "ppo2": {}}), "hyperparams.ppo1=1 is out of range"),
+])
+def test_resume_of_a_config_edited_out_of_range_is_one_line_naming_the_file(
+        tmp_path, capsys, stored_runs, algo, edit, message):
+    """``config.yml`` is checked as the flags that made it were, before anything trains."""
+    (tmp_path / "config.yml").write_text(yaml.safe_dump({**stored_runs[algo], **edit}))
+    code, _, err = run_cli(["train", "--resume", tmp_path, "--no-progress"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{tmp_path / 'config.yml'}: {message}" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yml"]
 
 
 @pytest.mark.parametrize("text,message", [("env_id: [unclosed", "does not parse as YAML"),
@@ -1055,6 +1087,21 @@ def test_episodes_kept_by_other_code_are_played_again(tmp_path, monkeypatch):
     monkeypatch.setattr(provenance, "code_versions", lambda: upgraded)
     run()
     assert len(played) == 2
+
+
+@pytest.mark.parametrize("episodes", [[1], [{"seed": 1}], "abc"])
+def test_kept_episodes_edited_out_of_shape_are_played_again(tmp_path, monkeypatch, episodes):
+    from fl_gym.training import compare as module
+
+    played, evaluate = [], module.evaluate
+    monkeypatch.setattr(module, "evaluate", lambda *args: played.append(1) or evaluate(*args))
+    run = lambda: module.compare("FLAggregate-v0", ["fedavg"], (1,), rounds=2, out_dir=tmp_path,  # noqa: E731
+                                 progress=False)
+    first = run()["summary"]
+    [kept] = [p for p in tmp_path.rglob("*.json") if "episodes" in json.loads(p.read_text())]
+    kept.write_text(json.dumps({**json.loads(kept.read_text()), "episodes": episodes}))
+    assert run()["summary"] == first and len(played) == 2
+    assert len(json.loads(kept.read_text())["episodes"]) == 1  # written again whole
 
 
 def test_a_finished_section_of_other_code_is_kept_with_a_warning(tmp_path, monkeypatch):

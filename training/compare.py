@@ -278,7 +278,8 @@ def _kept(folder: str | Path | None, key: dict[str, Any], play: Callable[[], lis
         return play()
     key = json.loads(json.dumps(key, sort_keys=True, default=repr))
     path = Path(folder) / f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
-    with contextlib.suppress(FileNotFoundError, UserError):  # none yet, or not one of ours: play again
+    # none yet, or not one of ours (damaged, or its episodes edited out of shape): play again
+    with contextlib.suppress(FileNotFoundError, UserError, KeyError, TypeError):
         stored = read_json(path, ("key", "episodes"))
         if stored["key"] == key:
             return [Episode.of(e) for e in stored["episodes"]]

@@ -39,6 +39,7 @@ from stable_baselines3.common.callbacks import CallbackList
 
 from fl_gym.agents.ppo import (
     ALGOS,
+    VEC_ENVS,
     build_agent,
     check_hyperparams,
     is_whole_model,
@@ -58,9 +59,11 @@ from fl_gym.validation import (
     is_int_at_least,
     one_line,
     require,
+    require_choice,
     require_copies,
     require_int_in,
     require_seed,
+    require_types,
 )
 
 
@@ -240,7 +243,35 @@ def load_run(folder: str | Path) -> RunConfig:
     unknown = sorted(set(data) - set(fields))
     require(not unknown, f"{path}: key", unknown[0] if unknown else None, ", ".join(fields))
     require("env_id" in data, f"{path}: env_id", None, "a registered env id")
-    return RunConfig(**data)
+    require_types(RunConfig, data, str(path))
+    cfg = RunConfig(**data)
+    try:
+        _require_run(cfg)
+    except UserError as err:
+        raise UserError(f"{path}: {err}") from None
+    return cfg
+
+
+def _require_run(cfg: RunConfig) -> None:
+    """What :func:`resolve` made sure of, checked again where a ``config.yml`` was edited by hand."""
+    family_of(cfg.env_id)
+    recipes = recipes_for(cfg.env_id)
+    require_choice("algo", cfg.algo, (*ALGOS, *recipes))
+    require_seed("seed", cfg.seed)
+    require_copies("n_envs", cfg.n_envs)
+    require_choice("vec_env", cfg.vec_env, VEC_ENVS)
+    require_int_in("total_timesteps", cfg.total_timesteps, 1, 10**9)
+    require(is_int_at_least(cfg.save_freq, 1), "save_freq", cfg.save_freq, "an integer >= 1")
+    if cfg.algo in ALGOS:
+        check_hyperparams(cfg.hyperparams, cfg.algo)
+        return
+    stages = [s.name for s in recipes[cfg.algo].stages]
+    require(sorted(cfg.hyperparams) == sorted(stages), "hyperparams", cfg.hyperparams,
+            f"a block for each stage of recipe {cfg.algo!r} ({', '.join(stages)})")
+    for name, block in cfg.hyperparams.items():
+        require(isinstance(block, dict) and "n_timesteps" in block, f"hyperparams.{name}", block,
+                "a block of PPO hyperparameters with n_timesteps")
+        check_hyperparams(block, "ppo")
 
 
 def session_seed(seed: int, done: int) -> int:
