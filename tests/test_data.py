@@ -97,6 +97,31 @@ def test_missing_torchvision_files_give_one_clear_error(tmp_path):
         load_dataset("mnist", root=tmp_path, download=False)
 
 
+def _small_mnist(root: Path, train_labels: np.ndarray | None = None) -> Path:
+    """Torchvision's MNIST files of 4 training and 2 test images under ``root``; returns their folder."""
+    from fl_gym.data import offline
+
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 4), ("t10k", 2)):
+        labels = rng.integers(0, 10, n) if train_labels is None or prefix == "t10k" else train_labels
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(offline.idx_images(rng.random((n, 784))))
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(offline.idx_labels(labels))
+    return raw
+
+
+@pytest.mark.parametrize("labels,said", [
+    (np.arange(2), "the training files hold 4 images but 2 labels"),  # another split's labels
+    (np.array([0, 1, 2, 10]), r"the training labels run from 0 to 10, not within \[0, 9\]"),
+])
+def test_torchvision_files_that_do_not_match_are_refused(tmp_path, labels, said):
+    """Images of one split with labels of another read whole, and trained on misaligned labels."""
+    _small_mnist(tmp_path, labels)
+    with pytest.raises(DatasetNotFoundError, match=rf"do not parse \(ValueError: {said}\): damaged"):
+        load_dataset("mnist", root=tmp_path, download=False)
+
+
 @pytest.mark.parametrize("cut,said", [(0, r"do not parse \(ValueError: invalid literal"),
                                       (3, r"do not parse \(AssertionError\): damaged"),
                                       (8, r"do not parse \(ValueError: "),  # numpy's words
@@ -104,15 +129,9 @@ def test_missing_torchvision_files_give_one_clear_error(tmp_path):
 def test_a_damaged_torchvision_file_is_named_with_what_to_do(tmp_path, cut, said):
     """A file cut short (an interrupted copy) was torchvision's bare AssertionError, or a parser's
     error naming neither the data set nor the file; torch's own (a cut in the data) was named already."""
-    from fl_gym.data import offline
     from fl_gym.data.datasets import _read_torchvision
 
-    raw = tmp_path / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for prefix, n in (("train", 4), ("t10k", 2)):
-        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(offline.idx_images(rng.random((n, 784))))
-        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(offline.idx_labels(rng.integers(0, 10, n)))
+    raw = _small_mnist(tmp_path)
     assert load_dataset("mnist", root=tmp_path, download=False).x_train.shape == (4, 1, 28, 28)
     labels = raw / "t10k-labels-idx1-ubyte"
     labels.write_bytes(labels.read_bytes()[:cut])
@@ -125,16 +144,11 @@ def test_a_damaged_torchvision_file_is_named_with_what_to_do(tmp_path, cut, said
 def test_a_data_set_is_read_once_whether_or_not_it_may_download(tmp_path, monkeypatch):
     """An env that may download and a check that may not (HAPFL's timing backend and its accuracy
     check) held two copies of MNIST; files fetched by the first call are read, not fetched again."""
-    from fl_gym.data import datasets, offline
+    from fl_gym.data import datasets
 
     def fetch(name, root, train, download):  # torchvision, with a download that writes small files
-        raw = Path(root) / "MNIST" / "raw"
-        if download and not raw.exists():
-            raw.mkdir(parents=True)
-            rng = np.random.default_rng(0)
-            for prefix, n in (("train", 4), ("t10k", 2)):
-                (raw / f"{prefix}-images-idx3-ubyte").write_bytes(offline.idx_images(rng.random((n, 784))))
-                (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(offline.idx_labels(rng.integers(0, 10, n)))
+        if download and not (Path(root) / "MNIST").exists():
+            _small_mnist(Path(root))
             fetches.append(root)
         return read(name, root, train, False)
 

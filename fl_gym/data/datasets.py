@@ -121,6 +121,9 @@ _TV_FOLDERS = {"mnist": "MNIST", "fashionmnist": "FashionMNIST", "emnist-letters
                "cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 
 
+_CLASSES = {"emnist-letters": 26, "cifar100": 100}  # the others' 10
+
+
 def _tv_split(name: str, root: str, train: bool, download: bool) -> tuple[torch.Tensor, torch.Tensor]:
     import torchvision.datasets as tvd
 
@@ -136,6 +139,14 @@ def _tv_split(name: str, root: str, train: bool, download: bool) -> tuple[torch.
         ds = tvd.CIFAR100(root, train=train, download=download)
     data = torch.as_tensor(np.asarray(ds.data))
     targets = torch.as_tensor(np.asarray(ds.targets), dtype=torch.int64)
+    # torchvision reads each file whole but does not match them: one split's labels with another's images
+    split = "training" if train else "test"
+    if len(data) != len(targets):
+        raise ValueError(f"the {split} files hold {len(data)} images but {len(targets)} labels")
+    low, high = (1, 26) if name == "emnist-letters" else (0, _CLASSES.get(name, 10) - 1)
+    if len(targets) and not low <= int(targets.min()) <= int(targets.max()) <= high:
+        raise ValueError(f"the {split} labels run from {int(targets.min())} to {int(targets.max())}, "
+                         f"not within [{low}, {high}]")
     if data.dim() == 3:  # grey images (N, H, W)
         x = data.unsqueeze(1).float() / 255.0
         if name == "emnist-letters":  # stored transposed; labels 1..26
@@ -163,8 +174,7 @@ def _torchvision(name: str, root: str, download: bool) -> Dataset:
 def _read_torchvision(name: str, root: str) -> Dataset:
     x_train, y_train, x_test, y_test = _splits(name, root, False)
     x_train, x_test = _normalise(x_train, x_test)
-    num_classes = {"emnist-letters": 26, "cifar100": 100}.get(name, 10)
-    return Dataset(name, x_train, y_train, x_test, y_test, num_classes)
+    return Dataset(name, x_train, y_train, x_test, y_test, _CLASSES.get(name, 10))
 
 
 def _splits(name: str, root: str, download: bool) -> tuple[torch.Tensor, ...]:
