@@ -100,9 +100,9 @@ def read_json(path: str | Path, keys: Sequence[str] = ()) -> Any:
         try:
             value = json.load(f)
         except json.JSONDecodeError as err:  # write_json's files are whole: another writer damaged it
-            _damaged(path, f"{err.msg}, line {err.lineno}")
+            damaged(path, f"{err.msg}, line {err.lineno}")
         except UnicodeDecodeError as err:  # bytes no text file holds
-            _damaged(path, f"not UTF-8 text at byte {err.start}")
+            damaged(path, f"not UTF-8 text at byte {err.start}")
     require_keys(path, value, keys)
     return value
 
@@ -111,10 +111,11 @@ def require_keys(path: str | Path, value: Any, keys: Sequence[str]) -> None:
     """Name ``path`` (a file, or a part of one) as damaged unless ``value`` is an object with ``keys``."""
     missing = [k for k in keys if not (isinstance(value, dict) and k in value)]
     if missing:
-        _damaged(path, f"no {missing[0]!r}")
+        damaged(path, f"no {missing[0]!r}")
 
 
-def _damaged(path: str | Path, why: str) -> NoReturn:
+def damaged(path: str | Path, why: str) -> NoReturn:
+    """Refuse the file ``path`` (or a part of one) that does not hold what fl-gym wrote, saying ``why``."""
     raise UserError(f"{path} is damaged ({why}); allowed: JSON as fl-gym writes it (remove the file, and the "
                     "command that wrote it writes it again)") from None
 

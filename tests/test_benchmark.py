@@ -328,7 +328,7 @@ def test_a_finished_run_of_other_code_is_kept_with_a_warning(tmp_path):
     task = all_tasks()["smoke-aggregate"]
     done = tmp_path / task.name / "ppo-seed0" / "scores.json"
     done.parent.mkdir(parents=True)
-    record = {"algo": "ppo", "seed": 0, "scores": {"test": [[0.5]]}}
+    record = {"algo": "ppo", "seed": 0, "scores": {"test": [[0.5]], "extrapolation": [[0.4]]}}
     for code, said in ((code_versions(), None), ({"fl_gym": "older"}, "'older'"), (None, "not recorded")):
         done.write_text(json.dumps({**record, **({"code": code} if code else {})}))
         with warnings.catch_warnings(record=True) as caught:
@@ -350,6 +350,34 @@ def test_agents_run_before_the_references_say_to_pin_them_and_the_report_names_t
     assert f"done; next: {pin}, then fl-gym benchmark report" in capsys.readouterr().out
     assert main(["benchmark", "report", "--suite", "smoke", "--runs", str(out)]) == 2
     assert f"pin them with {pin}" in capsys.readouterr().err
+
+
+GOOD = {"algo": "ppo", "seed": 0, "scores": {"test": [[0.5, 0.6]], "extrapolation": [[0.4, 0.3]]}}
+
+
+@pytest.mark.parametrize("edit,said", [
+    (dict(seed="x"), " is damaged (algo='ppo', seed='x'; not a name and a seed)"),
+    (dict(algo=5), " is damaged (algo=5, seed=0; not a name and a seed)"),
+    (dict(scores=5), " is damaged (scores of split 'test' are not a list of rows of numbers)"),
+    (dict(scores={"test": [[0.5]]}), " is damaged (scores of split 'extrapolation' are not"),  # a split cut
+    (dict(scores={"test": [[0.5, None]], "extrapolation": [[0.4]]}), " is damaged (scores of split 'test'"),
+    (dict(scores={"test": [[0.5], [0.5, 0.6]], "extrapolation": [[0.4]]}), " is damaged (scores of split"),
+    (dict(scores={"test": [], "extrapolation": [[0.4]]}), " is damaged (scores of split 'test'"),
+    (dict(start=5), ": start is damaged (no 'scores')"),
+    (dict(start={"scores": {"test": [[True]], "extrapolation": [[0.4]]}}), ": start is damaged (scores of"),
+])
+def test_a_report_names_a_scores_record_edited_out_of_shape(tmp_path, capsys, edit, said):
+    """Such a record failed inside the statistics, with a ``KeyError`` or ``TypeError``'s traceback."""
+    from fl_gym.training.benchmark.protocol import read_record
+
+    task = suite("core-v1")[0].name
+    path = tmp_path / task / "ppo-seed0" / "scores.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(GOOD))
+    assert read_record(path) == GOOD
+    path.write_text(json.dumps({**GOOD, **edit}))
+    assert main(["benchmark", "report", "--suite", "core-v1", "--runs", str(tmp_path), "--reps", "100"]) == 2
+    assert f"{path}{said}" in capsys.readouterr().err
 
 
 def test_references_of_valid_json_but_another_shape_are_named_as_damaged(tmp_path, capsys):

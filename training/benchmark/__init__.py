@@ -23,9 +23,9 @@ from fl_gym.agents.ppo import ALGOS
 from fl_gym.atomic import read_json, require_keys, require_writable, write_json
 from fl_gym.training.benchmark import report as reporting
 from fl_gym.training.benchmark.protocol import (
-    RECORD_KEYS,
     REFERENCE_KEYS,
     check_algo,
+    read_record,
     run_agent,
     task_references,
 )
@@ -134,7 +134,7 @@ def _agent_runs(runs_dir: Path, tasks: Sequence[Task]) -> dict[str, dict[str, li
     agents: dict[str, dict[str, list[dict]]] = {}
     for task in tasks:
         found = (runs_dir / task.name).glob("*-seed*/scores.json")
-        records = sorted((read_json(p, RECORD_KEYS) for p in found), key=lambda r: r["seed"])
+        records = sorted((read_record(p) for p in found), key=lambda r: r["seed"])
         for record in records:
             agents.setdefault(record["algo"], {}).setdefault(task.name, []).append(record)
             if "start" in record:

@@ -26,12 +26,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from fl_gym.atomic import read_json, write_json
+from fl_gym.atomic import damaged, read_json, require_keys, write_json
 from fl_gym.training import provenance, runs
 from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
 from fl_gym.training.compare import PolicySpec, policy_spec
 from fl_gym.training.evaluation import Episode, evaluate
-from fl_gym.validation import UserError, one_line, require, require_seeds
+from fl_gym.validation import UserError, is_int_at_least, one_line, require, require_seeds
 
 Say = Callable[[str], None]
 
@@ -175,7 +175,7 @@ def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = 
     folder = Path(out_dir) / task.name / f"{algo}-seed{seed}"
     done = folder / "scores.json"
     if done.is_file():
-        return provenance.warn_if_other_code(read_json(done, RECORD_KEYS), done)
+        return provenance.warn_if_other_code(read_record(done), done)
     if not (folder / "config.yml").is_file():
         cfg = runs.resolve(task.env_id, algo, _preset(task, algo), env_kwargs=task.train_kwargs(), seed=seed,
                            total_timesteps=task.budget)
@@ -188,6 +188,33 @@ def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = 
         record["start"] = _tested(task, f"{algo}:{folder / 'imitated.zip'}")
     write_json(done, record)
     return record
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A ``scores.json`` record as :func:`run_agent` writes it, or an error naming the file as damaged.
+
+    A report reads each split's scores as numbers, ``(seeds, federations)``; a record edited by hand
+    or cut down by another tool is named here rather than failing inside the statistics.
+    """
+    record = read_json(path, RECORD_KEYS)
+    if not isinstance(record["algo"], str) or not is_int_at_least(record["seed"], 0):
+        damaged(path, f"algo={record['algo']!r}, seed={record['seed']!r}; not a name and a seed")
+    parts = [("", record)] + ([(": start", record["start"])] if "start" in record else [])
+    for where, part in parts:
+        require_keys(f"{path}{where}", part, ("scores",))
+        scores = part["scores"]
+        for split in SPLITS:
+            rows = scores.get(split) if isinstance(scores, dict) else None
+            if not _is_matrix(rows):
+                damaged(f"{path}{where}", f"scores of split {split!r} are not a list of rows of numbers")
+    return record
+
+
+def _is_matrix(rows: object) -> bool:
+    """Whether ``rows`` is a non-empty list of equally long, non-empty lists of real numbers."""
+    return (isinstance(rows, list) and bool(rows) and all(isinstance(r, list) and r for r in rows)
+            and len({len(r) for r in rows}) == 1
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for r in rows for v in r))
 
 
 def _tested(task: Task, policy: str) -> dict[str, dict[str, list[list[float]]]]:
