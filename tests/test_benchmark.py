@@ -380,6 +380,36 @@ def test_a_report_names_a_scores_record_edited_out_of_shape(tmp_path, capsys, ed
     assert f"{path}{said}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("suite_name", ["core-v1", "devices-v1"])
+def test_every_stored_reference_has_the_shape_a_report_reads(suite_name):
+    from fl_gym.training.benchmark.protocol import require_reference
+
+    for task, record in benchmark.stored_references(suite_name).items():
+        require_reference(task, record)
+
+
+@pytest.mark.parametrize("edit,said", [
+    (lambda r: r.update(refs={}), "refs of split 'test' are not ref_min, ref_max and a best among the"),
+    (lambda r: r["refs"]["extrapolation"].update(ref_min="a"), "refs of split 'extrapolation' are not"),
+    (lambda r: r["refs"]["test"].update(best="nope"), "refs of split 'test' are not"),
+    (lambda r: r.update(policies=5), "policies are not each policy's rows of scores per split"),
+    (lambda r: r["policies"]["fedavg"].update(test="x"), "policies are not"),
+    (lambda r: r.update(reference="nope"), "reference='nope' is not among the policies"),
+    (lambda r: r.update(upper=["x"]), "upper=['x'] is not among the policies"),
+    (lambda r: r.update(fixed=5), "fixed is not a list of policies, or tuned not each tuning's chosen"),
+    (lambda r: r["tuned"].update(x=5), "fixed is not a list of policies, or tuned not"),
+    (lambda r: r.update(returns={"fedavg": r["returns"]["fedavg"]}), "returns are not the reference's and"),
+])
+def test_a_report_names_references_edited_out_of_shape(tmp_path, capsys, edit, said):
+    """Such references failed inside the report with a ``KeyError``, ``TypeError`` or ``ValueError``."""
+    refs = benchmark.stored_references("core-v1")
+    task = suite("core-v1")[-1].name
+    edit(refs[task])
+    (tmp_path / "references.json").write_text(json.dumps(refs))
+    assert main(["benchmark", "report", "--suite", "core-v1", "--runs", str(tmp_path), "--reps", "100"]) == 2
+    assert f"{tmp_path / 'references.json'}: {task} is damaged ({said}" in capsys.readouterr().err
+
+
 def test_references_of_valid_json_but_another_shape_are_named_as_damaged(tmp_path, capsys):
     """``[]`` in ``references/TASK.json`` was gathered into ``references.json`` as the task's record, and
     the report then failed with a ``TypeError``'s traceback."""

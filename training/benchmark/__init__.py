@@ -20,12 +20,12 @@ from typing import Any
 import gymnasium as gym
 
 from fl_gym.agents.ppo import ALGOS
-from fl_gym.atomic import read_json, require_keys, require_writable, write_json
+from fl_gym.atomic import read_json, require_writable, write_json
 from fl_gym.training.benchmark import report as reporting
 from fl_gym.training.benchmark.protocol import (
-    REFERENCE_KEYS,
     check_algo,
     read_record,
+    require_reference,
     run_agent,
     task_references,
 )
@@ -63,9 +63,11 @@ def references(suite_name: str, out: str | Path, only: Sequence[str] | None = No
         if not path.is_file():
             say(f"{task.name}: references")
             write_json(path, task_references(task, say))
-    records = {t.name: read_json(p, REFERENCE_KEYS) for t in suite(suite_name)
+    records = {t.name: read_json(p) for t in suite(suite_name)
                # also those pinned by another process
                if (p := out / "references" / f"{t.name}.json").is_file()}
+    for name, record in records.items():
+        require_reference(out / "references" / f"{name}.json", record)
     write_json(out / "references.json", records)
     return records
 
@@ -166,7 +168,7 @@ def report(suite_name: str, runs_dir: str | Path, out: str | Path | None = None,
     require(not missing, f"{source}: tasks", found,
             f"a record for every task of {suite_name} (missing {missing})")
     for task in tasks:  # a task's record edited or written by another tool
-        require_keys(f"{source}: {task.name}", refs[task.name], REFERENCE_KEYS)
+        require_reference(f"{source}: {task.name}", refs[task.name])
     refs = {t.name: refs[t.name] for t in tasks}
     agents = _agent_runs(runs_dir, tasks)
     content = reporting.build(refs, agents, reps)

@@ -210,11 +210,51 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
+def require_reference(where: str | Path, record: Any) -> None:
+    """A task's references as :func:`task_references` writes them, or an error naming ``where`` as damaged.
+
+    A report reads each split's reference range and the scores (and returns) of the policies the
+    record names: the reference, each split's best fixed policy, the upper reference.
+    """
+    require_keys(where, record, REFERENCE_KEYS)
+    policies, refs = record["policies"], record["refs"]
+    if not _is_by_policy(policies):
+        damaged(where, "policies are not each policy's rows of scores per split")
+    for split in SPLITS:
+        ref = refs.get(split) if isinstance(refs, dict) else None
+        if not (isinstance(ref, dict) and _is_number(ref.get("ref_min")) and _is_number(ref.get("ref_max"))
+                and _names_one_of(ref.get("best"), policies)):
+            damaged(where, f"refs of split {split!r} are not ref_min, ref_max and a best among the policies")
+    for key in ("reference", "upper"):
+        if (record[key] or key == "reference") and not _names_one_of(record[key], policies):
+            damaged(where, f"{key}={record[key]!r} is not among the policies")
+    tuned = record["tuned"]
+    if not (isinstance(record["fixed"], list) and isinstance(tuned, dict)
+            and all(isinstance(t, dict) and "chosen" in t for t in tuned.values())):
+        damaged(where, "fixed is not a list of policies, or tuned not each tuning's chosen policy")
+    returns, compared = record.get("returns"), [record["reference"], *(refs[s]["best"] for s in SPLITS)]
+    if returns and not (_is_by_policy(returns) and all(_names_one_of(n, returns) for n in compared)):
+        damaged(where, "returns are not the reference's and the best's rows of returns per split")
+
+
+def _is_by_policy(value: object) -> bool:
+    """Whether ``value`` maps policy names to each split's rows of numbers (:func:`_is_matrix`)."""
+    return isinstance(value, dict) and all(isinstance(v, dict) and all(_is_matrix(v.get(s)) for s in SPLITS)
+                                           for v in value.values())
+
+
+def _names_one_of(name: object, policies: dict) -> bool:
+    return isinstance(name, str) and name in policies
+
+
 def _is_matrix(rows: object) -> bool:
     """Whether ``rows`` is a non-empty list of equally long, non-empty lists of real numbers."""
     return (isinstance(rows, list) and bool(rows) and all(isinstance(r, list) and r for r in rows)
-            and len({len(r) for r in rows}) == 1
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for r in rows for v in r))
+            and len({len(r) for r in rows}) == 1 and all(_is_number(v) for r in rows for v in r))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _tested(task: Task, policy: str) -> dict[str, dict[str, list[list[float]]]]:
