@@ -1120,6 +1120,9 @@ def test_a_finished_section_of_other_code_is_kept_with_a_warning(tmp_path, monke
     monkeypatch.setattr(provenance, "code_versions", lambda: upgraded)
     with pytest.warns(UserWarning, match=r"/s was computed by other code .*delete it to compute them again"):
         assert run() == kept
+    (tmp_path / "s" / "results.json").write_text("[]")  # another tool's: the tables failed on it
+    with pytest.raises(UserError, match=r"/s/results.json is damaged \(no 'summary'\)"):
+        run()
 
 
 def test_code_versions_digest_every_source_file_of_the_package(tmp_path, monkeypatch):

@@ -56,7 +56,7 @@ def section(out: Path, name: str, env_id: str, policies: list[str], seeds: tuple
     """``compare`` into ``out/name``, or its stored results."""
     folder = out / name
     if (folder / "results.json").is_file():
-        return warn_if_other_code(read_json(folder / "results.json"), folder)
+        return warn_if_other_code(read_json(folder / "results.json", ("summary", "series")), folder)
     say(f"{name}: {env_id}, {', '.join(policies)} on seeds {list(seeds)}")
     return compare(env_id, policies, seeds, env_kwargs, out_dir=folder, progress=False, target=target)
 
