@@ -143,7 +143,7 @@ class ProcessWorker:
         if not self.answered:  # forkserver runs the caller's script in the worker first (as SubprocVecEnv)
             return WorkerLost(f"{ended} before it answered: a script that starts workers needs its code "
                               "under `if __name__ == \"__main__\":`; else its traceback above says why")
-        return WorkerLost(f"{ended}, and its copies with it; close() the env and build a new one")
+        return WorkerLost(f"{ended}, and its copies with it (close() the env; a new one starts afresh)")
 
     def join(self) -> None:
         """Wait for the worker to end (after ``close``)."""

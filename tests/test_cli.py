@@ -224,6 +224,30 @@ def test_resume_of_a_damaged_config_is_one_line(tmp_path, capsys, text, message)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_lost_worker_is_one_line_saying_how_to_go_on(tmp_path, monkeypatch, capsys):
+    """A worker killed by the out-of-memory killer ended ``train`` with a ``WorkerLost`` traceback."""
+    from fl_gym.envs.sharded import WorkerLost
+
+    def killed(*args, **kwargs):
+        raise WorkerLost("worker process 7 of this vector env has ended (exit code -9), and its copies with "
+                         "it (close() the env; a new one starts afresh)")
+
+    monkeypatch.setattr(runs, "train", killed)
+    code, _, err = run_cli(["train", "FLAggregate-v0", "--n-timesteps", 64, "--runs-dir", tmp_path,
+                            "--run-id", "r", "--no-progress"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("fl-gym: error: worker process 7 of this vector env has ended (exit code -9)")
+    assert err.strip().endswith(f"continue with: fl-gym train --resume {tmp_path / 'FLAggregate-v0' / 'r'}")
+    from fl_gym.training import compare
+
+    monkeypatch.setattr(compare, "evaluate", killed)  # any other command
+    code, _, err = run_cli(["compare", "FLAggregate-v0", "--policies", "fedavg", "--seeds", 1, "--rounds", 1,
+                            "--out", tmp_path / "c", "--no-progress"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith("what the command finished is kept, and a resumable command goes on from it "
+                                "when run again")
+
+
 @pytest.fixture(scope="module")
 def stored_runs():
     """What ``config.yml`` holds for a plain run and for a recipe's, as ``train`` writes it."""

@@ -276,6 +276,7 @@ def _train_parser(sub: Any) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train an agent in a new run folder, or continue one with ``--resume``."""
+    from fl_gym.envs.sharded import WorkerLost
     from fl_gym.training import runs
 
     _threads(args.threads)
@@ -300,6 +301,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted; continue with: fl-gym train --resume {folder}", file=sys.stderr)
         return 130
+    except WorkerLost as err:
+        raise UserError(f"{err}; continue with: fl-gym train --resume {folder}") from err
     print(f"done: {summary['timesteps']} steps; model in {folder}")
     return 0
 
@@ -963,6 +966,10 @@ def _user_error(err: Exception) -> str | None:
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return (f"{err.filename or 'a file'} could not be written ({err.strerror}): free space there or "
                 "write elsewhere; what was written before is whole, and a resumable command goes on from it")
+    sharded = sys.modules.get("fl_gym.envs.sharded")  # loaded by any command that started workers
+    if sharded is not None and isinstance(err, sharded.WorkerLost):  # killed, say by the out-of-memory killer
+        return (f"{err}; what the command finished is kept, and a resumable command goes on from it when "
+                "run again")
     return None
 
 
