@@ -359,7 +359,12 @@ class Federation:
 
         Sizes, label histograms and entropy follow; the clock and the next round use the new data.
         """
+        self._require_client(client)  # before it keys a mapping: an array is no key
         self.assign_many({client: indices})
+
+    def _require_client(self, client: object) -> None:
+        require(is_int_at_least(client, 0) and client < self.num_clients, "client", client,
+                f"0..{self.num_clients - 1}")
 
     def assign_many(self, assignment: dict[int, np.ndarray]) -> None:
         """:meth:`assign_data` for several clients at once (one recount)."""
@@ -367,8 +372,7 @@ class Federation:
         parts = [p.cpu().numpy() for p in self.train_parts]
         for client, indices in assignment.items():
             indices = as_array(f"assignment[{client!r}]", indices, "a 1-D integer array")
-            if not (is_int_at_least(client, 0) and client < self.num_clients):
-                raise UserError(f"client={client!r} is out of range; allowed: 0..{self.num_clients - 1}")
+            self._require_client(client)
             if (indices.ndim != 1 or len(indices) == 0 or indices.dtype.kind not in "iu" or indices.min() < 0
                     or indices.max() >= len(self._labels)):
                 raise UserError(f"indices of client {client} are out of range; allowed: a non-empty 1-D "
@@ -569,6 +573,7 @@ class Federation:
 
     def generator(self, key: int) -> torch.Generator:
         """A torch generator on the federation's device seeded with ``key``."""
+        require(is_int_at_least(key, 0) and key < 2**64, "key", key, "an integer in [0, 2**64)")  # torch's
         return torch.Generator(device=self.device).manual_seed(key)
 
     # ---- the round in phases ----------------------------------------------------------------------
@@ -935,9 +940,14 @@ class Federation:
         """The clients' side of phase 2: local training and what each client measures on its own data.
 
         Losses, local accuracy and soft labels; the update statistics that compare clients are the
-        server's (:meth:`train_round`). Batches come from a generator seeded with ``key``.
+        server's (:meth:`train_round`). Batches come from a generator seeded with ``key``; ``steps``
+        holds each client's local steps (0: it does not train).
         """
-        return self._train_clients(plan, steps, key, statistics=False)
+        allowed = f"a ({self.num_clients},) array of integer local steps >= 0"
+        counts = as_array("steps", steps, allowed)
+        whole = counts.shape == (self.num_clients,) and counts.dtype.kind in "iu"
+        require(whole and bool((counts >= 0).all()), "steps", steps, allowed)
+        return self._train_clients(plan, counts, key, statistics=False)
 
     def _train_clients(self, plan: RoundPlan, steps: np.ndarray, key: int, statistics: bool
                        ) -> tuple[LocalStats, Cohort | None]:

@@ -442,6 +442,13 @@ def test_a_given_load_is_checked_when_the_round_opens(tiny_config, load):
     (lambda fed: fed.expected_times(fed.open_round(), -1.0), r"epochs=-1.0 is out of range"),  # times < 0
     (lambda fed: fed.expected_times(fed.open_round(), True), r"epochs=True is out of range"),  # was 1 epoch
     (lambda fed: fed.expected_times(fed.open_round(), 1.0, model=5), r"model=5 is out of range"),
+    (lambda fed: fed.assign_data(np.array([0]), np.array([1])), r"client=array\(\[0\]\) is out of range"),
+    (lambda fed: fed.generator(0.5), r"key=0.5 is out of range; allowed: an integer in \[0, 2\*\*64\)"),
+    (lambda fed: fed.train_clients(RoundPlan.make(4, lr=0.05), np.ones(4, int), None), r"key=None"),
+    (lambda fed: fed.train_clients(RoundPlan.make(4, lr=0.05), 3, 0), r"steps=3 is out of range; allowed: "
+                                                                         r"a \(4,\) array of integer local"),
+    (lambda fed: fed.train_clients(RoundPlan.make(4, lr=0.05), np.full(4, -1), 0), r"steps=array"),
+    (lambda fed: fed.train_clients(RoundPlan.make(4, lr=0.05), np.ones(4), 0), r"steps=array"),  # floats
 ])
 def test_the_clock_data_and_expected_times_refuse_values_that_would_corrupt_them(tiny_config, call, match):
     fed = Federation(tiny_config)
