@@ -88,6 +88,26 @@ def test_round_trip_of_the_joint_action():
     assert np.all(np.abs(sigma_logits(np.array([1.0, 0.0]))) <= 1.0)
 
 
+@pytest.mark.parametrize("view,sizes,sigma,said", [
+    ("joint", np.zeros(6, int), None, r"sigma=None is out of range; allowed: 6 epoch shares >= 0, not all 0, "
+                                      r"per row \(the joint view acts the epoch split\)"),  # an AxisError
+    ("joint", np.full(6, 2), np.ones(6), r"sizes=.* allowed: 6 size indices in 0..1 per row"),
+    ("joint", np.zeros(3, int), np.ones(6), "sizes="),
+    ("joint", np.zeros(6, int), -np.ones(6), "sigma="),
+    ("joint", np.zeros(6, int), np.zeros(6), "sigma="),  # NaN logits
+    ("alloc", None, np.ones(6), r"sizes=None is out of range; .*the alloc view acts sizes"),  # a TypeError
+    ("alloc", np.full(6, 0.5), None, "sizes="),  # truncated to 0
+    ("alloc", {}, None, "sizes="),
+    ("intensity", np.zeros(6, int), None, r"sigma=None .*the intensity view acts the epoch split"),
+    ("intensity", None, np.ones(3), "sigma="),
+])
+def test_encoding_names_a_choice_the_view_cannot_carry(view, sizes, sigma, said):
+    spec = HeteroSpec(view, 6, 2, np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=said):
+        spec.require_choices(sizes, sigma)
+    spec.require_choices(np.ones((4, 6)), np.full((4, 6), 2.0))  # rows; integral floats; shares of any sum
+
+
 def _brute_force_ratio(s1, m):
     best = np.inf
     for sizes in itertools.product(range(len(m)), repeat=len(s1)):

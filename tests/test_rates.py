@@ -245,6 +245,24 @@ def test_bad_arguments_name_the_parameter():
         FedEntPolicy(gym.make("FLLearningRate-v0"), mode="lagged")
 
 
+@pytest.mark.parametrize("args,said", [
+    (lambda w: (np.array([0, 1]), w.numpy(), 0), "w=(.*) is out of range; allowed: a tensor of the model's"),
+    (lambda w: (np.array([0, 1]), w[:3], 0), r"w=torch.Size\(\[3\]\) is out of range"),
+    (lambda w: (np.array([0, 1]), w, 0.5), r"t=0.5 is out of range; allowed: a round index >= 0"),
+    (lambda w: (np.array([0, 1]), w, None), "t=None"),
+    (lambda w: (3, w, 0), r"clients=3 is out of range; allowed: a non-empty 1-D array"),  # no len()
+    (lambda w: ({}, w, 0), "clients="),
+])
+def test_fedents_gradient_hook_names_a_bad_argument(args, said):
+    """``client_gradients`` (FedEnt's Algorithm 1 hook) failed with a TypeError or AttributeError."""
+    env = gym.make("FLLearningRate-v0").unwrapped
+    env.reset(seed=0)
+    w = env.federation.global_models[0]
+    assert env.client_gradients(np.array([0, 1]), w, 0).shape == (2, len(w))
+    with pytest.raises(ValueError, match=said):
+        env.client_gradients(*args(w))
+
+
 def test_policies_reading_the_env_refuse_a_batch_of_observations():
     env = gym.make("FLLearningRate-v0")
     obs, _ = env.reset(seed=0)

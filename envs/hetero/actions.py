@@ -20,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 from gymnasium import spaces
 
-from fl_gym.validation import UserError
+from fl_gym.validation import UserError, as_array, require
 
 LOGIT_SCALE = 3.0
 
@@ -194,6 +194,27 @@ class HeteroSpec:
     def encode(self, sizes: np.ndarray | None, sigma: np.ndarray | None) -> np.ndarray:
         """The action of this view that carries ``sizes`` and/or ``sigma`` (or the rows of several)."""
         return self.action.encode(self.num_sizes, sizes, sigma)
+
+    def require_choices(self, sizes: object, sigma: object) -> None:
+        """Refuse, by name, a half of the action this view carries that :meth:`encode` cannot encode.
+
+        ``sizes``: ``k`` size indices per row; ``sigma``: ``k`` epoch shares per row, >= 0 and not all
+        0 (their centred log-ratios are encoded, so they need not sum to 1). A half the view does not
+        carry is not read.
+        """
+        k, act = self.clients_per_round, self.action
+        if act.acts_sizes:
+            allowed = f"{k} size indices in 0..{self.num_sizes - 1} per row (the {self.view} view acts sizes)"
+            s = as_array("sizes", sizes, allowed)
+            ok = sizes is not None and s.ndim >= 1 and s.shape[-1] == k and s.dtype.kind in "iuf"
+            require(ok and bool(np.all((s == np.floor(s)) & (s >= 0) & (s < self.num_sizes))), "sizes", sizes,
+                    allowed)
+        if act.acts_split:
+            allowed = f"{k} epoch shares >= 0, not all 0, per row (the {self.view} view acts the epoch split)"
+            g = as_array("sigma", sigma, allowed)
+            ok = sigma is not None and g.ndim >= 1 and g.shape[-1] == k and g.dtype.kind in "iuf"
+            require(ok and bool(np.all(np.isfinite(g) & (g >= 0))) and bool(np.all(g.sum(axis=-1) > 0)),
+                    "sigma", sigma, allowed)
 
     def decode(self, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``(sizes, sigma)`` an action of this view specifies (None for the half it does not)."""

@@ -182,7 +182,11 @@ class _HeteroEnv(FLEnv):
     # ---- spaces and actions ------------------------------------------------------------------
 
     def encode_action(self, sizes: np.ndarray | None = None, sigma: np.ndarray | None = None) -> np.ndarray:
-        """The action of this env that gives ``sizes`` (``(k,)`` indices) and/or ``sigma`` (simplex)."""
+        """The action of this env that gives ``sizes`` (``(k,)`` indices) and/or ``sigma`` (epoch shares).
+
+        Each half the view acts is required (:meth:`HeteroSpec.require_choices`); the other is not read.
+        """
+        self.hetero.require_choices(sizes, sigma)
         return self.hetero.encode(sizes, sigma)
 
     def _inner(self, view: str) -> Predictor:

@@ -21,6 +21,7 @@ from fl_gym.envs.base import ClientRows
 from fl_gym.envs.learning import Scored, TargetReward, TargetRewardEnv
 from fl_gym.envs.rates.config import RateConfig
 from fl_gym.records import OpenedRound, RoundPlan, RoundReport
+from fl_gym.validation import as_array, is_int_at_least, require
 
 ROW = ("share", "size", "label_entropy", "last_rate", "participation", "probe_loss", "cosine", "grad_norm")
 GLOBAL = ("progress", "val_accuracy", "probe_loss", "val_gain", "model_norm", "share_entropy", "mean_rate")
@@ -181,11 +182,15 @@ class FLLearningRateEnv(TargetRewardEnv):
 
         The hook of FedEnt's Algorithm 1 (it re-evaluates round ``t`` at every sweep).
         """
-        fed = self.federation
+        fed, params = self.federation, self.federation.archs[0].num_params
+        require(isinstance(w, torch.Tensor) and tuple(w.shape) == (params,), "w", getattr(w, "shape", w),
+                f"a tensor of the model's {params} parameters")
+        require(is_int_at_least(t, 0), "t", t, "a round index >= 0")
+        ids = as_array("clients", clients, "a 1-D array of integer client ids")  # which the probe checks
         key = np.random.SeedSequence([self._gradient_key, t]).generate_state(1)[0]
         gen = torch.Generator(device=fed.device).manual_seed(int(key))
         model = w.to(device=fed.device, dtype=fed.global_models[0].dtype)
-        return fed.probe(clients, model.expand(len(clients), -1), gen).grad
+        return fed.probe(ids, model.expand(ids.size, -1), gen).grad
 
     @property
     def round_stats(self) -> RoundStats:
