@@ -103,6 +103,24 @@ def test_normalized_score_reads_the_references():
         benchmark.normalized_score("nosuch", 0.5, refs=refs)
     with pytest.raises(ValueError, match="split='train' is out of range; allowed: test"):
         benchmark.normalized_score("aggregate-noisy", 0.5, split="train", refs=refs)
+    assert benchmark.normalized_score("aggregate-noisy", [0.80, 0.82], refs=refs) == pytest.approx([0.0, 0.5])
+
+
+@pytest.mark.parametrize("args,said", [
+    (([1], 0.5), r"task=\[1\] is out of range"), (("aggregate-noisy", "x"), "value='x'"),
+    (("aggregate-noisy", True), "value=True"), (("aggregate-noisy", 0.5, ["t"]), r"split=\['t'\]"),
+    (("aggregate-noisy", 0.5, "test", 5), "refs=5 is out of range; allowed: None or a mapping"),
+    (("aggregate-noisy", 0.5, "test", {"aggregate-noisy": 1}), r"refs\['aggregate-noisy'\]=1"),
+])
+def test_normalized_score_names_a_bad_argument(args, said):
+    """Each was a ``TypeError`` or ``AttributeError``, or (``True``) a score of 1."""
+    with pytest.raises(ValueError, match=said):
+        benchmark.normalized_score(*args)
+
+
+def test_score_policy_names_a_task_that_is_not_one():
+    with pytest.raises(ValueError, match=r"task=0 is out of range; allowed: a Task"):
+        score_policy(0, "fedavg")
 
 
 @pytest.mark.parametrize("suite_name", STORED)

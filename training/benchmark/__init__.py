@@ -31,7 +31,7 @@ from fl_gym.training.benchmark.protocol import (
 )
 from fl_gym.training.benchmark.scores import normalized_score as _normalized
 from fl_gym.training.benchmark.tasks import Task, all_tasks, suite, suite_names
-from fl_gym.validation import require, require_int_in, require_seeds
+from fl_gym.validation import as_array, require, require_int_in, require_mapping, require_seeds
 
 __all__ = ["Task", "all_tasks", "suite", "suite_names", "suite_tasks", "references", "run", "report",
            "normalized_score", "stored_references"]
@@ -114,17 +114,26 @@ def pinned(suite_name: str, runs_dir: str | Path) -> bool:
     return (Path(runs_dir) / "references.json").is_file() or _stored(suite_name).is_file()
 
 
-def normalized_score(task: str | Task, value: float, split: str = "test", refs: dict[str, Any] | None = None
-                     ) -> float:
-    """``value`` on ``task`` as a normalised score: 0 = FedAvg, 1 = the best fixed policy (stored)."""
-    found = task if isinstance(task, Task) else all_tasks().get(task)
+def normalized_score(task: str | Task, value: Any, split: str = "test", refs: dict[str, Any] | None = None
+                     ) -> Any:
+    """``value`` (a score or an array of them) on ``task``, normalised: 0 = FedAvg, 1 = the best fixed policy.
+
+    ``refs``: the references to read (default: those stored with the package).
+    """
+    found = task if isinstance(task, Task) else all_tasks().get(task) if isinstance(task, str) else None
     require(found is not None, "task", task, ", ".join(all_tasks()))
+    require_mapping("refs", refs, of="task names to their references")
     records = refs if refs is not None else stored_references(found.suites[0])
     require(found.name in records, "task", found.name, f"a task with references ({', '.join(records)})")
-    splits = records[found.name]["refs"]
-    require(split in splits, "split", split, ", ".join(splits))
+    record = records[found.name]
+    splits = record.get("refs") if isinstance(record, dict) else None
+    require(isinstance(splits, dict), f"refs[{found.name!r}]", record,
+            "a record with its splits' ranges under 'refs'")
+    require(isinstance(split, str) and split in splits, "split", split, ", ".join(splits))
+    values = as_array("value", value, "a score or an array of scores")
+    require(values.dtype.kind in "iuf", "value", value, "a score or an array of scores (real numbers)")
     ref = splits[split]
-    return _normalized(value, ref["ref_min"], ref["ref_max"])
+    return _normalized(values if values.ndim else float(values), ref["ref_min"], ref["ref_max"])
 
 
 def _agent_runs(runs_dir: Path, tasks: Sequence[Task]) -> dict[str, dict[str, list[dict]]]:

@@ -49,6 +49,7 @@ def play(task: Task, policy: str | Callable[[gym.Env], Any], split: str = "test"
         scenarios: the federations (default: the task's test federations).
         seeds: the episodes on each (default: the task's evaluation seeds).
     """
+    require(isinstance(task, Task), "task", task, "a Task (all_tasks()[name])")
     scenarios = task.test_scenarios if scenarios is None else scenarios
     seeds = task.eval_seeds if seeds is None else seeds
     require_seeds("scenarios", scenarios)
