@@ -91,6 +91,7 @@ MAX_SCHEDULE = 2**28  # a round's batch schedule (steps x clients x batch size),
 MAX_SEED = 2**31 - 1  # NumPy's legacy seeding (SB3's) takes seeds below 2**32; room is left for seed + copy
 MAX_CLIENTS = 1_000_000  # clients of one federation (the largest cross-device data sets have about this many)
 MAX_COPIES = 4_096  # vector-env copies; each holds a federation, so far more exhaust memory before a step
+MAX_TIMESTEPS = 10**9  # an agent's steps: hours on the fastest env here, weeks on others; more is a typo
 
 
 def require_threads(name: str, value: object) -> None:
@@ -102,6 +103,15 @@ def require_threads(name: str, value: object) -> None:
 def require_int_in(name: str, value: object, low: int, high: int) -> None:
     """Raise ``ValueError`` unless ``value`` is an integer in ``[low, high]`` (a count or a seed)."""
     require(is_int_at_least(value, low) and int(value) <= high, name, value, f"an integer in [{low}, {high}]")
+
+
+def require_timesteps(name: str, value: object, low: int = 1, meaning: str = "") -> None:
+    """Raise ``ValueError`` unless ``value`` is a number of training steps in ``[low, MAX_TIMESTEPS]``.
+
+    ``meaning`` follows the range in the message (what ``low`` stands for, say).
+    """
+    require(is_int_at_least(value, low) and int(value) <= MAX_TIMESTEPS, name, value,
+            f"an integer in [{low}, {MAX_TIMESTEPS}]{meaning}")
 
 
 def require_seed(name: str, value: object) -> None:

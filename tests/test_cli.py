@@ -800,6 +800,12 @@ def test_reproduce_hetero_runs_the_accuracy_of_the_policies_named(flag, runs, tm
     # reproduce: refused before the first section or agent runs (each took minutes to hours, then failed)
     (["reproduce", "select", "--seeds", "-1"], "--seeds='-1' is out of range"),  # was gymnasium's traceback
     (["reproduce", "select", "--agent-steps", "-1"], "--agent-steps=-1 is out of range"),
+    # named --n-timesteps, a flag reproduce has not; hetero's began the run, to train for ever at its end
+    (["reproduce", "select", "--agent-steps", "10000000000"], "--agent-steps=10000000000 is out of range; "
+     "allowed: an integer in [0, 1000000000] (0: no agents)"),
+    (["reproduce", "aggregate", "--agent-steps", "10000000000"], "--agent-steps=10000000000 is out of range"),
+    (["reproduce", "hetero", "--agent-steps", "10000000000"], "--agent-steps=10000000000 is out of range; "
+     "allowed: an integer in [1, 1000000000] (default: each agent's own)"),
     (["reproduce", "rates", "--agent-seeds", "x"], "--agent-seeds='x' is out of range"),
     (["reproduce", "aggregate", "--seeds", "1,1"], "--seeds='1,1' is out of range; allowed: distinct seeds"),
     (["reproduce", "hetero", "--rounds", "0"], "--rounds=0 is out of range"),

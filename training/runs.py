@@ -61,8 +61,8 @@ from fl_gym.validation import (
     require,
     require_choice,
     require_copies,
-    require_int_in,
     require_seed,
+    require_timesteps,
     require_types,
 )
 
@@ -128,8 +128,7 @@ def resolve(env_id: str, algo: str = "ppo", preset: str | None = None,
         envs = n_envs if n_envs is not None else int(hyperparams.get("n_envs", 1))
         agents = [(env_id, hyperparams, algo)]
     require_copies("--n-envs", envs)  # given, or the YAML block's
-    # a billion steps takes hours on the fastest env here and weeks on the others: more is a typo
-    require_int_in("--n-timesteps", steps, 1, 10**9)
+    require_timesteps("--n-timesteps", steps)
     for target, block, name in agents:
         _probe_agent(target, block, name, env_kwargs or {}, envs)
     return RunConfig(env_id, algo, preset, hyperparams, dict(env_kwargs or {}), seed, envs, vec_env,
@@ -260,7 +259,7 @@ def _require_run(cfg: RunConfig) -> None:
     require_seed("seed", cfg.seed)
     require_copies("n_envs", cfg.n_envs)
     require_choice("vec_env", cfg.vec_env, VEC_ENVS)
-    require_int_in("total_timesteps", cfg.total_timesteps, 1, 10**9)
+    require_timesteps("total_timesteps", cfg.total_timesteps)
     require(is_int_at_least(cfg.save_freq, 1), "save_freq", cfg.save_freq, "an integer >= 1")
     if cfg.algo in ALGOS:
         check_hyperparams(cfg.hyperparams, cfg.algo)

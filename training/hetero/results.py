@@ -68,13 +68,13 @@ from fl_gym.training.runs import RunConfig, require_unseen
 from fl_gym.training.sections import claim
 from fl_gym.validation import (
     MAX_THREADS,
-    is_int_at_least,
     require,
     require_choice,
     require_epochs,
     require_int_in,
     require_rounds,
     require_seed,
+    require_timesteps,
 )
 
 # Paper (Chen et al., its experiments): HAPFL's reductions on MNIST, (straggling latency %, training time %).
@@ -431,8 +431,8 @@ def check_flags(cfg: ResultsConfig) -> None:
     require_rounds("--acc-rounds", cfg.acc_rounds)
     require_epochs("--acc-local-epochs", cfg.acc_local_epochs)
     require_int_in("--threads", cfg.threads, 1, MAX_THREADS)
-    require(cfg.agent_steps is None or is_int_at_least(cfg.agent_steps, 1), "--agent-steps", cfg.agent_steps,
-            "an integer >= 1 (default: each agent's own)")
+    if cfg.agent_steps is not None:  # default: each agent's own
+        require_timesteps("--agent-steps", cfg.agent_steps, meaning=" (default: each agent's own)")
     recipe = find_recipe(JOINT, "hapfl")
     require(bool(cfg.agents), "--agents", ",".join(cfg.agents), "one or more presets, comma-separated")
     known = recipe_presets(recipe)

@@ -27,7 +27,7 @@ from fl_gym.training.compare import markdown_table
 from fl_gym.training.runs import RunConfig, require_unseen
 from fl_gym.training.sections import agent, agent_run, claim, section
 from fl_gym.training.trace import decision_trace
-from fl_gym.validation import is_int_at_least, require, require_fraction
+from fl_gym.validation import require, require_fraction, require_timesteps
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,7 @@ def checked_config(family: str, argv: list[str]) -> Reproduction:
     base = parse_kv(args.env_kwargs, "--env-kwargs")
     seeds = parse_seed_list(args.seeds, "--seeds")
     agent_seeds = parse_seed_list(args.agent_seeds, "--agent-seeds")
-    require(is_int_at_least(args.agent_steps, 0), "--agent-steps", args.agent_steps,
-            "an integer >= 0 (0: no agent)")
+    require_timesteps("--agent-steps", args.agent_steps, 0, " (0: no agent)")
     require("preset" not in base, "--env-kwargs preset", base.get("preset"),
             f"none: each section sets its own "
             f"preset; pick sections with --sections ({', '.join(sections)})")

@@ -27,7 +27,7 @@ from fl_gym.training.cli import Parser, parse_kv, parse_seed_list, writable
 from fl_gym.training.compare import markdown_table
 from fl_gym.training.runs import RunConfig, require_unseen
 from fl_gym.training.sections import agent, agent_run, claim, section
-from fl_gym.validation import is_int_at_least, require, require_fraction
+from fl_gym.validation import require_fraction, require_timesteps
 
 SERVER = {"server_data_fraction": 0.1, "allow_server_data": True}
 AGENT_POLICIES = {"FLSelect-v0": ["fedentropy", "fedavg"], "FLSelectPick-v0": ["pools", "random-pick"],
@@ -82,8 +82,7 @@ def checked_config(argv: list[str]) -> Reproduction:
     """The run ``fl-gym reproduce select ARGV`` asks for, every flag checked before anything is written."""
     args = parser().parse_args(argv)
     seeds, base = parse_seed_list(args.seeds, "--seeds"), parse_kv(args.env_kwargs, "--env-kwargs")
-    require(is_int_at_least(args.agent_steps, 0), "--agent-steps", args.agent_steps,
-            "an integer >= 0 (0: no agents)")
+    require_timesteps("--agent-steps", args.agent_steps, 0, " (0: no agents)")
     require_fraction("--target", args.target)
     agents = {env_id: agent_run(Path(args.out), env_id, args.agent_steps, _agent_kwargs(env_id, base),
                                 _algo(env_id))
