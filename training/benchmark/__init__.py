@@ -63,11 +63,10 @@ def references(suite_name: str, out: str | Path, only: Sequence[str] | None = No
         if not path.is_file():
             say(f"{task.name}: references")
             write_json(path, task_references(task, say))
-    records = {t.name: read_json(p) for t in suite(suite_name)
-               # also those pinned by another process
-               if (p := out / "references" / f"{t.name}.json").is_file()}
+    paths = {t.name: out / "references" / f"{t.name}.json" for t in suite(suite_name)}
+    records = {name: read_json(p) for name, p in paths.items() if p.is_file()}  # also another process's
     for name, record in records.items():
-        require_reference(out / "references" / f"{name}.json", record)
+        require_reference(paths[name], record)
     write_json(out / "references.json", records)
     return records
 
