@@ -238,6 +238,20 @@ def test_a_lost_worker_is_one_line_saying_how_to_go_on(tmp_path, monkeypatch, ca
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert err.startswith("fl-gym: error: worker process 7 of this vector env has ended (exit code -9)")
     assert err.strip().endswith(f"continue with: fl-gym train --resume {tmp_path / 'FLAggregate-v0' / 'r'}")
+    for pipe, vec_env in ((EOFError, "subproc"), (BrokenPipeError, "subproc"), (EOFError, "batched")):
+        def closed(*args, error=pipe, **kwargs):  # SB3's SubprocVecEnv: the killed worker's end of its pipe
+            raise error()
+
+        monkeypatch.setattr(runs, "train", closed)
+        argv = ["train", "FLAggregate-v0", "--n-envs", 2, "--vec-env", vec_env, "--n-timesteps", 64,
+                "--runs-dir", tmp_path, "--run-id", f"{pipe.__name__}-{vec_env}", "--no-progress"]
+        if vec_env != "subproc":  # no worker pipes of SB3's: another cause, whose traceback shows
+            with pytest.raises(pipe):
+                run_cli(argv, capsys)
+            continue
+        code, _, err = run_cli(argv, capsys)
+        said = f"a worker process of SB3's SubprocVecEnv has ended ({pipe.__name__}), and its copies with it"
+        assert code == 2 and err.startswith(f"fl-gym: error: {said}; continue with: fl-gym train --resume ")
     from fl_gym.training import compare
 
     monkeypatch.setattr(compare, "evaluate", killed)  # any other command

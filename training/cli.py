@@ -284,7 +284,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         require(args.resume != "", "--resume", "", "a run folder")
         folder = Path(args.resume)
         _refuse_with_resume(args)
-        runs.load_run(folder)
+        cfg = runs.load_run(folder)
     else:
         if not args.env_id:
             raise UserError("train: give an ENV_ID, or --resume RUN_DIR")
@@ -301,8 +301,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted; continue with: fl-gym train --resume {folder}", file=sys.stderr)
         return 130
-    except WorkerLost as err:
-        raise UserError(f"{err}; continue with: fl-gym train --resume {folder}") from err
+    except (WorkerLost, EOFError, ConnectionError) as err:  # a worker killed (the out-of-memory killer, say)
+        if not isinstance(err, WorkerLost) and cfg.vec_env != "subproc":
+            raise
+        # SB3's SubprocVecEnv says it by its pipe: closed at the worker's end
+        lost = err if isinstance(err, WorkerLost) else (f"a worker process of SB3's SubprocVecEnv has ended "
+                                                        f"({type(err).__name__}), and its copies with it")
+        raise UserError(f"{lost}; continue with: fl-gym train --resume {folder}") from err
     print(f"done: {summary['timesteps']} steps; model in {folder}")
     return 0
 
