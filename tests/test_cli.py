@@ -771,6 +771,10 @@ def test_reproduce_hetero_runs_the_accuracy_of_the_policies_named(flag, runs, tm
      "policy 'cos-trim[k=true]': k=True is out of range; allowed: an integer"),
     (["compare", "FLLearningRate-v0", "--policies", "fedavg[lr=]"],  # played the env's rate
      "policy 'fedavg[lr=]': 'lr=' has no value; allowed: key=value (key=null for None)"),
+    (["compare", "FLLearningRate-v0", "--policies", "fedavg[lr=0.1,lr=0.2]"],  # played 0.2 under both
+     "policy 'fedavg[lr=0.1,lr=0.2]': 'lr' is given twice; allowed: each key once"),
+    (["compare", "FLLearningRate-v0", "--policies", "[lr=0.1]"],  # was "policy '' is not known"
+     "policy '[lr=0.1]': expected NAME[key=value,...]"),
     (["data", "describe", "digits", "--alpha", "0"], "error: --alpha=0.0 is out of range"),  # was alpha=
     (["data", "describe", "digits", "--partition", "iid", "--alpha", "0.3"],
      "error: --alpha=0.3 does not apply to partition='iid'"),
@@ -980,6 +984,9 @@ def test_parse_kv_types():
     parsed = parse_kv(["lr=3e-4", "n=1e9", "m=-2E+3", "k=1e", "v=1.5e-2"], "x")
     assert parsed == {"lr": 3e-4, "n": 1e9, "m": -2000.0, "k": "1e", "v": 0.015}
     assert all(isinstance(parsed[k], float) for k in ("lr", "n", "m", "v"))
+    # the last was played, under a label naming both ("fedavg[lr=0.1,lr=0.2]")
+    with pytest.raises(ValueError, match="^x: 'lr' is given twice; allowed: each key once$"):
+        parse_kv(["lr=0.1", " lr = 0.2"], "x")
 
 
 def test_demo_end_to_end(tmp_path, capsys):

@@ -181,6 +181,8 @@ def parse_kv(items: list[str] | None, what: str) -> dict[str, Any]:
             raise UserError(f"{what}: expected key=value, got {item!r}")
         if not value.strip():  # YAML reads nothing as None, which most arguments take as their default
             raise UserError(f"{what}: {item!r} has no value; allowed: key=value (key=null for None)")
+        if key in out:  # the last would win unsaid, under a label naming both
+            raise UserError(f"{what}: {key!r} is given twice; allowed: each key once")
         try:
             out[key] = float(value) if NUMBER.fullmatch(value.strip()) else yaml.safe_load(value)
         except yaml.YAMLError as err:

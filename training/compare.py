@@ -157,7 +157,7 @@ def _with_kwargs(policy: str) -> tuple[str, dict[str, Any]]:
     name, sep, rest = policy.partition("[")
     if not sep:
         return policy, {}
-    if not rest.endswith("]"):
+    if not rest.endswith("]") or not name:
         raise UserError(f"policy {policy!r}: expected NAME[key=value,...]")
     return name, parse_kv(split_list(rest[:-1]), f"policy {policy!r}")
 
