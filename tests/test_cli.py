@@ -775,6 +775,8 @@ def test_reproduce_hetero_runs_the_accuracy_of_the_policies_named(flag, runs, tm
      "policy 'fedavg[lr=0.1,lr=0.2]': 'lr' is given twice; allowed: each key once"),
     (["compare", "FLLearningRate-v0", "--policies", "[lr=0.1]"],  # was "policy '' is not known"
      "policy '[lr=0.1]': expected NAME[key=value,...]"),
+    (["compare", "FLLearningRate-v0", "--policies", "ppo:"],  # was "no model at model.zip" (the cwd's)
+     "policy 'ppo:': PATH='' is out of range; allowed: a run folder or a model file"),
     (["data", "describe", "digits", "--alpha", "0"], "error: --alpha=0.0 is out of range"),  # was alpha=
     (["data", "describe", "digits", "--partition", "iid", "--alpha", "0.3"],
      "error: --alpha=0.3 does not apply to partition='iid'"),

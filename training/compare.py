@@ -94,6 +94,7 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
     if algo not in ALGOS and algo not in recipes:
         raise UserError(f"policy {policy!r}: algorithm {algo!r} is out of range; allowed: "
                          f"{', '.join((*ALGOS, *recipes))}")
+    require(path.strip() != "", f"policy {policy!r}: PATH", path, "a run folder or a model file")  # not '.'
     target = Path(path)
     if is_recipe(target):
         recipe, models = load_recipe(target)
