@@ -100,18 +100,18 @@ def require_threads(name: str, value: object) -> None:
     require(ok, name, value, f"None or an integer in [1, {MAX_THREADS}]")
 
 
-def require_int_in(name: str, value: object, low: int, high: int) -> None:
-    """Raise ``ValueError`` unless ``value`` is an integer in ``[low, high]`` (a count or a seed)."""
-    require(is_int_at_least(value, low) and int(value) <= high, name, value, f"an integer in [{low}, {high}]")
-
-
-def require_timesteps(name: str, value: object, low: int = 1, meaning: str = "") -> None:
-    """Raise ``ValueError`` unless ``value`` is a number of training steps in ``[low, MAX_TIMESTEPS]``.
+def require_int_in(name: str, value: object, low: int, high: int, meaning: str = "") -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer in ``[low, high]`` (a count or a seed).
 
     ``meaning`` follows the range in the message (what ``low`` stands for, say).
     """
-    require(is_int_at_least(value, low) and int(value) <= MAX_TIMESTEPS, name, value,
-            f"an integer in [{low}, {MAX_TIMESTEPS}]{meaning}")
+    require(is_int_at_least(value, low) and int(value) <= high, name, value,
+            f"an integer in [{low}, {high}]{meaning}")
+
+
+def require_timesteps(name: str, value: object, low: int = 1, meaning: str = "") -> None:
+    """Raise ``ValueError`` unless ``value`` is a number of training steps in ``[low, MAX_TIMESTEPS]``."""
+    require_int_in(name, value, low, MAX_TIMESTEPS, meaning)
 
 
 def require_seed(name: str, value: object) -> None:
@@ -179,15 +179,15 @@ def require_fraction(name: str, value: object, optional: bool = False) -> None:
 
 def is_positive(x: object) -> typing.TypeGuard[float]:
     """True for finite numbers > 0, Python's or numpy's (rejects NaN, inf and bools: ``True`` is no rate)."""
-    return _is_real(x) and math.isfinite(x) and x > 0
+    return is_real(x) and math.isfinite(x) and x > 0
 
 
 def is_non_negative(x: object) -> typing.TypeGuard[float]:
     """True for finite numbers >= 0, Python's or numpy's (rejects NaN, inf and bools)."""
-    return _is_real(x) and math.isfinite(x) and x >= 0
+    return is_real(x) and math.isfinite(x) and x >= 0
 
 
-def _is_real(x: object) -> typing.TypeGuard[float]:
+def is_real(x: object) -> typing.TypeGuard[float]:
     """A real number that is no bool (numpy's register as ``numbers.Real``; its bool does not).
 
     An integer beyond float range (``10**400``) is none: ``math.isfinite`` raises ``OverflowError`` on it.
@@ -280,7 +280,7 @@ def _matches(value: object, hint: object) -> bool:
     if hint is int:
         return isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if hint is float:
-        return _is_real(value) and not math.isnan(value)
+        return is_real(value) and not math.isnan(value)
     if origin is tuple:
         if not isinstance(value, (tuple, list)):
             return False

@@ -143,7 +143,8 @@ def _tv_split(name: str, root: str, train: bool, download: bool) -> tuple[torch.
     split = "training" if train else "test"
     if len(data) != len(targets):
         raise ValueError(f"the {split} files hold {len(data)} images but {len(targets)} labels")
-    low, high = (1, 26) if name == "emnist-letters" else (0, _CLASSES.get(name, 10) - 1)
+    low = 1 if name == "emnist-letters" else 0  # EMNIST's letters are 1..26
+    high = low + _CLASSES.get(name, 10) - 1
     if len(targets) and not low <= int(targets.min()) <= int(targets.max()) <= high:
         raise ValueError(f"the {split} labels run from {int(targets.min())} to {int(targets.max())}, "
                          f"not within [{low}, {high}]")

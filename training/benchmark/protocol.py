@@ -31,7 +31,7 @@ from fl_gym.training import provenance, runs
 from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
 from fl_gym.training.compare import PolicySpec, policy_spec
 from fl_gym.training.evaluation import Episode, evaluate
-from fl_gym.validation import UserError, is_int_at_least, one_line, require, require_seeds
+from fl_gym.validation import UserError, is_int_at_least, is_real, one_line, require, require_seeds
 
 Say = Callable[[str], None]
 
@@ -223,7 +223,7 @@ def require_reference(where: str | Path, record: Any) -> None:
         damaged(where, "policies are not each policy's rows of scores per split")
     for split in SPLITS:
         ref = refs.get(split) if isinstance(refs, dict) else None
-        if not (isinstance(ref, dict) and _is_number(ref.get("ref_min")) and _is_number(ref.get("ref_max"))
+        if not (isinstance(ref, dict) and is_real(ref.get("ref_min")) and is_real(ref.get("ref_max"))
                 and _names_one_of(ref.get("best"), policies)):
             damaged(where, f"refs of split {split!r} are not ref_min, ref_max and a best among the policies")
     for key in ("reference", "upper"):
@@ -251,11 +251,7 @@ def _names_one_of(name: object, policies: dict) -> bool:
 def _is_matrix(rows: object) -> bool:
     """Whether ``rows`` is a non-empty list of equally long, non-empty lists of real numbers."""
     return (isinstance(rows, list) and bool(rows) and all(isinstance(r, list) and r for r in rows)
-            and len({len(r) for r in rows}) == 1 and all(_is_number(v) for r in rows for v in r))
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+            and len({len(r) for r in rows}) == 1 and all(is_real(v) for r in rows for v in r))
 
 
 def _tested(task: Task, policy: str) -> dict[str, dict[str, list[list[float]]]]:
