@@ -177,14 +177,19 @@ def require_fraction(name: str, value: object, optional: bool = False) -> None:
             ("None or " if optional else "") + "a float in (0, 1]")
 
 
+def is_finite(x: object) -> typing.TypeGuard[float]:
+    """A finite real number that is no bool (:func:`is_real`, and neither NaN nor infinite)."""
+    return is_real(x) and math.isfinite(x)
+
+
 def is_positive(x: object) -> typing.TypeGuard[float]:
     """True for finite numbers > 0, Python's or numpy's (rejects NaN, inf and bools: ``True`` is no rate)."""
-    return is_real(x) and math.isfinite(x) and x > 0
+    return is_finite(x) and x > 0
 
 
 def is_non_negative(x: object) -> typing.TypeGuard[float]:
     """True for finite numbers >= 0, Python's or numpy's (rejects NaN, inf and bools)."""
-    return is_real(x) and math.isfinite(x) and x >= 0
+    return is_finite(x) and x >= 0
 
 
 def is_real(x: object) -> typing.TypeGuard[float]:

@@ -106,14 +106,25 @@ def test_normalized_score_reads_the_references():
     assert benchmark.normalized_score("aggregate-noisy", [0.80, 0.82], refs=refs) == pytest.approx([0.0, 0.5])
 
 
+def _test_range(ref: object) -> dict:
+    """Hand-made references of aggregate-noisy whose test split's range is ``ref``."""
+    return {"aggregate-noisy": {"refs": {"test": ref}}}
+
+
 @pytest.mark.parametrize("args,said", [
     (([1], 0.5), r"task=\[1\] is out of range"), (("aggregate-noisy", "x"), "value='x'"),
     (("aggregate-noisy", True), "value=True"), (("aggregate-noisy", 0.5, ["t"]), r"split=\['t'\]"),
     (("aggregate-noisy", 0.5, "test", 5), "refs=5 is out of range; allowed: None or a mapping"),
     (("aggregate-noisy", 0.5, "test", {"aggregate-noisy": 1}), r"refs\['aggregate-noisy'\]=1"),
+    (("aggregate-noisy", 0.5, "test", _test_range(5)),
+     r"refs\['aggregate-noisy'\]\['refs'\]\['test'\]=5 is out of range; allowed: a mapping with finite"),
+    (("aggregate-noisy", 0.5, "test", _test_range({"ref_min": "a", "ref_max": 1})),
+     r"\['test'\]=\{'ref_min': 'a', 'ref_max': 1\} is out of range"),
+    (("aggregate-noisy", 0.5, "test", _test_range({"ref_min": True, "ref_max": 2})),
+     r"\['test'\]=\{'ref_min': True"),
 ])
 def test_normalized_score_names_a_bad_argument(args, said):
-    """Each was a ``TypeError`` or ``AttributeError``, or (``True``) a score of 1."""
+    """Each was a ``TypeError``, ``KeyError`` or ``AttributeError``, or (``True``) a score of 1."""
     with pytest.raises(ValueError, match=said):
         benchmark.normalized_score(*args)
 
@@ -376,7 +387,9 @@ GOOD = {"algo": "ppo", "seed": 0, "scores": {"test": [[0.5, 0.6]], "extrapolatio
 @pytest.mark.parametrize("edit,said", [
     (dict(seed="x"), " is damaged (algo='ppo', seed='x'; not a name and a seed)"),
     (dict(algo=5), " is damaged (algo=5, seed=0; not a name and a seed)"),
-    (dict(scores=5), " is damaged (scores of split 'test' are not a list of rows of numbers)"),
+    (dict(scores=5), " is damaged (scores of split 'test' are not a list of rows of finite numbers)"),
+    # the statistics read NaN as a run the task lacks: such a run was left out without a word
+    (dict(scores={"test": [[0.5, float("nan")]], "extrapolation": [[0.4]]}), " is damaged (scores of split"),
     (dict(scores={"test": [[0.5]]}), " is damaged (scores of split 'extrapolation' are not"),  # a split cut
     (dict(scores={"test": [[0.5, None]], "extrapolation": [[0.4]]}), " is damaged (scores of split 'test'"),
     (dict(scores={"test": [[0.5], [0.5, 0.6]], "extrapolation": [[0.4]]}), " is damaged (scores of split"),
@@ -410,6 +423,7 @@ def test_every_stored_reference_has_the_shape_a_report_reads(suite_name):
     (lambda r: r.update(refs={}), "refs of split 'test' are not ref_min, ref_max and a best among the"),
     (lambda r: r["refs"]["extrapolation"].update(ref_min="a"), "refs of split 'extrapolation' are not"),
     (lambda r: r["refs"]["test"].update(best="nope"), "refs of split 'test' are not"),
+    (lambda r: r["refs"]["test"].update(ref_max=float("inf")), "refs of split 'test' are not"),
     (lambda r: r.update(policies=5), "policies are not each policy's rows of scores per split"),
     (lambda r: r["policies"]["fedavg"].update(test="x"), "policies are not"),
     (lambda r: r.update(reference="nope"), "reference='nope' is not among the policies"),

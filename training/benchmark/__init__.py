@@ -24,6 +24,7 @@ from fl_gym.atomic import read_json, require_writable, write_json
 from fl_gym.training.benchmark import report as reporting
 from fl_gym.training.benchmark.protocol import (
     check_algo,
+    is_reference_range,
     read_record,
     require_reference,
     run_agent,
@@ -129,9 +130,11 @@ def normalized_score(task: str | Task, value: Any, split: str = "test", refs: di
     require(isinstance(splits, dict), f"refs[{found.name!r}]", record,
             "a record with its splits' ranges under 'refs'")
     require(isinstance(split, str) and split in splits, "split", split, ", ".join(splits))
+    ref = splits[split]
+    require(is_reference_range(ref), f"refs[{found.name!r}]['refs'][{split!r}]", ref,
+            "a mapping with finite ref_min and ref_max")
     values = as_array("value", value, "a score or an array of scores")
     require(values.dtype.kind in "iuf", "value", value, "a score or an array of scores (real numbers)")
-    ref = splits[split]
     return _normalized(values if values.ndim else float(values), ref["ref_min"], ref["ref_max"])
 
 

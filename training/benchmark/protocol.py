@@ -31,7 +31,7 @@ from fl_gym.training import provenance, runs
 from fl_gym.training.benchmark.tasks import SPLITS, TUNING_SCENARIOS, TUNING_SEEDS, Task
 from fl_gym.training.compare import PolicySpec, policy_spec
 from fl_gym.training.evaluation import Episode, evaluate
-from fl_gym.validation import UserError, is_int_at_least, is_real, one_line, require, require_seeds
+from fl_gym.validation import UserError, is_finite, is_int_at_least, one_line, require, require_seeds
 
 Say = Callable[[str], None]
 
@@ -207,7 +207,8 @@ def read_record(path: Path) -> dict[str, Any]:
         for split in SPLITS:
             rows = scores.get(split) if isinstance(scores, dict) else None
             if not _is_matrix(rows):
-                damaged(f"{path}{where}", f"scores of split {split!r} are not a list of rows of numbers")
+                damaged(f"{path}{where}",
+                        f"scores of split {split!r} are not a list of rows of finite numbers")
     return record
 
 
@@ -223,8 +224,7 @@ def require_reference(where: str | Path, record: Any) -> None:
         damaged(where, "policies are not each policy's rows of scores per split")
     for split in SPLITS:
         ref = refs.get(split) if isinstance(refs, dict) else None
-        if not (isinstance(ref, dict) and is_real(ref.get("ref_min")) and is_real(ref.get("ref_max"))
-                and _names_one_of(ref.get("best"), policies)):
+        if not (is_reference_range(ref) and _names_one_of(ref.get("best"), policies)):
             damaged(where, f"refs of split {split!r} are not ref_min, ref_max and a best among the policies")
     for key in ("reference", "upper"):
         if (record[key] or key == "reference") and not _names_one_of(record[key], policies):
@@ -238,6 +238,11 @@ def require_reference(where: str | Path, record: Any) -> None:
         damaged(where, "returns are not the reference's and the best's rows of returns per split")
 
 
+def is_reference_range(ref: object) -> bool:
+    """Whether ``ref`` is a split's reference range: a mapping with finite ``ref_min`` and ``ref_max``."""
+    return isinstance(ref, dict) and is_finite(ref.get("ref_min")) and is_finite(ref.get("ref_max"))
+
+
 def _is_by_policy(value: object) -> bool:
     """Whether ``value`` maps policy names to each split's rows of numbers (:func:`_is_matrix`)."""
     return isinstance(value, dict) and all(isinstance(v, dict) and all(_is_matrix(v.get(s)) for s in SPLITS)
@@ -249,9 +254,13 @@ def _names_one_of(name: object, policies: dict) -> bool:
 
 
 def _is_matrix(rows: object) -> bool:
-    """Whether ``rows`` is a non-empty list of equally long, non-empty lists of real numbers."""
+    """Whether ``rows`` is a non-empty list of equally long, non-empty lists of finite numbers.
+
+    Finite: the statistics read NaN as a run a task lacks (:mod:`.scores`), so a NaN here would
+    drop a run without a word.
+    """
     return (isinstance(rows, list) and bool(rows) and all(isinstance(r, list) and r for r in rows)
-            and len({len(r) for r in rows}) == 1 and all(is_real(v) for r in rows for v in r))
+            and len({len(r) for r in rows}) == 1 and all(is_finite(v) for r in rows for v in r))
 
 
 def _tested(task: Task, policy: str) -> dict[str, dict[str, list[list[float]]]]:
