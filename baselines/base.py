@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 import numpy as np
 from gymnasium import spaces
 
-from fl_gym.validation import UserError, require_seed
+from fl_gym.validation import UserError, as_array, require_seed
 
 E = TypeVar("E")
 
@@ -73,8 +73,7 @@ class RowPolicy:
     def predict(self, observation: np.ndarray, state: Any = None, episode_start: Any = None,
                 deterministic: bool = True) -> tuple[np.ndarray, Any]:
         """Action(s) for one observation or a batch."""
-        obs = np.asarray(observation, np.float64)
-        self._check_shape(obs)
+        obs = self._checked(observation)
         rows = obs if obs.ndim == 2 else obs[None]
         if self.reads_env and len(rows) > 1:
             raise UserError(f"{type(self).__name__}.predict: observation has {len(rows)} rows; allowed: one "
@@ -83,13 +82,27 @@ class RowPolicy:
         actions = self.act_rows(rows)
         return (actions if obs.ndim == 2 else actions[0]), state
 
-    def _check_shape(self, obs: np.ndarray) -> None:
+    def _checked(self, observation: object) -> np.ndarray:
+        """``observation`` as float64 ``(d,)`` or ``(n, d)``, ``n >= 1``, or an error naming it.
+
+        An env's observations are finite real numbers: a NaN made some policies' actions NaN
+        (outside the action space), a complex number lost its imaginary part, text or an empty
+        batch failed inside :meth:`act` with numpy's words.
+        """
         one = self.observation_shape  # (d,): every env's observation is a vector
-        if obs.ndim in (1, 2) and (one is None or obs.shape[-1:] == one):
-            return
         d = "d" if one is None else one[0]
-        raise UserError(f"{type(self).__name__}.predict: observation has shape {obs.shape}; allowed: ({d},) "
-                        f"or (n, {d}), the observations of the env the policy was built with")
+        allowed = (f"({d},) or (n, {d}) finite real numbers, the observations of the env the policy was "
+                   "built with")
+        name = f"{type(self).__name__}.predict: observation"
+        obs = as_array(name, observation, allowed)
+        if not (obs.ndim in (1, 2) and (one is None or obs.shape[-1:] == one) and obs.size):
+            raise UserError(f"{name} has shape {obs.shape}; allowed: {allowed}")
+        if obs.dtype.kind not in "biuf":
+            raise UserError(f"{name} holds {obs.dtype} values; allowed: {allowed}")
+        bad = np.flatnonzero(~np.isfinite(obs))
+        if len(bad):
+            raise UserError(f"{name} holds {obs.ravel()[bad[0]].item()!r}; allowed: {allowed}")
+        return obs.astype(np.float64)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The action for one observation."""

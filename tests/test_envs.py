@@ -259,7 +259,7 @@ def test_every_fixed_policy_parameter_with_a_bad_value_is_refused_by_name_or_act
 
 
 @pytest.mark.parametrize("env_id", [i for i in IDS if family_of(i).name != "toy"])  # the toy's: no RowPolicy
-def test_every_fixed_policy_refuses_an_observation_of_another_shape(env_id):
+def test_every_fixed_policy_refuses_an_observation_of_another_shape_or_not_finite(env_id):
     """Rows of another client count, or another env's observation, would be misread without a word."""
     env = gym.make(env_id)
     d = env.reset(seed=0)[0].shape[0]
@@ -269,10 +269,23 @@ def test_every_fixed_policy_refuses_an_observation_of_another_shape(env_id):
             policy = entry.build(env)
         except ValueError:  # a policy for other scenarios, as above
             continue
-        for bad in (np.zeros(d + 1), np.zeros((2, d - 1)), np.zeros((1, 2, d)), np.float64(1.0)):
+        # an empty batch failed inside act() ("need at least one array to stack") or gave no actions
+        for bad in (np.zeros(d + 1), np.zeros((2, d - 1)), np.zeros((1, 2, d)), np.float64(1.0),
+                    np.zeros((0, d))):
             allowed = rf"observation has shape {re.escape(str(bad.shape))}; allowed: \({d},\) or \(n, {d}\)"
             with pytest.raises(ValueError, match=allowed):
                 policy.predict(bad)
+        # NaN or infinity made some policies' actions NaN, outside the action space; a complex number
+        # lost its imaginary part; a ragged batch or text failed with numpy's words
+        obs = env.reset(seed=0)[0]
+        for value, said in ((np.nan, "holds nan"), (-np.inf, "holds -inf"), (1j, "holds complex128 values"),
+                            ("a", "holds <U32 values")):
+            bad = obs.astype(object)
+            bad[-1] = value
+            with pytest.raises(ValueError, match=re.escape(f"predict: observation {said}; allowed: ({d},)")):
+                policy.predict(bad.tolist())
+        with pytest.raises(ValueError, match=r"observation=\[\[0.0\], \[0.0, 0.0\]\] is out of range"):
+            policy.predict([[0.0], [0.0, 0.0]])
         checked += 1
     assert checked
 
