@@ -57,6 +57,7 @@ from fl_gym.validation import (
     UserError,
     is_int_at_least,
     is_positive,
+    one_line,
     require,
     require_mapping,
     require_seed,
@@ -83,6 +84,8 @@ except ImportError as exc:  # pragma: no cover - the extra is installed where th
 __all__ = ["Context", "EnvSpec", "Grid", "PolicyStrategy", "ServerApp", "client_app", "client_seed", "play"]
 log = logging.getLogger("flwr")  # Flower's logger: these lines appear in its run logs
 STATS = ("loss", "last_epoch_loss", "local_accuracy")
+# what the strategy itself writes into every train message (a train_config entry may not replace it)
+TRAIN_KEYS = ("spec", "server-round", "client", "model", "lr", "epochs", "steps", "seed")
 
 
 @dataclass(frozen=True)
@@ -250,10 +253,12 @@ class PolicyStrategy(Strategy):
 
     def __init__(self, spec: EnvSpec, policy: Predictor | Callable[[FLEnv], Predictor], *, seed: int = 0,
                  deterministic: bool = True, label: str | None = None, node_timeout: float = 120.0) -> None:
-        require(is_int_at_least(seed, 0), "seed", seed, "an integer >= 0")
+        require_seed("seed", seed)  # the env's reset(seed=...) refused it, after the nodes registered
         require(is_positive(node_timeout), "node_timeout", node_timeout, "seconds > 0")
         require(hasattr(policy, "predict") or callable(policy), "policy", policy,
                 "a predictor (SB3's predict) or a function of the env that builds one")
+        require(isinstance(deterministic, (bool, np.bool_)), "deterministic", deterministic, "True or False")
+        require(label is None or isinstance(label, str), "label", label, "None or a name")
         self.spec, self.policy, self.seed = spec, policy, int(seed)
         self.deterministic, self.node_timeout = deterministic, float(node_timeout)
         self.label = label or type(policy).__name__
@@ -285,10 +290,14 @@ class PolicyStrategy(Strategy):
         require(initial_arrays is None, "initial_arrays", type(initial_arrays).__name__,
                 "None (the global model comes from the episode seed)")
         require(is_int_at_least(num_rounds, 1), "num_rounds", num_rounds, "an integer >= 1")
+        require(is_positive(timeout), "timeout", timeout, "seconds > 0 (each round's wait for its replies)")
+        require(evaluate_fn is None or callable(evaluate_fn), "evaluate_fn", evaluate_fn,
+                "None or a function (round, arrays) -> MetricRecord or None")
+        extra = _train_entries(train_config)
         log.info("Starting %s:", type(self).__name__)
         self.summary()
         env = self.env
-        self._grid, self._timeout, self._extra = grid, float(timeout), dict(train_config or {})
+        self._grid, self._timeout, self._extra = grid, float(timeout), extra
         self._nodes = self._register(env.federation.num_clients)
         env.federation.remote = self
         result, self.history = Result(), []
@@ -444,6 +453,23 @@ def built(policy: Predictor | Callable[[FLEnv], Predictor], env: FLEnv) -> Predi
     require(hasattr(predictor, "predict"), "policy", policy, "a predictor or a function that returns one "
             f"(this one returned {predictor!r})")
     return predictor
+
+
+def _train_entries(config: object) -> dict[str, Any]:
+    """``start``'s ``train_config`` as the entries every train message adds, or an error naming it.
+
+    Checked before the nodes register: a value Flower's records refuse failed at the first round's
+    messages, and a key the strategy writes itself (:data:`TRAIN_KEYS`) was overwritten without a word.
+    """
+    require_mapping("train_config", config, of="names to Flower config values")
+    taken = sorted(set(config or {}) & set(TRAIN_KEYS))
+    require(not taken, "train_config", config, f"keys other than {', '.join(TRAIN_KEYS)} (the strategy "
+            f"writes them into every train message; {taken} given)")
+    try:
+        return dict(ConfigRecord(dict(config or {})))
+    except TypeError as err:
+        raise UserError(f"train_config={config!r} is out of range; allowed: Flower config values "
+                        f"({one_line(err)})") from None
 
 
 def _message(node: int, kind: str, *, config: ConfigRecord, arrays: ArrayRecord | None = None) -> Message:

@@ -97,7 +97,10 @@ def test_a_scenario_drawn_per_episode_is_refused(name):
 
 
 @pytest.mark.parametrize(("kwargs", "name"), [({"seed": -1}, "seed"), ({"node_timeout": 0}, "node_timeout"),
-                                             ({"policy": 3}, "policy")])  # 'int' object is not callable, late
+                                             ({"policy": 3}, "policy"),  # 'int' object is not callable, late
+                                             ({"seed": 2**40}, "seed"),  # the env's reset refused it, late
+                                             ({"deterministic": "no"}, "deterministic"),  # read as True
+                                             ({"label": 5}, "label")])
 def test_bad_strategy_arguments_name_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=f"{name}="):
         PolicyStrategy(EnvSpec("FLLearningRate-v0"), **{"policy": lambda env: None, **kwargs})
@@ -131,6 +134,21 @@ def test_the_strategy_waits_for_one_node_per_client_then_says_how_many_came():
         strategy.start(EmptyGrid(), num_rounds=1)
     with pytest.raises(ValueError, match="initial_arrays=.*allowed: None"):
         strategy.start(EmptyGrid(), initial_arrays=ArrayRecord(), num_rounds=1)
+
+
+@pytest.mark.parametrize(("kwargs", "said"), [
+    ({"timeout": -1}, "timeout=-1 is out of range; allowed: seconds > 0"),
+    ({"timeout": "x"}, "timeout='x' is out of range"),  # float('x')'s ValueError
+    ({"evaluate_fn": 5}, "evaluate_fn=5 is out of range"),  # 'int' object is not callable, after round 1
+    ({"train_config": 5}, "train_config=5 is out of range; allowed: None or a mapping"),  # a TypeError
+    ({"train_config": {"a": None}}, "allowed: Flower config values (Not all values are of valid type"),
+    ({"train_config": {"lr": 0.5}}, "allowed: keys other than spec, server-round, client, model, lr"),
+])
+def test_start_names_a_bad_argument_before_it_waits_for_nodes(kwargs, said):
+    """Each failed late (at the first round's messages or after it) or was dropped without a word."""
+    strategy = PolicyStrategy(EnvSpec("FLLearningRate-v0"), lambda env: None, node_timeout=0.01)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        strategy.start(EmptyGrid(), num_rounds=1, **kwargs)
 
 
 def test_client_seeds_differ_per_client_and_round_and_fit_flower_records():
