@@ -145,14 +145,18 @@ def register_rllib(ids: Sequence[str] | None = None) -> list[str]:
     there first, so ``config.environment("FLHetero-v0", env_config={"preset": "scale20"})`` works
     on a remote worker without any set-up of its own.
     """
-    try:
-        tune = importlib.import_module("ray.tune")
-    except ImportError as exc:
-        raise MissingExtraError('RLlib is not installed; pip install "fl-gym[rllib]"') from exc
+    # a string was read as its letters ("ids='F'")
+    require(ids is None or (isinstance(ids, (list, tuple)) and all(isinstance(i, str) for i in ids)), "ids",
+            ids, "None or a list of registered fl-gym ids")
     chosen = list(ids or env_ids())
     known = set(env_ids())
     for env_id in chosen:
         require(env_id in known, "ids", env_id, "registered fl-gym ids")
+    try:
+        tune = importlib.import_module("ray.tune")
+    except ImportError as exc:
+        raise MissingExtraError('RLlib is not installed; pip install "fl-gym[rllib]"') from exc
+    for env_id in chosen:
         tune.register_env(env_id, _creator(env_id))
     return chosen
 

@@ -26,7 +26,14 @@ from fl_gym.config import STATELESS, FederationConfig
 from fl_gym.federation import Federation
 from fl_gym.integrations.ray import ensure_ray, import_ray, require_cpus
 from fl_gym.records import RoundPlan, as_mask
-from fl_gym.validation import is_int_at_least, require, require_choice, require_seed
+from fl_gym.validation import (
+    is_int_at_least,
+    is_non_negative,
+    is_positive,
+    require,
+    require_choice,
+    require_seed,
+)
 
 
 class FederationShard:
@@ -98,6 +105,10 @@ class RayFederation:
         """
         selected = as_mask("selected", selected, self.server.num_clients)
         require(selected.any(), "selected", selected.tolist(), "a mask with at least one client")
+        # here, not in the shards: there a bad value was Ray's traceback, after other shards had trained
+        require(is_positive(lr), "lr", lr, "a number > 0")
+        require(is_non_negative(epochs), "epochs", epochs, "a number >= 0")
+        require(isinstance(evaluate, (bool, np.bool_)), "evaluate", evaluate, "True or False")
         model = self.global_model.cpu()
         busy = [s for s in range(len(self.shards)) if (selected & (self.owner == s)).any()]
         futures = [self.shards[s].train.remote(model, selected & (self.owner == s), lr, epochs) for s in busy]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import gymnasium as gym
@@ -115,6 +116,15 @@ def test_bad_ray_arguments_name_the_parameter(kwargs, name, monkeypatch):
         RayVecEnv(_fns("FLHetero-v0", 2), **kwargs)
 
 
+@pytest.mark.parametrize("ids,said", [
+    ("FLHetero-v0", "ids='FLHetero-v0' is out of range; allowed: None or a list"),
+    ([5], "ids=[5] is out of range"), (["CartPole-v1"], "ids='CartPole-v1' is out of range")])
+def test_rllib_ids_are_named_with_or_without_rllib(ids, said):
+    """A string was read as its letters (``ids='F'``); an unknown id was named only once RLlib was there."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        register_rllib(ids)
+
+
 def test_every_id_is_registered_for_rllib_and_built_from_env_config_alone():
     pytest.importorskip("ray.tune", reason=RLLIB, exc_type=ImportError)
     from ray.tune.registry import ENV_CREATOR, _global_registry
@@ -168,6 +178,12 @@ def test_a_sharded_round_equals_the_single_process_round():
     assert report["shards"] == [0] and report["accuracy"] == pytest.approx(alone.evaluate()[0][0], abs=1e-3)
     with pytest.raises(ValueError, match=r"selected has shape \(6,\) .* bool or 0/1 \(not client ids\)"):
         sharded.run_round(np.array([0, 2, 3, 1, 4, 5]), lr=0.5)  # ids were read as a mask
+    # named here, not by a shard in Ray's traceback (plan.lr=[-1.0]), and "no" no longer evaluates
+    for kwargs, said in ((dict(lr=-1), "lr=-1 is out of range; allowed: a number > 0"),
+                         (dict(lr=0.5, epochs="x"), "epochs='x' is out of range; allowed: a number >= 0"),
+                         (dict(lr=0.5, evaluate="no"), "evaluate='no' is out of range; allowed: True or")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            sharded.run_round(mask, **kwargs)
     sharded.close()
 
 
