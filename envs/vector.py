@@ -155,7 +155,10 @@ class Unrendered:
 
 
 class CopySeeds:
-    """A seed per copy for an SB3 ``VecEnv``'s next reset (its :meth:`seed` takes one int: ``seed + i``)."""
+    """A seed per copy for an SB3 ``VecEnv``'s next reset (its :meth:`seed` takes one int: ``seed + i``).
+
+    The reset's options too: both are checked when given, not at the reset they are for.
+    """
 
     num_envs: int
     _seeds: list[int | None]
@@ -173,6 +176,15 @@ class CopySeeds:
             if seed is not None:
                 require_seed("seeds", seed)
         self._seeds = list(seeds)
+
+    def set_options(self, options: list[dict] | dict | None = None) -> None:
+        """SB3's: options for every copy's next reset (a dict for all, or a list of one per copy)."""
+        one_each = isinstance(options, list) and len(options) == self.num_envs
+        # SB3 stores anything; an int failed at the reset as "'int' object is not subscriptable"
+        require(options is None or isinstance(options, dict)
+                or (one_each and all(o is None or isinstance(o, dict) for o in options)), "options", options,
+                f"None, a dict, or a list of {self.num_envs} dicts, one per copy")
+        super().set_options(options)  # VecEnv's
 
 
 class BatchedVecEnv(StepCalls, CopySeeds, Unrendered, VecEnv):

@@ -600,6 +600,24 @@ def test_seeds_are_checked_when_given_not_at_the_next_reset():
 
 
 @pytest.mark.parametrize("workers", [1, 2])
+def test_reset_options_are_checked_when_given_not_at_the_next_reset(workers):
+    """SB3's ``set_options`` stored anything: 5 failed at the reset as "'int' object is not subscriptable",
+    and so did Gymnasium's ``reset(options=5)`` on the vector entry point; a short list, an IndexError."""
+    vec = fl_gym.make_vec("FLHetero-v0", 2, workers=workers)
+    allowed = "is out of range; allowed: None, a dict, or a list of 2 dicts, one per copy"
+    for bad in (5, [{}], [{}, 5]):
+        with pytest.raises(ValueError, match=re.escape(f"options={bad!r} {allowed}")):
+            vec.set_options(bad)
+    vec.set_options([{}, None])
+    vec.reset()
+    vec.close()
+    env = gym.make_vec("FLHetero-v0", 2, vectorization_mode="vector_entry_point")
+    with pytest.raises(ValueError, match=r"^options=5 is out of range"):
+        env.reset(options=5)
+    env.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
 def test_a_batch_of_actions_is_one_row_per_copy(workers):
     """A third row for two copies would be dropped, as SB3's DummyVecEnv drops it."""
     vec = fl_gym.make_vec("FLAggregate-v0", 2, seed=0, workers=workers, rounds_per_episode=2)
