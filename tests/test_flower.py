@@ -151,6 +151,26 @@ def test_start_names_a_bad_argument_before_it_waits_for_nodes(kwargs, said):
         strategy.start(EmptyGrid(), num_rounds=1, **kwargs)
 
 
+@pytest.mark.parametrize(("kwargs", "said"), [
+    ({"num_cpus_per_client": 0}, "num_cpus_per_client=0 is out of range; allowed: a number in (0, "),
+    ({"num_cpus_per_client": 10**6}, "num_cpus_per_client=1000000 is out of range"),  # "ActorPool is empty"
+    ({"strategy": 5}, "strategy=5 is out of range; allowed: a PolicyStrategy"),  # an AttributeError
+])
+def test_run_local_names_a_bad_argument_before_flower_starts(kwargs, said, monkeypatch):
+    """Flower's simulation crashed on the first two ("Simulation Runtime crashed"), after starting Ray."""
+    import flwr.simulation
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", lambda **_: pytest.fail("Flower started"))
+    strategy = strategy_for(EnvSpec("FLLearningRate-v0", FULL_BATCH), "fedavg")
+    with pytest.raises(ValueError, match=re.escape(said)):
+        run_local(**{"strategy": strategy, "num_rounds": 1, **kwargs})
+
+
+def test_a_policy_that_is_no_string_is_named():
+    with pytest.raises(ValueError, match=r"policy=5 is out of range; allowed: a policy string"):
+        strategy_for(EnvSpec("FLLearningRate-v0"), 5)  # 'int' object has no attribute 'partition'
+
+
 def test_client_seeds_differ_per_client_and_round_and_fit_flower_records():
     seeds = {client_seed(key, client) for key in (1, 2) for client in range(50)}
     assert len(seeds) == 100 and max(seeds) < 2**63

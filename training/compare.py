@@ -79,6 +79,8 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
             built for an env) a model of another env's spaces.
         FileNotFoundError: a model path that does not exist.
     """
+    require(isinstance(policy, str), "policy", policy,
+            "a policy string: NAME, NAME[key=value,...] or ALGO:PATH")
     algo, sep, path = policy.partition(":")
     if not sep:
         name, kwargs = _with_kwargs(policy)

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +24,7 @@ import numpy as np
 from fl_gym.atomic import write_json, write_text
 from fl_gym.integrations.flower import Context, EnvSpec, Grid, PolicyStrategy, ServerApp, client_app, play
 from fl_gym.training.compare import policy_spec
-from fl_gym.validation import is_int_at_least, require
+from fl_gym.validation import is_int_at_least, is_positive, require
 
 server_app = ServerApp()
 
@@ -56,7 +57,13 @@ def run_local(strategy: PolicyStrategy, num_rounds: int, num_cpus_per_client: fl
     """
     from flwr.simulation import run_simulation
 
+    require(isinstance(strategy, PolicyStrategy), "strategy", strategy,
+            "a PolicyStrategy (strategy_for builds one)")
     require(is_int_at_least(num_rounds, 1), "num_rounds", num_rounds, "an integer >= 1")
+    # Flower's simulation crashed on 0 ("float division by zero") and on more than the machine's CPUs
+    cpus = os.cpu_count() or 1
+    require(is_positive(num_cpus_per_client) and num_cpus_per_client <= cpus, "num_cpus_per_client",
+            num_cpus_per_client, f"a number in (0, {cpus}], this machine's CPUs")
     # built and checked before Flower starts: the env, and the policy against it
     num_clients, _ = strategy.env.federation.num_clients, strategy.predictor
     app = ServerApp()
