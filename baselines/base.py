@@ -99,9 +99,9 @@ class RowPolicy:
             raise UserError(f"{name} has shape {obs.shape}; allowed: {allowed}")
         if obs.dtype.kind not in "biuf":
             raise UserError(f"{name} holds {obs.dtype} values; allowed: {allowed}")
-        bad = np.flatnonzero(~np.isfinite(obs))
-        if len(bad):
-            raise UserError(f"{name} holds {obs.ravel()[bad[0]].item()!r}; allowed: {allowed}")
+        finite = np.isfinite(obs)
+        if not finite.all():
+            raise UserError(f"{name} holds {obs[~finite].flat[0].item()!r}; allowed: {allowed}")
         return obs.astype(np.float64)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
