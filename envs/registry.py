@@ -10,6 +10,7 @@ imports keep flowing one way (``fl_gym`` <- ``envs`` <- ``baselines``, ``agents`
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
@@ -18,7 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from fl_gym.validation import UserError, require_types
+from fl_gym.validation import UserError, refuse, require, require_types
 
 
 def resolve(entry_point: str | Any) -> Any:
@@ -187,7 +188,23 @@ FAMILIES: dict[str, Family] = {}
 
 
 def register_family(family: Family) -> None:
-    """Add ``family`` to the registry and register its env ids with Gymnasium (idempotent)."""
+    """Add ``family`` to the registry and register its env ids with Gymnasium.
+
+    Registering the same family again changes nothing. Another family under a taken name, or an id
+    another family or Gymnasium holds, is refused: the first family's ids left the registry without
+    a word, or Gymnasium went on making the first holder's env.
+    """
+    require(isinstance(family, Family), "family", family, "a Family")
+    require_types(Family, {f.name: getattr(family, f.name) for f in dataclasses.fields(Family)}, "family")
+    taken = FAMILIES.get(family.name)
+    require(family.name != "" and taken in (None, family), "family.name", family.name,
+            f"a non-empty name no other family has (taken: {', '.join(FAMILIES)})")
+    for env_id, entry_point in family.envs.items():
+        holder = next((f.name for f in FAMILIES.values() if f.name != family.name and env_id in f.envs), None)
+        spec = gym.registry.get(env_id)
+        if holder is not None or (spec is not None and spec.entry_point != entry_point):
+            held = f"family {holder!r} has it" if holder else f"Gymnasium makes {spec.entry_point} under it"
+            refuse("family.envs", env_id, f"an id no other family or Gymnasium env holds ({held})")
     FAMILIES[family.name] = family
     for env_id, entry_point in family.envs.items():
         if env_id not in gym.registry:

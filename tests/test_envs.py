@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import fl_gym  # noqa: F401  (registers the ids)
-from fl_gym.envs.registry import FAMILIES, env_ids, family_of
+from fl_gym.envs.registry import FAMILIES, Family, env_ids, family_of, register_family
 from fl_gym.validation import UserError
 
 IDS = env_ids()
@@ -28,6 +28,24 @@ IDS = env_ids()
 
 def test_the_toy_family_is_registered_without_a_generic_module_knowing_it():
     assert "FLToy-v0" in IDS and "toy" in FAMILIES and family_of("FLToy-v0").name == "toy"
+    register_family(FAMILIES["toy"])  # the same family again: nothing changes
+    assert env_ids() == IDS
+
+
+@pytest.mark.parametrize("family,said", [
+    # the toy's ids left the registry without a word
+    (Family("toy", "another", {"FLOther-v0": "toy_family:FLToyEnv"}), "family.name='toy' is out of range"),
+    # the registry named the new family, Gymnasium still made HAPFL's env
+    (Family("mine", "p", {"FLHetero-v0": "toy_family:FLToyEnv"}), "(family 'hetero' has it)"),
+    (Family("mine", "p", {"CartPole-v1": "toy_family:FLToyEnv"}), "(Gymnasium makes gymnasium.envs."),
+    # an AttributeError ('list' object has no attribute 'items')
+    (Family("mine", "p", ["FLMine-v0"]), "envs=['FLMine-v0'] is out of range; allowed: a mapping"),
+    (Family("", "p", {}), "family.name='' is out of range; allowed: a non-empty name"),
+])
+def test_a_family_that_would_replace_another_or_a_gymnasium_id_is_refused(family, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        register_family(family)
+    assert env_ids() == IDS and "mine" not in FAMILIES
 
 
 @pytest.mark.parametrize("env_id", IDS)
