@@ -195,7 +195,8 @@ def register_family(family: Family) -> None:
     a word, or Gymnasium went on making the first holder's env.
     """
     require(isinstance(family, Family), "family", family, "a Family")
-    require_types(Family, {f.name: getattr(family, f.name) for f in dataclasses.fields(Family)}, "family")
+    _require_fields(family, "family")
+    _require_parts(family)
     taken = FAMILIES.get(family.name)
     require(family.name != "" and taken in (None, family), "family.name", family.name,
             f"a non-empty name no other family has (taken: {', '.join(FAMILIES)})")
@@ -210,6 +211,37 @@ def register_family(family: Family) -> None:
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point,
                          vector_entry_point=f"fl_gym.envs.vector_entry:{env_id}")
+
+
+def _require_fields(record: Any, label: str) -> None:
+    """Each field of a registry record of the type it declares (:func:`~fl_gym.validation.require_types`)."""
+    require_types(type(record), {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}, label)
+
+
+def _require_parts(family: Family) -> None:
+    """The family's recipes and metrics name its own ids, and a recipe's stage injects earlier stages only.
+
+    Else a recipe failed when trained (``KeyError``), and a metric for an id the family lacks was never shown.
+    """
+    ids = f"one of the family's ids ({', '.join(family.envs)})"
+    for recipe in family.recipes:
+        _require_fields(recipe, f"recipe {recipe.name!r}")
+        require(recipe.target in family.envs, f"recipe {recipe.name!r}: target", recipe.target, ids)
+        earlier: list[str] = []
+        for stage in recipe.stages:
+            where = f"recipe {recipe.name!r}: stage {stage.name!r}"
+            _require_fields(stage, where)
+            require(stage.env_id in family.envs, f"{where}: env_id", stage.env_id, ids)
+            require(stage.name not in earlier, f"recipe {recipe.name!r}: stage", stage.name,
+                    "a name no other stage of the recipe has")
+            for kwarg, source in stage.inject.items():
+                require(source in earlier, f"{where}: inject[{kwarg!r}]", source,
+                        f"an earlier stage ({', '.join(earlier) or 'none'})")
+            earlier.append(stage.name)
+    for metric in family.metrics:
+        _require_fields(metric, f"metric {metric.key!r}")
+        require(set(metric.env_ids) <= set(family.envs), f"metric {metric.key!r}: env_ids", metric.env_ids,
+                f"ids of the family ({', '.join(family.envs)})")
 
 
 def vector_env(num_envs: int, env_id: str, **kwargs: Any) -> gym.vector.VectorEnv:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import fl_gym  # noqa: F401  (registers the ids)
-from fl_gym.envs.registry import FAMILIES, Family, env_ids, family_of, register_family
+from fl_gym.envs.registry import FAMILIES, Family, Metric, Recipe, Stage, env_ids, family_of, register_family
 from fl_gym.validation import UserError
 
 IDS = env_ids()
@@ -32,6 +32,9 @@ def test_the_toy_family_is_registered_without_a_generic_module_knowing_it():
     assert env_ids() == IDS
 
 
+MINE = {"FLMine-v0": "toy_family:FLToyEnv"}
+
+
 @pytest.mark.parametrize("family,said", [
     # the toy's ids left the registry without a word
     (Family("toy", "another", {"FLOther-v0": "toy_family:FLToyEnv"}), "family.name='toy' is out of range"),
@@ -41,6 +44,19 @@ def test_the_toy_family_is_registered_without_a_generic_module_knowing_it():
     # an AttributeError ('list' object has no attribute 'items')
     (Family("mine", "p", ["FLMine-v0"]), "envs=['FLMine-v0'] is out of range; allowed: a mapping"),
     (Family("", "p", {}), "family.name='' is out of range; allowed: a non-empty name"),
+    # a recipe whose stage injects a later stage failed when trained: KeyError: 'b'
+    (Family("mine", "p", MINE, recipes=(Recipe("r", "FLMine-v0", (Stage("a", "FLMine-v0", {"policy": "b"}),
+                                                               Stage("b", "FLMine-v0")), "m:c"),)),
+     "recipe 'r': stage 'a': inject['policy']='b' is out of range; allowed: an earlier stage (none)"),
+    (Family("mine", "p", MINE, recipes=(Recipe("r", "FLOther-v0", (), "m:c"),)),
+     "recipe 'r': target='FLOther-v0' is out of range; allowed: one of the family's ids (FLMine-v0)"),
+    (Family("mine", "p", MINE, recipes=(Recipe("r", "FLMine-v0", (Stage("a", "FLOther-v0"),), "m:c"),)),
+     "recipe 'r': stage 'a': env_id='FLOther-v0' is out of range"),
+    (Family("mine", "p", MINE, recipes=(Recipe("r", "FLMine-v0", 5, "m:c"),)),
+     "recipe 'r': stages=5 is out of range; allowed: a tuple of a Stage"),
+    # a metric for an id the family lacks was never shown
+    (Family("mine", "p", MINE, metrics=(Metric("k", "label", env_ids=("FLOther-v0",)),)),
+     "metric 'k': env_ids=('FLOther-v0',) is out of range; allowed: ids of the family (FLMine-v0)"),
 ])
 def test_a_family_that_would_replace_another_or_a_gymnasium_id_is_refused(family, said):
     with pytest.raises(ValueError, match=re.escape(said)):
