@@ -172,7 +172,10 @@ class Family:
 
     def fixed_policies(self, env_id: str) -> dict[str, PolicyEntry]:
         """The fixed policies that act on ``env_id``."""
-        table = resolve(self.policies)
+        table = resolve(self.policies)  # an entry point is resolved on first use, so checked here
+        require(isinstance(table, Mapping) and all(isinstance(p, PolicyEntry) for p in table.values()),
+                f"family {self.name!r}: policies", self.policies,
+                "a mapping of policy names to PolicyEntry, or the entry point of one")
         return {n: p for n, p in table.items() if not p.env_ids or env_id in p.env_ids}
 
     def recipe(self, name: str) -> Recipe | None:

@@ -35,6 +35,15 @@ def test_the_toy_family_is_registered_without_a_generic_module_knowing_it():
 MINE = {"FLMine-v0": "toy_family:FLToyEnv"}
 
 
+def test_a_family_whose_policies_entry_point_names_no_policies_is_named_when_read():
+    """``"module:attribute"`` is resolved on first use: a wrong one failed there with an AttributeError."""
+    entry = "fl_gym.envs.registry:GENERIC_METRICS"
+    family = Family("mine", "p", MINE, policies=entry)
+    said = f"family 'mine': policies={entry!r} is out of range; allowed: a mapping of policy names"
+    with pytest.raises(ValueError, match=re.escape(said)):
+        family.fixed_policies("FLMine-v0")
+
+
 @pytest.mark.parametrize("family,said", [
     # the toy's ids left the registry without a word
     (Family("toy", "another", {"FLOther-v0": "toy_family:FLToyEnv"}), "family.name='toy' is out of range"),
