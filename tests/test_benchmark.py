@@ -129,6 +129,17 @@ def test_normalized_score_names_a_bad_argument(args, said):
         benchmark.normalized_score(*args)
 
 
+def test_a_family_whose_tasks_entry_point_names_no_tasks_is_named(monkeypatch):
+    """A wrong entry point failed where first read ('Metric' object has no attribute 'name')."""
+    from fl_gym.envs.registry import FAMILIES, Family
+
+    entry = "fl_gym.envs.registry:GENERIC_METRICS"
+    monkeypatch.setitem(FAMILIES, "mine", Family("mine", "p", {}, tasks=entry))
+    said = f"family 'mine': tasks={entry!r} is out of range; allowed: the entry point of a tuple of Task"
+    with pytest.raises(ValueError, match=re.escape(said)):
+        all_tasks()
+
+
 def test_score_policy_names_a_task_that_is_not_one():
     with pytest.raises(ValueError, match=r"task=0 is out of range; allowed: a Task"):
         score_policy(0, "fedavg")

@@ -164,7 +164,10 @@ def all_tasks() -> dict[str, Task]:
     """Every task the registered families declare, by name."""
     tasks: dict[str, Task] = {}
     for family in FAMILIES.values():
-        for task in resolve(family.tasks) if family.tasks else ():
+        declared = resolve(family.tasks) if family.tasks else ()
+        require(isinstance(declared, (tuple, list)) and all(isinstance(t, Task) for t in declared),
+                f"family {family.name!r}: tasks", family.tasks, "the entry point of a tuple of Task")
+        for task in declared:
             require(task.name not in tasks, "task name", task.name, "unique across families")
             tasks[task.name] = task
     return tasks
