@@ -23,11 +23,25 @@ from fl_gym.validation import UserError, refuse, require, require_types
 
 
 def resolve(entry_point: str | Any) -> Any:
-    """The object an entry-point string ``"module:attribute"`` names (other values as they are)."""
+    """The object an entry-point string ``"module:attribute"`` names (other values as they are).
+
+    A string that names none is refused by name; an import error inside the module it names (a
+    missing optional extra) is that module's own and passes through.
+    """
     if not isinstance(entry_point, str):
         return entry_point
     module, _, attribute = entry_point.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+    require(bool(module and attribute), "entry point", entry_point, "'module:attribute'")
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name is None or not (module == err.name or module.startswith(f"{err.name}.")):
+            raise  # a module it imports is missing
+        refuse("entry point", entry_point,
+               f"'module:attribute' of an importable module (no module {err.name!r})")
+    require(hasattr(found, attribute), "entry point", entry_point,
+            f"'module:attribute' of an attribute the module has ({module} has no {attribute!r})")
+    return getattr(found, attribute)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,17 @@ from hypothesis import strategies as st
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import fl_gym  # noqa: F401  (registers the ids)
-from fl_gym.envs.registry import FAMILIES, Family, Metric, Recipe, Stage, env_ids, family_of, register_family
+from fl_gym.envs.registry import (
+    FAMILIES,
+    Family,
+    Metric,
+    Recipe,
+    Stage,
+    env_ids,
+    family_of,
+    register_family,
+    resolve,
+)
 from fl_gym.validation import UserError
 
 IDS = env_ids()
@@ -33,6 +43,25 @@ def test_the_toy_family_is_registered_without_a_generic_module_knowing_it():
 
 
 MINE = {"FLMine-v0": "toy_family:FLToyEnv"}
+
+
+@pytest.mark.parametrize("entry,said", [
+    ("nosuch_module:X", "(no module 'nosuch_module')"),  # ModuleNotFoundError
+    ("fl_gym.envs:Nope", "(fl_gym.envs has no 'Nope')"),  # AttributeError
+    ("fl_gym.envs", "'module:attribute'"),  # module 'fl_gym.envs' has no attribute ''
+])
+def test_an_entry_point_that_names_nothing_is_refused_by_name(entry, said):
+    with pytest.raises(ValueError, match=re.escape(f"entry point={entry!r} is out of range; allowed: ")
+                       + ".*" + re.escape(said)):
+        resolve(entry)
+
+
+def test_an_import_error_inside_the_named_module_is_its_own(tmp_path, monkeypatch):
+    """A missing optional extra inside the module is not the entry point's fault: its error passes through."""
+    (tmp_path / "needs_extra.py").write_text("import nosuch_extra\nX = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="nosuch_extra"):
+        resolve("needs_extra:X")
 
 
 def test_a_family_whose_policies_entry_point_names_no_policies_is_named_when_read():
