@@ -28,7 +28,14 @@ from fl_gym.baselines.select import (
 from fl_gym.envs.select.spaces import PickLayout, SelectLayout
 from fl_gym.training import benchmark
 from fl_gym.training.benchmark.protocol import score_policy
-from fl_gym.training.benchmark.tasks import TRAIN_SCENARIOS, TUNING_SCENARIOS, TUNING_SEEDS, all_tasks, suite
+from fl_gym.training.benchmark.tasks import (
+    TRAIN_SCENARIOS,
+    TUNING_SCENARIOS,
+    TUNING_SEEDS,
+    Task,
+    all_tasks,
+    suite,
+)
 from fl_gym.training.cli import main, parse_seed_list
 from fl_gym.training.compare import policy_spec
 
@@ -127,6 +134,20 @@ def test_normalized_score_names_a_bad_argument(args, said):
     """Each was a ``TypeError``, ``KeyError`` or ``AttributeError``, or (``True``) a score of 1."""
     with pytest.raises(ValueError, match=said):
         benchmark.normalized_score(*args)
+
+
+@pytest.mark.parametrize("change,said", [
+    (dict(budget="x"), "task 't': budget='x' is out of range; allowed: an integer"),  # a TypeError
+    # the reference was found in the string, and the heuristics played were its letters
+    (dict(heuristics="fedavg"), "task 't': heuristics='fedavg' is out of range; allowed: a tuple"),
+    (dict(test_scenarios=(1.5,)), "task 't': test_scenarios=(1.5,) is out of range"),
+])
+def test_a_task_of_the_wrong_types_is_named(change, said):
+    task = dict(name="t", env_id="FLAggregate-v0", doc="d", env_kwargs={}, budget=10, reference="fedavg",
+                heuristics=("fedavg",))
+    Task(**task)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        Task(**{**task, **change})
 
 
 def test_a_family_whose_tasks_entry_point_names_no_tasks_is_named(monkeypatch):
