@@ -236,9 +236,10 @@ def _require_fields(record: Any, label: str) -> None:
 
 
 def _require_parts(family: Family) -> None:
-    """The family's recipes and metrics name its own ids, and a recipe's stage injects earlier stages only.
+    """The family's recipes, metrics and policies name its ids; a recipe's stage injects earlier stages only.
 
-    Else a recipe failed when trained (``KeyError``), and a metric for an id the family lacks was never shown.
+    Else a recipe failed when trained (``KeyError``), and a metric or policy for an id the family
+    lacks was never shown.
     """
     ids = f"one of the family's ids ({', '.join(family.envs)})"
     for recipe in family.recipes:
@@ -255,9 +256,12 @@ def _require_parts(family: Family) -> None:
                 require(source in earlier, f"{where}: inject[{kwarg!r}]", source,
                         f"an earlier stage ({', '.join(earlier) or 'none'})")
             earlier.append(stage.name)
-    for metric in family.metrics:
-        _require_fields(metric, f"metric {metric.key!r}")
-        require(set(metric.env_ids) <= set(family.envs), f"metric {metric.key!r}: env_ids", metric.env_ids,
+    policies = family.policies if isinstance(family.policies, Mapping) else {}  # an entry point: when read
+    parts = [*((f"metric {m.key!r}", m) for m in family.metrics),
+             *((f"policy {name!r}", entry) for name, entry in policies.items())]
+    for label, part in parts:
+        _require_fields(part, label)
+        require(set(part.env_ids) <= set(family.envs), f"{label}: env_ids", part.env_ids,
                 f"ids of the family ({', '.join(family.envs)})")
 
 

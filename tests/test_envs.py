@@ -24,6 +24,7 @@ from fl_gym.envs.registry import (
     FAMILIES,
     Family,
     Metric,
+    PolicyEntry,
     Recipe,
     Stage,
     env_ids,
@@ -92,9 +93,12 @@ def test_a_family_whose_policies_entry_point_names_no_policies_is_named_when_rea
      "recipe 'r': stage 'a': env_id='FLOther-v0' is out of range"),
     (Family("mine", "p", MINE, recipes=(Recipe("r", "FLMine-v0", 5, "m:c"),)),
      "recipe 'r': stages=5 is out of range; allowed: a tuple of a Stage"),
-    # a metric for an id the family lacks was never shown
+    # a metric or policy for an id the family lacks was never shown
     (Family("mine", "p", MINE, metrics=(Metric("k", "label", env_ids=("FLOther-v0",)),)),
      "metric 'k': env_ids=('FLOther-v0',) is out of range; allowed: ids of the family (FLMine-v0)"),
+    (Family("mine", "p", MINE, policies={"x": PolicyEntry("m:f", "d", env_ids=("FLOther-v0",))}),
+     "policy 'x': env_ids=('FLOther-v0',) is out of range"),
+    (Family("mine", "p", MINE, policies={"x": PolicyEntry(5, "d")}), "policy 'x': factory=5 is out of range"),
 ])
 def test_a_family_that_would_replace_another_or_a_gymnasium_id_is_refused(family, said):
     with pytest.raises(ValueError, match=re.escape(said)):
