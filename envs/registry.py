@@ -10,7 +10,6 @@ imports keep flowing one way (``fl_gym`` <- ``envs`` <- ``baselines``, ``agents`
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
@@ -19,7 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from fl_gym.validation import UserError, refuse, require, require_types
+from fl_gym.validation import UserError, refuse, require, require_fields, require_types
 
 
 def resolve(entry_point: str | Any) -> Any:
@@ -212,7 +211,7 @@ def register_family(family: Family) -> None:
     a word, or Gymnasium went on making the first holder's env.
     """
     require(isinstance(family, Family), "family", family, "a Family")
-    _require_fields(family, "family")
+    require_fields(family, "family")
     _require_parts(family)
     taken = FAMILIES.get(family.name)
     require(family.name != "" and taken in (None, family), "family.name", family.name,
@@ -230,11 +229,6 @@ def register_family(family: Family) -> None:
                          vector_entry_point=f"fl_gym.envs.vector_entry:{env_id}")
 
 
-def _require_fields(record: Any, label: str) -> None:
-    """Each field of a registry record of the type it declares (:func:`~fl_gym.validation.require_types`)."""
-    require_types(type(record), {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}, label)
-
-
 def _require_parts(family: Family) -> None:
     """The family's recipes, metrics and policies name its ids; a recipe's stage injects earlier stages only.
 
@@ -243,12 +237,12 @@ def _require_parts(family: Family) -> None:
     """
     ids = f"one of the family's ids ({', '.join(family.envs)})"
     for recipe in family.recipes:
-        _require_fields(recipe, f"recipe {recipe.name!r}")
+        require_fields(recipe, f"recipe {recipe.name!r}")
         require(recipe.target in family.envs, f"recipe {recipe.name!r}: target", recipe.target, ids)
         earlier: list[str] = []
         for stage in recipe.stages:
             where = f"recipe {recipe.name!r}: stage {stage.name!r}"
-            _require_fields(stage, where)
+            require_fields(stage, where)
             require(stage.env_id in family.envs, f"{where}: env_id", stage.env_id, ids)
             require(stage.name not in earlier, f"recipe {recipe.name!r}: stage", stage.name,
                     "a name no other stage of the recipe has")
@@ -260,7 +254,7 @@ def _require_parts(family: Family) -> None:
     parts = [*((f"metric {m.key!r}", m) for m in family.metrics),
              *((f"policy {name!r}", entry) for name, entry in policies.items())]
     for label, part in parts:
-        _require_fields(part, label)
+        require_fields(part, label)
         require(set(part.env_ids) <= set(family.envs), f"{label}: env_ids", part.env_ids,
                 f"ids of the family ({', '.join(family.envs)})")
 

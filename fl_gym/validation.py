@@ -251,13 +251,18 @@ def require_field_types(config: typing.Any) -> None:
     (``weight_decay=2**70``) as a scalar.
     """
     plain_fields(config)
+    require_fields(config)
     owner: type = type(config)
-    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-    require_types(owner, values)
     hints = _hints(owner)
-    for name, value in values.items():
-        if isinstance(value, int) and not isinstance(value, bool) and _declares_float(hints[name]):
-            object.__setattr__(config, name, float(value))
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, int) and not isinstance(value, bool) and _declares_float(hints[field.name]):
+            object.__setattr__(config, field.name, float(value))
+
+
+def require_fields(record: typing.Any, label: str = "") -> None:
+    """:func:`require_types` for every field of a dataclass instance, as it holds them (nothing converted)."""
+    require_types(type(record), {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}, label)
 
 
 def _declares_float(hint: object) -> bool:

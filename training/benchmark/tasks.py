@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fl_gym.envs.registry import FAMILIES, family_of, resolve
 from fl_gym.training.evaluation import Episode
-from fl_gym.validation import require, require_types
+from fl_gym.validation import require, require_fields
 
 TRAIN_SCENARIOS = (1_000, 1_000_000_000)
 TUNING_SCENARIOS = (1_000, 1_001, 1_002, 1_003)
@@ -113,7 +113,7 @@ class Task:
 
     def __post_init__(self) -> None:
         # each field of its declared type first: budget="x" failed in the comparison below with a TypeError
-        require_types(Task, {f.name: getattr(self, f.name) for f in fields(self)}, f"task {self.name!r}")
+        require_fields(self, f"task {self.name!r}")
         require(self.score in SCORES, f"task {self.name!r}: score", self.score, ", ".join(SCORES))
         require(self.reference in self.heuristics, f"task {self.name!r}: reference", self.reference,
                 f"one of its heuristics {list(self.heuristics)}")
