@@ -205,16 +205,20 @@ class HeteroSpec:
         k, act = self.clients_per_round, self.action
         if act.acts_sizes:
             allowed = f"{k} size indices in 0..{self.num_sizes - 1} per row (the {self.view} view acts sizes)"
-            s = as_array("sizes", sizes, allowed)
-            ok = sizes is not None and s.ndim >= 1 and s.shape[-1] == k and s.dtype.kind in "iuf"
-            require(ok and bool(np.all((s == np.floor(s)) & (s >= 0) & (s < self.num_sizes))), "sizes", sizes,
-                    allowed)
+            s = self._rows("sizes", sizes, allowed)
+            require(s is not None and bool(np.all((s == np.floor(s)) & (s >= 0) & (s < self.num_sizes))),
+                    "sizes", sizes, allowed)
         if act.acts_split:
             allowed = f"{k} epoch shares >= 0, not all 0, per row (the {self.view} view acts the epoch split)"
-            g = as_array("sigma", sigma, allowed)
-            ok = sigma is not None and g.ndim >= 1 and g.shape[-1] == k and g.dtype.kind in "iuf"
-            require(ok and bool(np.all(np.isfinite(g) & (g >= 0))) and bool(np.all(g.sum(axis=-1) > 0)),
+            g = self._rows("sigma", sigma, allowed)
+            require(g is not None and bool(np.all(np.isfinite(g) & (g >= 0)) and np.all(g.sum(axis=-1) > 0)),
                     "sigma", sigma, allowed)
+
+    def _rows(self, name: str, value: object, allowed: str) -> np.ndarray | None:
+        """``value`` as rows of ``k`` real numbers, or None where it is none (missing, another shape)."""
+        rows = as_array(name, value, allowed)
+        whole = value is not None and rows.ndim >= 1 and rows.shape[-1] == self.clients_per_round
+        return rows if whole and rows.dtype.kind in "iuf" else None
 
     def decode(self, action: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``(sizes, sigma)`` an action of this view specifies (None for the half it does not)."""
