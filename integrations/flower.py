@@ -61,6 +61,7 @@ from fl_gym.validation import (
     require,
     require_mapping,
     require_seed,
+    require_types,
 )
 
 INSTALL = 'pip install "fl-gym[flower]"'
@@ -257,8 +258,7 @@ class PolicyStrategy(Strategy):
         require(is_positive(node_timeout), "node_timeout", node_timeout, "seconds > 0")
         require(hasattr(policy, "predict") or callable(policy), "policy", policy,
                 "a predictor (SB3's predict) or a function of the env that builds one")
-        require(isinstance(deterministic, (bool, np.bool_)), "deterministic", deterministic, "True or False")
-        require(label is None or isinstance(label, str), "label", label, "None or a name")
+        require_types(PolicyStrategy.__init__, {"deterministic": deterministic, "label": label})
         self.spec, self.policy, self.seed = spec, policy, int(seed)
         self.deterministic, self.node_timeout = deterministic, float(node_timeout)
         self.label = label or type(policy).__name__

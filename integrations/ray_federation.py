@@ -33,6 +33,7 @@ from fl_gym.validation import (
     require,
     require_choice,
     require_seed,
+    require_types,
 )
 
 
@@ -108,7 +109,7 @@ class RayFederation:
         # here, not in the shards: there a bad value was Ray's traceback, after other shards had trained
         require(is_positive(lr), "lr", lr, "a number > 0")
         require(is_non_negative(epochs), "epochs", epochs, "a number >= 0")
-        require(isinstance(evaluate, (bool, np.bool_)), "evaluate", evaluate, "True or False")
+        require_types(RayFederation.run_round, {"evaluate": evaluate})
         model = self.global_model.cpu()
         busy = [s for s in range(len(self.shards)) if (selected & (self.owner == s)).any()]
         futures = [self.shards[s].train.remote(model, selected & (self.owner == s), lr, epochs) for s in busy]
