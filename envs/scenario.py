@@ -16,7 +16,7 @@ from typing import Any, ClassVar, TypeVar
 from fl_gym.behaviour import BehaviourConfig
 from fl_gym.clock import ClockConfig
 from fl_gym.config import FederationConfig
-from fl_gym.data.datasets import DATASETS
+from fl_gym.data.catalog import DATASETS
 from fl_gym.data.noise import LABEL_NOISE
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, PartitionScheme, partition_scheme, scheme_fields
 from fl_gym.engine.optim import OptimizerConfig

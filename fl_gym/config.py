@@ -11,7 +11,7 @@ from typing import Any
 from fl_gym.aggregation import WEIGHT_RULES, ServerConfig
 from fl_gym.behaviour import BehaviourConfig
 from fl_gym.clock import ClockConfig
-from fl_gym.data.datasets import DATASETS
+from fl_gym.data.catalog import DATASETS
 from fl_gym.data.noise import LABEL_NOISE
 from fl_gym.data.partition import Dirichlet, PartitionScheme
 from fl_gym.engine.algorithms import ALGORITHMS as ALGORITHM_CLASSES

@@ -38,8 +38,9 @@ from fl_gym.aggregation import ServerOptimizer, aggregation_weights
 from fl_gym.behaviour import dropout_probability, finished_share, next_availability, next_link
 from fl_gym.clock import Clock, DeviceProfiles, RoundLoad
 from fl_gym.config import FederationConfig
+from fl_gym.data.catalog import TORCHVISION, DatasetNotFoundError
 from fl_gym.data.dataset import Dataset
-from fl_gym.data.datasets import TORCHVISION, DatasetNotFoundError, label_only, load_dataset
+from fl_gym.data.datasets import label_only, load_dataset
 from fl_gym.data.noise import noisy_view, training_rows
 from fl_gym.data.partition import holdout_split, matched_test_split, partition, stratified_subset
 from fl_gym.data.report import PartitionReport

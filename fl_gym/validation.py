@@ -13,7 +13,6 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
-import torch
 
 
 class UserError(ValueError):
@@ -67,6 +66,8 @@ def require_device(name: str, value: object) -> None:
     Checked when the config is made, so a run asked for ``'cuda'`` on a machine without one stops
     with the parameter's name before any data is loaded, not in torch's driver error mid-build.
     """
+    import torch  # here, not at the top: what only checks arguments loads no torch (fl_gym.lazy)
+
     try:
         device = torch.device(value) if isinstance(value, str) else None
     except (RuntimeError, ValueError):

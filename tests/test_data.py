@@ -24,7 +24,7 @@ from fl_gym.data import (
     power_law_split,
     shards_split,
 )
-from fl_gym.data.datasets import DatasetNotFoundError
+from fl_gym.data.catalog import DatasetNotFoundError
 from fl_gym.data.partition import one_class_split
 
 

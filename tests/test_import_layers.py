@@ -99,6 +99,51 @@ def test_the_simulator_and_the_envs_load_no_rl_library():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+PARSE_ONLY = """
+import sys
+import gymnasium as gym
+from fl_gym.training.cli import main
+
+for argv, status in ((["--help"], 0), (["train", "--help"], 0), (["train", "--seed", "x"], 2)):
+    try:
+        main(argv)
+    except SystemExit as stop:
+        assert stop.code == status, (argv, stop.code)
+    else:
+        raise AssertionError(f"{argv} did not exit")
+assert "torch" not in sys.modules, "torch loaded"
+gym.make("FLAggregate-v0")
+assert "torch" in sys.modules
+"""
+
+
+def test_the_command_line_answers_its_arguments_without_torch():
+    """``fl-gym --help`` and a malformed flag load no torch (a second of imports): names are lazy."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", PARSE_ONLY], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("package", ["fl_gym", "fl_gym.data"])
+def test_a_lazy_name_is_the_one_type_checkers_read_and_is_listed(package):
+    """The names a package imports when first read are those its ``TYPE_CHECKING`` block re-exports."""
+    import importlib
+
+    module = importlib.import_module(package)
+    path = Path(module.__file__)
+    checked = {alias.asname for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.If)
+               and ast.unparse(node.test) == "TYPE_CHECKING"
+               for stmt in node.body for alias in stmt.names}
+    lazy = {name for names in module.LAZY.values() for name in names}
+    assert checked == lazy and lazy <= set(module.__all__) and lazy <= set(dir(module))
+    for name in sorted(lazy):
+        value = getattr(module, name)
+        assert getattr(importlib.import_module(value.__module__), name) is value
+    with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'Nope'"):
+        _ = module.Nope
+
+
 def _private_writes(path: Path) -> list[str]:
     """``obj._name = ...`` (or ``obj._name[i] = ...``, ``+=``) where ``obj`` is not ``self`` or ``cls``."""
     found = []

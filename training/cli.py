@@ -28,7 +28,7 @@ from typing import Any
 
 from fl_gym import __version__
 from fl_gym.atomic import require_writable
-from fl_gym.data.datasets import DATASETS, EMBEDDED, DatasetNotFoundError
+from fl_gym.data.catalog import DATASETS, EMBEDDED, DatasetNotFoundError
 from fl_gym.data.partition import KINDS, SCHEME_FIELDS, SCHEMES, scheme_fields
 from fl_gym.validation import (
     MAX_COPIES,

@@ -16,22 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fl_gym.data.catalog import DATASETS, DatasetNotFoundError, default_root
 from fl_gym.data.dataset import Dataset
 from fl_gym.data.synthetic import synthetic
 from fl_gym.validation import UserError, one_line, require_choice
-
-EMBEDDED = ("digits", "synthetic")
-TORCHVISION = ("mnist", "fashionmnist", "emnist-letters", "cifar10", "cifar100")
-DATASETS = EMBEDDED + TORCHVISION
-
-
-class DatasetNotFoundError(FileNotFoundError):
-    """A torchvision data set is neither on disk nor downloadable, or its files are damaged."""
-
-
-def default_root() -> Path:
-    """``$FL_GYM_DATA`` if set, else ``~/.cache/fl_gym``."""
-    return Path(os.environ.get("FL_GYM_DATA") or Path.home() / ".cache" / "fl_gym")
 
 
 def load_dataset(name: str, *, root: str | os.PathLike | None = None, download: bool = True,
