@@ -30,6 +30,23 @@ def write_text(path: str | Path, text: str) -> Path:
     return path
 
 
+def create_text(path: str | Path, text: str) -> Path:
+    """:func:`write_text` to a file that must not exist yet: ``FileExistsError`` where it does.
+
+    The name is claimed first (``O_EXCL``: of two processes creating it at once, exactly one
+    does), then filled atomically; a check for the file followed by a write would let both
+    through, and the second would overwrite the first's.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    try:
+        return write_text(path, text)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
 def _naming(err: BaseException, path: Path) -> BaseException:
     """``err``, or for an ``OSError`` that names no file (a full disk, met mid-write) one naming ``path``."""
     if isinstance(err, OSError) and err.filename is None and err.errno is not None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import errno
 import os
 import re
+import threading
 
 import pytest
 
-from fl_gym.atomic import read_json, write_json, write_via
+from fl_gym import atomic
+from fl_gym.atomic import create_text, read_json, write_json, write_via
 
 
 def test_result_files_follow_the_umask(tmp_path):
@@ -81,3 +83,35 @@ def test_a_writers_file_reaches_the_disk_before_it_takes_its_name(tmp_path, monk
     monkeypatch.setattr(os, "replace", lambda a, b: (calls.append("replace"), replace(a, b))[1])
     path = write_via(tmp_path / "m.zip", lambda tmp: tmp.write_bytes(b"model"))
     assert calls == ["fsync", "replace"] and path.read_bytes() == b"model"
+
+
+def test_of_processes_creating_one_file_at_once_exactly_one_writes_it(tmp_path):
+    """Eight threads race to create ``config.yml``: one writes it whole, seven get ``FileExistsError``."""
+    path, start, outcomes = tmp_path / "run" / "config.yml", threading.Barrier(8), {}
+
+    def create(i: int) -> None:
+        start.wait()
+        try:
+            create_text(path, f"writer {i}\n" * 1000)
+            outcomes[i] = "wrote"
+        except FileExistsError:
+            outcomes[i] = "refused"
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    [winner] = [i for i, outcome in outcomes.items() if outcome == "wrote"]
+    assert len(outcomes) == 8 and path.read_text() == f"writer {winner}\n" * 1000
+    assert sorted(p.name for p in path.parent.iterdir()) == ["config.yml"]  # no temporary file left
+
+
+def test_a_file_that_could_not_be_written_leaves_its_name_free(tmp_path, monkeypatch):
+    def full_disk(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(atomic, "write_text", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        create_text(tmp_path / "config.yml", "x")
+    assert list(tmp_path.iterdir()) == []

@@ -8,6 +8,7 @@ import math
 import re
 import shutil
 import statistics
+import threading
 import time
 import warnings
 import zipfile
@@ -1668,6 +1669,48 @@ def test_every_numeric_flag_of_every_command_refuses_a_word_in_one_line(capsys):
             main([*path, flag, "abc"])
         err = capsys.readouterr().err.strip().splitlines()
         assert exit_.value.code == 2 and len(err) == 1 and flag in err[0], (path, flag, err)
+
+
+class _OneSecond:
+    """``datetime`` for :mod:`fl_gym.training.runs` whose clock stands still: runs started in one second."""
+
+    class datetime:  # noqa: N801 (the module's attribute it stands in for)
+        @staticmethod
+        def now():
+            import datetime
+
+            return datetime.datetime(2026, 12, 1, 10, 0, 0)
+
+
+def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
+    """A sweep launched at once: the default run id takes a suffix, and each folder keeps its own config."""
+    monkeypatch.setattr(runs, "datetime", _OneSecond)
+    configs = [runs.RunConfig("FLSelect-v0", hyperparams={"learning_rate": lr}) for lr in (1e-3, 3e-4, 1e-4)]
+    threads_start, folders = threading.Barrier(len(configs)), {}
+
+    def start(cfg):
+        threads_start.wait()
+        folders[cfg.hyperparams["learning_rate"]] = runs.new_run_dir(cfg, tmp_path)
+
+    threads = [threading.Thread(target=start, args=(cfg,)) for cfg in configs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(f.name for f in folders.values()) == ["ppo-seed0-20261201-100000",
+                                                        "ppo-seed0-20261201-100000-2",
+                                                        "ppo-seed0-20261201-100000-3"]
+    for lr, folder in folders.items():
+        assert runs.load_run(folder).hyperparams == {"learning_rate": lr}
+    with pytest.raises(UserError, match="run folder .*-2 exists; pick another --run-id"):
+        runs.new_run_dir(configs[0], tmp_path, "ppo-seed0-20261201-100000-2")
+
+
+def test_a_file_where_the_run_folder_goes_is_named(tmp_path):
+    (tmp_path / "FLSelect-v0").mkdir()
+    (tmp_path / "FLSelect-v0" / "x").touch()
+    with pytest.raises(UserError, match=r"run folder .*x cannot be made \(File exists: .*x\); allowed"):
+        runs.new_run_dir(runs.RunConfig("FLSelect-v0"), tmp_path, "x")
 
 
 @pytest.mark.parametrize("flag,value", [("--seed", 2**32), ("--n-envs", 10**12), ("--n-timesteps", 10**12)])

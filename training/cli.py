@@ -268,7 +268,8 @@ def _train_parser(sub: Any) -> None:
     p.add_argument("--tensorboard-log", default=None, help="default: RUN_DIR/tb")
     p.add_argument("--runs-dir", default="runs", help=RUNS_DIR_HELP)
     p.add_argument("--run-id", default=None,
-                   help="the run folder's name under RUNS_DIR/ENV_ID (default: ALGO-seedSEED-TIMESTAMP)")
+                   help="the run folder's name under RUNS_DIR/ENV_ID (default: ALGO-seedSEED-TIMESTAMP, "
+                   "with -2, -3... where runs started in the same second took it)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue a run from its last checkpoint")
     p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)

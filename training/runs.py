@@ -47,7 +47,7 @@ from fl_gym.agents.ppo import (
     make_env,
 )
 from fl_gym.agents.recipes import find_recipe, run_recipe, stage_hyperparams, write_recipe_marker
-from fl_gym.atomic import read_json, save_atomic, write_json, write_text
+from fl_gym.atomic import create_text, read_json, save_atomic, write_json
 from fl_gym.envs.registry import Stage, family_of, recipes_for
 from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
 from fl_gym.training.imitation import DEFAULTS, demonstrations, fixed_policy, imitate
@@ -204,22 +204,45 @@ def physical_memory() -> float:
 
 
 def new_run_dir(cfg: RunConfig, runs_dir: str | Path = "runs", run_id: str | None = None) -> Path:
-    """Create ``runs/<env-id>/<run-id>/`` and write its ``config.yml``."""
-    if run_id is None:
-        run_id = f"{cfg.algo}-seed{cfg.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id) is not None, "--run-id", run_id,
-            "a folder name of letters, digits, '.', '_' and '-' (it stays inside the runs folder)")
-    return create_run_dir(cfg, Path(runs_dir) / cfg.env_id / run_id)
+    """Create ``runs/<env-id>/<run-id>/`` and write its ``config.yml``.
+
+    Without ``run_id``, ``ALGO-seedSEED-TIMESTAMP``, or that with ``-2``, ``-3``... where runs
+    started in the same second took it (a sweep launched at once); a ``run_id`` given is refused
+    where it holds a run.
+    """
+    parent = Path(runs_dir) / cfg.env_id
+    if run_id is not None:
+        require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run_id) is not None, "--run-id", run_id,
+                "a folder name of letters, digits, '.', '_' and '-' (it stays inside the runs folder)")
+        return create_run_dir(cfg, parent / run_id)
+    stamp = f"{cfg.algo}-seed{cfg.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    folder, n = parent / stamp, 1
+    while not _claim(cfg, folder):
+        n += 1
+        folder = parent / f"{stamp}-{n}"
+    return folder
 
 
 def create_run_dir(cfg: RunConfig, folder: Path) -> Path:
     """Create the run folder ``folder`` and write its ``config.yml`` (refused if it holds a run)."""
-    if (folder / "config.yml").exists():
+    if not _claim(cfg, folder):
         raise UserError(f"run folder {folder} exists; pick another --run-id or continue it with --resume "
                         f"{folder}")
-    folder.mkdir(parents=True, exist_ok=True)
-    write_text(folder / "config.yml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     return folder
+
+
+def _claim(cfg: RunConfig, folder: Path) -> bool:
+    """Write ``folder/config.yml`` unless it exists (False): of two processes, one claims the folder."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as err:  # a file where a folder should be
+        raise UserError(f"run folder {folder} cannot be made ({err.strerror}: {err.filename}); allowed: a "
+                        "path whose every part is a folder or not there yet") from err
+    try:
+        create_text(folder / "config.yml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    except FileExistsError:
+        return False
+    return True
 
 
 def load_run(folder: str | Path) -> RunConfig:
