@@ -1704,6 +1704,8 @@ def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monk
         assert runs.load_run(folder).hyperparams == {"learning_rate": lr}
     with pytest.raises(UserError, match="run folder .*-2 exists; pick another --run-id"):
         runs.new_run_dir(configs[0], tmp_path, "ppo-seed0-20261201-100000-2")
+    assert not runs.claim_run_dir(configs[0], folders[3e-4])  # what trains a folder either way: left as it is
+    assert runs.load_run(folders[3e-4]).hyperparams == {"learning_rate": 3e-4}
 
 
 def test_a_file_where_the_run_folder_goes_is_named(tmp_path):

@@ -217,7 +217,7 @@ def new_run_dir(cfg: RunConfig, runs_dir: str | Path = "runs", run_id: str | Non
         return create_run_dir(cfg, parent / run_id)
     stamp = f"{cfg.algo}-seed{cfg.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     folder, n = parent / stamp, 1
-    while not _claim(cfg, folder):
+    while not claim_run_dir(cfg, folder):
         n += 1
         folder = parent / f"{stamp}-{n}"
     return folder
@@ -225,14 +225,18 @@ def new_run_dir(cfg: RunConfig, runs_dir: str | Path = "runs", run_id: str | Non
 
 def create_run_dir(cfg: RunConfig, folder: Path) -> Path:
     """Create the run folder ``folder`` and write its ``config.yml`` (refused if it holds a run)."""
-    if not _claim(cfg, folder):
+    if not claim_run_dir(cfg, folder):
         raise UserError(f"run folder {folder} exists; pick another --run-id or continue it with --resume "
                         f"{folder}")
     return folder
 
 
-def _claim(cfg: RunConfig, folder: Path) -> bool:
-    """Write ``folder/config.yml`` unless it exists (False): of two processes, one claims the folder."""
+def claim_run_dir(cfg: RunConfig, folder: Path) -> bool:
+    """Write ``folder/config.yml`` unless it exists (False): of two processes, one claims the folder.
+
+    A caller that trains the folder either way needs no more: :func:`train` locks it, and a second
+    process that trains it at the same time is refused there, naming the first.
+    """
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as err:  # a file where a folder should be

@@ -74,8 +74,7 @@ def agent_run(out: Path, env_id: str, steps: int, env_kwargs: dict[str, Any], al
 def agent(run: tuple[runs.RunConfig, Path], say: Say) -> Path:
     """Train (or resume, or reuse) the agent of :func:`agent_run`; its folder."""
     cfg, folder = run
-    if not (folder / "config.yml").is_file():
-        runs.create_run_dir(cfg, folder)
+    runs.claim_run_dir(cfg, folder)  # unless it holds a run: trained on where it stopped
     say(f"training {cfg.algo} on {cfg.env_id} ({cfg.total_timesteps} steps)")
     runs.train(folder, progress=False, say=say)
     return folder

@@ -180,7 +180,7 @@ def run_agent(task: Task, algo: str, seed: int, out_dir: Path, progress: bool = 
     if not (folder / "config.yml").is_file():
         cfg = runs.resolve(task.env_id, algo, _preset(task, algo), env_kwargs=task.train_kwargs(), seed=seed,
                            total_timesteps=task.budget)
-        runs.create_run_dir(cfg, folder)
+        runs.claim_run_dir(cfg, folder)  # unless another process just did: train's lock then names it
     start = time.perf_counter()
     runs.train(folder, progress=progress, say=say)
     record = {"task": task.name, "algo": algo, "seed": seed, "budget": task.budget, **provenance.origin(),
