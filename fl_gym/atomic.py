@@ -12,8 +12,13 @@ from typing import Any, NoReturn
 from fl_gym.validation import UserError, require
 
 
-def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (readers see the old file or the new one, never half)."""
+def write_text(path: str | Path, text: str, *, new: bool = False) -> Path:
+    """Write ``text`` to ``path`` atomically (readers see the old file or the new one, never half).
+
+    ``new``: ``path`` must not exist yet (``FileExistsError`` where it does). Of two processes
+    creating it at once exactly one does; a check for the file, then a write, would let both
+    through, and the second would overwrite the first's.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -23,28 +28,26 @@ def write_text(path: str | Path, text: str) -> Path:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        (_link if new else os.replace)(tmp, path)
     except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
         raise _naming(err, path) from err
+    finally:
+        Path(tmp).unlink(missing_ok=True)  # gone after a replace; a link leaves the temporary name
     return path
 
 
-def create_text(path: str | Path, text: str) -> Path:
-    """:func:`write_text` to a file that must not exist yet: ``FileExistsError`` where it does.
+def _link(tmp: str, path: Path) -> None:
+    """Give the file ``tmp`` the name ``path`` too, unless that name exists (``FileExistsError``).
 
-    The name is claimed first (``O_EXCL``: of two processes creating it at once, exactly one
-    does), then filled atomically; a check for the file followed by a write would let both
-    through, and the second would overwrite the first's.
+    A file system without hard links (FAT) has the name claimed empty first, then filled.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
-        return write_text(path, text)
-    except BaseException:
-        path.unlink(missing_ok=True)
+        os.link(tmp, path)
+    except FileExistsError:
         raise
+    except OSError:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        os.replace(tmp, path)
 
 
 def _naming(err: BaseException, path: Path) -> BaseException:
@@ -102,9 +105,9 @@ def save_atomic(model: Any, path: str | Path) -> Path:
     return write_via(path, model.save)
 
 
-def write_json(path: str | Path, data: Any) -> Path:
-    """Atomically write ``data`` as indented JSON."""
-    return write_text(path, json.dumps(data, indent=2, default=_jsonable) + "\n")
+def write_json(path: str | Path, data: Any, *, new: bool = False) -> Path:
+    """Atomically write ``data`` as indented JSON (``new``: as :func:`write_text`'s)."""
+    return write_text(path, json.dumps(data, indent=2, default=_jsonable) + "\n", new=new)
 
 
 def read_json(path: str | Path, keys: Sequence[str] = ()) -> Any:

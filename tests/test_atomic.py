@@ -9,8 +9,7 @@ import threading
 
 import pytest
 
-from fl_gym import atomic
-from fl_gym.atomic import create_text, read_json, write_json, write_via
+from fl_gym.atomic import read_json, write_json, write_text, write_via
 
 
 def test_result_files_follow_the_umask(tmp_path):
@@ -92,7 +91,7 @@ def test_of_processes_creating_one_file_at_once_exactly_one_writes_it(tmp_path):
     def create(i: int) -> None:
         start.wait()
         try:
-            create_text(path, f"writer {i}\n" * 1000)
+            write_text(path, f"writer {i}\n" * 1000, new=True)
             outcomes[i] = "wrote"
         except FileExistsError:
             outcomes[i] = "refused"
@@ -107,11 +106,13 @@ def test_of_processes_creating_one_file_at_once_exactly_one_writes_it(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == ["config.yml"]  # no temporary file left
 
 
-def test_a_file_that_could_not_be_written_leaves_its_name_free(tmp_path, monkeypatch):
-    def full_disk(path, text):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+def test_a_new_file_is_made_whole_where_the_file_system_has_no_hard_links(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise PermissionError(errno.EPERM, "Operation not permitted", src, None, dst)
 
-    monkeypatch.setattr(atomic, "write_text", full_disk)
-    with pytest.raises(OSError, match="No space left"):
-        create_text(tmp_path / "config.yml", "x")
-    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(os, "link", no_links)
+    write_text(tmp_path / "config.yml", "first\n", new=True)
+    with pytest.raises(FileExistsError):
+        write_text(tmp_path / "config.yml", "second\n", new=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yml"]
+    assert (tmp_path / "config.yml").read_text() == "first\n"

@@ -898,6 +898,31 @@ def test_a_resumable_folder_keeps_the_settings_of_its_results(tmp_path):
     assert (tmp_path / "settings.json").read_text() == recorded  # the refused run changed nothing
 
 
+def test_of_runs_started_at_once_into_one_folder_only_those_of_its_settings_go_on(tmp_path):
+    """``reproduce`` runs with other flags into one ``--out``, started together: one set of flags goes on."""
+    from fl_gym.training.sections import claim
+
+    start, outcomes = threading.Barrier(6), {}
+
+    def run(seeds):
+        start.wait()
+        try:
+            claim(tmp_path, {"--seeds": seeds})
+            outcomes.setdefault("claimed", []).append(seeds)
+        except UserError:
+            outcomes.setdefault("refused", []).append(seeds)
+
+    threads = [threading.Thread(target=run, args=([i % 2],)) for i in range(6)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing was there before them: nothing to warn of
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    recorded = json.loads((tmp_path / "settings.json").read_text())["--seeds"]
+    assert outcomes["claimed"] == [recorded] * 3 and outcomes["refused"] == [[1 - recorded[0]]] * 3
+
+
 def test_a_folder_of_results_from_before_the_settings_record_is_claimed_with_a_warning(tmp_path):
     from fl_gym.training.sections import claim
 

@@ -47,7 +47,7 @@ from fl_gym.agents.ppo import (
     make_env,
 )
 from fl_gym.agents.recipes import find_recipe, run_recipe, stage_hyperparams, write_recipe_marker
-from fl_gym.atomic import create_text, read_json, save_atomic, write_json
+from fl_gym.atomic import read_json, save_atomic, write_json, write_text
 from fl_gym.envs.registry import Stage, family_of, recipes_for
 from fl_gym.training.callbacks import FLMetricsCallback, ProgressBar, RolloutCheckpoint, latest_checkpoint
 from fl_gym.training.imitation import DEFAULTS, demonstrations, fixed_policy, imitate
@@ -243,7 +243,7 @@ def claim_run_dir(cfg: RunConfig, folder: Path) -> bool:
         raise UserError(f"run folder {folder} cannot be made ({err.strerror}: {err.filename}); allowed: a "
                         "path whose every part is a folder or not there yet") from err
     try:
-        create_text(folder / "config.yml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+        write_text(folder / "config.yml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False), new=True)
     except FileExistsError:
         return False
     return True

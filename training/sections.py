@@ -36,19 +36,21 @@ def claim(out: Path, settings: dict[str, Any]) -> None:
     """
     asked = json.loads(json.dumps(settings, sort_keys=True, default=repr))  # as the file reads back
     path = out / SETTINGS
-    if not path.is_file():
-        if any(out.iterdir()):
-            warnings.warn(f"{out} holds results from before fl-gym recorded their settings: they are read "
-                          "back as this run's; remove them if other flags made them", stacklevel=2)
-        write_json(path, asked)
+    try:
+        write_json(path, asked, new=True)
+    except FileExistsError:  # recorded before, or by a run started at this instant: the flags must match
+        held = read_json(path)
+        held = held if isinstance(held, dict) else {}  # not ours: every flag differs
+        differ = [f"{flag}={held.get(flag)!r} there, {asked.get(flag)!r} here"
+                  for flag in sorted(asked.keys() | held.keys()) if held.get(flag) != asked.get(flag)]
+        if differ:
+            raise UserError(f"--out={str(out)!r} holds results of other settings ({'; '.join(differ)}); "
+                            "allowed: the settings recorded in its settings.json (to resume it), or another "
+                            "--out") from None
         return
-    held = read_json(path)
-    held = held if isinstance(held, dict) else {}  # not ours: every flag differs
-    differ = [f"{flag}={held.get(flag)!r} there, {asked.get(flag)!r} here"
-              for flag in sorted(asked.keys() | held.keys()) if held.get(flag) != asked.get(flag)]
-    if differ:
-        raise UserError(f"--out={str(out)!r} holds results of other settings ({'; '.join(differ)}); allowed: "
-                        "the settings recorded in its settings.json (to resume it), or another --out")
+    if any(p.name != SETTINGS and not p.name.startswith(".") for p in out.iterdir()):
+        warnings.warn(f"{out} holds results from before fl-gym recorded their settings: they are read "
+                      "back as this run's; remove them if other flags made them", stacklevel=2)
 
 
 def section(out: Path, name: str, env_id: str, policies: list[str], seeds: tuple[int, ...],
