@@ -1610,6 +1610,32 @@ def test_a_run_folder_is_locked_while_it_trains_and_a_stale_lock_is_taken_over(t
         assert (folder / ".lock").read_text() == str(os.getpid())
 
 
+def test_of_trainings_of_one_folder_started_at_once_one_holds_it(tmp_path):
+    """A lock is never seen empty (taken for a stale one, removed): one of eight racers trains at a time."""
+    start, inside, entered, lock = threading.Barrier(8), [], [], threading.Lock()
+
+    def train_once():
+        start.wait()
+        try:
+            with runs.run_lock(tmp_path):
+                with lock:
+                    inside.append(1)
+                    entered.append(len(inside))
+                time.sleep(0.05)
+                with lock:
+                    inside.pop()
+        except UserError:
+            pass
+
+    for _ in range(5):
+        threads = [threading.Thread(target=train_once) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert entered and max(entered) == 1 and not (tmp_path / ".lock").exists()
+
+
 def test_damaged_or_conflicting_resumes_are_named(tmp_path, capsys):
     args = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 64, "--runs-dir", tmp_path, "--save-freq",
             32, *TINY]

@@ -390,7 +390,7 @@ def run_lock(folder: Path) -> Iterator[None]:
     lock = folder / ".lock"
     for _ in range(2):
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            write_text(lock, str(os.getpid()), new=True)  # whole when it appears: never read empty, as stale
             break
         except FileExistsError:
             holder = _lock_holder(lock)
@@ -401,8 +401,6 @@ def run_lock(folder: Path) -> Iterator[None]:
     else:
         raise UserError(f"run folder {folder}: cannot take its lock {lock}")
     try:
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
         yield
     finally:
         lock.unlink(missing_ok=True)
