@@ -39,7 +39,8 @@ def write_text(path: str | Path, text: str, *, new: bool = False) -> Path:
 def _link(tmp: str, path: Path) -> None:
     """Give the file ``tmp`` the name ``path`` too, unless that name exists (``FileExistsError``).
 
-    A file system without hard links (FAT) has the name claimed empty first, then filled.
+    A file system without hard links (FAT) has the name claimed empty first, then filled (or
+    freed again where the filling fails).
     """
     try:
         os.link(tmp, path)
@@ -47,7 +48,11 @@ def _link(tmp: str, path: Path) -> None:
         raise
     except OSError:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
 
 
 def _naming(err: BaseException, path: Path) -> BaseException:

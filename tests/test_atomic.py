@@ -116,3 +116,17 @@ def test_a_new_file_is_made_whole_where_the_file_system_has_no_hard_links(tmp_pa
         write_text(tmp_path / "config.yml", "second\n", new=True)
     assert [p.name for p in tmp_path.iterdir()] == ["config.yml"]
     assert (tmp_path / "config.yml").read_text() == "first\n"
+
+
+def test_a_new_file_that_could_not_be_filled_leaves_its_name_free(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise PermissionError(errno.EPERM, "Operation not permitted", src, None, dst)
+
+    def full_disk(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "link", no_links)
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space left on device: .*config.yml"):
+        write_text(tmp_path / "config.yml", "first\n", new=True)
+    assert list(tmp_path.iterdir()) == []
