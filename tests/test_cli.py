@@ -64,6 +64,14 @@ def test_version_names_the_release_and_the_code_results_record(capsys):
     assert importlib.metadata.version("fl-gym") == fl_gym.__version__
 
 
+def test_runs_that_share_a_tensorboard_folder_log_under_their_own_names(tmp_path, capsys):
+    for run_id in ("a", "b"):
+        assert run_cli(["train", "FLHeteroAlloc-v0", "--n-timesteps", 16, "--runs-dir", tmp_path, "--run-id",
+                        run_id, "--tensorboard-log", tmp_path / "tb", *TINY], capsys)[0] == 0
+    logs = sorted(p.name for p in (tmp_path / "tb").iterdir())
+    assert logs == ["FLHeteroAlloc-v0-a_1", "FLHeteroAlloc-v0-b_1"]  # not FLHeteroAlloc-v0_1 and _2
+
+
 def test_train_writes_a_complete_run(tmp_path, capsys):
     code, out, _ = run_cli(["train", "FLHeteroAlloc-v0", "--n-timesteps", 64, "--runs-dir", tmp_path,
                             "--run-id", "r1", "--save-freq", 32, *TINY], capsys)

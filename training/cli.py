@@ -265,7 +265,8 @@ def _train_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the agent and of the training envs (copy i: SEED + i; default 0)")
     p.add_argument("--save-freq", type=int, default=10000, help="checkpoint every this many steps")
-    p.add_argument("--tensorboard-log", default=None, help="default: RUN_DIR/tb")
+    p.add_argument("--tensorboard-log", default=None,
+                   help="default: RUN_DIR/tb; in a folder runs share, each run logs as ENV_ID-RUN_ID_1")
     p.add_argument("--runs-dir", default="runs", help=RUNS_DIR_HELP)
     p.add_argument("--run-id", default=None,
                    help="the run folder's name under RUNS_DIR/ENV_ID (default: ALGO-seedSEED-TIMESTAMP, "

@@ -492,10 +492,20 @@ def _train_stage(folder: Path, cfg: RunConfig, stage: Stage, hyperparams: dict, 
         callbacks.append(ProgressBar(total, stage.env_id))
     if total > done:
         model.learn(total - done, callback=CallbackList(callbacks), reset_num_timesteps=not checkpoint,
-                    tb_log_name=stage.env_id)
+                    tb_log_name=_log_name(cfg, folder, stage.env_id))
     save_atomic(model, final)
     env.close()
     return model
+
+
+def _log_name(cfg: RunConfig, folder: Path, env_id: str) -> str:
+    """The TensorBoard log's name (SB3 adds ``_1``): the env id, and the run's where runs share a log folder.
+
+    In a shared ``--tensorboard-log`` the env id alone would name runs ``ENV_ID_1``, ``ENV_ID_2``...
+    in the order they started (runs started at once could even pick one number and mix their
+    curves); with the run folder's name each log says whose it is.
+    """
+    return env_id if cfg.tensorboard_log is None else f"{env_id}-{folder.name}"
 
 
 def _warm_start(folder: Path, model: BaseAlgorithm, env_id: str, hyperparams: dict, env_kwargs: dict,
