@@ -70,6 +70,9 @@ def test_runs_that_share_a_tensorboard_folder_log_under_their_own_names(tmp_path
                         run_id, "--tensorboard-log", tmp_path / "tb", *TINY], capsys)[0] == 0
     logs = sorted(p.name for p in (tmp_path / "tb").iterdir())
     assert logs == ["FLHeteroAlloc-v0-a_1", "FLHeteroAlloc-v0-b_1"]  # not FLHeteroAlloc-v0_1 and _2
+    recipe = runs.RunConfig("FLHetero-v0", algo="hapfl", tensorboard_log=str(tmp_path / "tb"))
+    assert runs._log_name(recipe, tmp_path / "FLHetero-v0" / "r7" / "ppo1", "FLHeteroAlloc-v0") == \
+        "FLHeteroAlloc-v0-r7"  # a stage's log names the run, not the stage's subfolder
 
 
 def test_train_writes_a_complete_run(tmp_path, capsys):

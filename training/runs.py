@@ -505,7 +505,8 @@ def _log_name(cfg: RunConfig, folder: Path, env_id: str) -> str:
     in the order they started (runs started at once could even pick one number and mix their
     curves); with the run folder's name each log says whose it is.
     """
-    return env_id if cfg.tensorboard_log is None else f"{env_id}-{folder.name}"
+    run = folder if cfg.algo in ALGOS else folder.parent  # a recipe's stages train in subfolders of the run
+    return env_id if cfg.tensorboard_log is None else f"{env_id}-{run.name}"
 
 
 def _warm_start(folder: Path, model: BaseAlgorithm, env_id: str, hyperparams: dict, env_kwargs: dict,
