@@ -47,6 +47,8 @@ def test_imports_flow_one_way(path):
     here = path.relative_to(ROOT).parts[0]
     if path == ROOT / "fl_gym" / "__init__.py":  # importing the package registers the envs
         return
+    if path == ROOT / "fl_gym" / "__main__.py":  # python -m fl_gym: the command line, atop every layer
+        return
     for module in _imports(path):
         there = _layer_of(module)
         assert there == here or LAYERS[there] < LAYERS[here], f"{path.relative_to(ROOT)} imports {module}"
@@ -115,6 +117,15 @@ assert "torch" not in sys.modules, "torch loaded"
 gym.make("FLAggregate-v0")
 assert "torch" in sys.modules
 """
+
+
+def test_python_m_fl_gym_is_the_command_line():
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "fl_gym", "train", "--seed", "x"]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("fl-gym train: error: argument --seed")
 
 
 def test_the_command_line_answers_its_arguments_without_torch():
