@@ -1619,11 +1619,23 @@ def test_a_run_folder_is_locked_while_it_trains_and_a_stale_lock_is_taken_over(t
     (folder / ".lock").write_text(gone.stdout.strip())  # a process that has exited
     with runs.run_lock(folder):
         assert (folder / ".lock").read_text() == str(os.getpid())
+    (folder / ".lock").write_text(gone.stdout.strip())
+    (folder / ".lock.takeover").write_text(gone.stdout.strip())  # it ended while taking over a stale lock
+    with pytest.raises(ValueError, match=r"cannot take its lock .*\.lock; if no process trains it, remove "):
+        with runs.run_lock(folder):
+            pass
 
 
-def test_of_trainings_of_one_folder_started_at_once_one_holds_it(tmp_path):
-    """A lock is never seen empty (taken for a stale one, removed): one of eight racers trains at a time."""
+@pytest.mark.parametrize("left", [None, "a process that has ended"])
+def test_of_trainings_of_one_folder_started_at_once_one_holds_it(tmp_path, left):
+    """One of eight racers trains at a time: a lock is never seen empty (and taken for a stale one), and
+    of those that find a stale lock, one takes it over (not each removing the lock the last one made)."""
+    import subprocess
+    import sys
+
     start, inside, entered, lock = threading.Barrier(8), [], [], threading.Lock()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True)
 
     def train_once():
         start.wait()
@@ -1639,12 +1651,14 @@ def test_of_trainings_of_one_folder_started_at_once_one_holds_it(tmp_path):
             pass
 
     for _ in range(5):
+        if left:
+            (tmp_path / ".lock").write_text(gone.stdout.strip())
         threads = [threading.Thread(target=train_once) for _ in range(8)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-    assert entered and max(entered) == 1 and not (tmp_path / ".lock").exists()
+    assert entered and max(entered) == 1 and sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_damaged_or_conflicting_resumes_are_named(tmp_path, capsys):

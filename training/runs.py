@@ -397,13 +397,32 @@ def run_lock(folder: Path) -> Iterator[None]:
             if holder is not None and _alive(holder):
                 raise UserError(f"run folder {folder} is being trained by process {holder}; wait for it, or "
                                 f"stop it and run --resume {folder} again") from None
-            lock.unlink(missing_ok=True)  # a stale lock
+            _remove_stale(lock, holder)
     else:
-        raise UserError(f"run folder {folder}: cannot take its lock {lock}")
+        raise UserError(f"run folder {folder}: cannot take its lock {lock}; if no process trains it, remove "
+                        f"{lock} and {lock}.takeover")
     try:
         yield
     finally:
         lock.unlink(missing_ok=True)
+
+
+def _remove_stale(lock: Path, holder: int | None) -> None:
+    """Remove ``lock`` if it still names ``holder``, a process that has ended; one process at a time.
+
+    Processes that find one stale lock would otherwise each remove it, the later ones the lock that
+    an earlier one had made since.
+    """
+    guard = lock.with_name(lock.name + ".takeover")
+    try:
+        write_text(guard, str(os.getpid()), new=True)
+    except FileExistsError:
+        return  # another process takes it over: its lock, once made, is refused like any live one
+    try:
+        if _lock_holder(lock) == holder:
+            lock.unlink(missing_ok=True)
+    finally:
+        guard.unlink(missing_ok=True)
 
 
 def _lock_holder(lock: Path) -> int | None:
