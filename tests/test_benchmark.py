@@ -590,3 +590,24 @@ def test_a_task_header_names_its_upper_reference_or_says_it_has_none():
     from fl_gym.training.benchmark.report import _upper
 
     assert _upper(1.375) == "upper reference at 1.38" and _upper(float("nan")) == "no upper reference"
+
+
+def test_processes_that_pin_other_tasks_into_one_folder_all_reach_its_references(tmp_path, monkeypatch):
+    """The second process's gathering lands between the first's and its write: the first's write,
+    gathered before the second's task was pinned, must not be the last word."""
+    record = benchmark.stored_references("core-v1")
+    monkeypatch.setattr(benchmark, "task_references", lambda task, say: record[task.name])
+    first, second = (t.name for t in suite("core-v1")[:2])
+    writes = []
+    real_write = benchmark.write_json
+
+    def write_json(path, data, **kwargs):
+        if path.name == "references.json" and not writes:  # the first process is about to write
+            writes.append(sorted(data))
+            benchmark.references("core-v1", tmp_path, [second], say=lambda _: None)  # the second, meanwhile
+        return real_write(path, data, **kwargs)
+
+    monkeypatch.setattr(benchmark, "write_json", write_json)
+    benchmark.references("core-v1", tmp_path, [first], say=lambda _: None)
+    assert writes == [[first]]  # what the first had gathered when the second pinned its task
+    assert sorted(json.loads((tmp_path / "references.json").read_text())) == sorted([first, second])

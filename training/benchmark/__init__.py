@@ -56,7 +56,8 @@ def references(suite_name: str, out: str | Path, only: Sequence[str] | None = No
     """Pin the suite's references (resumable per task): ``out/references/TASK.json``, ``out/references.json``.
 
     ``references.json`` gathers every task of the suite pinned under ``out`` so far, so processes
-    that pin different ``only`` tasks into one folder share it.
+    that pin different ``only`` tasks into one folder share it. It is gathered again after each
+    write until no task was pinned meanwhile: the last write then holds every task.
     """
     out = Path(out)
     for task in suite_tasks(suite_name, only):
@@ -65,10 +66,12 @@ def references(suite_name: str, out: str | Path, only: Sequence[str] | None = No
             say(f"{task.name}: references")
             write_json(path, task_references(task, say))
     paths = {t.name: out / "references" / f"{t.name}.json" for t in suite(suite_name)}
-    records = {name: read_json(p) for name, p in paths.items() if p.is_file()}  # also another process's
-    for name, record in records.items():
-        require_reference(paths[name], record)
-    write_json(out / "references.json", records)
+    records: dict[str, Any] = {}
+    while (done := {name for name, p in paths.items() if p.is_file()}) != records.keys():
+        records = {name: read_json(paths[name]) for name in paths if name in done}  # also another process's
+        for name, record in records.items():
+            require_reference(paths[name], record)
+        write_json(out / "references.json", records)
     return records
 
 
