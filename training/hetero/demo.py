@@ -22,9 +22,8 @@ def run_demo(out: Path, steps: int = 40000, episodes: int = 5, accuracy_rounds: 
     """Run the three stages above, printing each table."""
     agent = out / "FLHetero-v0" / "hapfl"
     if not (agent / "config.yml").is_file():
-        cfg = runs.resolve("FLHetero-v0", "hapfl", "fast", total_timesteps=2 * steps,
-                           save_freq=max(steps // 4, 256))
-        agent = runs.new_run_dir(cfg, out, "hapfl")
+        runs.claim_run_dir(runs.resolve("FLHetero-v0", "hapfl", "fast", total_timesteps=2 * steps,
+                                        save_freq=max(steps // 4, 256)), agent)  # or a demo started with it
     print(f"1/3 training HAPFL's dual agent (PPO1 then PPO2, {steps} steps each, timing backend) in {agent}")
     runs.train(agent)
     policies = FIXED + [f"hapfl:{agent}"]
