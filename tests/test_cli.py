@@ -92,6 +92,30 @@ def test_train_writes_a_complete_run(tmp_path, capsys):
     assert code == 0 and "already complete" in out
 
 
+def test_comparing_a_run_that_has_not_finished_names_its_latest_checkpoint(tmp_path, capsys, monkeypatch):
+    folder = runs.create_run_dir(runs.RunConfig("FLHeteroAlloc-v0"), tmp_path / "run")
+    compare = ["compare", "FLHeteroAlloc-v0", "--policies", f"ppo:{folder}", "--out", tmp_path / "cmp"]
+    code, _, err = run_cli(compare, capsys)
+    assert code == 2 and err.endswith(f"(the run has not finished and has no checkpoint yet; fl-gym train "
+                                      f"--resume {folder})\n")
+    from fl_gym.training import callbacks
+
+    def interrupt(self):
+        if self.model.num_timesteps >= 40:
+            raise KeyboardInterrupt
+        return True
+
+    monkeypatch.setattr(callbacks.FLMetricsCallback, "_on_step", interrupt)
+    train = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 96, "--runs-dir", tmp_path, "--run-id", "cut",
+             "--save-freq", 16, *TINY]
+    assert run_cli(train, capsys)[0] == 130
+    cut = tmp_path / "FLHeteroAlloc-v0" / "cut"
+    code, _, err = run_cli([*compare[:3], f"ppo:{cut}", *compare[4:]], capsys)
+    assert code == 2 and (f"(the run has not finished; its latest checkpoint is ppo:{cut}/checkpoints/"
+                          f"model_32_steps.zip, after 32 steps, or finish the run with fl-gym train --resume "
+                          f"{cut})") in err
+
+
 def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, capsys, monkeypatch):
     args = ["train", "FLHeteroAlloc-v0", "--n-timesteps", 96, "--runs-dir", tmp_path, "--save-freq",
             32, *TINY, "--env-kwargs", "rounds_per_episode=8"]

@@ -39,6 +39,7 @@ from fl_gym.atomic import read_json, require_writable, write_json, write_text
 from fl_gym.envs.base import require_fitting
 from fl_gym.envs.registry import family_of, metrics_for, recipes_for
 from fl_gym.training import provenance
+from fl_gym.training.callbacks import latest_checkpoint
 from fl_gym.training.evaluation import Episode, aggregate, evaluate
 from fl_gym.training.plots import plot_bands
 from fl_gym.validation import (
@@ -107,7 +108,7 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
         raise FileNotFoundError(f"policy {policy!r}: no finished {algo} recipe at {target} (recipe.json)")
     model_path = target / "model.zip" if target.is_dir() else target
     if not model_path.is_file():
-        raise FileNotFoundError(f"policy {policy!r}: no model at {model_path}")
+        raise FileNotFoundError(f"policy {policy!r}: no model at {model_path}{_unfinished(algo, target)}")
     run_dir = _run_folder(model_path)
     run = _run_config(run_dir)
     _warn_about_run(run_dir, run, eval_seeds)
@@ -124,6 +125,17 @@ def policy_spec(policy: str, env_id: str, eval_seeds: tuple[int, ...] = DEFAULT_
              if k in family_of(env_id).agent_kwargs}
     return PolicySpec(f"{loaded}:{_model_name(model_path, run_dir if run is not None else None)}",
                       lambda env: _fits(model, env, policy), bound, _digest([model_path]))
+
+
+def _unfinished(algo: str, target: Path) -> str:
+    """What to pass for a run folder without a model yet (it trains, or stopped): its latest checkpoint."""
+    if not (target / "config.yml").is_file() or (target / "summary.json").is_file():
+        return ""  # not a run folder, or a finished run whose model was removed
+    latest = latest_checkpoint(target / "checkpoints")
+    if latest is None:
+        return f" (the run has not finished and has no checkpoint yet; fl-gym train --resume {target})"
+    return (f" (the run has not finished; its latest checkpoint is {algo}:{latest[0]}, after {latest[1]} "
+            f"steps, or finish the run with fl-gym train --resume {target})")
 
 
 def _model_name(model_path: Path, run_dir: Path | None) -> str:
