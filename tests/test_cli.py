@@ -111,9 +111,9 @@ def test_comparing_a_run_that_has_not_finished_names_its_latest_checkpoint(tmp_p
     assert run_cli(train, capsys)[0] == 130
     cut = tmp_path / "FLHeteroAlloc-v0" / "cut"
     code, _, err = run_cli([*compare[:3], f"ppo:{cut}", *compare[4:]], capsys)
-    assert code == 2 and (f"(the run has not finished; its latest checkpoint is ppo:{cut}/checkpoints/"
-                          f"model_32_steps.zip, after 32 steps, or finish the run with fl-gym train --resume "
-                          f"{cut})") in err
+    assert code == 2 and (f"(the run has not finished: pass its latest checkpoint, ppo:{cut}/checkpoints/"
+                          f"model_32_steps.zip (after 32 steps), or finish the run with fl-gym train "
+                          f"--resume {cut})") in err
 
 
 def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, capsys, monkeypatch):

@@ -20,9 +20,9 @@ def train_and_compare(out: Path, env_id: str, fixed: list[str], budget: int, epi
                       algo: str = "ppo", env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run both steps; ``describe`` says what the env's default preset is."""
     agent = out / env_id / algo
-    if not (agent / "config.yml").is_file():
+    if not (agent / "config.yml").is_file():  # a demo started alongside may claim it first
         runs.claim_run_dir(runs.resolve(env_id, algo, env_kwargs=env_kwargs, total_timesteps=budget,
-                                        save_freq=max(budget // 4, 240)), agent)  # or a demo started with it
+                                        save_freq=max(budget // 4, 240)), agent)
     print(f"1/2 training PPO on {env_id} ({describe}) for {budget} steps in {agent}")
     runs.train(agent)
     seeds = tuple(range(10000, 10000 + episodes))

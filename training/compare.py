@@ -134,8 +134,8 @@ def _unfinished(algo: str, target: Path) -> str:
     latest = latest_checkpoint(target / "checkpoints")
     if latest is None:
         return f" (the run has not finished and has no checkpoint yet; fl-gym train --resume {target})"
-    return (f" (the run has not finished; its latest checkpoint is {algo}:{latest[0]}, after {latest[1]} "
-            f"steps, or finish the run with fl-gym train --resume {target})")
+    return (f" (the run has not finished: pass its latest checkpoint, {algo}:{latest[0]} (after {latest[1]} "
+            f"steps), or finish the run with fl-gym train --resume {target})")
 
 
 def _model_name(model_path: Path, run_dir: Path | None) -> str:

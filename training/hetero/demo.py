@@ -21,9 +21,9 @@ FIXED = ["uniform", "random", "greedy", "inverse", "oracle", "fedavg", "fedprox"
 def run_demo(out: Path, steps: int = 40000, episodes: int = 5, accuracy_rounds: int = 15) -> None:
     """Run the three stages above, printing each table."""
     agent = out / "FLHetero-v0" / "hapfl"
-    if not (agent / "config.yml").is_file():
+    if not (agent / "config.yml").is_file():  # a demo started alongside may claim it first
         runs.claim_run_dir(runs.resolve("FLHetero-v0", "hapfl", "fast", total_timesteps=2 * steps,
-                                        save_freq=max(steps // 4, 256)), agent)  # or a demo started with it
+                                        save_freq=max(steps // 4, 256)), agent)
     print(f"1/3 training HAPFL's dual agent (PPO1 then PPO2, {steps} steps each, timing backend) in {agent}")
     runs.train(agent)
     policies = FIXED + [f"hapfl:{agent}"]
