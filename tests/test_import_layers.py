@@ -113,6 +113,7 @@ for argv, status in ((["--help"], 0), (["train", "--help"], 0), (["train", "--se
         assert stop.code == status, (argv, stop.code)
     else:
         raise AssertionError(f"{argv} did not exit")
+assert main(["train", "FLNope-v0"]) == 2 and main(["compare", "FLNope-v0", "--policies", "fedavg"]) == 2
 assert "torch" not in sys.modules, "torch loaded"
 gym.make("FLAggregate-v0")
 assert "torch" in sys.modules
@@ -129,7 +130,7 @@ def test_python_m_fl_gym_is_the_command_line():
 
 
 def test_the_command_line_answers_its_arguments_without_torch():
-    """``fl-gym --help`` and a malformed flag load no torch (a second of imports): names are lazy."""
+    """``fl-gym --help``, a malformed flag or an unknown env id load no torch (a second of imports)."""
     import subprocess
     import sys
 

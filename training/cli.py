@@ -1005,10 +1005,22 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _require_registered(args: argparse.Namespace) -> None:
+    """A command's ``env_id`` names a registered id, checked before the command loads its libraries.
+
+    The registry is loaded with the package; SB3 and torch take two seconds, a typo's whole wait.
+    """
+    if getattr(args, "env_id", None) is not None:
+        from fl_gym.envs.registry import family_of
+
+        family_of(args.env_id)
+
+
 def _run(args: argparse.Namespace) -> int:
     """A parsed command; a mistake of the input is one line and exit 2, an interrupt exit 130."""
     try:
         with _warnings_in_one_line(args.traceback):
+            _require_registered(args)
             return args.func(args)
     except Exception as err:
         message = _user_error(err)
