@@ -138,6 +138,17 @@ def test_the_command_line_answers_its_arguments_without_torch():
     assert done.returncode == 0, done.stderr
 
 
+def test_the_submodules_stay_attributes_of_the_package():
+    """``import fl_gym; fl_gym.data.SCHEMES`` (the README's) worked while the package imported eagerly."""
+    import subprocess
+    import sys
+
+    code = ("import sys, fl_gym; assert 'torch' not in sys.modules; "
+            "assert fl_gym.data.SCHEMES and fl_gym.engine.SGD and fl_gym.clock.Clock and fl_gym.models.zoo")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("package", ["fl_gym", "fl_gym.data"])
 def test_a_lazy_name_is_the_one_type_checkers_read_and_is_listed(package):
     """The names a package imports when first read are those its ``TYPE_CHECKING`` block re-exports."""
