@@ -33,6 +33,7 @@ from fl_gym.engine.reference import reference_train
 from fl_gym.engine.schedule import BatchDraw, padded, stable_order
 from fl_gym.engine.updates import update_statistics
 from fl_gym.models import Stack, build_model
+from fl_gym.models.architecture import prefix
 
 
 def _cohort(digits_parts, epochs, batch_size=10):
@@ -472,6 +473,56 @@ def test_probe_gradients_match_autograd_and_leave_the_models_alone(digits, digit
         assert float(probe.loss[i]) == pytest.approx(loss.item(), rel=1e-5)
         torch.testing.assert_close(probe.grad[i], parameters_to_vector(grad), rtol=1e-4, atol=1e-6)
     assert torch.equal(models, before)
+
+
+@pytest.mark.parametrize("name", ["mlp-small", "cnn-small"])
+@pytest.mark.parametrize("rate", [0.05, torch.tensor([0.01, 0.05, 0.2]), torch.tensor(0.05)])
+def test_a_step_taken_in_the_backward_pass_is_the_gradients_sgd_step(digits, digits_parts, name, rate):
+    """``Architecture.backward(..., rate=)`` moves the active rows by ``-rate x`` the gradient a plain
+    backward pass writes (a float, the clients' rates, or one rate on the device) and leaves the rest."""
+    arch = build_model(name, digits.input_shape, 10)
+    g = torch.Generator().manual_seed(4)
+    start = torch.stack([arch.init(g) for _ in range(4)])
+    parts = [torch.as_tensor(p) for p in digits_parts[:3]]
+    batch = make_schedule(parts, np.ones(3, np.int64), 7, torch.Generator().manual_seed(0))
+    idx, w = batch.idx[0], batch.weight[0]
+
+    def backward(stack: Stack, grads: torch.Tensor, step: float | torch.Tensor | None) -> None:
+        params = prefix(stack.blocks, 3)  # the fourth client has finished its steps
+        out, tape = arch.forward(params, arch.gather(digits.x_train, idx), True)
+        _, dlogits = cross_entropy({"model": out}, digits.y_train[idx], w)
+        arch.backward(params, tape, dlogits["model"], prefix(stack.views(grads), 3), None, step)
+
+    plain, fused = Stack.from_rows(arch, start), Stack.from_rows(arch, start)
+    grad = torch.zeros_like(plain.flat)
+    backward(plain, grad, None)
+    expected = start.clone()
+    expected[:3] -= torch.as_tensor(rate).expand(3).view(-1, 1) * Stack(arch, grad).rows()[:3]
+    backward(fused, torch.zeros_like(fused.flat), rate)
+    torch.testing.assert_close(fused.rows(), expected, rtol=1e-5, atol=1e-7)
+    assert torch.equal(fused.rows()[3], start[3])
+
+
+def test_plain_sgd_steps_in_the_backward_pass_and_other_optimisers_step_on_the_gradient(
+        digits, digits_parts, monkeypatch):
+    arch = build_model("mlr", (1, 8, 8), 10)
+    stack = Stack.broadcast(arch, arch.init(torch.Generator().manual_seed(0)), 3)
+    lr = torch.tensor([0.1, 0.2, 0.3])
+    optimiser = StackOptimizer(stack, OptimizerConfig(), lr)
+    assert torch.equal(optimiser.fused_rate(), lr)
+    optimiser.set_active(2)
+    assert torch.equal(optimiser.fused_rate(), lr[:2])
+    assert StackOptimizer(stack, OptimizerConfig(), torch.full((3,), 0.1)).fused_rate() == pytest.approx(0.1)
+    for other, mu in [(OptimizerConfig(momentum=0.9), 0.0), (OptimizerConfig(weight_decay=1e-3), 0.0),
+                      (OptimizerConfig("adam"), 0.0), (OptimizerConfig(), 0.5)]:
+        assert StackOptimizer(stack, other, lr, mu).fused_rate() is None
+    steps = []
+    monkeypatch.setattr(StackOptimizer, "step", lambda self, grad: steps.append(self.cfg.name))
+    schedule, _ = _cohort(digits_parts, [1, 1, 1])
+    for config in (OptimizerConfig(), OptimizerConfig("adam")):
+        train_cohort([Member("model", Stack.from_rows(arch, stack.rows()))], digits.x_train, digits.y_train,
+                     schedule, lr, config)
+    assert steps == ["adam"] * schedule.num_steps
 
 
 def _address(t: torch.Tensor) -> int:

@@ -27,9 +27,8 @@ this round's state.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -43,7 +42,16 @@ from fl_gym.validation import is_int_at_least, is_non_negative, is_positive, req
 if TYPE_CHECKING:
     from fl_gym.config import FederationConfig
 
-Gradients = Callable[[], dict[str, Tensor]]  # forward + backward of every live member; per-role losses
+
+class Gradients(Protocol):
+    """Forward and backward of every live member; the per-role losses.
+
+    With ``descend``, each member's backward pass takes its optimiser's step itself
+    (:meth:`StackOptimizer.fused_rate`), leaving no gradient in ``run.grad``.
+    """
+
+    def __call__(self, descend: bool = False) -> dict[str, Tensor]:
+        """The per-role losses of the batch."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +144,12 @@ class LocalAlgorithm:
         return MemberRun(stack, stack, StackOptimizer(stack, optimizer, lr))
 
     def step(self, runs: list[MemberRun], gradients: Gradients) -> dict[str, Tensor]:
-        """One local step of every member; returns the per-role losses of the batch."""
+        """One local step of every member; returns the per-role losses of the batch.
+
+        Plain SGD steps run inside the backward passes (:meth:`StackOptimizer.fused_rate`).
+        """
+        if all(run.opt.fused_rate() is not None and not run.extra for run in runs):
+            return gradients(descend=True)
         losses = gradients()
         for run in runs:
             if run.active:

@@ -107,6 +107,17 @@ class StackOptimizer:
         if self._shared is not None:
             self._shared = self.lr[0]
 
+    def fused_rate(self) -> float | Tensor | None:
+        """The rate of a step that is ``p -= rate * grad`` alone, for a backward pass to take it; else None.
+
+        Plain SGD (no momentum, weight decay or proximal term): the shared rate, or the active
+        clients' ``(a,)`` rates (:meth:`~fl_gym.models.layers.Layer.descend`).
+        """
+        cfg = self.cfg
+        if cfg.name != "sgd" or cfg.momentum or cfg.weight_decay or self.prox_mu:
+            return None
+        return self.lr[: self.active] if self._shared is None else self._shared
+
     def _groups(self, grad: Tensor) -> Iterator[tuple[list[Tensor], float | Tensor]]:
         """``([param, grad, anchor?, *state], rate)`` per piece of the update."""
         flats = [self.stack.flat, grad] + ([self.anchor] if self.anchor is not None else []) + self._state

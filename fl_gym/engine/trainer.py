@@ -161,11 +161,12 @@ def mean_losses(history: dict[str, Tensor], schedule: BatchSchedule, device: tor
 
 def _gradients(members: list[Member], runs: list[MemberRun], x: Tensor, idx: Tensor, yb: Tensor,
                w: Tensor, a: int, loss_fn: LossFn, gen: torch.Generator | None,
-               algorithm: LocalAlgorithm = PLAIN) -> dict[str, Tensor]:
+               algorithm: LocalAlgorithm = PLAIN, descend: bool = False) -> dict[str, Tensor]:
     """Forward every active member, call the loss once, backpropagate into each ``run.grad``.
 
     An algorithm with a representation term (:meth:`LocalAlgorithm.representation_gradient`)
-    adds its gradient at the penultimate layer.
+    adds its gradient at the penultimate layer. With ``descend``, each backward pass takes its
+    member's SGD step instead (:class:`~fl_gym.engine.algorithms.Gradients`).
     """
     live = [(m, run) for m, run in zip(members, runs, strict=True) if run.active]
     logits: dict[str, Tensor] = {}
@@ -188,5 +189,6 @@ def _gradients(members: list[Member], runs: list[MemberRun], x: Tensor, idx: Ten
     losses, dlogits = loss_fn(logits, yb, w)
     for (m, run), (params, tape, extra) in zip(live, tapes, strict=True):
         d = dlogits[m.role] if m.slots is None else dlogits[m.role][m.slots[: run.active]]
-        run.trained.arch.backward(params, tape, d, run.live_grads, extra)
+        rate = run.opt.fused_rate() if descend else None
+        run.trained.arch.backward(params, tape, d, run.live_grads, extra, rate)
     return losses

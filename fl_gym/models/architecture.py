@@ -19,7 +19,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from fl_gym.models.layers import Conv2d, Layer, Linear, MaxPool2d, ReLU, conv_layout
+from fl_gym.models.layers import Conv2d, Layer, Linear, MaxPool2d, Rate, ReLU, conv_layout
 
 
 class Architecture:
@@ -120,17 +120,20 @@ class Architecture:
         return cast(Tensor, tape[-1])  # what Linear.forward saves: its input
 
     def backward(self, params: list[Tensor], tape: list[object], dlogits: Tensor, grads: list[Tensor],
-                 drepresentation: Tensor | None = None) -> None:
+                 drepresentation: Tensor | None = None, rate: Rate | None = None) -> None:
         """Write the gradients of the loss into ``grads`` (same views as ``params``).
 
         ``drepresentation`` adds a loss term's gradient with respect to :meth:`representation`
-        (MOON's contrastive term) where the backward pass reaches it.
+        (MOON's contrastive term) where the backward pass reaches it. With ``rate``, every layer
+        takes its SGD step instead (:meth:`Layer.descend`; ``grads`` what it may use as scratch).
         """
         dy = dlogits
         stop, last = self._first_param_layer, len(self._exec) - 1
         for i in range(last, stop - 1, -1):
             lo, hi = self._spans[i]
-            dx = self._exec[i].backward(dy, params[lo:hi], tape[i], grads[lo:hi], i > stop)
+            layer, need_dx = self._exec[i], i > stop
+            dx = (layer.backward(dy, params[lo:hi], tape[i], grads[lo:hi], need_dx) if rate is None
+                  else layer.descend(dy, params[lo:hi], tape[i], grads[lo:hi], rate, need_dx))
             if dx is None:  # the first layer with parameters: no layer below it needs a gradient
                 return
             dy = dx + drepresentation if i == last and drepresentation is not None else dx

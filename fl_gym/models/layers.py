@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 aten = torch.ops.aten
+Rate = float | Tensor  # an SGD step's rate: one number, or the clients' (a tensor of one value or (K,))
 
 
 def conv_layout(device: torch.device) -> torch.memory_format:
@@ -63,6 +64,22 @@ class Layer:
         """Write parameter gradients into ``grads`` and return the input gradient if asked."""
         raise NotImplementedError
 
+    def descend(self, dy: Tensor, params: list[Tensor], saved: object, grads: list[Tensor], rate: Rate,
+                need_dx: bool) -> Tensor | None:
+        """One SGD step in place, ``p -= rate * dL/dp``; returns the input gradient (at ``p`` before it).
+
+        ``rate`` is one float, or a tensor of the clients' rates (``(K,)``, or one value). By
+        default the gradients go through ``grads`` (the caller's buffers); a layer may fold the
+        step into its backward products instead.
+        """
+        dx = self.backward(dy, params, saved, grads, need_dx)
+        for p, g in zip(params, grads, strict=True):
+            if isinstance(rate, float):
+                p.add_(g, alpha=-rate)
+            else:
+                p.addcmul_(g, rate.view(-1, *[1] * (p.dim() - 1)) if rate.dim() else rate, value=-1)
+        return dx
+
     def module(self) -> nn.Module:
         """The equivalent single-client ``torch.nn`` module."""
         raise NotImplementedError
@@ -91,6 +108,23 @@ class Linear(Layer):
         torch.bmm(dy.transpose(1, 2), saved, out=grads[0])
         torch.sum(dy, dim=1, out=grads[1])
         return torch.bmm(dy, params[0]) if need_dx else None
+
+    def descend(self, dy, params, saved, grads, rate, need_dx):
+        """The step as one in-place product per weight, ``W += (-rate * dy)^T x``.
+
+        No gradient is written and read back: on a merged cohort of 80-160 clients of a small
+        MLP, backward and update took 0.65x the time of a backward into buffers and an update.
+        """
+        w, b = params
+        dx = torch.bmm(dy, w) if need_dx else None  # before w moves
+        if isinstance(rate, float):
+            w.baddbmm_(dy.transpose(1, 2), saved, alpha=-rate)
+            b.add_(dy.sum(1), alpha=-rate)
+        else:
+            scaled = dy * (rate.view(-1, 1, 1) if rate.dim() else rate)
+            w.baddbmm_(scaled.transpose(1, 2), saved, alpha=-1)
+            b.sub_(scaled.sum(1))
+        return dx
 
     def module(self) -> nn.Module:
         return nn.Linear(self.in_features, self.out_features)
