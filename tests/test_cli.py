@@ -505,6 +505,17 @@ def test_bench_vec_section(capsys, monkeypatch):
         calls = [float(c.replace(",", "")) for c in
                  re.findall(rf"^\| {env_id} \| 2 \| `[^`]+` \| ([\d,.]+) \|$", out, re.M)]
         assert len(calls) == 3 and calls == sorted(calls, reverse=True) and calls[-1] > 0
+    # and every run's calls by phase: a training copy's in its round's phases and the merged engine calls
+    # (FedEnt's probes only for FLLearningRate-v0); the timing backend's in its clock, outside them but
+    # for the rounds its resets open
+    for env_id in ("FLSelect-v0", "FLAggregate-v0", "FLLearningRate-v0", "FLHetero-v0"):
+        row = re.search(rf"^\| {env_id} \| 2 \|" + r" ([\d,.]+) \|" * 6 + "$", out, re.M)
+        engine, opened, probe, train, finish, rest = (float(c.replace(",", "")) for c in row.groups())
+        trains = env_id != "FLHetero-v0"
+        assert (engine > 0, train > 0, finish > 0) == (trains,) * 3 and opened > 0 and rest > 0
+        assert (probe > 0) == (env_id == "FLLearningRate-v0")
+        if not trains:
+            assert opened < rest / 10
 
 
 def test_bench_turns_section(capsys):
@@ -604,6 +615,31 @@ def test_call_counts_name_each_function_called_with_its_calls_per_copy_step():
     result = VecResult("FLSelect-v0", 16, rates, busiest=(("a.py:1(f)", 1234.5), ("len", 2.0)))
     assert busiest_table([result]).splitlines()[2:] == ["| FLSelect-v0 | 16 | `a.py:1(f)` | 1,234.5 |",
                                                        "| FLSelect-v0 | 16 | `len` | 2.0 |"]
+
+
+def test_calls_by_phase_count_each_call_for_the_innermost_phase_it_runs_under():
+    from fl_gym.training.vec_bench import REST, VecResult, calls_by_phase, phases_table
+
+    def inner() -> None:  # its own call and two of len
+        len(()), len(())
+
+    def outer() -> None:  # its own call, inner's three, one of len
+        inner(), len(())
+
+    def run() -> None:  # not counted itself; outer twice and one len outside every phase, per copy-step
+        for _ in range(10):
+            outer(), outer(), len(())
+
+    calls = calls_by_phase(run, 10, {"outer": outer, "inner": inner})
+    assert calls == {"outer": 2 * 2.0, "inner": 2 * 3.0, REST: 1.0}
+    rates = dict.fromkeys(("dummy", "subproc", "batched-1", "batched"), 1.0)
+    phases = (("merged engine calls", 250.5), ("open_round", 21.0), ("probe", 0.0), ("train_round", 1225.0),
+              ("finish_round", 178.0), (REST, 137.9))
+    table = phases_table([VecResult("FLAggregate-v0", 16, rates, phases=phases),
+                          VecResult("FLHetero-v0", 16, rates)]).splitlines()
+    assert table[0] == ("| env id | copies | merged engine calls | open_round | probe | train_round | "
+                        "finish_round | the rest |")
+    assert table[2:] == ["| FLAggregate-v0 | 16 | 250.5 | 21.0 | 0.0 | 1,225.0 | 178.0 | 137.9 |"]
 
 
 def test_python_calls_of_a_vector_run_are_the_same_on_every_run_alike():

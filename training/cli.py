@@ -586,7 +586,8 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--vec-envs", default="1,4,16,64", help="copy counts of the vec and memory sections")
     p.add_argument("--vec-calls", type=int, default=0, metavar="N",
                    help="with the vec section, also list the N functions each one-process run calls most, "
-                   "with their Python calls per copy-step (where the calls column's go; 0: none)")
+                   "with their Python calls per copy-step, and split its calls by the round phase they are "
+                   "made under (where the calls column's go; 0: none)")
     p.add_argument("--vec-turns", default="16,64", help="copies merged in one turn, in the turns section "
                    "(the defaults on a CPU and on a GPU)")
     p.add_argument("--vec-ids", default=None,
@@ -664,6 +665,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(vec_bench.engine_kinds_table(results) + "\n")
         if args.vec_calls:
             print(vec_bench.busiest_table(results) + "\n")
+            print(vec_bench.phases_table(results) + "\n")
     if "turns" in sections:
         results = vec_bench.turn_benchmark(counts, vec_ids or vec_bench.default_ids(), turns,
                                            device=args.device, progress=say)

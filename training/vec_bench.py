@@ -25,8 +25,9 @@ import pstats
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,14 +39,22 @@ from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
 from fl_gym.agents.ppo import build_agent, load_hyperparams, make_env
+from fl_gym.engine.batcher import CohortBatcher
 from fl_gym.envs.registry import FAMILIES
 from fl_gym.envs.vectorize import auto_workers
+from fl_gym.federation import Federation
 from fl_gym.training.bench import interleaved_medians, torch_threads
 
 KINDS = ("dummy", "subproc", "batched-1", "batched")
 SUBPROC_MAX = 16
 PPO_ENV = "FLLearningRate-v0"  # the accuracy-driven default the ppo section trains on
 REPO_ROOT = str(Path(__file__).resolve().parents[1])  # the folder of fl_gym/ and envs/ in a checkout
+# where a vector step's Python calls are made: under the merged engine calls, or under one of a copy's
+# round phases; the rest are the env's own (its family's rules, records, observations, the hand-offs)
+PHASES: dict[str, Callable[..., Any]] = {
+    "merged engine calls": CohortBatcher._flush, "open_round": Federation.open_round,
+    "probe": Federation.probe, "train_round": Federation.train_round, "finish_round": Federation.finish_round}
+REST = "the rest"
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,7 @@ class VecResult:
     engine alone would allow (NaN where nothing is merged: copies that train nothing).
     ``calls`` is the one-process batched run's Python calls per copy-step (:func:`python_calls`),
     ``busiest`` the functions it called most, with their calls per copy-step (:func:`call_counts`);
+    ``phases`` its calls per copy-step by where they are made (:func:`calls_by_phase`);
     ``engine_kinds`` the engine share by request kind (training, evaluation...), most first;
     ``engine_calls`` the merged engine calls per vector step: as many for any number of copies
     up to a turn (``MERGED_COPIES``) where the copies' requests merge, more where some do not.
@@ -70,6 +80,7 @@ class VecResult:
     engine_share: float = math.nan
     calls: float = math.nan
     busiest: tuple[tuple[str, float], ...] = ()
+    phases: tuple[tuple[str, float], ...] = ()
     engine_kinds: tuple[tuple[str, float], ...] = ()
     engine_calls: float = math.nan
 
@@ -125,7 +136,7 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
 
     ``device`` is every copy's torch device (each timed run ends when its kernels have); where
     nothing trains it changes nothing. ``busiest``: how many of the most-called functions each
-    result lists.
+    result lists (not 0: each result also splits its calls by phase).
     """
     results = []
     with torch_threads(1):
@@ -147,6 +158,7 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 engine_calls = engine_calls_per_step(vecs[alone], per_run)
                 calls = sum(counts_by_function.values())
                 most = sorted(counts_by_function.items(), key=lambda item: -item[1])[:busiest]
+                phases = tuple(calls_by_phase(runs[alone], n * per_run).items()) if busiest else ()
                 workers = len(getattr(vecs[-1], "shards", [()]))  # the batched env's (the last kind)
                 for vec in vecs:
                     vec.close()
@@ -154,7 +166,7 @@ def vec_benchmark(counts: tuple[int, ...] = (1, 4, 16, 64), env_ids: Sequence[st
                 rates.setdefault("batched-1", rates["batched"])  # auto is one process here
                 rates.setdefault("subproc", float("nan"))
                 share, kinds = median_shares(shares[1:])  # after the warm-up
-                results.append(VecResult(env_id, n, rates, workers, share, calls, tuple(most), kinds,
+                results.append(VecResult(env_id, n, rates, workers, share, calls, tuple(most), phases, kinds,
                                          engine_calls))
     return results
 
@@ -192,20 +204,61 @@ def call_counts(run: Callable[[], None], copy_steps: int) -> dict[str, float]:
     before). Where the calls of :func:`python_calls` go: on two devices, or before and after a
     change, the functions whose counts differ.
     """
-    profile, collecting = cProfile.Profile(), gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
+    profile = cProfile.Profile()
+    with _collector_paused():
         profile.runcall(run)
-    finally:
-        if collecting:
-            gc.enable()
     own = {("~", 0, "<method 'disable' of '_lsprof.Profiler' objects>")}
     code = getattr(run, "__code__", None)  # a function's own entry (a builtin or partial has none)
     if code is not None:
         own.add((code.co_filename, code.co_firstlineno, code.co_name))
     return {_function_name(*key): calls / copy_steps
             for key, (_, calls, *_rest) in pstats.Stats(profile).stats.items() if key not in own}
+
+
+def calls_by_phase(run: Callable[[], None], copy_steps: int,
+                   phases: dict[str, Callable[..., Any]] = PHASES) -> dict[str, float]:
+    """Python calls per copy-step that one ``run`` makes under each of ``phases``, and the rest.
+
+    A call counts for the innermost of the functions ``phases`` names that it runs under (its own
+    frame or a caller's), else for :data:`REST`; the call of ``run`` itself does not count. Which
+    phases of a copy's round a round path over rows of copies would take over, and how many calls
+    each holds. Counted by a profile hook (``sys.setprofile``), not cProfile: the sum can differ by
+    a few percent from :func:`call_counts`'.
+    """
+    codes = {fn.__code__: name for name, fn in phases.items()}
+    counts = dict.fromkeys([*phases, REST], 0)
+    here = sys._getframe()
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        if event not in ("call", "c_call") or frame is here or (event == "call" and frame.f_back is here):
+            return  # the call of run, and the profiler's own removal
+        while frame is not None and frame.f_code not in codes:
+            frame = frame.f_back
+        counts[REST if frame is None else codes[frame.f_code]] += 1
+
+    with _collector_paused():
+        sys.setprofile(count)
+        try:
+            run()
+        finally:
+            sys.setprofile(None)
+    return {name: calls / copy_steps for name, calls in counts.items()}
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The garbage collector run now and kept off for the block.
+
+    Where it would strike during a profiled run, calling finalisers, depends on what ran before.
+    """
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _function_name(filename: str, line: int, name: str) -> str:
@@ -331,6 +384,18 @@ def busiest_table(results: list[VecResult]) -> str:
     rows = ["| env id | copies | function | calls per copy-step |", "|---|---|---|---|"]
     for r in results:
         rows += [f"| {r.env_id} | {r.n_envs} | `{name}` | {calls:,.1f} |" for name, calls in r.busiest]
+    return "\n".join(rows)
+
+
+def phases_table(results: list[VecResult]) -> str:
+    """Markdown: each result's Python calls per copy-step by where they are made (:func:`calls_by_phase`)."""
+    names = [*PHASES, REST]
+    rows = ["| env id | copies | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for r in results:
+        if r.phases:
+            calls = dict(r.phases)
+            cells = [r.env_id, str(r.n_envs), *(f"{calls[name]:,.1f}" for name in names)]
+            rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
